@@ -1,0 +1,51 @@
+//! The partition log: an append-only sequence of Kafka v2 record batches on disk.
+//!
+//! A [`Log`] owns one partition directory. The directory holds segments, each a
+//! triple of files named by the segment's base offset zero-padded to 20 digits:
+//! `00000000000000000000.log` (record batches stored verbatim, only the base offset
+//! rewritten), `.index` (sparse offset index) and `.timeindex` (sparse time index).
+//! `docs/log-format.md` specifies every file byte by byte.
+//!
+//! Lifecycle: [`Log::open`] recovers the directory (validates the tail by CRC-32C,
+//! truncates a torn tail, rebuilds missing or damaged indexes), then the owner appends,
+//! reads, syncs and enforces retention, and finally calls [`Log::close`], which syncs
+//! everything and leaves a clean-shutdown marker so the next open can skip the scan.
+//!
+//! Thread-safety: a `Log` is a plain value with `&mut self` appends; the broker wraps
+//! it in a mutex and is the partition's single writer. Expensive work is kept out of
+//! that mutex: [`Log::sync_set`] hands out the files to fsync, and [`Log::locate`]
+//! hands out a [`ReadSlice`] that is read with positional reads without the lock.
+
+pub mod batch;
+mod config;
+mod error;
+mod index;
+#[allow(clippy::module_inception)]
+mod log;
+mod read;
+mod segment;
+mod sync;
+mod time_index;
+
+pub use batch::{BatchError, BatchHeader};
+pub use config::LogConfig;
+pub use error::LogError;
+pub use log::{AppendInfo, Log, RecoveryReport, RetentionReport};
+pub use read::ReadSlice;
+pub use sync::SyncSet;
+
+/// A position in a partition's sequence of records.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Offset(pub i64);
+
+impl Offset {
+    pub fn value(self) -> i64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for Offset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
