@@ -1,0 +1,265 @@
+"""Fixtures that run a real headway broker for the compatibility suite.
+
+Each test that asks for `broker` gets its own `headway serve` process on a fresh data
+directory under pytest's tmp_path, listening on an ephemeral loopback port. The fixture
+waits for the broker's one stdout line (`headway listening on 127.0.0.1:PORT`) instead of
+sleeping, and tears the process down whatever happens: SIGTERM first, SIGKILL if that does
+not end it. A test that fails gets the tail of the broker's stderr in its report.
+
+The binary comes from $HEADWAY_BIN, default <repo>/target/release/headway.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HEADWAY_BIN = Path(os.environ.get("HEADWAY_BIN", REPO_ROOT / "target" / "release" / "headway"))
+
+# Generous: a cold start on two busy cores (CI builds in parallel) can be slow.
+START_DEADLINE_S = 30.0
+STOP_DEADLINE_S = 30.0
+STDERR_TAIL_LINES = 60
+
+LISTENING_RE = re.compile(rb"^headway listening on (\S+:\d+)\s*$")
+
+# Every broker process started in this session, so that none outlives pytest even when a
+# fixture's teardown never runs (e.g. pytest itself is interrupted).
+_LIVE_PROCESSES: set[subprocess.Popen] = set()
+
+
+@atexit.register
+def _kill_leftover_brokers() -> None:
+    for proc in list(_LIVE_PROCESSES):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+class Broker:
+    """One headway broker on one data directory; it may be stopped and started again.
+
+    Attributes: `bootstrap` ("127.0.0.1:PORT" of the running instance), `data_dir`,
+    `stderr_path` (all starts append to it), `returncode` (of the last exited instance).
+    """
+
+    def __init__(self, binary: Path, data_dir: Path, log_dir: Path, extra_args: list[str]):
+        self.binary = binary
+        self.data_dir = data_dir
+        self.extra_args = list(extra_args)
+        self.stderr_path = log_dir / "headway.stderr.log"
+        self.stdout_path = log_dir / "headway.stdout.log"
+        self.bootstrap: str | None = None
+        self.returncode: int | None = None
+        self.starts = 0
+        self._proc: subprocess.Popen | None = None
+        self._stdout_thread: threading.Thread | None = None
+        # True while the running instance is expected to be alive; False once we signalled it.
+        self._expected_alive = False
+        self.unexpected_exit: str | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> "Broker":
+        assert self._proc is None or self._proc.poll() is not None, "broker already running"
+        self.starts += 1
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [str(self.binary), "serve", "--data-dir", str(self.data_dir),
+                "--listen", "127.0.0.1:0", *self.extra_args]
+        # The broker reads every setting from HEADWAY_<NAME> too: keep the caller's
+        # environment (HEADWAY_BIN, a stray HEADWAY_DATA_DIR...) out of it.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWAY_")}
+        with open(self.stderr_path, "ab") as err:
+            err.write(f"===== start #{self.starts}: {' '.join(args)}\n".encode())
+            err.flush()
+            self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=err, env=env)
+        _LIVE_PROCESSES.add(self._proc)
+        self.returncode = None
+        self.bootstrap = None
+        self._expected_alive = True
+
+        listening = threading.Event()
+        found: list[str] = []
+        proc = self._proc
+
+        def pump_stdout() -> None:
+            # Reads stdout to its end so the broker can never block on a full pipe.
+            with open(self.stdout_path, "ab") as out:
+                for line in proc.stdout:
+                    out.write(line)
+                    out.flush()
+                    m = LISTENING_RE.match(line)
+                    if m and not found:
+                        found.append(m.group(1).decode())
+                        listening.set()
+
+        self._stdout_thread = threading.Thread(target=pump_stdout, daemon=True,
+                                               name=f"headway-stdout-{self.starts}")
+        self._stdout_thread.start()
+
+        deadline = time.monotonic() + START_DEADLINE_S
+        while not listening.wait(timeout=0.05):
+            if proc.poll() is not None:
+                self._reap()
+                raise BrokerStartError(
+                    f"headway exited with code {proc.returncode} before listening\n"
+                    f"{self.stderr_tail()}")
+            if time.monotonic() > deadline:
+                self._signal_and_wait(signal.SIGKILL)
+                raise BrokerStartError(
+                    f"headway did not print 'headway listening on ...' within "
+                    f"{START_DEADLINE_S:.0f} s\n{self.stderr_tail()}")
+        self.bootstrap = found[0]
+        return self
+
+    def stop(self, timeout_s: float = STOP_DEADLINE_S) -> int:
+        """SIGTERM, wait for exit; returns the exit code. SIGKILL and fail if it hangs."""
+        if not self.running:
+            return self.returncode
+        code = self._signal_and_wait(signal.SIGTERM, timeout_s)
+        if code is None:
+            self._signal_and_wait(signal.SIGKILL)
+            raise AssertionError(f"headway did not exit within {timeout_s:.0f} s of SIGTERM\n"
+                                 f"{self.stderr_tail()}")
+        return code
+
+    def kill(self) -> int:
+        """SIGKILL (a crash as far as the broker can tell), wait for exit."""
+        if not self.running:
+            return self.returncode
+        return self._signal_and_wait(signal.SIGKILL)
+
+    def restart(self) -> "Broker":
+        """Stops the running instance (SIGTERM) if any, starts a new one on the same data
+        directory. The port is a new ephemeral one: use `bootstrap` again afterwards."""
+        if self.running:
+            self.stop()
+        return self.start()
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def check_alive(self) -> None:
+        """Raises if the broker exited although nobody stopped it."""
+        if self._proc is not None and self._expected_alive and self._proc.poll() is not None:
+            self._reap()
+            raise AssertionError(f"headway exited on its own with code {self.returncode}\n"
+                                 f"{self.stderr_tail()}")
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _signal_and_wait(self, sig: int, timeout_s: float = STOP_DEADLINE_S) -> int | None:
+        proc = self._proc
+        if proc.poll() is None:
+            self._expected_alive = False
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+        self._reap()
+        return self.returncode
+
+    def _reap(self) -> None:
+        proc = self._proc
+        if proc.poll() is None:
+            return
+        if self._expected_alive and self.unexpected_exit is None:
+            self.unexpected_exit = f"exited on its own with code {proc.returncode}"
+        self._expected_alive = False
+        self.returncode = proc.returncode
+        if self._stdout_thread is not None:
+            self._stdout_thread.join(timeout=5)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        _LIVE_PROCESSES.discard(proc)
+
+    def shutdown_for_teardown(self) -> None:
+        if self._proc is None:
+            return
+        if self._proc.poll() is not None:
+            self._reap()
+            return
+        if self._signal_and_wait(signal.SIGTERM) is None:
+            self._signal_and_wait(signal.SIGKILL)
+            self.unexpected_exit = f"did not exit within {STOP_DEADLINE_S:.0f} s of SIGTERM"
+
+    def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> str:
+        try:
+            text = self.stderr_path.read_bytes().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return "(no stderr captured)"
+        tail = text.splitlines()[-lines:]
+        return f"--- last {len(tail)} lines of {self.stderr_path} ---\n" + "\n".join(tail)
+
+    def __repr__(self) -> str:
+        return f"Broker(bootstrap={self.bootstrap!r}, data_dir={str(self.data_dir)!r})"
+
+
+def _require_binary() -> Path:
+    if not HEADWAY_BIN.is_file() or not os.access(HEADWAY_BIN, os.X_OK):
+        pytest.fail(f"headway binary not found at {HEADWAY_BIN}: run "
+                    f"'cargo build --release -p headway' or set HEADWAY_BIN", pytrace=False)
+    return HEADWAY_BIN
+
+
+@pytest.fixture
+def make_broker(request, tmp_path):
+    """Factory: make_broker(*extra_args, start=True) -> Broker. Each call gets its own
+    data directory; every broker is shut down after the test."""
+    brokers: list[Broker] = []
+    request.node.headway_brokers = brokers
+
+    def factory(*extra_args: str, start: bool = True) -> Broker:
+        binary = _require_binary()
+        index = len(brokers)
+        base = tmp_path / f"broker{index}"
+        broker = Broker(binary, base / "data", base, list(extra_args))
+        brokers.append(broker)
+        return broker.start() if start else broker
+
+    yield factory
+    for broker in brokers:
+        broker.shutdown_for_teardown()
+    # A broker that died while the test expected it alive is a broker bug even when the
+    # test's own assertions happened to pass.
+    died = [f"broker{i} {b.unexpected_exit}" for i, b in enumerate(brokers) if b.unexpected_exit]
+    if died:
+        pytest.fail("headway " + "; ".join(died), pytrace=False)
+
+
+@pytest.fixture
+def broker(make_broker) -> Broker:
+    """A running broker with default settings."""
+    return make_broker()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    brokers = getattr(item, "headway_brokers", None)
+    if not brokers or not report.failed:
+        return
+    for i, b in enumerate(brokers):
+        state = b.bootstrap if b.running else f"exit code {b.returncode}"
+        report.sections.append((f"headway broker{i} stderr ({state})", b.stderr_tail()))
