@@ -1,1 +1,35 @@
-//! placeholder
+//! The broker's state: topics, partitions, durability and limits, with no network code.
+//!
+//! - [`Broker`] is the registry of topics, loaded from the data directory at start-up
+//!   and persisted on every create and delete. It also runs retention.
+//! - [`Topic`] holds a topic's id, settings and partitions.
+//! - [`Partition`] wraps one partition's [`headway_log::Log`]. Its mutex is the
+//!   partition's single writer: offsets are assigned there and nowhere else. A flusher
+//!   task per partition performs group commit: every append that happened while the
+//!   previous fsync ran shares the next one, and the high watermark (what consumers
+//!   may read and what acks wait for) advances only after the sync returns.
+//! - [`config`] is every setting with its default; [`limits`] is every hard bound.
+//!
+//! Everything here is thread-safe and shared as `Arc`s by the server's connections.
+
+pub mod config;
+mod error;
+pub mod limits;
+mod partition;
+mod registry;
+mod topic;
+
+pub use config::{BrokerConfig, FlushPolicy, TopicConfig};
+pub use error::BrokerError;
+pub use headway_log::{BatchError, Offset};
+pub use partition::{Appended, Partition, PartitionIndex, ReadResult};
+pub use registry::Broker;
+pub use topic::{validate_topic_name, Topic};
+
+/// Milliseconds since the Unix epoch, the unit of every Kafka timestamp.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,1 +1,161 @@
-fn main() {}
+//! The `headway` binary.
+//!
+//! `headway serve` starts the broker. Settings come from, in increasing precedence:
+//! built-in defaults, a TOML file (`--config`), environment variables
+//! (`HEADWAY_<NAME>`), and flags.
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use headway_broker::{limits, Broker, BrokerConfig, FlushPolicy};
+use headway_server::Server;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "headway",
+    version,
+    about = "A durable, Kafka-compatible streaming broker"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the broker (defaults: data in ./headway-data, listening on 127.0.0.1:9092).
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// TOML file with broker settings; flags and environment variables override it.
+    #[arg(long, env = "HEADWAY_CONFIG")]
+    config: Option<PathBuf>,
+    /// Directory holding topics and their logs [default: ./headway-data].
+    #[arg(long, env = "HEADWAY_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Address to listen on, HOST:PORT; port 0 picks a free port [default: 127.0.0.1:9092].
+    #[arg(long, env = "HEADWAY_LISTEN")]
+    listen: Option<String>,
+    /// Address clients are told to connect to [default: the bound address].
+    #[arg(long, env = "HEADWAY_ADVERTISED_LISTENER")]
+    advertised_listener: Option<String>,
+    /// This broker's node id [default: 1].
+    #[arg(long, env = "HEADWAY_NODE_ID")]
+    node_id: Option<i32>,
+    /// Create unknown topics on Metadata requests [default: true].
+    #[arg(long, env = "HEADWAY_AUTO_CREATE_TOPICS")]
+    auto_create_topics: Option<bool>,
+    /// Partitions of auto-created topics and of CreateTopics with -1 [default: 1].
+    #[arg(long, env = "HEADWAY_DEFAULT_PARTITIONS")]
+    default_partitions: Option<i32>,
+    /// When acks=1/all produces are acknowledged: sync (after fsync, group commit),
+    /// interval:<ms> (after the write; fsync every interval) or none [default: sync].
+    #[arg(long, env = "HEADWAY_FLUSH")]
+    flush: Option<FlushPolicy>,
+    /// How often retention deletes old segments, in ms [default: 300000].
+    #[arg(long, env = "HEADWAY_RETENTION_CHECK_INTERVAL_MS")]
+    retention_check_interval_ms: Option<u64>,
+    /// Largest request frame accepted, in bytes [default: 104857600].
+    #[arg(long, env = "HEADWAY_FRAME_BYTES_MAX")]
+    frame_bytes_max: Option<usize>,
+    /// Default segment.bytes of topics [default: 1073741824].
+    #[arg(long, env = "HEADWAY_SEGMENT_BYTES")]
+    segment_bytes: Option<u64>,
+    /// Default retention.ms of topics; -1 keeps data forever [default: 604800000].
+    #[arg(long, env = "HEADWAY_RETENTION_MS", allow_hyphen_values = true)]
+    retention_ms: Option<i64>,
+    /// Default retention.bytes of topics; -1 means no limit [default: -1].
+    #[arg(long, env = "HEADWAY_RETENTION_BYTES", allow_hyphen_values = true)]
+    retention_bytes: Option<i64>,
+    /// Default max.message.bytes of topics [default: 1048588].
+    #[arg(long, env = "HEADWAY_MAX_MESSAGE_BYTES")]
+    max_message_bytes: Option<usize>,
+}
+
+impl ServeArgs {
+    fn into_config(self) -> anyhow::Result<BrokerConfig> {
+        let mut config = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading config file {}", path.display()))?;
+                toml::from_str(&text)
+                    .with_context(|| format!("parsing config file {}", path.display()))?
+            }
+            None => BrokerConfig::default(),
+        };
+        macro_rules! set {
+            ($($field:ident).+ = $value:expr) => {
+                if let Some(v) = $value {
+                    config.$($field).+ = v;
+                }
+            };
+        }
+        set!(data_dir = self.data_dir);
+        set!(listen = self.listen);
+        if self.advertised_listener.is_some() {
+            config.advertised_listener = self.advertised_listener;
+        }
+        set!(node_id = self.node_id);
+        set!(auto_create_topics = self.auto_create_topics);
+        set!(default_partitions = self.default_partitions);
+        set!(flush = self.flush);
+        set!(retention_check_interval_ms = self.retention_check_interval_ms);
+        set!(frame_bytes_max = self.frame_bytes_max);
+        set!(log.segment_bytes = self.segment_bytes);
+        set!(log.retention_ms = self.retention_ms);
+        set!(log.retention_bytes = self.retention_bytes);
+        set!(log.max_message_bytes = self.max_message_bytes);
+        config.validate().map_err(anyhow::Error::msg)?;
+        Ok(config)
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HEADWAY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Serve(args) => serve(args.into_config()?),
+    }
+}
+
+fn serve(config: BrokerConfig) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(limits::BLOCKING_THREADS_MAX)
+        .build()?;
+    runtime.block_on(async move {
+        tracing::info!(data_dir = %config.data_dir.display(), flush = %config.flush, "starting");
+        let broker = Broker::open(config)
+            .await
+            .context("opening the data directory")?;
+        let server = Server::bind(broker).await.context("binding the listener")?;
+        // Tests and scripts wait for this line; it is the only thing written to stdout.
+        println!("headway listening on {}", server.local_addr());
+        std::io::stdout().flush()?;
+        let handle = server.handle();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("signal received");
+            handle.shutdown();
+        });
+        server.run().await;
+        anyhow::Ok(())
+    })
+}
+
+async fn wait_for_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,1 +1,20 @@
-//! placeholder
+//! Kafka wire framing on top of the `kafka-protocol` crate.
+//!
+//! Every Kafka request and response is a frame: a 4-byte big-endian length followed by
+//! that many bytes. A request frame starts with a request header (api key, api version,
+//! correlation id, client id, and tagged fields for flexible versions); a response frame
+//! starts with a response header (correlation id, and tagged fields for flexible versions,
+//! except ApiVersions, whose response header is always version 0 so that a client can
+//! read the answer before it knows which versions the broker speaks).
+//!
+//! This crate owns only framing and headers; message bodies are decoded and encoded by
+//! `kafka-protocol`'s generated types. Record batches stay raw bytes end to end.
+
+mod frame;
+mod request;
+mod response;
+
+pub use frame::{read_frame, read_frame_body, read_frame_size, FrameError};
+pub use kafka_protocol;
+pub use request::{decode_body, parse_request, ProtocolError, Request};
+pub use response::{encode_response, EncodeError};

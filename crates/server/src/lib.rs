@@ -1,1 +1,27 @@
-//! placeholder
+//! The network side of the broker: a listener, one task pair per connection, and one
+//! handler per Kafka API.
+//!
+//! A tour, following a request:
+//!
+//! 1. [`listener`] accepts a TCP connection (bounded by `connections_max`) and starts
+//!    a [`connection`].
+//! 2. The connection's reader task reads a frame (size checked first, body memory
+//!    reserved from a broker-wide budget), decodes the header and calls
+//!    [`handlers::dispatch`]. The handler's synchronous part runs right there, in
+//!    request order: a produce is validated and appended (offsets assigned) before the
+//!    next request is read.
+//! 3. The handler returns a [`handlers::Reply`]: bytes ready now, or a future (a
+//!    produce waiting for its fsync, a fetch waiting for data). The reply goes into the
+//!    connection's bounded in-flight window.
+//! 4. The writer task takes replies in order, awaits each, and writes it. While a
+//!    produce waits for its sync, the reader keeps reading and appending the next
+//!    pipelined requests, which then share the same group commit.
+//!
+//! Kafka error codes are chosen in one place, [`errors`].
+
+pub mod connection;
+pub mod errors;
+pub mod handlers;
+pub mod listener;
+
+pub use listener::{Server, ServerHandle};

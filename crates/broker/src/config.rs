@@ -1,0 +1,351 @@
+//! Broker settings and per-topic settings, with their defaults.
+//!
+//! `BrokerConfig` is read from a TOML file (`--config`) and then overridden by flags
+//! and `HEADWAY_<NAME>` environment variables in the CLI. Topic settings use Kafka's
+//! names (`retention.ms`, `segment.bytes`, ...) so that admin tools work unchanged;
+//! their defaults come from the broker's `[log]` table.
+
+use crate::{limits, BrokerError};
+use headway_log::LogConfig;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// When appended data is synced to disk, and so when produces are acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlushPolicy {
+    /// Acknowledge acks=1/all produces only after fdatasync; appends waiting at the
+    /// same moment share one sync (group commit). Consumers see only synced data.
+    #[default]
+    Sync,
+    /// Acknowledge after the write to the page cache and sync every interval.
+    /// A crash of the machine (not only the process) loses up to one interval.
+    Interval(Duration),
+    /// Never sync explicitly; the kernel writes back when it chooses.
+    None,
+}
+
+impl FromStr for FlushPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "sync" => Ok(FlushPolicy::Sync),
+            "none" => Ok(FlushPolicy::None),
+            other => {
+                let ms = other
+                    .strip_prefix("interval:")
+                    .and_then(|ms| ms.trim_end_matches("ms").parse::<u64>().ok())
+                    .filter(|ms| *ms > 0)
+                    .ok_or_else(|| {
+                        format!("flush must be sync, interval:<ms> or none, not {other:?}")
+                    })?;
+                Ok(FlushPolicy::Interval(Duration::from_millis(ms)))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for FlushPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FlushPolicy::Sync => write!(f, "sync"),
+            FlushPolicy::Interval(d) => write!(f, "interval:{}", d.as_millis()),
+            FlushPolicy::None => write!(f, "none"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for FlushPolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for FlushPolicy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+/// Defaults for topic settings (`[log]` in the TOML file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogDefaults {
+    pub segment_bytes: u64,
+    pub segment_ms: u64,
+    /// -1: no size limit.
+    pub retention_bytes: i64,
+    /// -1: keep forever.
+    pub retention_ms: i64,
+    pub max_message_bytes: usize,
+    pub index_interval_bytes: u32,
+}
+
+impl Default for LogDefaults {
+    fn default() -> Self {
+        LogDefaults {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            // Kafka's default: 1 MiB plus batch overhead.
+            max_message_bytes: 1_048_588,
+            index_interval_bytes: 4096,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BrokerConfig {
+    pub data_dir: PathBuf,
+    /// Address to bind, `HOST:PORT`. Port 0 binds an ephemeral port.
+    pub listen: String,
+    /// Address given to clients in Metadata. Defaults to the bound address.
+    pub advertised_listener: Option<String>,
+    pub node_id: i32,
+    pub auto_create_topics: bool,
+    pub default_partitions: i32,
+    pub flush: FlushPolicy,
+    pub retention_check_interval_ms: u64,
+    pub frame_bytes_max: usize,
+    pub request_bytes_in_flight_max: usize,
+    pub connections_max: usize,
+    pub log: LogDefaults,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            data_dir: PathBuf::from("headway-data"),
+            listen: "127.0.0.1:9092".into(),
+            advertised_listener: None,
+            node_id: 1,
+            auto_create_topics: true,
+            default_partitions: 1,
+            flush: FlushPolicy::Sync,
+            retention_check_interval_ms: 300_000,
+            frame_bytes_max: limits::FRAME_BYTES_MAX_DEFAULT,
+            request_bytes_in_flight_max: limits::REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT,
+            connections_max: limits::CONNECTIONS_MAX_DEFAULT,
+            log: LogDefaults::default(),
+        }
+    }
+}
+
+impl BrokerConfig {
+    /// Checks relations between settings that serde cannot.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.default_partitions < 1 || self.default_partitions > limits::PARTITIONS_PER_TOPIC_MAX
+        {
+            return Err(format!(
+                "default_partitions {} out of range",
+                self.default_partitions
+            ));
+        }
+        if self.request_bytes_in_flight_max < self.frame_bytes_max {
+            return Err("request_bytes_in_flight_max must be at least frame_bytes_max".into());
+        }
+        TopicConfig::from_overrides(&BTreeMap::new(), &self.log)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// One topic's effective settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicConfig {
+    pub retention_ms: i64,
+    pub retention_bytes: i64,
+    pub segment_bytes: u64,
+    pub segment_ms: u64,
+    pub max_message_bytes: usize,
+    pub index_interval_bytes: u32,
+    /// Settings given explicitly for this topic, by Kafka name, as given.
+    pub overrides: BTreeMap<String, String>,
+}
+
+/// Topic settings this broker knows, with what each accepts. Settings that Kafka has
+/// but that have one fixed meaning here (`cleanup.policy=delete`, one replica) accept
+/// only that value, so an admin tool setting them learns the truth from the error.
+pub const TOPIC_CONFIG_NAMES: &[&str] = &[
+    "cleanup.policy",
+    "compression.type",
+    "index.interval.bytes",
+    "max.message.bytes",
+    "message.timestamp.type",
+    "min.insync.replicas",
+    "retention.bytes",
+    "retention.ms",
+    "segment.bytes",
+    "segment.ms",
+];
+
+fn invalid(name: &str, value: &str, reason: impl Into<String>) -> BrokerError {
+    BrokerError::InvalidConfig {
+        name: name.into(),
+        value: value.into(),
+        reason: reason.into(),
+    }
+}
+
+fn parse_num<T: FromStr + PartialOrd + Copy + std::fmt::Display>(
+    name: &str,
+    value: &str,
+    min: T,
+    max: T,
+) -> Result<T, BrokerError> {
+    let n: T = value
+        .trim()
+        .parse()
+        .map_err(|_| invalid(name, value, "not a number"))?;
+    if n < min || n > max {
+        return Err(invalid(name, value, format!("must be in [{min}, {max}]")));
+    }
+    Ok(n)
+}
+
+fn require(name: &str, value: &str, allowed: &[&str]) -> Result<(), BrokerError> {
+    if allowed.contains(&value.trim()) {
+        Ok(())
+    } else {
+        Err(invalid(
+            name,
+            value,
+            format!("supported values: {}", allowed.join(", ")),
+        ))
+    }
+}
+
+impl TopicConfig {
+    pub fn from_overrides(
+        overrides: &BTreeMap<String, String>,
+        defaults: &LogDefaults,
+    ) -> Result<TopicConfig, BrokerError> {
+        let mut config = TopicConfig {
+            retention_ms: defaults.retention_ms,
+            retention_bytes: defaults.retention_bytes,
+            segment_bytes: defaults.segment_bytes,
+            segment_ms: defaults.segment_ms,
+            max_message_bytes: defaults.max_message_bytes,
+            index_interval_bytes: defaults.index_interval_bytes,
+            overrides: overrides.clone(),
+        };
+        for (name, value) in overrides {
+            config.apply(name, value)?;
+        }
+        Ok(config)
+    }
+
+    fn apply(&mut self, name: &str, value: &str) -> Result<(), BrokerError> {
+        let segment_bytes_max = i32::MAX as u64;
+        match name {
+            "retention.ms" => self.retention_ms = parse_num(name, value, -1, i64::MAX)?,
+            "retention.bytes" => self.retention_bytes = parse_num(name, value, -1, i64::MAX)?,
+            "segment.bytes" => self.segment_bytes = parse_num(name, value, 14, segment_bytes_max)?,
+            "segment.ms" => self.segment_ms = parse_num(name, value, 1, i64::MAX as u64)?,
+            "max.message.bytes" => {
+                self.max_message_bytes = parse_num(name, value, 0, limits::FRAME_BYTES_MAX_DEFAULT)?
+            }
+            "index.interval.bytes" => {
+                self.index_interval_bytes = parse_num(name, value, 0, i32::MAX as u32)?
+            }
+            "cleanup.policy" => require(name, value, &["delete"])?,
+            "compression.type" => require(name, value, &["producer"])?,
+            "message.timestamp.type" => require(name, value, &["CreateTime"])?,
+            "min.insync.replicas" => require(name, value, &["1"])?,
+            _ => return Err(invalid(name, value, "unknown topic config")),
+        }
+        Ok(())
+    }
+
+    /// The log's view of these settings.
+    pub fn log_config(&self) -> LogConfig {
+        LogConfig {
+            segment_bytes_max: self.segment_bytes,
+            segment_ms_max: self.segment_ms,
+            retention_bytes_max: u64::try_from(self.retention_bytes).ok(),
+            retention_ms_max: u64::try_from(self.retention_ms).ok(),
+            index_interval_bytes: self.index_interval_bytes,
+        }
+    }
+
+    /// Every known setting with its effective value, and whether it was set explicitly.
+    pub fn entries(&self) -> Vec<(&'static str, String, bool)> {
+        TOPIC_CONFIG_NAMES
+            .iter()
+            .map(|&name| {
+                let value = match name {
+                    "cleanup.policy" => "delete".to_string(),
+                    "compression.type" => "producer".to_string(),
+                    "index.interval.bytes" => self.index_interval_bytes.to_string(),
+                    "max.message.bytes" => self.max_message_bytes.to_string(),
+                    "message.timestamp.type" => "CreateTime".to_string(),
+                    "min.insync.replicas" => "1".to_string(),
+                    "retention.bytes" => self.retention_bytes.to_string(),
+                    "retention.ms" => self.retention_ms.to_string(),
+                    "segment.bytes" => self.segment_bytes.to_string(),
+                    "segment.ms" => self.segment_ms.to_string(),
+                    _ => unreachable!("every name in TOPIC_CONFIG_NAMES has a value"),
+                };
+                (name, value, self.overrides.contains_key(name))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flush_policy_parses_the_documented_forms() {
+        assert_eq!("sync".parse::<FlushPolicy>().unwrap(), FlushPolicy::Sync);
+        assert_eq!("none".parse::<FlushPolicy>().unwrap(), FlushPolicy::None);
+        assert_eq!(
+            "interval:250".parse::<FlushPolicy>().unwrap(),
+            FlushPolicy::Interval(Duration::from_millis(250))
+        );
+        assert!("interval:0".parse::<FlushPolicy>().is_err());
+        assert!("always".parse::<FlushPolicy>().is_err());
+    }
+
+    #[test]
+    fn topic_overrides_are_checked() {
+        let defaults = LogDefaults::default();
+        let mut overrides = BTreeMap::new();
+        overrides.insert("retention.ms".to_string(), "60000".to_string());
+        let config = TopicConfig::from_overrides(&overrides, &defaults).unwrap();
+        assert_eq!(config.retention_ms, 60_000);
+        assert_eq!(config.log_config().retention_ms_max, Some(60_000));
+        overrides.insert("cleanup.policy".to_string(), "compact".to_string());
+        assert!(matches!(
+            TopicConfig::from_overrides(&overrides, &defaults),
+            Err(BrokerError::InvalidConfig { .. })
+        ));
+        let mut unknown = BTreeMap::new();
+        unknown.insert("no.such.setting".to_string(), "1".to_string());
+        assert!(TopicConfig::from_overrides(&unknown, &defaults).is_err());
+    }
+
+    #[test]
+    fn config_file_overrides_defaults() {
+        let config: BrokerConfig = toml::from_str(
+            "listen = \"0.0.0.0:19092\"\nflush = \"interval:5\"\n[log]\nsegment_bytes = 1048576\n",
+        )
+        .unwrap();
+        assert_eq!(config.listen, "0.0.0.0:19092");
+        assert_eq!(
+            config.flush,
+            FlushPolicy::Interval(Duration::from_millis(5))
+        );
+        assert_eq!(config.log.segment_bytes, 1 << 20);
+        assert_eq!(config.log.retention_ms, LogDefaults::default().retention_ms);
+        assert!(toml::from_str::<BrokerConfig>("no_such_key = 1").is_err());
+    }
+}

@@ -1,0 +1,63 @@
+use headway_log::{BatchError, LogError, Offset};
+
+/// Expected failures of broker operations. The server maps each variant to a Kafka
+/// error code in exactly one place (`headway_server::errors`).
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("unknown topic or partition {topic}/{partition}")]
+    UnknownTopicOrPartition { topic: String, partition: i32 },
+    #[error("unknown topic id {0}")]
+    UnknownTopicId(uuid::Uuid),
+    #[error("invalid topic name {name:?}: {reason}")]
+    InvalidTopic { name: String, reason: &'static str },
+    #[error("topic {0} already exists")]
+    TopicAlreadyExists(String),
+    #[error("invalid partition count {0}")]
+    InvalidPartitions(i32),
+    #[error("invalid replication factor {0}: this broker keeps one replica")]
+    InvalidReplicationFactor(i16),
+    #[error("invalid config {name}={value}: {reason}")]
+    InvalidConfig {
+        name: String,
+        value: String,
+        reason: String,
+    },
+    #[error("record batch of {size} bytes exceeds max.message.bytes {limit}")]
+    MessageTooLarge { size: usize, limit: usize },
+    #[error("invalid record batch: {0}")]
+    Batch(BatchError),
+    #[error("produce request carries no records")]
+    MissingRecords,
+    #[error("offset {offset} out of range [{log_start_offset}, {high_watermark}]")]
+    OffsetOutOfRange {
+        offset: Offset,
+        log_start_offset: Offset,
+        high_watermark: Offset,
+    },
+    #[error("acks must be -1, 0 or 1, not {0}")]
+    InvalidRequiredAcks(i16),
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("storage error: {0}")]
+    Storage(String),
+    #[error("partition {topic}/{partition} is shutting down")]
+    ShuttingDown { topic: String, partition: i32 },
+}
+
+impl BrokerError {
+    pub(crate) fn from_log(error: LogError) -> BrokerError {
+        match error {
+            LogError::Batch(b) => BrokerError::Batch(b),
+            LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset,
+                log_end_offset,
+            } => BrokerError::OffsetOutOfRange {
+                offset,
+                log_start_offset,
+                high_watermark: log_end_offset,
+            },
+            other => BrokerError::Storage(other.to_string()),
+        }
+    }
+}

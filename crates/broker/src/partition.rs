@@ -1,0 +1,301 @@
+//! One partition: its log behind the single-writer mutex, its high watermark, and the
+//! flusher task that performs group commit.
+//!
+//! Produce path: [`Partition::append`] validates the batches (CRC-32C) outside the
+//! mutex, then takes the mutex only to assign offsets and write to the page cache.
+//! The caller then awaits [`Partition::wait_durable`]. With `flush = sync` the flusher
+//! task wakes, takes the log's [`headway_log::SyncSet`] (everything written so far),
+//! syncs it on a blocking thread without holding the mutex, and publishes the new high
+//! watermark; every append that arrived during one sync shares the next one.
+//!
+//! Fetch path: [`Partition::read`] locates the segment and position under the mutex and
+//! reads with positional reads on a blocking thread, bounded by the high watermark, so
+//! consumers only ever see synced data.
+
+use crate::{BrokerError, FlushPolicy};
+use bytes::Bytes;
+use headway_log::{batch, Log, LogConfig, Offset, RecoveryReport};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{watch, Notify};
+
+/// A partition's number within its topic.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionIndex(pub i32);
+
+/// What consumers and waiting producers observe of a partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DurableState {
+    /// Offsets below it are synced (or written, with a weaker flush policy).
+    pub high_watermark: Offset,
+    /// A sync failed: the log is poisoned and nothing above the watermark will be acked.
+    pub failed: bool,
+}
+
+/// The result of an append: where the batches went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    pub base_offset: Offset,
+    pub log_end_offset: Offset,
+    pub log_start_offset: Offset,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReadResult {
+    pub records: Bytes,
+    pub high_watermark: Offset,
+    pub log_start_offset: Offset,
+}
+
+pub struct Partition {
+    topic: Arc<str>,
+    index: PartitionIndex,
+    flush: FlushPolicy,
+    /// The single writer. `None` once closed.
+    log: Mutex<Option<Log>>,
+    durable: watch::Sender<DurableState>,
+    log_start_offset: AtomicI64,
+    /// Wakes the flusher; `Notify` keeps one permit, so no wake-up is lost.
+    dirty: Notify,
+    closed: AtomicBool,
+}
+
+impl Partition {
+    /// Opens and recovers the partition's log. Blocking: call from a blocking thread.
+    pub fn open(
+        dir: PathBuf,
+        topic: Arc<str>,
+        index: PartitionIndex,
+        config: LogConfig,
+        flush: FlushPolicy,
+    ) -> Result<(Arc<Partition>, RecoveryReport), BrokerError> {
+        let (log, report) =
+            Log::open(&dir, config, crate::now_ms()).map_err(BrokerError::from_log)?;
+        let (durable, _) = watch::channel(DurableState {
+            high_watermark: report.log_end_offset,
+            failed: false,
+        });
+        let partition = Arc::new(Partition {
+            topic,
+            index,
+            flush,
+            log_start_offset: AtomicI64::new(report.log_start_offset.value()),
+            log: Mutex::new(Some(log)),
+            durable,
+            dirty: Notify::new(),
+            closed: AtomicBool::new(false),
+        });
+        Ok((partition, report))
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub fn index(&self) -> PartitionIndex {
+        self.index
+    }
+
+    /// Starts the flusher for the sync and interval policies. Needs a tokio runtime.
+    pub fn start_flusher(self: &Arc<Self>) {
+        if self.flush != FlushPolicy::None {
+            tokio::spawn(Arc::clone(self).run_flusher());
+        }
+    }
+
+    fn with_log<T>(
+        &self,
+        f: impl FnOnce(&mut Log) -> Result<T, headway_log::LogError>,
+    ) -> Result<T, BrokerError> {
+        let mut slot = self
+            .log
+            .lock()
+            .expect("partition log mutex poisoned by a panic");
+        let log = slot.as_mut().ok_or_else(|| BrokerError::ShuttingDown {
+            topic: self.topic.to_string(),
+            partition: self.index.0,
+        })?;
+        f(log).map_err(BrokerError::from_log)
+    }
+
+    /// Validates and appends the batches of one produce request for this partition.
+    /// Offsets are assigned here, under the mutex; the data is durable once
+    /// [`Partition::wait_durable`] for `log_end_offset` returns.
+    pub fn append(
+        &self,
+        records: &[u8],
+        max_message_bytes: usize,
+    ) -> Result<Appended, BrokerError> {
+        if records.len() > max_message_bytes {
+            return Err(BrokerError::MessageTooLarge {
+                size: records.len(),
+                limit: max_message_bytes,
+            });
+        }
+        batch::validate_all(records).map_err(BrokerError::Batch)?;
+        // The log rewrites base offsets in place; the request buffer is shared, so copy.
+        let mut owned = records.to_vec();
+        let now_ms = crate::now_ms();
+        let info = self.with_log(|log| log.append(&mut owned, now_ms))?;
+        match self.flush {
+            FlushPolicy::Sync => self.dirty.notify_one(),
+            FlushPolicy::Interval(_) | FlushPolicy::None => self.publish(info.log_end_offset),
+        }
+        Ok(Appended {
+            base_offset: info.base_offset,
+            log_end_offset: info.log_end_offset,
+            log_start_offset: self.log_start_offset(),
+        })
+    }
+
+    /// Waits until every offset below `offset` is durable, or the log failed.
+    pub async fn wait_durable(&self, offset: Offset) -> Result<(), BrokerError> {
+        let mut rx = self.durable.subscribe();
+        let state = *rx
+            .wait_for(|s| s.failed || s.high_watermark >= offset)
+            .await
+            .map_err(|_| BrokerError::Storage("partition dropped".into()))?;
+        if state.high_watermark >= offset {
+            Ok(())
+        } else {
+            Err(BrokerError::Storage(format!(
+                "{}/{}: log failed before offset {offset} was synced",
+                self.topic, self.index.0
+            )))
+        }
+    }
+
+    fn publish(&self, high_watermark: Offset) {
+        self.durable.send_if_modified(|s| {
+            let advance = high_watermark > s.high_watermark;
+            if advance {
+                s.high_watermark = high_watermark;
+            }
+            advance
+        });
+    }
+
+    pub fn high_watermark(&self) -> Offset {
+        self.durable.borrow().high_watermark
+    }
+
+    pub fn log_start_offset(&self) -> Offset {
+        Offset(self.log_start_offset.load(Ordering::Acquire))
+    }
+
+    pub fn log_end_offset(&self) -> Result<Offset, BrokerError> {
+        self.with_log(|log| Ok(log.log_end_offset()))
+    }
+
+    /// A receiver that wakes when the high watermark moves (for long-polling fetches).
+    pub fn watch(&self) -> watch::Receiver<DurableState> {
+        self.durable.subscribe()
+    }
+
+    /// Reads whole batches from `offset`, at most about `max_bytes` (the first batch is
+    /// always whole), never past the high watermark.
+    pub async fn read(&self, offset: Offset, max_bytes: usize) -> Result<ReadResult, BrokerError> {
+        let high_watermark = self.high_watermark();
+        let log_start_offset = self.log_start_offset();
+        let empty = |records| ReadResult {
+            records,
+            high_watermark,
+            log_start_offset,
+        };
+        if offset == high_watermark && offset >= log_start_offset {
+            return Ok(empty(Bytes::new()));
+        }
+        let slice = self.with_log(|log| log.locate(offset))?;
+        if offset > high_watermark {
+            // Written but not yet synced: nothing to show yet, and not an error.
+            return Ok(empty(Bytes::new()));
+        }
+        let records = tokio::task::spawn_blocking(move || slice.read(max_bytes, high_watermark))
+            .await
+            .map_err(|e| BrokerError::Storage(format!("read task failed: {e}")))?
+            .map_err(|e| {
+                BrokerError::Storage(format!("read {}/{}: {e}", self.topic, self.index.0))
+            })?;
+        Ok(empty(records))
+    }
+
+    /// The first offset whose batch has a timestamp at or after `timestamp_ms`,
+    /// if it is below the high watermark. Blocking (reads the time index and segments).
+    pub fn offset_for_timestamp(
+        &self,
+        timestamp_ms: i64,
+    ) -> Result<Option<(Offset, i64)>, BrokerError> {
+        let found = self.with_log(|log| log.offset_for_timestamp(timestamp_ms))?;
+        Ok(found.filter(|(offset, _)| *offset < self.high_watermark()))
+    }
+
+    /// Deletes segments past the retention limits. Blocking.
+    pub fn enforce_retention(&self, now_ms: i64) -> Result<usize, BrokerError> {
+        let report = self.with_log(|log| log.enforce_retention(now_ms))?;
+        self.log_start_offset
+            .store(report.log_start_offset.value(), Ordering::Release);
+        Ok(report.deleted_segments)
+    }
+
+    pub fn set_log_config(&self, config: LogConfig) -> Result<(), BrokerError> {
+        self.with_log(|log| {
+            log.set_config(config);
+            Ok(())
+        })
+    }
+
+    /// Syncs and closes the log. Produces waiting for durability are answered: their
+    /// data is synced by the close. Blocking.
+    pub fn close(&self) -> Result<(), BrokerError> {
+        self.closed.store(true, Ordering::Release);
+        self.dirty.notify_one();
+        let log = self
+            .log
+            .lock()
+            .expect("partition log mutex poisoned")
+            .take();
+        let Some(log) = log else { return Ok(()) };
+        let log_end_offset = log.log_end_offset();
+        log.close().map_err(BrokerError::from_log)?;
+        self.publish(log_end_offset);
+        Ok(())
+    }
+
+    async fn run_flusher(self: Arc<Self>) {
+        loop {
+            match self.flush {
+                FlushPolicy::Sync => self.dirty.notified().await,
+                FlushPolicy::Interval(every) => tokio::time::sleep(every).await,
+                FlushPolicy::None => return,
+            }
+            if self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let Ok(set) = self.with_log(|log| Ok(log.sync_set())) else {
+                return;
+            };
+            if set.is_empty() {
+                continue;
+            }
+            let synced = set.log_end_offset;
+            match tokio::task::spawn_blocking(move || set.sync()).await {
+                Ok(Ok(())) => self.publish(synced),
+                Ok(Err(e)) => return self.fail(&e.to_string()),
+                Err(e) => return self.fail(&e.to_string()),
+            }
+        }
+    }
+
+    /// An fsync failed. After a failed fsync the kernel may have dropped the dirty
+    /// pages, so retrying could acknowledge data that is not on disk: stop instead.
+    fn fail(&self, error: &str) {
+        tracing::error!(topic = %self.topic, partition = self.index.0, %error,
+            "fsync failed; the partition accepts no more writes");
+        let _ = self.with_log(|log| {
+            log.poison();
+            Ok(())
+        });
+        self.durable.send_modify(|s| s.failed = true);
+    }
+}

@@ -1,0 +1,307 @@
+//! The broker: the registry of topics, the data directory, and background retention.
+//!
+//! Readers look topics up through a `std::sync::RwLock` held only for a map lookup.
+//! Creations and deletions are serialized by an async mutex and do their disk work on
+//! blocking threads, so an admin request never blocks a connection's reader.
+
+use crate::config::{BrokerConfig, TopicConfig};
+use crate::topic::{sync_dir, validate_topic_name, Topic};
+use crate::{limits, BrokerError};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use uuid::Uuid;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct BrokerMeta {
+    cluster_id: String,
+}
+
+pub struct Broker {
+    config: BrokerConfig,
+    cluster_id: String,
+    topics_dir: PathBuf,
+    topics: RwLock<HashMap<String, Arc<Topic>>>,
+    admin: tokio::sync::Mutex<()>,
+    closed: AtomicBool,
+    /// Held for the broker's lifetime: an exclusive lock on `<data_dir>/.lock`, so two
+    /// brokers never write the same logs.
+    _dir_lock: fs::File,
+}
+
+fn storage(context: &str, path: &Path, e: impl std::fmt::Display) -> BrokerError {
+    BrokerError::Storage(format!("{context} {}: {e}", path.display()))
+}
+
+impl Broker {
+    /// Opens the data directory, recovers every topic, and starts flushers and
+    /// retention. Must run inside a tokio runtime.
+    pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, BrokerError> {
+        config.validate().map_err(BrokerError::Storage)?;
+        let broker = {
+            let config = config.clone();
+            tokio::task::spawn_blocking(move || Broker::load(config))
+                .await
+                .map_err(|e| BrokerError::Storage(format!("start-up task failed: {e}")))??
+        };
+        let broker = Arc::new(broker);
+        for topic in broker.topics() {
+            topic.partitions().iter().for_each(|p| p.start_flusher());
+        }
+        tokio::spawn(run_retention(Arc::downgrade(&broker)));
+        Ok(broker)
+    }
+
+    fn load(config: BrokerConfig) -> Result<Broker, BrokerError> {
+        let data_dir = config.data_dir.clone();
+        let topics_dir = data_dir.join("topics");
+        fs::create_dir_all(&topics_dir).map_err(|e| storage("create", &topics_dir, e))?;
+        let lock_path = data_dir.join(".lock");
+        let dir_lock =
+            fs::File::create(&lock_path).map_err(|e| storage("create", &lock_path, e))?;
+        dir_lock.try_lock().map_err(|_| {
+            BrokerError::Storage(format!(
+                "data directory {} is in use by another broker",
+                data_dir.display()
+            ))
+        })?;
+        let cluster_id = load_cluster_id(&data_dir)?;
+        let mut topics = HashMap::new();
+        for entry in fs::read_dir(&topics_dir).map_err(|e| storage("list", &topics_dir, e))? {
+            let entry = entry.map_err(|e| storage("list", &topics_dir, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                tracing::info!(dir = %entry.path().display(), "removing unfinished create or delete");
+                fs::remove_dir_all(entry.path())
+                    .map_err(|e| storage("remove", &entry.path(), e))?;
+                continue;
+            }
+            let (topic, reports) = Topic::load(entry.path(), &config.log, config.flush)?;
+            for (p, r) in reports.iter().enumerate() {
+                if !r.clean_shutdown || r.truncated_bytes > 0 || r.rebuilt_indexes > 0 {
+                    tracing::warn!(topic = %name, partition = p, clean = r.clean_shutdown,
+                        truncated_bytes = r.truncated_bytes, rebuilt_indexes = r.rebuilt_indexes,
+                        log_end_offset = r.log_end_offset.value(), "recovered partition");
+                }
+            }
+            topics.insert(name, topic);
+        }
+        tracing::info!(topics = topics.len(), data_dir = %data_dir.display(), "data directory loaded");
+        Ok(Broker {
+            config,
+            cluster_id,
+            topics_dir,
+            topics: RwLock::new(topics),
+            admin: tokio::sync::Mutex::new(()),
+            closed: AtomicBool::new(false),
+            _dir_lock: dir_lock,
+        })
+    }
+
+    pub fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.read().expect("topics lock").get(name).cloned()
+    }
+
+    pub fn topic_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
+        let topics = self.topics.read().expect("topics lock");
+        topics.values().find(|t| t.id() == id).cloned()
+    }
+
+    /// All topics, sorted by name.
+    pub fn topics(&self) -> Vec<Arc<Topic>> {
+        let mut all: Vec<_> = self
+            .topics
+            .read()
+            .expect("topics lock")
+            .values()
+            .cloned()
+            .collect();
+        all.sort_by(|a, b| a.name().cmp(b.name()));
+        all
+    }
+
+    /// Resolves the partition count and settings a create would use, without creating.
+    pub fn plan_topic(
+        &self,
+        name: &str,
+        partitions: Option<i32>,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<(i32, TopicConfig), BrokerError> {
+        validate_topic_name(name)?;
+        let partitions = partitions.unwrap_or(self.config.default_partitions);
+        if partitions < 1 || partitions > limits::PARTITIONS_PER_TOPIC_MAX {
+            return Err(BrokerError::InvalidPartitions(partitions));
+        }
+        let config = TopicConfig::from_overrides(configs, &self.config.log)?;
+        if self.topic(name).is_some() {
+            return Err(BrokerError::TopicAlreadyExists(name.to_string()));
+        }
+        Ok((partitions, config))
+    }
+
+    /// Creates a topic. `partitions: None` uses the default partition count.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: Option<i32>,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<Topic>, BrokerError> {
+        let _admin = self.admin.lock().await;
+        let (partitions, config) = self.plan_topic(name, partitions, &configs)?;
+        let (dir, flush, owned_name) =
+            (self.topics_dir.clone(), self.config.flush, name.to_string());
+        let topic = tokio::task::spawn_blocking(move || {
+            Topic::create(&dir, &owned_name, partitions, config, flush)
+        })
+        .await
+        .map_err(|e| BrokerError::Storage(format!("create task failed: {e}")))??;
+        topic.partitions().iter().for_each(|p| p.start_flusher());
+        self.topics
+            .write()
+            .expect("topics lock")
+            .insert(name.to_string(), Arc::clone(&topic));
+        tracing::info!(topic = name, partitions, "topic created");
+        Ok(topic)
+    }
+
+    /// Returns the topic, creating it with defaults when auto-creation is on.
+    pub async fn topic_or_create(&self, name: &str) -> Result<Arc<Topic>, BrokerError> {
+        if let Some(topic) = self.topic(name) {
+            return Ok(topic);
+        }
+        if !self.config.auto_create_topics {
+            return Err(BrokerError::UnknownTopicOrPartition {
+                topic: name.to_string(),
+                partition: -1,
+            });
+        }
+        match self.create_topic(name, None, BTreeMap::new()).await {
+            Err(BrokerError::TopicAlreadyExists(_)) => {
+                self.topic(name)
+                    .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
+                        topic: name.to_string(),
+                        partition: -1,
+                    })
+            }
+            other => other,
+        }
+    }
+
+    /// Deletes a topic: it disappears from metadata at once; its files are removed
+    /// after its logs are closed.
+    pub async fn delete_topic(&self, name: &str) -> Result<(), BrokerError> {
+        let _admin = self.admin.lock().await;
+        let topic = self
+            .topics
+            .write()
+            .expect("topics lock")
+            .remove(name)
+            .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
+                topic: name.to_string(),
+                partition: -1,
+            })?;
+        let grave = self
+            .topics_dir
+            .join(format!(".deleted-{}", Uuid::new_v4().simple()));
+        let topics_dir = self.topics_dir.clone();
+        tokio::task::spawn_blocking(move || -> Result<(), BrokerError> {
+            for p in topic.partitions() {
+                if let Err(e) = p.close() {
+                    tracing::warn!(topic = topic.name(), error = %e, "closing deleted partition");
+                }
+            }
+            fs::rename(topic.dir(), &grave).map_err(|e| storage("rename", topic.dir(), e))?;
+            sync_dir(&topics_dir)?;
+            fs::remove_dir_all(&grave).map_err(|e| storage("remove", &grave, e))
+        })
+        .await
+        .map_err(|e| BrokerError::Storage(format!("delete task failed: {e}")))??;
+        tracing::info!(topic = name, "topic deleted");
+        Ok(())
+    }
+
+    /// Closes every partition: syncs all logs and writes their clean-shutdown markers.
+    pub async fn shutdown(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let topics = self.topics();
+        let _ = tokio::task::spawn_blocking(move || {
+            for topic in topics {
+                for p in topic.partitions() {
+                    if let Err(e) = p.close() {
+                        tracing::error!(topic = topic.name(), partition = p.index().0, error = %e, "close failed");
+                    }
+                }
+            }
+        })
+        .await;
+        tracing::info!("all partitions closed");
+    }
+}
+
+fn load_cluster_id(data_dir: &Path) -> Result<String, BrokerError> {
+    let path = data_dir.join("meta.json");
+    if let Ok(text) = fs::read_to_string(&path) {
+        let meta: BrokerMeta =
+            serde_json::from_str(&text).map_err(|e| storage("parse", &path, e))?;
+        return Ok(meta.cluster_id);
+    }
+    let meta = BrokerMeta {
+        cluster_id: Uuid::new_v4().simple().to_string(),
+    };
+    let tmp = data_dir.join("meta.json.tmp");
+    fs::write(&tmp, serde_json::to_string(&meta).expect("serializes"))
+        .and_then(|_| fs::File::open(&tmp)?.sync_all())
+        .and_then(|_| fs::rename(&tmp, &path))
+        .map_err(|e| storage("write", &path, e))?;
+    sync_dir(data_dir)?;
+    Ok(meta.cluster_id)
+}
+
+async fn run_retention(broker: Weak<Broker>) {
+    let every = match broker.upgrade() {
+        Some(b) => std::time::Duration::from_millis(b.config.retention_check_interval_ms.max(10)),
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(b) = broker.upgrade() else { return };
+        if b.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let topics = b.topics();
+        drop(b);
+        let _ = tokio::task::spawn_blocking(move || {
+            let now = crate::now_ms();
+            for topic in topics {
+                for p in topic.partitions() {
+                    match p.enforce_retention(now) {
+                        Ok(0) | Err(BrokerError::ShuttingDown { .. }) => {}
+                        Ok(n) => tracing::info!(
+                            topic = topic.name(),
+                            partition = p.index().0,
+                            deleted_segments = n,
+                            "retention"
+                        ),
+                        Err(e) => {
+                            tracing::warn!(topic = topic.name(), error = %e, "retention failed")
+                        }
+                    }
+                }
+            }
+        })
+        .await;
+    }
+}

@@ -1,0 +1,197 @@
+//! A topic: its id, settings and partitions, and its directory.
+//!
+//! Layout under the data directory: `topics/<name>/topic.json` holds the topic's id,
+//! partition count and explicit settings; `topics/<name>/<partition>/` holds each
+//! partition's log. A topic is created in a hidden `.creating-*` directory and renamed
+//! into place, so a crash never leaves half a topic; it is deleted by renaming it to a
+//! hidden `.deleted-*` directory first. Hidden leftovers are removed at start-up.
+
+use crate::config::{LogDefaults, TopicConfig};
+use crate::partition::{Partition, PartitionIndex};
+use crate::{limits, BrokerError, FlushPolicy};
+use headway_log::RecoveryReport;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use uuid::Uuid;
+
+const META_FILE: &str = "topic.json";
+
+#[derive(Debug, Serialize, Deserialize)]
+struct TopicMeta {
+    name: String,
+    id: Uuid,
+    partitions: i32,
+    configs: BTreeMap<String, String>,
+}
+
+pub struct Topic {
+    name: Arc<str>,
+    id: Uuid,
+    dir: PathBuf,
+    partitions: Vec<Arc<Partition>>,
+    config: RwLock<TopicConfig>,
+}
+
+/// Kafka's rules: 1 to 249 characters from `[a-zA-Z0-9._-]`, and not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), BrokerError> {
+    let reason = if name.is_empty() {
+        Some("empty")
+    } else if name.len() > limits::TOPIC_NAME_BYTES_MAX {
+        Some("longer than 249 characters")
+    } else if name == "." || name == ".." {
+        Some("'.' and '..' are not allowed")
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        Some("only ASCII letters, digits, '.', '_' and '-' are allowed")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(BrokerError::InvalidTopic {
+            name: name.to_string(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn io_error(context: &str, path: &Path, e: std::io::Error) -> BrokerError {
+    BrokerError::Storage(format!("{context} {}: {e}", path.display()))
+}
+
+pub(crate) fn sync_dir(path: &Path) -> Result<(), BrokerError> {
+    fs::File::open(path)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_error("sync directory", path, e))
+}
+
+impl Topic {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn id(&self) -> Uuid {
+        self.id
+    }
+
+    pub fn partitions(&self) -> &[Arc<Partition>] {
+        &self.partitions
+    }
+
+    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+    }
+
+    pub fn config(&self) -> TopicConfig {
+        self.config.read().expect("topic config lock").clone()
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Creates the topic's directory with its metadata and empty partitions, then opens
+    /// it. Blocking.
+    pub(crate) fn create(
+        topics_dir: &Path,
+        name: &str,
+        partitions: i32,
+        config: TopicConfig,
+        flush: FlushPolicy,
+    ) -> Result<Arc<Topic>, BrokerError> {
+        let staging = topics_dir.join(format!(".creating-{}", Uuid::new_v4().simple()));
+        fs::create_dir_all(&staging).map_err(|e| io_error("create", &staging, e))?;
+        for p in 0..partitions {
+            let dir = staging.join(p.to_string());
+            fs::create_dir(&dir).map_err(|e| io_error("create", &dir, e))?;
+        }
+        let meta = TopicMeta {
+            name: name.to_string(),
+            id: Uuid::new_v4(),
+            partitions,
+            configs: config.overrides.clone(),
+        };
+        write_meta(&staging, &meta)?;
+        sync_dir(&staging)?;
+        let dir = topics_dir.join(name);
+        fs::rename(&staging, &dir).map_err(|e| io_error("rename into place", &dir, e))?;
+        sync_dir(topics_dir)?;
+        let (topic, _) = Topic::open(dir, meta, config, flush)?;
+        Ok(topic)
+    }
+
+    /// Loads a topic directory written by [`Topic::create`]. Blocking (recovers logs).
+    pub(crate) fn load(
+        dir: PathBuf,
+        defaults: &LogDefaults,
+        flush: FlushPolicy,
+    ) -> Result<(Arc<Topic>, Vec<RecoveryReport>), BrokerError> {
+        let path = dir.join(META_FILE);
+        let text = fs::read_to_string(&path).map_err(|e| io_error("read", &path, e))?;
+        let meta: TopicMeta = serde_json::from_str(&text)
+            .map_err(|e| BrokerError::Storage(format!("parse {}: {e}", path.display())))?;
+        let config = TopicConfig::from_overrides(&meta.configs, defaults)?;
+        Topic::open(dir, meta, config, flush)
+    }
+
+    fn open(
+        dir: PathBuf,
+        meta: TopicMeta,
+        config: TopicConfig,
+        flush: FlushPolicy,
+    ) -> Result<(Arc<Topic>, Vec<RecoveryReport>), BrokerError> {
+        let name: Arc<str> = meta.name.into();
+        let mut partitions = Vec::with_capacity(meta.partitions as usize);
+        let mut reports = Vec::with_capacity(meta.partitions as usize);
+        for p in 0..meta.partitions {
+            let (partition, report) = Partition::open(
+                dir.join(p.to_string()),
+                Arc::clone(&name),
+                PartitionIndex(p),
+                config.log_config(),
+                flush,
+            )?;
+            partitions.push(partition);
+            reports.push(report);
+        }
+        let topic = Topic {
+            name,
+            id: meta.id,
+            dir,
+            partitions,
+            config: RwLock::new(config),
+        };
+        Ok((Arc::new(topic), reports))
+    }
+}
+
+fn write_meta(dir: &Path, meta: &TopicMeta) -> Result<(), BrokerError> {
+    let path = dir.join(META_FILE);
+    let text = serde_json::to_string_pretty(meta).expect("topic metadata serializes");
+    let mut file = fs::File::create(&path).map_err(|e| io_error("create", &path, e))?;
+    file.write_all(text.as_bytes())
+        .and_then(|_| file.sync_all())
+        .map_err(|e| io_error("write", &path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(validate_topic_name("orders.v1_eu-west").is_ok());
+        assert!(validate_topic_name("").is_err());
+        assert!(validate_topic_name("..").is_err());
+        assert!(validate_topic_name("a/b").is_err());
+        assert!(validate_topic_name(&"x".repeat(250)).is_err());
+    }
+}

@@ -1,0 +1,115 @@
+//! One client connection: a reader task and a writer task joined by a bounded window.
+//!
+//! The reader reads a frame, handles its synchronous part, and queues the reply; the
+//! writer awaits replies in order and writes them. The queue between them holds at
+//! most `REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX` replies: when a client pipelines more
+//! than that, or stops reading its socket so that the writer cannot write, the reader
+//! stops reading and TCP pushes back on that client alone. No other connection shares
+//! anything with it but the partitions' logs.
+//!
+//! A request that cannot be understood (bad frame, unknown API, unsupported version,
+//! malformed body) closes the connection with a log line, after the replies already
+//! queued have been written; that is what Kafka does, since the client could not parse
+//! any answer.
+
+use crate::handlers::{self, Ctx, Reply};
+use headway_broker::limits;
+use headway_protocol::{parse_request, read_frame_body, read_frame_size};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Semaphore};
+
+/// Bytes the writer buffers before a write syscall; larger responses go straight out.
+const WRITE_BUFFER_BYTES: usize = 64 * 1024;
+
+pub async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    ctx: Arc<Ctx>,
+    request_bytes: Arc<Semaphore>,
+) {
+    let _ = stream.set_nodelay(true);
+    let (mut reader, writer) = stream.into_split();
+    let (replies, queued) = mpsc::channel(limits::REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX);
+    let writer = tokio::spawn(write_replies(writer, queued, peer));
+    let frame_bytes_max = ctx.broker.config().frame_bytes_max;
+    let mut shutdown = ctx.shutdown.clone();
+    loop {
+        let size = tokio::select! {
+            size = read_frame_size(&mut reader, frame_bytes_max) => size,
+            _ = shutdown.wait_for(|down| *down) => break,
+        };
+        let size = match size {
+            Ok(Some(size)) => size,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "closing connection: bad frame");
+                break;
+            }
+        };
+        // Reserve the body's memory from the broker-wide budget before reading it.
+        let Ok(_permit) = Arc::clone(&request_bytes)
+            .acquire_many_owned(size as u32)
+            .await
+        else {
+            break;
+        };
+        let frame = match read_frame_body(&mut reader, size).await {
+            Ok(frame) => frame.freeze(),
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "connection closed mid-frame");
+                break;
+            }
+        };
+        let outcome = parse_request(frame)
+            .map_err(handlers::HandlerError::from)
+            .and_then(|request| handlers::dispatch(&ctx, request));
+        match outcome {
+            Ok(Reply::Silent) => {}
+            Ok(reply) => {
+                if replies.send(reply).await.is_err() {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "closing connection");
+                break;
+            }
+        }
+    }
+    drop(replies);
+    let _ = writer.await;
+}
+
+async fn write_replies(
+    writer: OwnedWriteHalf,
+    mut queued: mpsc::Receiver<Reply>,
+    peer: SocketAddr,
+) {
+    let mut out = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
+    while let Some(reply) = queued.recv().await {
+        let frame = match reply {
+            Reply::Ready(frame) => frame,
+            Reply::Pending(future) => match future.await {
+                Ok(frame) => frame,
+                Err(e) => {
+                    tracing::error!(%peer, error = %e, "closing connection: response not encodable");
+                    break;
+                }
+            },
+            Reply::Silent => continue,
+        };
+        if out.write_all(&frame).await.is_err() {
+            return;
+        }
+        // Flush when nothing else is ready, so pipelined replies share a syscall.
+        if queued.is_empty() && out.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = out.flush().await;
+    let _ = out.shutdown().await;
+}

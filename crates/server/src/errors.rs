@@ -1,0 +1,56 @@
+//! The one place where broker errors become Kafka error codes.
+
+use headway_broker::{BatchError, BrokerError};
+use kafka_protocol::ResponseError;
+
+pub fn error_code(error: &BrokerError) -> i16 {
+    response_error(error).code()
+}
+
+fn response_error(error: &BrokerError) -> ResponseError {
+    use ResponseError as R;
+    match error {
+        BrokerError::UnknownTopicOrPartition { .. } => R::UnknownTopicOrPartition,
+        BrokerError::UnknownTopicId(_) => R::UnknownTopicId,
+        BrokerError::InvalidTopic { .. } => R::InvalidTopicException,
+        BrokerError::TopicAlreadyExists(_) => R::TopicAlreadyExists,
+        BrokerError::InvalidPartitions(_) => R::InvalidPartitions,
+        BrokerError::InvalidReplicationFactor(_) => R::InvalidReplicationFactor,
+        BrokerError::InvalidConfig { .. } => R::InvalidConfig,
+        BrokerError::MessageTooLarge { .. } => R::MessageTooLarge,
+        BrokerError::Batch(BatchError::UnsupportedMagic { .. }) => R::UnsupportedForMessageFormat,
+        BrokerError::Batch(BatchError::CrcMismatch { .. }) => R::CorruptMessage,
+        BrokerError::Batch(_) | BrokerError::MissingRecords => R::InvalidRecord,
+        BrokerError::OffsetOutOfRange { .. } => R::OffsetOutOfRange,
+        BrokerError::InvalidRequiredAcks(_) => R::InvalidRequiredAcks,
+        BrokerError::InvalidRequest(_) => R::InvalidRequest,
+        BrokerError::Storage(_) => R::KafkaStorageError,
+        // Retriable: the client refreshes metadata and tries again after a restart.
+        BrokerError::ShuttingDown { .. } => R::NotLeaderOrFollower,
+    }
+}
+
+/// The error code and message a response carries for a failed operation.
+pub fn code_and_message(error: &BrokerError) -> (i16, Option<kafka_protocol::protocol::StrBytes>) {
+    (error_code(error), Some(error.to_string().into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_errors_map_to_distinct_codes() {
+        let crc = BrokerError::Batch(BatchError::CrcMismatch {
+            stored: 1,
+            computed: 2,
+        });
+        let magic = BrokerError::Batch(BatchError::UnsupportedMagic { magic: 1 });
+        assert_eq!(error_code(&crc), 2);
+        assert_eq!(error_code(&magic), 43);
+        assert_eq!(
+            error_code(&BrokerError::MessageTooLarge { size: 2, limit: 1 }),
+            10
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! CreateTopics: create topics with a partition count and Kafka-named settings.
+//! This broker keeps one replica, so a replication factor other than 1 (or -1, the
+//! default) is refused, and so are manual replica assignments.
+
+use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use crate::errors::code_and_message;
+use headway_broker::{BrokerError, Topic, TopicConfig};
+use headway_protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
+use headway_protocol::kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse,
+};
+use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::{decode_body, Request};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::CreateTopics,
+    min_version: 2,
+    max_version: 7,
+};
+
+/// DescribeConfigs/CreateTopics config sources.
+pub(crate) const SOURCE_TOPIC: i8 = 1;
+pub(crate) const SOURCE_DEFAULT: i8 = 5;
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: CreateTopicsRequest = decode_body(request)?;
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let mut results = Vec::with_capacity(body.topics.len());
+        for topic in body.topics {
+            let name = topic.name.clone();
+            let result = match create(&ctx, topic, body.validate_only).await {
+                Ok((partitions, config, id)) => CreatableTopicResult::default()
+                    .with_topic_id(id)
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(1)
+                    .with_configs(Some(config_entries(&config))),
+                Err(e) => {
+                    let (code, message) = code_and_message(&e);
+                    CreatableTopicResult::default()
+                        .with_error_code(code)
+                        .with_error_message(message)
+                        .with_num_partitions(-1)
+                        .with_replication_factor(-1)
+                }
+            };
+            results.push(result.with_name(name));
+        }
+        CreateTopicsResponse::default().with_topics(results)
+    })
+}
+
+async fn create(
+    ctx: &Ctx,
+    topic: CreatableTopic,
+    validate_only: bool,
+) -> Result<(i32, TopicConfig, uuid::Uuid), BrokerError> {
+    if topic.replication_factor != -1 && topic.replication_factor != 1 {
+        return Err(BrokerError::InvalidReplicationFactor(
+            topic.replication_factor,
+        ));
+    }
+    if !topic.assignments.is_empty() {
+        return Err(BrokerError::InvalidRequest(
+            "manual replica assignment is not supported by a single-broker cluster".into(),
+        ));
+    }
+    let partitions = (topic.num_partitions != -1).then_some(topic.num_partitions);
+    let configs: BTreeMap<String, String> = topic
+        .configs
+        .into_iter()
+        .filter_map(|c| c.value.map(|v| (c.name.to_string(), v.to_string())))
+        .collect();
+    if validate_only {
+        let (partitions, config) = ctx.broker.plan_topic(&topic.name, partitions, &configs)?;
+        return Ok((partitions, config, uuid::Uuid::nil()));
+    }
+    let created: Arc<Topic> = ctx
+        .broker
+        .create_topic(&topic.name, partitions, configs)
+        .await?;
+    Ok((
+        created.partitions().len() as i32,
+        created.config(),
+        created.id(),
+    ))
+}
+
+fn config_entries(config: &TopicConfig) -> Vec<CreatableTopicConfigs> {
+    config
+        .entries()
+        .into_iter()
+        .map(|(name, value, explicit)| {
+            CreatableTopicConfigs::default()
+                .with_name(StrBytes::from_static_str(name))
+                .with_value(Some(StrBytes::from_string(value)))
+                .with_config_source(if explicit {
+                    SOURCE_TOPIC
+                } else {
+                    SOURCE_DEFAULT
+                })
+        })
+        .collect()
+}

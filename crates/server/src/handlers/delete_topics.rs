@@ -1,0 +1,59 @@
+//! DeleteTopics: by name (all versions) or by topic id (v6+).
+
+use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use crate::errors::code_and_message;
+use headway_broker::BrokerError;
+use headway_protocol::kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
+};
+use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::DeleteTopics,
+    min_version: 1,
+    max_version: 6,
+};
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: DeleteTopicsRequest = decode_body(request)?;
+    // v6 lists topics by name or id; earlier versions list names only.
+    let mut targets: Vec<(Option<TopicName>, uuid::Uuid)> = body
+        .topic_names
+        .into_iter()
+        .map(|n| (Some(n), uuid::Uuid::nil()))
+        .collect();
+    targets.extend(body.topics.into_iter().map(|t| (t.name, t.topic_id)));
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let mut responses = Vec::with_capacity(targets.len());
+        for (name, id) in targets {
+            let resolved = match name {
+                Some(name) => Ok(name.to_string()),
+                None => ctx
+                    .broker
+                    .topic_by_id(id)
+                    .map(|t| t.name().to_string())
+                    .ok_or(BrokerError::UnknownTopicId(id)),
+            };
+            let (name, id, outcome) = match resolved {
+                Ok(name) => {
+                    let id = ctx.broker.topic(&name).map_or(id, |t| t.id());
+                    let outcome = ctx.broker.delete_topic(&name).await;
+                    (Some(TopicName(name.into())), id, outcome)
+                }
+                Err(e) => (None, id, Err(e)),
+            };
+            let mut result = DeletableTopicResult::default()
+                .with_name(name)
+                .with_topic_id(id);
+            if let Err(e) = outcome {
+                let (code, message) = code_and_message(&e);
+                result = result.with_error_code(code).with_error_message(message);
+            }
+            responses.push(result);
+        }
+        DeleteTopicsResponse::default().with_responses(responses)
+    })
+}

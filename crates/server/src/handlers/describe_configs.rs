@@ -1,0 +1,158 @@
+//! DescribeConfigs: a topic's effective settings (Kafka names), or the broker's.
+
+use super::create_topics::{SOURCE_DEFAULT, SOURCE_TOPIC};
+use super::{ready, ApiSpec, Ctx, HandlerError, Reply};
+use crate::errors::code_and_message;
+use headway_broker::BrokerError;
+use headway_protocol::kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, DescribeConfigsRequest, DescribeConfigsResponse,
+};
+use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::DescribeConfigs,
+    min_version: 1,
+    max_version: 4,
+};
+
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+const SOURCE_STATIC_BROKER: i8 = 4;
+/// Config types (v3+): what a value parses as.
+const TYPE_BOOLEAN: i8 = 1;
+const TYPE_STRING: i8 = 2;
+const TYPE_INT: i8 = 3;
+const TYPE_LONG: i8 = 5;
+
+/// One config entry: name, value, source, type.
+type Entry = (String, String, i8, i8);
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: DescribeConfigsRequest = decode_body(request)?;
+    let results = body
+        .resources
+        .into_iter()
+        .map(|resource| {
+            let entries = match resource.resource_type {
+                RESOURCE_TOPIC => topic_entries(ctx, &resource.resource_name),
+                RESOURCE_BROKER => broker_entries(ctx, &resource.resource_name),
+                other => Err(BrokerError::InvalidRequest(format!(
+                    "resource type {other} is not supported"
+                ))),
+            };
+            let result = DescribeConfigsResult::default()
+                .with_resource_type(resource.resource_type)
+                .with_resource_name(resource.resource_name);
+            match entries {
+                Ok(entries) => result.with_configs(
+                    entries
+                        .into_iter()
+                        .filter(|(name, ..)| {
+                            resource
+                                .configuration_keys
+                                .as_ref()
+                                .is_none_or(|keys| keys.iter().any(|k| k.as_str() == name))
+                        })
+                        .map(entry)
+                        .collect(),
+                ),
+                Err(e) => {
+                    let (code, message) = code_and_message(&e);
+                    result.with_error_code(code).with_error_message(message)
+                }
+            }
+        })
+        .collect();
+    ready(
+        request,
+        &DescribeConfigsResponse::default().with_results(results),
+    )
+}
+
+fn entry((name, value, source, config_type): Entry) -> DescribeConfigsResourceResult {
+    DescribeConfigsResourceResult::default()
+        .with_name(StrBytes::from_string(name))
+        .with_value(Some(StrBytes::from_string(value)))
+        .with_read_only(source != SOURCE_TOPIC && source != SOURCE_DEFAULT)
+        .with_config_source(source)
+        .with_config_type(config_type)
+}
+
+fn topic_entries(ctx: &Ctx, name: &str) -> Result<Vec<Entry>, BrokerError> {
+    let topic = ctx
+        .broker
+        .topic(name)
+        .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
+            topic: name.to_string(),
+            partition: -1,
+        })?;
+    Ok(topic
+        .config()
+        .entries()
+        .into_iter()
+        .map(|(name, value, explicit)| {
+            let config_type = match name {
+                "cleanup.policy" | "compression.type" | "message.timestamp.type" => TYPE_STRING,
+                "index.interval.bytes" | "max.message.bytes" | "min.insync.replicas" => TYPE_INT,
+                _ => TYPE_LONG,
+            };
+            let source = if explicit {
+                SOURCE_TOPIC
+            } else {
+                SOURCE_DEFAULT
+            };
+            (name.to_string(), value, source, config_type)
+        })
+        .collect())
+}
+
+fn broker_entries(ctx: &Ctx, name: &str) -> Result<Vec<Entry>, BrokerError> {
+    let config = ctx.broker.config();
+    if !name.is_empty() && name != config.node_id.to_string() {
+        return Err(BrokerError::InvalidRequest(format!(
+            "unknown broker {name}"
+        )));
+    }
+    let log = &config.log;
+    let entries: [(&str, String, i8); 10] = [
+        ("broker.id", config.node_id.to_string(), TYPE_INT),
+        (
+            "auto.create.topics.enable",
+            config.auto_create_topics.to_string(),
+            TYPE_BOOLEAN,
+        ),
+        (
+            "num.partitions",
+            config.default_partitions.to_string(),
+            TYPE_INT,
+        ),
+        ("log.retention.ms", log.retention_ms.to_string(), TYPE_LONG),
+        (
+            "log.retention.bytes",
+            log.retention_bytes.to_string(),
+            TYPE_LONG,
+        ),
+        ("log.segment.bytes", log.segment_bytes.to_string(), TYPE_INT),
+        ("log.roll.ms", log.segment_ms.to_string(), TYPE_LONG),
+        (
+            "message.max.bytes",
+            log.max_message_bytes.to_string(),
+            TYPE_INT,
+        ),
+        (
+            "socket.request.max.bytes",
+            config.frame_bytes_max.to_string(),
+            TYPE_INT,
+        ),
+        ("headway.flush", config.flush.to_string(), TYPE_STRING),
+    ];
+    Ok(entries
+        .into_iter()
+        .map(|(name, value, t)| (name.to_string(), value, SOURCE_STATIC_BROKER, t))
+        .collect())
+}

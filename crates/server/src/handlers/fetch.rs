@@ -1,0 +1,228 @@
+//! Fetch: read whole batches below the high watermark, long-polling for `min_bytes`.
+//!
+//! Every subscriber is a cursor: a fetch reads the partition log at the client's
+//! offset and holds nothing for the client between requests. A waiting fetch watches
+//! the high watermarks of its partitions and re-reads when one moves, until
+//! `min_bytes` are there, `max_wait_ms` passes, or the broker shuts down.
+//! Fetch sessions (KIP-227) are not kept: the answer's session id is 0, which tells
+//! clients to send full fetch requests.
+//! v13+ names topics by id; earlier versions by name.
+
+use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use crate::errors::error_code;
+use bytes::Bytes;
+use headway_broker::{limits, BrokerError, Offset, Partition};
+use headway_protocol::kafka_protocol::messages::fetch_response::{
+    FetchableTopicResponse, PartitionData,
+};
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, TopicName,
+};
+use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::Fetch,
+    min_version: 4,
+    max_version: 16,
+};
+
+const TOPIC_IDS_MIN_VERSION: i16 = 13;
+
+struct Wanted {
+    index: i32,
+    offset: Offset,
+    max_bytes: usize,
+    partition: Result<Arc<Partition>, BrokerError>,
+}
+
+struct WantedTopic {
+    name: TopicName,
+    id: uuid::Uuid,
+    partitions: Vec<Wanted>,
+}
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: FetchRequest = decode_body(request)?;
+    let by_id = request.api_version() >= TOPIC_IDS_MIN_VERSION;
+    let topics = body
+        .topics
+        .into_iter()
+        .map(|t| resolve(ctx, by_id, t))
+        .collect::<Vec<_>>();
+    let wait =
+        Duration::from_millis((body.max_wait_ms.max(0) as u64).min(limits::FETCH_WAIT_MS_MAX));
+    let max_bytes = (body.max_bytes.max(0) as usize).min(limits::FETCH_RESPONSE_BYTES_MAX);
+    let min_bytes = body.min_bytes.max(0) as usize;
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let responses = long_poll(&ctx, &topics, wait, min_bytes, max_bytes).await;
+        FetchResponse::default()
+            .with_session_id(0)
+            .with_responses(responses)
+    })
+}
+
+fn resolve(
+    ctx: &Ctx,
+    by_id: bool,
+    t: headway_protocol::kafka_protocol::messages::fetch_request::FetchTopic,
+) -> WantedTopic {
+    let topic = if by_id {
+        ctx.broker
+            .topic_by_id(t.topic_id)
+            .ok_or(BrokerError::UnknownTopicId(t.topic_id))
+    } else {
+        ctx.broker
+            .topic(&t.topic)
+            .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
+                topic: t.topic.to_string(),
+                partition: -1,
+            })
+    };
+    let partitions = t
+        .partitions
+        .into_iter()
+        .map(|p| Wanted {
+            index: p.partition,
+            offset: Offset(p.fetch_offset),
+            max_bytes: p.partition_max_bytes.max(0) as usize,
+            partition: match &topic {
+                Ok(topic) => topic.partition(p.partition).cloned().ok_or_else(|| {
+                    BrokerError::UnknownTopicOrPartition {
+                        topic: topic.name().to_string(),
+                        partition: p.partition,
+                    }
+                }),
+                Err(BrokerError::UnknownTopicId(id)) => Err(BrokerError::UnknownTopicId(*id)),
+                Err(_) => Err(BrokerError::UnknownTopicOrPartition {
+                    topic: t.topic.to_string(),
+                    partition: p.partition,
+                }),
+            },
+        })
+        .collect();
+    WantedTopic {
+        name: t.topic,
+        id: t.topic_id,
+        partitions,
+    }
+}
+
+async fn long_poll(
+    ctx: &Ctx,
+    topics: &[WantedTopic],
+    wait: Duration,
+    min_bytes: usize,
+    max_bytes: usize,
+) -> Vec<FetchableTopicResponse> {
+    let deadline = Instant::now() + wait;
+    let mut watches: Vec<_> = topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .filter_map(|w| w.partition.as_ref().ok().map(|p| p.watch()))
+        .collect();
+    let mut shutdown = ctx.shutdown.clone();
+    loop {
+        // Mark the current watermarks as seen before reading, so a change that lands
+        // during the read wakes the wait below instead of being missed.
+        watches.iter_mut().for_each(|w| {
+            w.borrow_and_update();
+        });
+        let (responses, bytes, errors) = read_all(topics, max_bytes).await;
+        if bytes >= min_bytes || errors || Instant::now() >= deadline || *shutdown.borrow() {
+            return responses;
+        }
+        let any_change = async {
+            if watches.is_empty() {
+                std::future::pending::<()>().await;
+            }
+            let changes = watches.iter_mut().map(|w| Box::pin(w.changed()));
+            let _ = futures::future::select_all(changes).await;
+        };
+        tokio::select! {
+            _ = any_change => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+/// Reads every wanted partition once. Returns the responses, the bytes of records in
+/// them, and whether any partition had an error (which ends a long poll at once).
+async fn read_all(
+    topics: &[WantedTopic],
+    max_bytes: usize,
+) -> (Vec<FetchableTopicResponse>, usize, bool) {
+    let mut total = 0usize;
+    let mut errors = false;
+    let mut responses = Vec::with_capacity(topics.len());
+    for topic in topics {
+        let mut partitions = Vec::with_capacity(topic.partitions.len());
+        for wanted in &topic.partitions {
+            let remaining = max_bytes.saturating_sub(total);
+            let data = read_one(wanted, remaining, total == 0).await;
+            errors |= data.error_code != 0;
+            total += data.records.as_ref().map_or(0, Bytes::len);
+            partitions.push(data);
+        }
+        responses.push(
+            FetchableTopicResponse::default()
+                .with_topic(topic.name.clone())
+                .with_topic_id(topic.id)
+                .with_partitions(partitions),
+        );
+    }
+    (responses, total, errors)
+}
+
+async fn read_one(wanted: &Wanted, remaining: usize, first: bool) -> PartitionData {
+    let base = PartitionData::default()
+        .with_partition_index(wanted.index)
+        .with_preferred_read_replica(BrokerId(-1));
+    let partition = match &wanted.partition {
+        Ok(p) => p,
+        Err(e) => return error_data(base, e),
+    };
+    if remaining == 0 {
+        return offsets(base, partition).with_records(Some(Bytes::new()));
+    }
+    match partition
+        .read(wanted.offset, wanted.max_bytes.min(remaining))
+        .await
+    {
+        Ok(read) => {
+            // Only the response's first batch may exceed the response limit (KIP-74).
+            let records = if !first && read.records.len() > remaining {
+                Bytes::new()
+            } else {
+                read.records
+            };
+            base.with_high_watermark(read.high_watermark.value())
+                .with_last_stable_offset(read.high_watermark.value())
+                .with_log_start_offset(read.log_start_offset.value())
+                .with_records(Some(records))
+        }
+        Err(e @ BrokerError::OffsetOutOfRange { .. }) => offsets(base, partition)
+            .with_error_code(error_code(&e))
+            .with_records(Some(Bytes::new())),
+        Err(e) => error_data(base, &e),
+    }
+}
+
+fn offsets(base: PartitionData, partition: &Partition) -> PartitionData {
+    let high_watermark = partition.high_watermark().value();
+    base.with_high_watermark(high_watermark)
+        .with_last_stable_offset(high_watermark)
+        .with_log_start_offset(partition.log_start_offset().value())
+}
+
+fn error_data(base: PartitionData, error: &BrokerError) -> PartitionData {
+    base.with_error_code(error_code(error))
+        .with_high_watermark(-1)
+        .with_last_stable_offset(-1)
+        .with_log_start_offset(-1)
+        .with_records(Some(Bytes::new()))
+}

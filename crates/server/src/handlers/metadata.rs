@@ -1,0 +1,126 @@
+//! Metadata: brokers (this one), topics and partition leaders (this one).
+//! Unknown topics are created with default settings when auto-creation is on and the
+//! client allows it (v4+).
+
+use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use crate::errors::error_code;
+use headway_broker::{BrokerError, Topic};
+use headway_protocol::kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, BrokerId, MetadataRequest, MetadataResponse, TopicName,
+};
+use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::Metadata,
+    min_version: 0,
+    max_version: 12,
+};
+
+/// "Authorized operations not requested", as Kafka encodes it.
+const OPERATIONS_OMITTED: i32 = i32::MIN;
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: MetadataRequest = decode_body(request)?;
+    let version = request.api_version();
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let allow_create = version < 4 || body.allow_auto_topic_creation;
+        let topics = match body.topics {
+            // v0: an empty list means all topics; v1+: null means all topics.
+            Some(list) if !(version == 0 && list.is_empty()) => {
+                let mut out = Vec::with_capacity(list.len());
+                for t in list {
+                    out.push(requested_topic(&ctx, t.name, t.topic_id, allow_create).await);
+                }
+                out
+            }
+            _ => ctx
+                .broker
+                .topics()
+                .iter()
+                .map(|t| topic_metadata(ctx.broker.config().node_id, t))
+                .collect(),
+        };
+        let node_id = BrokerId(ctx.broker.config().node_id);
+        MetadataResponse::default()
+            .with_brokers(vec![MetadataResponseBroker::default()
+                .with_node_id(node_id)
+                .with_host(StrBytes::from_string(ctx.advertised_host.clone()))
+                .with_port(ctx.advertised_port)])
+            .with_cluster_id(Some(StrBytes::from_string(
+                ctx.broker.cluster_id().to_string(),
+            )))
+            .with_controller_id(node_id)
+            .with_cluster_authorized_operations(OPERATIONS_OMITTED)
+            .with_topics(topics)
+    })
+}
+
+async fn requested_topic(
+    ctx: &Ctx,
+    name: Option<TopicName>,
+    topic_id: uuid::Uuid,
+    allow_create: bool,
+) -> MetadataResponseTopic {
+    let node_id = ctx.broker.config().node_id;
+    let Some(name) = name else {
+        return match ctx.broker.topic_by_id(topic_id) {
+            Some(topic) => topic_metadata(node_id, &topic),
+            None => error_topic(None, topic_id, &BrokerError::UnknownTopicId(topic_id)),
+        };
+    };
+    let found = if allow_create {
+        ctx.broker.topic_or_create(&name).await
+    } else {
+        ctx.broker
+            .topic(&name)
+            .ok_or(BrokerError::UnknownTopicOrPartition {
+                topic: name.to_string(),
+                partition: -1,
+            })
+    };
+    match found {
+        Ok(topic) => topic_metadata(node_id, &topic),
+        Err(e) => error_topic(Some(name), uuid::Uuid::nil(), &e),
+    }
+}
+
+fn error_topic(
+    name: Option<TopicName>,
+    topic_id: uuid::Uuid,
+    error: &BrokerError,
+) -> MetadataResponseTopic {
+    MetadataResponseTopic::default()
+        .with_error_code(error_code(error))
+        .with_name(name)
+        .with_topic_id(topic_id)
+        .with_topic_authorized_operations(OPERATIONS_OMITTED)
+}
+
+fn topic_metadata(node_id: i32, topic: &Topic) -> MetadataResponseTopic {
+    let node = BrokerId(node_id);
+    let partitions = topic
+        .partitions()
+        .iter()
+        .map(|p| {
+            MetadataResponsePartition::default()
+                .with_partition_index(p.index().0)
+                .with_leader_id(node)
+                .with_leader_epoch(0)
+                .with_replica_nodes(vec![node])
+                .with_isr_nodes(vec![node])
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(
+            topic.name().to_string(),
+        ))))
+        .with_topic_id(topic.id())
+        .with_partitions(partitions)
+        .with_topic_authorized_operations(OPERATIONS_OMITTED)
+}

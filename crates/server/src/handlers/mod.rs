@@ -1,0 +1,139 @@
+//! One module per Kafka API, each with the same shape: `API` (key and served version
+//! range), and `handle` (decode, apply, encode). [`APIS`] is the one registry: it
+//! decides dispatch and produces the ApiVersions answer, so an advertised version is
+//! always a version some handler serves.
+
+pub mod api_versions;
+pub mod create_topics;
+pub mod delete_topics;
+pub mod describe_configs;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use headway_broker::Broker;
+use headway_protocol::kafka_protocol::messages::ApiKey;
+use headway_protocol::kafka_protocol::protocol::{Encodable, HeaderVersion};
+use headway_protocol::{encode_response, EncodeError, ProtocolError, Request};
+use std::future::Future;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// An API this broker serves and the versions it serves.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiSpec {
+    pub key: ApiKey,
+    pub min_version: i16,
+    pub max_version: i16,
+}
+
+/// The registry: every served API.
+pub const APIS: &[ApiSpec] = &[
+    produce::API,
+    fetch::API,
+    list_offsets::API,
+    metadata::API,
+    api_versions::API,
+    create_topics::API,
+    delete_topics::API,
+    describe_configs::API,
+];
+
+/// What every handler can reach: the broker and how clients reach this broker.
+pub struct Ctx {
+    pub broker: Arc<Broker>,
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    /// Becomes true when the broker shuts down; long polls end early.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// A handler's answer.
+pub enum Reply {
+    /// An encoded response frame, ready to write.
+    Ready(Bytes),
+    /// A response that needs waiting (an fsync, a long poll). The connection's writer
+    /// awaits it in request order while the reader goes on reading.
+    Pending(BoxFuture<'static, Result<Bytes, EncodeError>>),
+    /// No response at all (produce with acks=0).
+    Silent,
+}
+
+/// Why a connection must be closed. Kafka closes the connection on these rather than
+/// answering, because it cannot know how the client would parse an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    #[error("{api_key:?} v{version} is not supported (served: {min}..={max})")]
+    UnsupportedVersion {
+        api_key: ApiKey,
+        version: i16,
+        min: i16,
+        max: i16,
+    },
+    #[error("API {0:?} is not served by this broker")]
+    UnsupportedApi(ApiKey),
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+}
+
+pub fn spec(key: ApiKey) -> Option<&'static ApiSpec> {
+    APIS.iter().find(|a| a.key == key)
+}
+
+/// Runs the handler for `request`. The synchronous part of the handler runs now.
+pub fn dispatch(ctx: &Arc<Ctx>, request: Request) -> Result<Reply, HandlerError> {
+    let spec = spec(request.api_key).ok_or(HandlerError::UnsupportedApi(request.api_key))?;
+    let version = request.api_version();
+    // ApiVersions answers an unknown version itself, with UNSUPPORTED_VERSION.
+    if request.api_key != ApiKey::ApiVersions
+        && !(spec.min_version..=spec.max_version).contains(&version)
+    {
+        return Err(HandlerError::UnsupportedVersion {
+            api_key: request.api_key,
+            version,
+            min: spec.min_version,
+            max: spec.max_version,
+        });
+    }
+    match request.api_key {
+        ApiKey::Produce => produce::handle(ctx, &request),
+        ApiKey::Fetch => fetch::handle(ctx, &request),
+        ApiKey::ListOffsets => list_offsets::handle(ctx, &request),
+        ApiKey::Metadata => metadata::handle(ctx, &request),
+        ApiKey::ApiVersions => api_versions::handle(ctx, &request),
+        ApiKey::CreateTopics => create_topics::handle(ctx, &request),
+        ApiKey::DeleteTopics => delete_topics::handle(ctx, &request),
+        ApiKey::DescribeConfigs => describe_configs::handle(ctx, &request),
+        other => Err(HandlerError::UnsupportedApi(other)),
+    }
+}
+
+/// Encodes a response to `request` now.
+pub fn ready<R: Encodable + HeaderVersion>(
+    request: &Request,
+    body: &R,
+) -> Result<Reply, HandlerError> {
+    Ok(Reply::Ready(encode_response(
+        request.api_version(),
+        request.correlation_id(),
+        body,
+    )?))
+}
+
+/// Encodes the response that `future` produces, once it is ready.
+pub fn pending<R, F>(request: &Request, future: F) -> Result<Reply, HandlerError>
+where
+    R: Encodable + HeaderVersion,
+    F: Future<Output = R> + Send + 'static,
+{
+    let (version, correlation_id) = (request.api_version(), request.correlation_id());
+    Ok(Reply::Pending(Box::pin(async move {
+        let body = future.await;
+        encode_response(version, correlation_id, &body)
+    })))
+}

@@ -1,0 +1,134 @@
+//! Produce: append batches and acknowledge them once durable.
+//!
+//! The synchronous part (validation, offset assignment, the write to the page cache)
+//! runs on the connection's reader, in request order. The response waits for the
+//! partition's group commit in the connection's writer, so later pipelined requests
+//! are appended while this one waits, and share its fsync.
+//!
+//! Versions: advertised from 0 because librdkafka enables compression only when the
+//! broker's Produce range covers its old feature probes (Kafka 4.x does the same), but
+//! only v3+ (message format v2) is served: a v0-v2 request closes the connection with
+//! a log line, and a v2 request carrying message-format v0/v1 batches gets
+//! UNSUPPORTED_FOR_MESSAGE_FORMAT.
+
+use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use crate::errors::code_and_message;
+use headway_broker::{Appended, BrokerError, Partition};
+use headway_protocol::kafka_protocol::messages::produce_response::{
+    PartitionProduceResponse, TopicProduceResponse,
+};
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, ProduceRequest, ProduceResponse, TopicName,
+};
+use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::Produce,
+    min_version: 0,
+    max_version: 11,
+};
+
+/// Lowest version whose records are message format v2.
+const MESSAGE_FORMAT_V2_MIN_VERSION: i16 = 3;
+
+/// One partition's outcome of the synchronous part.
+struct Outcome {
+    index: i32,
+    appended: Result<(Arc<Partition>, Appended), BrokerError>,
+}
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    if request.api_version() < MESSAGE_FORMAT_V2_MIN_VERSION {
+        return Err(HandlerError::UnsupportedVersion {
+            api_key: ApiKey::Produce,
+            version: request.api_version(),
+            min: MESSAGE_FORMAT_V2_MIN_VERSION,
+            max: API.max_version,
+        });
+    }
+    let body: ProduceRequest = decode_body(request)?;
+    let acks = body.acks;
+    let valid_acks = matches!(acks, -1..=1);
+    let mut topics = Vec::with_capacity(body.topic_data.len());
+    for topic_data in body.topic_data {
+        let topic = ctx.broker.topic(&topic_data.name);
+        let outcomes: Vec<Outcome> = topic_data
+            .partition_data
+            .into_iter()
+            .map(|p| Outcome {
+                index: p.index,
+                appended: if valid_acks {
+                    append(
+                        topic.as_deref(),
+                        &topic_data.name,
+                        p.index,
+                        p.records.as_deref(),
+                    )
+                } else {
+                    Err(BrokerError::InvalidRequiredAcks(acks))
+                },
+            })
+            .collect();
+        topics.push((topic_data.name, outcomes));
+    }
+    if acks == 0 {
+        return Ok(Reply::Silent);
+    }
+    pending(request, async move {
+        let mut responses = Vec::with_capacity(topics.len());
+        for (name, outcomes) in topics {
+            responses.push(topic_response(name, outcomes).await);
+        }
+        ProduceResponse::default().with_responses(responses)
+    })
+}
+
+fn append(
+    topic: Option<&headway_broker::Topic>,
+    name: &TopicName,
+    index: i32,
+    records: Option<&[u8]>,
+) -> Result<(Arc<Partition>, Appended), BrokerError> {
+    let unknown = || BrokerError::UnknownTopicOrPartition {
+        topic: name.to_string(),
+        partition: index,
+    };
+    let topic = topic.ok_or_else(unknown)?;
+    let partition = topic.partition(index).ok_or_else(unknown)?;
+    let records = records.ok_or(BrokerError::MissingRecords)?;
+    let appended = partition.append(records, topic.config().max_message_bytes)?;
+    Ok((Arc::clone(partition), appended))
+}
+
+async fn topic_response(name: TopicName, outcomes: Vec<Outcome>) -> TopicProduceResponse {
+    let mut partitions = Vec::with_capacity(outcomes.len());
+    for outcome in outcomes {
+        let durable = match outcome.appended {
+            Ok((partition, appended)) => partition
+                .wait_durable(appended.log_end_offset)
+                .await
+                .map(|_| appended),
+            Err(e) => Err(e),
+        };
+        let response = PartitionProduceResponse::default()
+            .with_index(outcome.index)
+            .with_log_append_time_ms(-1);
+        partitions.push(match durable {
+            Ok(a) => response
+                .with_base_offset(a.base_offset.value())
+                .with_log_start_offset(a.log_start_offset.value()),
+            Err(e) => {
+                let (code, message) = code_and_message(&e);
+                response
+                    .with_error_code(code)
+                    .with_error_message(message)
+                    .with_base_offset(-1)
+                    .with_log_start_offset(-1)
+            }
+        });
+    }
+    TopicProduceResponse::default()
+        .with_name(name)
+        .with_partition_responses(partitions)
+}

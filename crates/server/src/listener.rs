@@ -1,0 +1,136 @@
+//! The listener: binds, accepts connections up to `connections_max`, and runs the
+//! shutdown sequence.
+//!
+//! Shutdown: stop accepting and stop reading requests; close every partition (which
+//! syncs the logs, so produces already appended are acknowledged as durable); give
+//! connections a grace period to write those acknowledgements; return.
+
+use crate::connection;
+use crate::handlers::Ctx;
+use headway_broker::Broker;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+/// How long connections may take to write their last replies at shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+pub struct Server {
+    broker: Arc<Broker>,
+    listener: TcpListener,
+    ctx: Arc<Ctx>,
+    shutdown: watch::Sender<bool>,
+}
+
+/// Asks a running server to shut down.
+#[derive(Clone)]
+pub struct ServerHandle(watch::Sender<bool>);
+
+impl ServerHandle {
+    pub fn shutdown(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+fn parse_advertised(addr: &str) -> std::io::Result<(String, i32)> {
+    let bad = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("advertised listener {addr:?} is not HOST:PORT"),
+        )
+    };
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    Ok((
+        host.trim_matches(|c| c == '[' || c == ']').to_string(),
+        i32::from(port),
+    ))
+}
+
+impl Server {
+    /// Binds the configured address. With port 0, the bound ephemeral port is
+    /// advertised unless an advertised listener is configured.
+    pub async fn bind(broker: Arc<Broker>) -> std::io::Result<Server> {
+        let listener = TcpListener::bind(&broker.config().listen).await?;
+        let local = listener.local_addr()?;
+        let (host, port) = match &broker.config().advertised_listener {
+            Some(addr) => parse_advertised(addr)?,
+            None if local.ip().is_unspecified() => {
+                tracing::warn!("listening on all interfaces without --advertised-listener; advertising 127.0.0.1");
+                ("127.0.0.1".to_string(), i32::from(local.port()))
+            }
+            None => (local.ip().to_string(), i32::from(local.port())),
+        };
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let ctx = Arc::new(Ctx {
+            broker: Arc::clone(&broker),
+            advertised_host: host,
+            advertised_port: port,
+            shutdown: shutdown_rx,
+        });
+        Ok(Server {
+            broker,
+            listener,
+            ctx,
+            shutdown,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("bound listener has an address")
+    }
+
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle(self.shutdown.clone())
+    }
+
+    /// Accepts connections until shut down, then runs the shutdown sequence.
+    pub async fn run(self) {
+        let config = self.broker.config();
+        let connections = Arc::new(Semaphore::new(config.connections_max));
+        let request_bytes = Arc::new(Semaphore::new(config.request_bytes_in_flight_max));
+        let mut tasks = JoinSet::new();
+        let mut down = self.ctx.shutdown.clone();
+        loop {
+            let permit = tokio::select! {
+                p = Arc::clone(&connections).acquire_owned() => p.expect("semaphore never closed"),
+                _ = down.wait_for(|d| *d) => break,
+            };
+            tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let (ctx, bytes) = (Arc::clone(&self.ctx), Arc::clone(&request_bytes));
+                        tasks.spawn(async move {
+                            connection::serve(stream, peer, ctx, bytes).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                _ = down.wait_for(|d| *d) => break,
+            }
+        }
+        tracing::info!("shutting down: closing logs");
+        self.broker.shutdown().await;
+        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                connections = tasks.len(),
+                "connections still open after the grace period"
+            );
+        }
+        tracing::info!("shutdown complete");
+    }
+}
