@@ -114,6 +114,7 @@ class Broker:
         deadline = time.monotonic() + START_DEADLINE_S
         while not listening.wait(timeout=0.05):
             if proc.poll() is not None:
+                self._expected_alive = False  # reported here, not again at teardown
                 self._reap()
                 raise BrokerStartError(
                     f"headway exited with code {proc.returncode} before listening\n"
@@ -126,15 +127,16 @@ class Broker:
         self.bootstrap = found[0]
         return self
 
-    def stop(self, timeout_s: float = STOP_DEADLINE_S) -> int:
-        """SIGTERM, wait for exit; returns the exit code. SIGKILL and fail if it hangs."""
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = STOP_DEADLINE_S) -> int:
+        """SIGTERM (or `sig`), wait for exit; returns the exit code. SIGKILL and fail if
+        the broker is still running after timeout_s."""
         if not self.running:
             return self.returncode
-        code = self._signal_and_wait(signal.SIGTERM, timeout_s)
+        code = self._signal_and_wait(sig, timeout_s)
         if code is None:
             self._signal_and_wait(signal.SIGKILL)
-            raise AssertionError(f"headway did not exit within {timeout_s:.0f} s of SIGTERM\n"
-                                 f"{self.stderr_tail()}")
+            raise AssertionError(f"headway did not exit within {timeout_s:.0f} s of "
+                                 f"{signal.Signals(sig).name}\n{self.stderr_tail()}")
         return code
 
     def kill(self) -> int:
@@ -161,6 +163,7 @@ class Broker:
     def check_alive(self) -> None:
         """Raises if the broker exited although nobody stopped it."""
         if self._proc is not None and self._expected_alive and self._proc.poll() is not None:
+            self._expected_alive = False  # reported here, not again at teardown
             self._reap()
             raise AssertionError(f"headway exited on its own with code {self.returncode}\n"
                                  f"{self.stderr_tail()}")

@@ -164,7 +164,9 @@ def wait_for_topic(bootstrap: str, topic: str, partitions: int,
     deadline = time.monotonic() + deadline_s
     last = "no answer"
     while time.monotonic() < deadline:
-        md = admin.list_topics(topic=topic, timeout=10)
+        # All topics, not list_topics(topic=...): a metadata request naming a topic may
+        # auto-create it, which would hide a topic the broker lost.
+        md = admin.list_topics(timeout=10)
         t = md.topics.get(topic)
         if t is not None and t.error is None and len(t.partitions) == partitions and all(
                 p.leader >= 0 for p in t.partitions.values()):

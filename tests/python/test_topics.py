@@ -1,0 +1,238 @@
+"""Topic administration, offset look-ups, configs and restarts, through librdkafka.
+
+Goal: the admin and metadata paths clients use besides produce and fetch behave as Kafka's
+do: CreateTopics/DeleteTopics with their error codes, auto-creation on metadata, the
+`--default-partitions` and `--auto-create-topics` settings, ListOffsets (earliest, latest,
+by timestamp), DescribeConfigs, and data kept across a clean SIGTERM shutdown.
+Method: one broker per test, confluent-kafka's AdminClient, Producer and Consumer; every
+wait polls for its condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+
+from support import (ADMIN_TIMEOUT_S, FLUSH_TIMEOUT_S, Delivery, check_all_present,
+                     check_records, consume_all, create_topic, make_record, new_consumer,
+                     produce_records, raise_on_error, wait_for_topic)
+
+
+def admin_for(broker) -> AdminClient:
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+def topic_names(admin: AdminClient) -> set[str]:
+    return set(admin.list_topics(timeout=10).topics)
+
+
+def error_code_of(future) -> int | None:
+    try:
+        future.result(timeout=ADMIN_TIMEOUT_S)
+    except KafkaException as e:
+        return e.args[0].code()
+    return None
+
+
+def wait_until(condition, what: str, deadline_s: float = ADMIN_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not true within {deadline_s:.0f} s")
+        time.sleep(0.1)
+
+
+def test_create_list_delete(broker):
+    admin = admin_for(broker)
+    futures = admin.create_topics([NewTopic("alpha", num_partitions=3, replication_factor=1),
+                                   NewTopic("beta", num_partitions=1, replication_factor=1)],
+                                  operation_timeout=ADMIN_TIMEOUT_S)
+    raise_on_error(futures)
+    wait_for_topic(broker.bootstrap, "alpha", 3)
+    wait_for_topic(broker.bootstrap, "beta", 1)
+
+    again = admin.create_topics([NewTopic("alpha", num_partitions=3, replication_factor=1)],
+                                operation_timeout=ADMIN_TIMEOUT_S)
+    assert error_code_of(again["alpha"]) == KafkaError.TOPIC_ALREADY_EXISTS
+
+    raise_on_error(admin.delete_topics(["alpha"], operation_timeout=ADMIN_TIMEOUT_S))
+    wait_until(lambda: "alpha" not in topic_names(admin), "deleted topic 'alpha' gone from "
+                                                         "metadata")
+    assert "beta" in topic_names(admin)
+
+    missing = admin.delete_topics(["never-created"], operation_timeout=ADMIN_TIMEOUT_S)
+    assert error_code_of(missing["never-created"]) == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+    # Creations and deletions are durable.
+    broker.restart()
+    wait_for_topic(broker.bootstrap, "beta", 1)
+    assert "alpha" not in topic_names(admin_for(broker))
+
+
+def test_create_topic_invalid_partitions(broker):
+    admin = admin_for(broker)
+    futures = admin.create_topics([NewTopic("zero-partitions", num_partitions=0,
+                                            replication_factor=1)],
+                                  operation_timeout=ADMIN_TIMEOUT_S)
+    assert error_code_of(futures["zero-partitions"]) == KafkaError.INVALID_PARTITIONS
+
+
+def test_deleted_topic_can_be_recreated_empty(broker):
+    create_topic(broker.bootstrap, "reborn", 2)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    delivery = Delivery()
+    produce_records(producer, "reborn", range(100), delivery, partition=0)
+    admin = admin_for(broker)
+    raise_on_error(admin.delete_topics(["reborn"], operation_timeout=ADMIN_TIMEOUT_S))
+    wait_until(lambda: "reborn" not in topic_names(admin), "deleted topic gone")
+
+    create_topic(broker.bootstrap, "reborn", 1)
+    consumer = new_consumer(broker.bootstrap)
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition("reborn", 0), timeout=30) == (0, 0)
+    finally:
+        consumer.close()
+
+
+def test_auto_create_on_produce(broker):
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    delivery = Delivery()
+    produce_records(producer, "auto-created", range(10), delivery)
+    assert not delivery.failed, delivery.failed
+    wait_for_topic(broker.bootstrap, "auto-created", 1)
+    records = consume_all(broker.bootstrap, "auto-created", 1, expected=10)
+    verdict = check_records(records, 1)
+    check_all_present(verdict, 10)
+    verdict.assert_ok("auto-created topic")
+
+
+def test_default_partitions_setting(make_broker):
+    broker = make_broker("--default-partitions", "3")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    delivery = Delivery()
+    produce_records(producer, "auto-three", range(300), delivery)
+    assert not delivery.failed, delivery.failed
+    wait_for_topic(broker.bootstrap, "auto-three", 3)
+    assert {p for p, _ in delivery.acked.values()} == {0, 1, 2}
+
+
+def test_auto_create_disabled(make_broker):
+    broker = make_broker("--auto-create-topics", "false")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all",
+                         "message.timeout.ms": 5_000})
+    delivery = Delivery()
+    r = make_record(0)
+    producer.produce("not-auto-created", key=r.key, value=r.value,
+                     on_delivery=delivery.callback)
+    assert producer.flush(30) == 0, "no delivery report within 30 s"
+    assert not delivery.acked, "a produce to a missing topic was acknowledged"
+    assert delivery.failed, "no delivery report"
+    assert "not-auto-created" not in topic_names(admin_for(broker))
+
+
+def test_watermarks_and_offsets_for_times(broker):
+    topic = "offsets"
+    create_topic(broker.bootstrap, topic, 2)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    delivery = Delivery()
+    base_ms = 1_700_000_000_000
+    # Partition 0: 50 records 1 s apart in CreateTime; partition 1 stays empty.
+    for seq in range(50):
+        r = make_record(seq)
+        producer.produce(topic, key=r.key, value=r.value, headers=r.headers, partition=0,
+                         timestamp=base_ms + seq * 1000, on_delivery=delivery.callback)
+    assert producer.flush(FLUSH_TIMEOUT_S) == 0
+    assert not delivery.failed, delivery.failed
+
+    consumer = new_consumer(broker.bootstrap)
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30) == (0, 50)
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 1), timeout=30) == (0, 0)
+
+        def offset_for(partition: int, timestamp_ms: int) -> int:
+            [tp] = consumer.offsets_for_times([TopicPartition(topic, partition, timestamp_ms)],
+                                              timeout=30)
+            assert tp.error is None, tp.error
+            return tp.offset
+
+        assert offset_for(0, base_ms - 10_000) == 0  # before the first record
+        assert offset_for(0, base_ms) == 0  # exact match
+        assert offset_for(0, base_ms + 20_000) == 20  # exact match
+        assert offset_for(0, base_ms + 20_500) == 21  # first record at or after
+        assert offset_for(0, base_ms + 49_000) == 49  # the last record
+        assert offset_for(0, base_ms + 60_000) == -1  # none that late: offset -1 (end)
+        assert offset_for(1, base_ms) == -1  # empty partition
+    finally:
+        consumer.close()
+
+
+def test_describe_configs(broker):
+    topic = "configured"
+    create_topic(broker.bootstrap, topic, 1, **{"retention.ms": "3600000"})
+    admin = admin_for(broker)
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(timeout=ADMIN_TIMEOUT_S)
+    assert "retention.ms" in configs, sorted(configs)
+    assert configs["retention.ms"].value == "3600000"
+    for name in ("cleanup.policy", "segment.bytes", "retention.bytes"):
+        assert name in configs, f"{name} missing from {sorted(configs)}"
+    assert configs["cleanup.policy"].value == "delete"
+    int(configs["segment.bytes"].value)
+    int(configs["retention.bytes"].value)
+
+    defaults = ConfigResource(ResourceType.TOPIC, "default-configs")
+    create_topic(broker.bootstrap, "default-configs", 1)
+    configs = admin.describe_configs([defaults])[defaults].result(timeout=ADMIN_TIMEOUT_S)
+    assert int(configs["retention.ms"].value) == 7 * 24 * 3600 * 1000, \
+        configs["retention.ms"].value
+
+
+def test_describe_configs_unknown_topic(broker):
+    admin = admin_for(broker)
+    resource = ConfigResource(ResourceType.TOPIC, "no-such-topic")
+    assert error_code_of(admin.describe_configs([resource])[resource]) == \
+        KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_sigterm_then_restart_keeps_data(broker):
+    topic = "survives-restart"
+    count = 20_000
+    create_topic(broker.bootstrap, topic, 3)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    delivery = Delivery()
+    produce_records(producer, topic, range(count), delivery)
+    assert not delivery.failed, list(delivery.failed.items())[:5]
+    producer.flush(10)
+    del producer
+
+    assert broker.stop() == 0, f"headway exited {broker.returncode} on SIGTERM, expected 0"
+    broker.start()
+    wait_for_topic(broker.bootstrap, topic, 3)
+
+    records = consume_all(broker.bootstrap, topic, 3, expected=count)
+    verdict = check_records(records, 3)
+    check_all_present(verdict, count)
+    for r in records:
+        if delivery.acked.get(int(r.value[4:14])) != (r.partition, r.offset):
+            verdict.problems.append(f"partition {r.partition} offset {r.offset} moved")
+            break
+    verdict.assert_ok("after SIGTERM and restart")
+
+    # The restarted log takes new appends after the recovered ones.
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    more = Delivery()
+    produce_records(producer, topic, range(count, count + 100), more)
+    assert not more.failed, list(more.failed.items())[:5]
+    records = consume_all(broker.bootstrap, topic, 3, expected=count + 100)
+    verdict = check_records(records, 3)
+    check_all_present(verdict, count + 100)
+    verdict.assert_ok("appends after restart")
+
+
+def test_sigint_exits_cleanly(broker):
+    code = broker.stop(signal.SIGINT)
+    assert code == 0, f"headway exited {code} on SIGINT, expected 0"
