@@ -193,6 +193,38 @@ pub fn validate_all(buf: &[u8]) -> Result<Vec<BatchHeader>, BatchError> {
     Ok(headers)
 }
 
+/// Splits `buf` into whole batches and parses each header, checking what the log's
+/// own bookkeeping relies on (magic, lengths, offset delta, record count) but not the
+/// CRC: the log uses it on batches the caller already checked with [`validate_all`],
+/// so a second CRC pass over every produced byte would only cost CPU.
+pub fn parse_all(buf: &[u8]) -> Result<Vec<BatchHeader>, BatchError> {
+    let mut headers = Vec::new();
+    let mut at = 0;
+    while at < buf.len() || headers.is_empty() {
+        let rest = &buf[at..];
+        let total = declared_total_bytes(rest).ok_or(BatchError::TooShort { len: rest.len() })?;
+        if total < BATCH_HEADER_BYTES || total > rest.len() {
+            return Err(BatchError::LengthMismatch {
+                declared: total as i64,
+                actual: rest.len(),
+            });
+        }
+        let header = BatchHeader::parse(&rest[..total])?;
+        if header.records_count < 0
+            || header.last_offset_delta < 0
+            || header.records_count > header.last_offset_delta.saturating_add(1)
+        {
+            return Err(BatchError::InvalidRecordCount {
+                records_count: header.records_count,
+                last_offset_delta: header.last_offset_delta,
+            });
+        }
+        headers.push(header);
+        at += total;
+    }
+    Ok(headers)
+}
+
 /// Overwrites the base offset of the batch starting at `buf[0]`.
 pub fn set_base_offset(buf: &mut [u8], base_offset: i64) {
     buf[0..8].copy_from_slice(&base_offset.to_be_bytes());

@@ -1,3 +1,21 @@
+//! Settings of one partition log and the limits that keep its on-disk formats valid.
+
+/// Largest segment the log creates. Offset-index entries store file positions as
+/// u32, and Kafka's own limit for `segment.bytes` is `i32::MAX`; keeping segments at
+/// or below it means every batch position fits an index entry. A larger
+/// `segment_bytes_max` is clamped to this value.
+pub const SEGMENT_BYTES_LIMIT: u64 = i32::MAX as u64;
+
+/// Largest span of offsets one segment holds. Index entries store offsets relative
+/// to the segment's base offset as u32; like Kafka, the log rolls before a segment's
+/// relative offsets would pass `i32::MAX`, which leaves room for the last batch's span.
+pub const SEGMENT_OFFSETS_LIMIT: i64 = i32::MAX as i64;
+
+/// Largest single append, in bytes: one append lands in one segment, so it must fit
+/// the positions an index entry can hold. Larger appends fail with
+/// [`crate::LogError::AppendTooLarge`]; the broker's request limits are far below it.
+pub const APPEND_BYTES_LIMIT: usize = i32::MAX as usize;
+
 /// Settings of one partition log. The broker derives them from topic configs
 /// (`segment.bytes`, `segment.ms`, `retention.bytes`, `retention.ms`,
 /// `index.interval.bytes`).
@@ -24,5 +42,24 @@ impl Default for LogConfig {
             retention_ms_max: Some(7 * 24 * 3600 * 1000),
             index_interval_bytes: 4096,
         }
+    }
+}
+
+impl LogConfig {
+    /// The settings with `segment_bytes_max` clamped to [`SEGMENT_BYTES_LIMIT`].
+    pub(crate) fn clamped(mut self) -> LogConfig {
+        self.segment_bytes_max = self.segment_bytes_max.min(SEGMENT_BYTES_LIMIT);
+        self
+    }
+
+    /// `segment_ms_max` as a signed duration, saturating.
+    pub(crate) fn segment_ms_max_i64(&self) -> i64 {
+        i64::try_from(self.segment_ms_max).unwrap_or(i64::MAX)
+    }
+
+    /// The timestamp before which a segment's newest record has expired, if any.
+    pub(crate) fn retention_cutoff_ms(&self, now_ms: i64) -> Option<i64> {
+        let retention_ms = self.retention_ms_max?;
+        Some(now_ms.saturating_sub(i64::try_from(retention_ms).unwrap_or(i64::MAX)))
     }
 }

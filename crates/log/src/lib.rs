@@ -20,15 +20,20 @@ pub mod batch;
 mod config;
 mod error;
 mod index;
+mod indexing;
 #[allow(clippy::module_inception)]
 mod log;
 mod read;
+mod recovery;
+mod scan;
 mod segment;
 mod sync;
+#[cfg(test)]
+mod testutil;
 mod time_index;
 
 pub use batch::{BatchError, BatchHeader};
-pub use config::LogConfig;
+pub use config::{LogConfig, APPEND_BYTES_LIMIT, SEGMENT_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};
 pub use error::LogError;
 pub use log::{AppendInfo, Log, RecoveryReport, RetentionReport};
 pub use read::ReadSlice;

@@ -1,6 +1,23 @@
-//! CONTRACT STUB: signatures are fixed, bodies to be implemented.
+//! The partition log: an ordered set of segments, the last one active. Owns offset
+//! assignment, rolling, the record of what awaits a sync, reads and timestamp
+//! lookups across segments, retention and shutdown. Opening is in `recovery.rs`.
+//!
+//! Durability invariant: every segment except the active one and the most recently
+//! sealed one is synced. A roll keeps it by syncing the previously sealed segment
+//! inline when no sync set has synced it yet (rare: two rolls within one sync
+//! interval, or a broker that never syncs). Recovery after a crash relies on it to
+//! scan only the last two segments.
+
+use crate::batch::{self, BatchHeader};
+use crate::config::{APPEND_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};
+use crate::recovery;
+use crate::segment::Segment;
+use crate::sync::{Pending, SealedFiles};
 use crate::{LogConfig, LogError, Offset, ReadSlice, SyncSet};
+use std::collections::BTreeMap;
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// What an append wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,13 +53,41 @@ pub struct RetentionReport {
 
 pub struct Log {
     dir: PathBuf,
+    dir_file: Arc<File>,
+    config: LogConfig,
+    /// By base offset; never empty, the last one is the active segment.
+    segments: BTreeMap<i64, Segment>,
+    log_end_offset: i64,
+    size_bytes: u64,
+    pending: Pending,
+    /// The most recently sealed segment's files, until a sync made them durable.
+    last_sealed: Option<SealedFiles>,
+    poisoned: bool,
 }
 
 impl Log {
     /// Opens (creating if needed) the log in `dir` and recovers it.
-    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<(Log, RecoveryReport), LogError> {
-        let _ = (dir, config, now_ms);
-        todo!()
+    pub fn open(
+        dir: &Path,
+        config: LogConfig,
+        now_ms: i64,
+    ) -> Result<(Log, RecoveryReport), LogError> {
+        let config = config.clamped();
+        let recovered = recovery::recover(dir, &config, now_ms)?;
+        let report = recovered.report;
+        tracing::debug!(dir = %dir.display(), ?report, "log opened");
+        let log = Log {
+            dir: dir.to_path_buf(),
+            dir_file: recovered.dir_file,
+            config,
+            size_bytes: recovered.segments.values().map(Segment::size_bytes).sum(),
+            segments: recovered.segments,
+            log_end_offset: report.log_end_offset.value(),
+            pending: Pending::default(),
+            last_sealed: None,
+            poisoned: false,
+        };
+        Ok((log, report))
     }
 
     /// Appends one or more whole batches that the caller has already validated
@@ -50,21 +95,54 @@ impl Log {
     /// base offset in `batches`, writes them with one write, and updates the indexes.
     /// Rolls first when the active segment is full or too old.
     pub fn append(&mut self, batches: &mut [u8], now_ms: i64) -> Result<AppendInfo, LogError> {
-        let _ = (batches, now_ms);
-        todo!()
+        if self.poisoned {
+            return Err(LogError::Poisoned {
+                path: self.dir.clone(),
+            });
+        }
+        let mut headers = batch::parse_all(batches)?;
+        let offset_count: i64 = headers
+            .iter()
+            .map(|h| i64::from(h.last_offset_delta) + 1)
+            .sum();
+        if batches.len() > APPEND_BYTES_LIMIT || offset_count > i64::from(u32::MAX) {
+            return Err(LogError::AppendTooLarge {
+                size_bytes: batches.len(),
+                offset_count,
+            });
+        }
+        if self.should_roll(batches.len() as u64, offset_count, now_ms) {
+            let rolled = self.roll();
+            self.poison_on_error(rolled)?;
+        }
+        let base_offset = self.log_end_offset;
+        assign_offsets(batches, &mut headers, base_offset);
+        let interval = self.config.index_interval_bytes;
+        let appended = self
+            .active_mut()
+            .append(batches, &headers, interval, now_ms);
+        self.poison_on_error(appended)?;
+        self.log_end_offset = base_offset + offset_count;
+        self.size_bytes += batches.len() as u64;
+        self.pending.wrote_active();
+        Ok(AppendInfo {
+            base_offset: Offset(base_offset),
+            last_offset: Offset(self.log_end_offset - 1),
+            log_end_offset: Offset(self.log_end_offset),
+        })
     }
 
     pub fn log_start_offset(&self) -> Offset {
-        todo!()
+        Offset(*self.segments.keys().next().expect("a log has a segment"))
     }
 
     pub fn log_end_offset(&self) -> Offset {
-        todo!()
+        Offset(self.log_end_offset)
     }
 
     /// Total bytes of all segment `.log` files.
     pub fn size_bytes(&self) -> u64 {
-        todo!()
+        self.size_bytes
     }
 
     pub fn dir(&self) -> &Path {
@@ -72,13 +150,22 @@ impl Log {
     }
 
     pub fn config(&self) -> &LogConfig {
-        todo!()
+        &self.config
     }
 
     /// Applies new settings; they take effect at the next roll or retention pass.
     pub fn set_config(&mut self, config: LogConfig) {
-        let _ = config;
-        todo!()
+        self.config = config.clamped();
+    }
+
+    /// Number of segments, the active one included.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// True once an I/O failure (or the owner) poisoned the log.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
     }
 
     /// Takes every file written since the previous call (the active segment, segments
@@ -86,37 +173,192 @@ impl Log {
     /// with the log end offset at this moment. Syncing the set makes every offset below
     /// `SyncSet::log_end_offset` durable.
     pub fn sync_set(&mut self) -> SyncSet {
-        todo!()
+        let active_log = self.active().log_file().clone();
+        self.pending
+            .take(&active_log, &self.dir_file, Offset(self.log_end_offset))
     }
 
     /// Marks the log poisoned: every later append fails with `LogError::Poisoned`.
     pub fn poison(&mut self) {
-        todo!()
+        if !self.poisoned {
+            tracing::error!(dir = %self.dir.display(), "log poisoned; it accepts no more writes");
+        }
+        self.poisoned = true;
     }
 
     /// Finds where a read at `offset` starts. `log_start_offset <= offset <= log_end_offset`,
     /// otherwise `OffsetOutOfRange`. At the log end offset the slice is empty.
     pub fn locate(&self, offset: Offset) -> Result<ReadSlice, LogError> {
-        let _ = offset;
-        todo!()
+        let log_start_offset = self.log_start_offset();
+        if offset < log_start_offset || offset.value() > self.log_end_offset {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset,
+                log_end_offset: self.log_end_offset(),
+            });
+        }
+        let interval = self.config.index_interval_bytes;
+        let (_, segment) = self
+            .segments
+            .range(..=offset.value())
+            .next_back()
+            .expect("offset is at or past the first base offset");
+        // An offset past a sealed segment's end lies in a gap left by a repaired
+        // corruption: read on from the next segment instead of returning nothing.
+        if offset.value() >= segment.end_offset() {
+            if let Some((_, next)) = self.segments.range(offset.value() + 1..).next() {
+                return Ok(next.read_slice(offset, interval));
+            }
+        }
+        Ok(segment.read_slice(offset, interval))
     }
 
     /// The first batch whose max timestamp is at or after `timestamp_ms`:
     /// its base offset and max timestamp. `None` when every batch is older.
-    pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(Offset, i64)>, LogError> {
-        let _ = timestamp_ms;
-        todo!()
+    pub fn offset_for_timestamp(
+        &self,
+        timestamp_ms: i64,
+    ) -> Result<Option<(Offset, i64)>, LogError> {
+        for segment in self.segments.values() {
+            if let Some((offset, max_timestamp_ms)) = segment.find_timestamp(timestamp_ms)? {
+                return Ok(Some((Offset(offset), max_timestamp_ms)));
+            }
+        }
+        Ok(None)
     }
 
     /// Deletes the oldest non-active segments past `retention_bytes_max` or
     /// `retention_ms_max`, and advances the log start offset.
     pub fn enforce_retention(&mut self, now_ms: i64) -> Result<RetentionReport, LogError> {
-        let _ = now_ms;
-        todo!()
+        let mut report = RetentionReport::default();
+        while let Some(base_offset) = self.expired_segment(now_ms) {
+            self.segments[&base_offset].delete()?;
+            let segment = self
+                .segments
+                .remove(&base_offset)
+                .expect("the segment just deleted");
+            let size_bytes = segment.size_bytes();
+            self.size_bytes -= size_bytes;
+            self.pending.changed_dir();
+            report.deleted_segments += 1;
+            report.deleted_bytes += size_bytes;
+        }
+        report.log_start_offset = self.log_start_offset();
+        if report.deleted_segments > 0 {
+            tracing::debug!(dir = %self.dir.display(), ?report, "retention deleted segments");
+        }
+        Ok(report)
     }
 
     /// Syncs all files and writes the clean-shutdown marker.
-    pub fn close(self) -> Result<(), LogError> {
-        todo!()
+    ///
+    /// A poisoned log is closed without the marker (its files may not hold what
+    /// was written), and the result is `LogError::Poisoned`.
+    pub fn close(mut self) -> Result<(), LogError> {
+        if self.poisoned {
+            return Err(LogError::Poisoned {
+                path: self.dir.clone(),
+            });
+        }
+        // Sync sets still in flight on other threads may not have finished: sync
+        // everything that can be dirty, which by the durability invariant is the
+        // last sealed segment and the active one.
+        if let Some(sealed) = self.last_sealed.take().filter(|s| !s.is_durable()) {
+            sealed
+                .sync_now(&self.dir_file)
+                .map_err(LogError::io("sync sealed segment in", &self.dir))?;
+        }
+        self.active().sync_files()?;
+        self.dir_file
+            .sync_all()
+            .map_err(LogError::io("sync directory", &self.dir))?;
+        recovery::write_clean_marker(&self.dir, &self.dir_file)?;
+        tracing::debug!(dir = %self.dir.display(), log_end_offset = self.log_end_offset, "log closed cleanly");
+        Ok(())
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments
+            .values()
+            .next_back()
+            .expect("a log has a segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a log has a segment")
+    }
+
+    fn poison_on_error<T>(&mut self, result: Result<T, LogError>) -> Result<T, LogError> {
+        if result.is_err() {
+            self.poison();
+        }
+        result
+    }
+
+    /// Whether the active segment must be sealed before an append of `size_bytes`
+    /// spanning `offset_count` offsets. An empty segment never rolls.
+    fn should_roll(&self, size_bytes: u64, offset_count: i64, now_ms: i64) -> bool {
+        let active = self.active();
+        if active.is_empty() {
+            return false;
+        }
+        let full = active.size_bytes() + size_bytes > self.config.segment_bytes_max;
+        let old = active.age_ms(now_ms) >= self.config.segment_ms_max_i64();
+        let last_relative_offset = self.log_end_offset + offset_count - 1 - active.base_offset();
+        full || old || last_relative_offset > SEGMENT_OFFSETS_LIMIT
+    }
+
+    /// Seals the active segment and starts a new one at the log end offset.
+    fn roll(&mut self) -> Result<(), LogError> {
+        if let Some(previous) = self.last_sealed.take().filter(|s| !s.is_durable()) {
+            // Keeps the durability invariant: at most one sealed segment is unsynced.
+            previous
+                .sync_now(&self.dir_file)
+                .map_err(LogError::io("sync sealed segment in", &self.dir))?;
+        }
+        let sealed = self.active_mut().seal()?;
+        let segment = Segment::create(&self.dir, self.log_end_offset)?;
+        tracing::debug!(dir = %self.dir.display(), base_offset = self.log_end_offset, "rolled to a new segment");
+        self.segments.insert(self.log_end_offset, segment);
+        self.pending.sealed(sealed.clone());
+        self.last_sealed = Some(sealed);
+        Ok(())
+    }
+
+    /// The base offset of the oldest segment if retention deletes it now. Never the
+    /// active segment.
+    fn expired_segment(&self, now_ms: i64) -> Option<i64> {
+        let mut segments = self.segments.values();
+        let oldest = segments.next()?;
+        segments.next()?;
+        let over_size = self
+            .config
+            .retention_bytes_max
+            .is_some_and(|max| self.size_bytes > max);
+        let expired = self
+            .config
+            .retention_cutoff_ms(now_ms)
+            .is_some_and(|cutoff| oldest.retention_timestamp_ms() < cutoff);
+        (over_size || expired).then_some(oldest.base_offset())
     }
 }
+
+/// Gives the batches consecutive offsets from `base_offset`, in the bytes and in
+/// the parsed headers.
+fn assign_offsets(batches: &mut [u8], headers: &mut [BatchHeader], base_offset: i64) {
+    let mut position = 0;
+    let mut next_offset = base_offset;
+    for header in headers {
+        batch::set_base_offset(&mut batches[position..], next_offset);
+        header.base_offset = next_offset;
+        next_offset = header.last_offset() + 1;
+        position += header.total_bytes();
+    }
+}
+
+#[cfg(test)]
+#[path = "log_tests.rs"]
+mod tests;

@@ -1,14 +1,74 @@
-//! CONTRACT STUB: signatures are fixed, bodies to be implemented.
+//! Fetch reads: a [`ReadSlice`] is taken under the log's lock (a few field copies and
+//! one index lookup) and read afterwards with positional reads, without any lock, on
+//! whatever thread the caller likes. It holds the segment's `.log` open, so a segment
+//! deleted by retention meanwhile stays readable until the slice is dropped.
+//!
+//! A read costs one positional read in the common case: it reads from the index
+//! entry at or below the fetch offset, which is less than `index_interval_bytes`
+//! (plus one batch) before the wanted batch, through `max_bytes` more, and walks the
+//! batches in memory. When the first wanted batch does not fit that buffer, a second
+//! read fetches it whole.
+
+use crate::batch::{declared_total_bytes, BatchIter, LOG_OVERHEAD_BYTES};
 use crate::Offset;
 use bytes::Bytes;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+/// Bytes read past `index_interval_bytes + max_bytes`, so that the walk from the
+/// index entry usually ends on a batch boundary inside the buffer.
+const READ_SLACK_BYTES: usize = 4096;
 
 /// A place to read from in one segment, taken from the log under its lock and read
 /// without it. Holds the segment file open, so a segment deleted by retention in the
 /// meantime stays readable until the slice is dropped.
 #[derive(Debug, Clone)]
-pub struct ReadSlice {}
+pub struct ReadSlice {
+    file: Arc<File>,
+    /// Where the walk starts: a batch boundary at or before the fetch offset's batch.
+    start_position: u64,
+    /// The segment's size when the slice was taken: a batch boundary.
+    end_position: u64,
+    fetch_offset: Offset,
+    index_interval_bytes: u32,
+}
+
+/// Where the first wanted batch is in a buffer, or how to continue looking.
+enum Seek {
+    Found {
+        at: usize,
+    },
+    /// Every whole batch in the buffer ends before the fetch offset. Continue at
+    /// `skipped` bytes on, reading at least `need` bytes there.
+    Continue {
+        skipped: usize,
+        need: usize,
+    },
+}
 
 impl ReadSlice {
+    pub(crate) fn new(
+        file: Arc<File>,
+        start_position: u64,
+        end_position: u64,
+        fetch_offset: Offset,
+        index_interval_bytes: u32,
+    ) -> ReadSlice {
+        assert!(
+            start_position <= end_position,
+            "read slice starts past its end"
+        );
+        ReadSlice {
+            file,
+            start_position,
+            end_position,
+            fetch_offset,
+            index_interval_bytes,
+        }
+    }
+
     /// Blocking positional read. Returns whole batches, in order, starting with the
     /// batch that contains the slice's fetch offset (even when the fetch offset lies
     /// inside it) and ending before any batch whose base offset is `>= limit_offset`.
@@ -17,12 +77,97 @@ impl ReadSlice {
     /// batch larger than its limit). Empty when nothing below `limit_offset` remains
     /// in this segment.
     pub fn read(&self, max_bytes: usize, limit_offset: Offset) -> std::io::Result<Bytes> {
-        let _ = (max_bytes, limit_offset);
-        todo!()
+        let mut position = self.start_position;
+        let mut need = 0;
+        loop {
+            let remaining = self.end_position - position;
+            if remaining == 0 {
+                return Ok(Bytes::new());
+            }
+            let want = (self.index_interval_bytes as usize)
+                .saturating_add(max_bytes)
+                .saturating_add(READ_SLACK_BYTES)
+                .max(need);
+            let buf = self.read_at(
+                position,
+                usize::try_from(remaining).map_or(want, |r| want.min(r)),
+            )?;
+            match seek(&buf, self.fetch_offset.value()) {
+                Seek::Found { at } => return Ok(collect(buf, at, max_bytes, limit_offset.value())),
+                Seek::Continue {
+                    skipped,
+                    need: next,
+                } => {
+                    let stuck = skipped == 0 && (next <= buf.len() || next as u64 > remaining);
+                    if stuck {
+                        return Err(corrupt(position));
+                    }
+                    position += skipped as u64;
+                    need = next;
+                }
+            }
+        }
     }
 
     /// The offset the read was located for.
     pub fn fetch_offset(&self) -> Offset {
-        todo!()
+        self.fetch_offset
     }
+
+    /// Bytes of batches between the slice's start and the segment's end when the slice
+    /// was taken (an upper bound for what a read can return).
+    pub fn len_bytes(&self) -> u64 {
+        self.end_position - self.start_position
+    }
+
+    fn read_at(&self, position: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        self.file.read_exact_at(&mut buf, position)?;
+        Ok(buf)
+    }
+}
+
+/// Finds the first batch in `buf` whose last offset is at or past `fetch_offset`.
+fn seek(buf: &[u8], fetch_offset: i64) -> Seek {
+    let mut batches = BatchIter::new(buf);
+    loop {
+        let at = batches.position();
+        match batches.next() {
+            Some((header, _)) if header.last_offset() >= fetch_offset => return Seek::Found { at },
+            Some(_) => continue,
+            None => {
+                let rest = &buf[at..];
+                let need = match rest.len() < LOG_OVERHEAD_BYTES {
+                    true => LOG_OVERHEAD_BYTES,
+                    false => declared_total_bytes(rest).unwrap_or(usize::MAX),
+                };
+                return Seek::Continue { skipped: at, need };
+            }
+        }
+    }
+}
+
+/// The whole batches from `at` on that fit the limits, as one slice of `buf`.
+fn collect(buf: Vec<u8>, at: usize, max_bytes: usize, limit_offset: i64) -> Bytes {
+    let mut end = at;
+    for (header, bytes) in BatchIter::new(&buf[at..]) {
+        let first = end == at;
+        if header.base_offset >= limit_offset || (!first && end - at + bytes.len() > max_bytes) {
+            break;
+        }
+        end += bytes.len();
+    }
+    // A slice keeps its whole buffer alive; copy out a small result so a slow
+    // consumer's pending response does not pin a mostly unused buffer.
+    if (end - at) * 2 < buf.len() {
+        return Bytes::copy_from_slice(&buf[at..end]);
+    }
+    Bytes::from(buf).slice(at..end)
+}
+
+fn corrupt(position: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("segment holds no valid record batch at position {position}"),
+    )
 }

@@ -1,0 +1,366 @@
+//! One segment: a `.log` file of record batches, its sparse offset index and time
+//! index (kept in memory, appended to their files), and its bookkeeping (size, end
+//! offset, largest timestamp).
+//!
+//! Lifecycle: created empty by a roll (or by opening an empty directory) or loaded
+//! at open (`segment_load.rs`); appended to while it is the active segment (only then
+//! are its index files open for writing); sealed by the next roll; deleted by
+//! retention. A `Segment` is owned by the `Log` and used under its lock; only its
+//! `Arc<File>` handles escape, to sync sets and read slices.
+
+#[path = "segment_load.rs"]
+mod load;
+
+pub(crate) use load::LoadOptions;
+
+use crate::batch::BatchHeader;
+use crate::index::{self, OffsetIndex};
+use crate::indexing::{BatchPlace, IndexCursor, NewEntries};
+use crate::scan::{self, WalkOptions, SHORT_WALK_CHUNK_BYTES};
+use crate::sync::SealedFiles;
+use crate::time_index::{self, TimeIndex};
+use crate::{LogError, Offset, ReadSlice};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub(crate) const LOG_SUFFIX: &str = "log";
+pub(crate) const INDEX_SUFFIX: &str = "index";
+pub(crate) const TIME_INDEX_SUFFIX: &str = "timeindex";
+
+/// `<base offset, 20 digits>.<suffix>`, as Kafka names segment files.
+pub(crate) fn file_name(base_offset: i64, suffix: &str) -> String {
+    format!("{base_offset:020}.{suffix}")
+}
+
+/// The three files of a segment.
+#[derive(Debug, Clone)]
+pub(crate) struct SegmentPaths {
+    pub log: PathBuf,
+    pub index: PathBuf,
+    pub time_index: PathBuf,
+}
+
+impl SegmentPaths {
+    pub fn new(dir: &Path, base_offset: i64) -> SegmentPaths {
+        SegmentPaths {
+            log: dir.join(file_name(base_offset, LOG_SUFFIX)),
+            index: dir.join(file_name(base_offset, INDEX_SUFFIX)),
+            time_index: dir.join(file_name(base_offset, TIME_INDEX_SUFFIX)),
+        }
+    }
+}
+
+/// The index files of the active segment, open for appending.
+#[derive(Debug)]
+struct IndexWriters {
+    index: Arc<File>,
+    time_index: Arc<File>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Segment {
+    base_offset: i64,
+    paths: SegmentPaths,
+    log_file: Arc<File>,
+    size_bytes: u64,
+    /// The offset after the segment's last batch; the base offset when empty.
+    end_offset: i64,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    cursor: IndexCursor,
+    /// When the segment got its first batch (or was loaded, for a non-empty
+    /// segment found at open): the start of its age for `segment_ms_max`.
+    created_ms: Option<i64>,
+    writers: Option<IndexWriters>,
+}
+
+/// Offset minus base offset, if it fits an index entry.
+pub(crate) fn relative(base_offset: i64, offset: i64) -> Option<u32> {
+    offset
+        .checked_sub(base_offset)
+        .and_then(|r| u32::try_from(r).ok())
+}
+
+fn open_for_append(path: &Path, create: bool) -> Result<Arc<File>, LogError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(create)
+        .open(path)
+        .map_err(LogError::io("open", path))?;
+    Ok(Arc::new(file))
+}
+
+fn write_to(file: &File, bytes: &[u8], path: &Path) -> Result<(), LogError> {
+    let mut file = file;
+    file.write_all(bytes)
+        .map_err(LogError::io("write to", path))
+}
+
+fn remove_if_present(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+impl Segment {
+    /// Creates the files of a new, empty, active segment.
+    pub fn create(dir: &Path, base_offset: i64) -> Result<Segment, LogError> {
+        let paths = SegmentPaths::new(dir, base_offset);
+        let log = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create_new(true)
+            .open(&paths.log)
+            .map_err(LogError::io("create", &paths.log))?;
+        for path in [&paths.index, &paths.time_index] {
+            File::create(path).map_err(LogError::io("create", path))?;
+        }
+        let mut segment = Segment::empty(paths, base_offset, Arc::new(log));
+        segment.open_writers()?;
+        Ok(segment)
+    }
+
+    fn empty(paths: SegmentPaths, base_offset: i64, log_file: Arc<File>) -> Segment {
+        Segment {
+            base_offset,
+            paths,
+            log_file,
+            size_bytes: 0,
+            end_offset: base_offset,
+            offset_index: OffsetIndex::default(),
+            time_index: TimeIndex::default(),
+            cursor: IndexCursor::new(),
+            created_ms: None,
+            writers: None,
+        }
+    }
+
+    /// Opens the index files for appending: the segment becomes the active one.
+    pub fn open_writers(&mut self) -> Result<(), LogError> {
+        self.writers = Some(IndexWriters {
+            index: open_for_append(&self.paths.index, true)?,
+            time_index: open_for_append(&self.paths.time_index, true)?,
+        });
+        Ok(())
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+
+    pub fn end_offset(&self) -> i64 {
+        self.end_offset
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.size_bytes == 0
+    }
+
+    pub fn log_file(&self) -> &Arc<File> {
+        &self.log_file
+    }
+
+    pub fn paths(&self) -> &SegmentPaths {
+        &self.paths
+    }
+
+    /// Milliseconds since the segment got its first batch; 0 while empty.
+    pub fn age_ms(&self, now_ms: i64) -> i64 {
+        self.created_ms
+            .map_or(0, |created| now_ms.saturating_sub(created))
+    }
+
+    /// The timestamp retention compares against: the largest batch max timestamp,
+    /// or, when no batch carries a timestamp, the time the segment got its first
+    /// batch or was loaded (the log never reads a clock, so it has nothing better).
+    pub fn retention_timestamp_ms(&self) -> i64 {
+        match self.cursor.max_timestamp_ms() {
+            t if t >= 0 => t,
+            _ => self.created_ms.unwrap_or(i64::MAX),
+        }
+    }
+
+    /// Appends batches whose base offsets the log already assigned: one write to the
+    /// `.log`, then one write per index file when the batches add entries. The
+    /// in-memory state changes only when every write succeeded.
+    pub fn append(
+        &mut self,
+        bytes: &[u8],
+        batches: &[BatchHeader],
+        index_interval_bytes: u32,
+        now_ms: i64,
+    ) -> Result<(), LogError> {
+        let mut cursor = self.cursor.clone();
+        let mut new = Vec::with_capacity(batches.len());
+        let mut position = self.size_bytes;
+        for header in batches {
+            let place = BatchPlace {
+                relative_offset: relative(self.base_offset, header.base_offset)
+                    .expect("the log rolls before relative offsets overflow"),
+                position: u32::try_from(position).expect("segments stay below 4 GiB"),
+                size_bytes: header.total_bytes() as u32,
+                max_timestamp_ms: header.max_timestamp,
+            };
+            new.push(cursor.observe(place, index_interval_bytes));
+            position += header.total_bytes() as u64;
+        }
+        assert_eq!(
+            position - self.size_bytes,
+            bytes.len() as u64,
+            "batch headers must cover the appended bytes"
+        );
+        self.write(bytes, &new)?;
+        self.size_bytes = position;
+        self.end_offset = batches.last().expect("an append has batches").last_offset() + 1;
+        self.cursor = cursor;
+        self.created_ms.get_or_insert(now_ms);
+        for entries in new {
+            entries
+                .offset
+                .into_iter()
+                .for_each(|e| self.offset_index.push(e));
+            entries
+                .time
+                .into_iter()
+                .for_each(|e| self.time_index.push(e));
+        }
+        Ok(())
+    }
+
+    fn write(&self, bytes: &[u8], new: &[NewEntries]) -> Result<(), LogError> {
+        let writers = self
+            .writers
+            .as_ref()
+            .expect("only the active segment is appended to");
+        write_to(&self.log_file, bytes, &self.paths.log)?;
+        let offsets: Vec<_> = new.iter().filter_map(|n| n.offset).collect();
+        if !offsets.is_empty() {
+            write_to(
+                &writers.index,
+                &index::encode_entries(&offsets),
+                &self.paths.index,
+            )?;
+        }
+        let times: Vec<_> = new.iter().filter_map(|n| n.time).collect();
+        if !times.is_empty() {
+            write_to(
+                &writers.time_index,
+                &time_index::encode_entries(&times),
+                &self.paths.time_index,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Ends the segment's life as the active one: writes the final time-index entry
+    /// and returns the files that must be synced before anything after it is
+    /// acknowledged.
+    pub fn seal(&mut self) -> Result<SealedFiles, LogError> {
+        let writers = self
+            .writers
+            .take()
+            .expect("only the active segment is sealed");
+        if let Some(entry) = self.cursor.seal() {
+            write_to(&writers.time_index, &entry.encode(), &self.paths.time_index)?;
+            self.time_index.push(entry);
+        }
+        Ok(SealedFiles::new(vec![
+            self.log_file.clone(),
+            writers.index,
+            writers.time_index,
+        ]))
+    }
+
+    /// Syncs the `.log` and both index files (at open after a crash, and at close).
+    pub fn sync_files(&self) -> Result<(), LogError> {
+        self.log_file
+            .sync_data()
+            .map_err(LogError::io("sync", &self.paths.log))?;
+        for path in [&self.paths.index, &self.paths.time_index] {
+            let file = File::open(path).map_err(LogError::io("open", path))?;
+            file.sync_data().map_err(LogError::io("sync", path))?;
+        }
+        Ok(())
+    }
+
+    /// A slice to read `offset` from: at the index entry at or below it; at the
+    /// segment's start when `offset` precedes the segment; at its end (empty) when
+    /// `offset` is at or past the segment's end.
+    pub fn read_slice(&self, offset: Offset, index_interval_bytes: u32) -> ReadSlice {
+        let start_position = match offset.value() {
+            o if o >= self.end_offset => self.size_bytes,
+            o if o <= self.base_offset => 0,
+            o => self
+                .offset_index
+                .position_for(relative(self.base_offset, o).unwrap_or(u32::MAX)),
+        };
+        ReadSlice::new(
+            self.log_file.clone(),
+            start_position,
+            self.size_bytes,
+            offset,
+            index_interval_bytes,
+        )
+    }
+
+    /// The first batch whose max timestamp is at or after `timestamp_ms`: its base
+    /// offset and max timestamp.
+    pub fn find_timestamp(&self, timestamp_ms: i64) -> Result<Option<(i64, i64)>, LogError> {
+        if self.cursor.max_timestamp_ms() < timestamp_ms {
+            return Ok(None);
+        }
+        let start = self.time_index.floor(timestamp_ms).map_or(0, |entry| {
+            self.offset_index.position_for(entry.relative_offset)
+        });
+        let options = WalkOptions {
+            validate: false,
+            chunk_bytes: SHORT_WALK_CHUNK_BYTES,
+        };
+        let mut found = None;
+        scan::walk(
+            &self.log_file,
+            start,
+            self.size_bytes,
+            options,
+            |_, header| {
+                if header.max_timestamp < timestamp_ms {
+                    return ControlFlow::Continue(());
+                }
+                found = Some((header.base_offset, header.max_timestamp));
+                ControlFlow::Break(())
+            },
+        )
+        .map_err(LogError::io("read", &self.paths.log))?;
+        Ok(found)
+    }
+
+    /// Removes the segment's files: the `.log` first, so that a crash in between
+    /// leaves only index files without a log, which the next open deletes.
+    pub fn delete(&self) -> Result<(), LogError> {
+        remove_if_present(&self.paths.log).map_err(LogError::io("delete", &self.paths.log))?;
+        for path in [&self.paths.index, &self.paths.time_index] {
+            remove_if_present(path).map_err(LogError::io("delete", path))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+impl Segment {
+    pub fn offset_index_bytes(&self) -> Vec<u8> {
+        self.offset_index.encode()
+    }
+
+    pub fn time_index_bytes(&self) -> Vec<u8> {
+        self.time_index.encode()
+    }
+}

@@ -1,21 +1,140 @@
-//! CONTRACT STUB: signatures are fixed, bodies to be implemented.
+//! Group commit's hand-off between the log and the flusher: which files must reach
+//! the disk before offsets may be acknowledged.
+//!
+//! The log records what it writes in a [`Pending`] (the active segment's `.log`,
+//! segments sealed by a roll, directory changes). [`crate::Log::sync_set`] turns that
+//! record into a [`SyncSet`] under the log's lock, and the flusher syncs the set
+//! without it. A `SyncSet` holds its files by `Arc`, so it stays valid when the log
+//! rolls or deletes segments meanwhile; it is `Send` and is synced on any thread.
+//!
+//! Sets must be synced one after another, and the offsets of a set acknowledged only
+//! when it and every earlier set synced: a set holds only the files written since
+//! the previous one. A failed sync must never be retried (the kernel may have
+//! dropped the dirty pages): the owner poisons the log instead.
+
 use crate::Offset;
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Files to fsync so that every offset below `log_end_offset` is durable.
 /// Taken under the log's lock by [`crate::Log::sync_set`]; synced without it.
 #[derive(Debug)]
 pub struct SyncSet {
     pub log_end_offset: Offset,
+    files: Vec<Arc<File>>,
+    dir: Option<Arc<File>>,
+    sealed: Vec<Arc<AtomicBool>>,
 }
 
 impl SyncSet {
     /// True when nothing was written since the previous set.
     pub fn is_empty(&self) -> bool {
-        todo!()
+        self.files.is_empty() && self.dir.is_none()
     }
 
     /// fdatasync every file (fsync for directories). Blocking.
     pub fn sync(&self) -> std::io::Result<()> {
-        todo!()
+        for file in &self.files {
+            file.sync_data()?;
+        }
+        if let Some(dir) = &self.dir {
+            dir.sync_all()?;
+        }
+        for durable in &self.sealed {
+            durable.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Number of files in the set, the directory included.
+    pub fn file_count(&self) -> usize {
+        self.files.len() + usize::from(self.dir.is_some())
+    }
+}
+
+/// The files of a segment sealed by a roll, and whether a sync of them completed.
+#[derive(Debug, Clone)]
+pub(crate) struct SealedFiles {
+    files: Vec<Arc<File>>,
+    durable: Arc<AtomicBool>,
+}
+
+impl SealedFiles {
+    pub fn new(files: Vec<Arc<File>>) -> SealedFiles {
+        SealedFiles {
+            files,
+            durable: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    pub fn is_durable(&self) -> bool {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    /// Syncs the segment's files and the directory now, on the caller's thread.
+    pub fn sync_now(&self, dir: &File) -> std::io::Result<()> {
+        for file in &self.files {
+            file.sync_data()?;
+        }
+        dir.sync_all()?;
+        self.durable.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// What was written since the last [`SyncSet`] was taken. At most one sealed segment
+/// waits here: a roll syncs the previously sealed segment inline when no set has
+/// synced it yet (see `Log::roll`), so this stays bounded even when nobody syncs.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    active_log: bool,
+    sealed: Vec<SealedFiles>,
+    dir: bool,
+}
+
+impl Pending {
+    /// Bytes were appended to the active segment's `.log`.
+    pub fn wrote_active(&mut self) {
+        self.active_log = true;
+    }
+
+    /// Files were created or deleted in the directory.
+    pub fn changed_dir(&mut self) {
+        self.dir = true;
+    }
+
+    /// The active segment was sealed: its files replace the active `.log` in the next
+    /// set, and the new segment's file entries make the directory dirty.
+    pub fn sealed(&mut self, sealed: SealedFiles) {
+        self.sealed.retain(|s| !s.is_durable());
+        self.sealed.push(sealed);
+        self.active_log = false;
+        self.dir = true;
+    }
+
+    /// Takes everything pending as a set. `active_log` is the active segment's `.log`.
+    pub fn take(
+        &mut self,
+        active_log: &Arc<File>,
+        dir: &Arc<File>,
+        log_end_offset: Offset,
+    ) -> SyncSet {
+        let mut files = Vec::new();
+        let mut sealed = Vec::new();
+        for segment in self.sealed.drain(..).filter(|s| !s.is_durable()) {
+            files.extend(segment.files);
+            sealed.push(segment.durable);
+        }
+        if std::mem::take(&mut self.active_log) {
+            files.push(active_log.clone());
+        }
+        let dir = std::mem::take(&mut self.dir).then(|| dir.clone());
+        SyncSet {
+            log_end_offset,
+            files,
+            dir,
+            sealed,
+        }
     }
 }

@@ -1,0 +1,205 @@
+//! Opening a partition directory: finding the segments, deciding how much to check,
+//! repairing what a crash left behind, and the clean-shutdown marker.
+//!
+//! After a clean shutdown (`.clean_shutdown` present) every file was synced, so each
+//! segment is adopted with a cheap check of its indexes and tail. After a crash, the
+//! bytes that may not have reached the disk are in the last two segments only: the
+//! active one, and the one sealed by the latest roll, because a roll syncs the
+//! segment sealed before it unless a sync set already did (see `Log::roll`). Those
+//! two are scanned in full and truncated after their last valid batch. If the
+//! second-to-last then does not end where the last begins, the last holds only
+//! unacknowledged data (acknowledging any of it needed a sync set that also synced
+//! the segment before it) and is deleted. The repaired segments are synced, because
+//! after a process crash their unsynced bytes may still sit in the page cache only.
+
+use crate::segment::{self, LoadOptions, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::{LogConfig, LogError, Offset, RecoveryReport};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Written by `Log::close` after everything was synced; removed by the next open.
+pub(crate) const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
+
+/// Segments scanned in full after a crash: the active one and the last sealed one.
+const SEGMENTS_SCANNED_AFTER_CRASH: usize = 2;
+
+pub(crate) struct Recovered {
+    pub dir_file: Arc<File>,
+    pub segments: BTreeMap<i64, Segment>,
+    pub report: RecoveryReport,
+}
+
+/// Opens (creating if needed) the directory and recovers its segments.
+pub(crate) fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> Result<Recovered, LogError> {
+    std::fs::create_dir_all(dir).map_err(LogError::io("create directory", dir))?;
+    let dir_file = Arc::new(File::open(dir).map_err(LogError::io("open directory", dir))?);
+    let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+    let clean = marker
+        .try_exists()
+        .map_err(LogError::io("check", &marker))?;
+    let bases = list_segments(dir)?;
+    let mut report = RecoveryReport {
+        clean_shutdown: clean,
+        ..RecoveryReport::default()
+    };
+    let mut segments = load_segments(dir, &bases, clean, config, now_ms, &mut report)?;
+    if segments.is_empty() {
+        segments.insert(0, Segment::create(dir, 0)?);
+    }
+    if !clean {
+        repair_chain(&mut segments, &mut report)?;
+        for segment in segments.values().rev().take(SEGMENTS_SCANNED_AFTER_CRASH) {
+            segment.sync_files()?;
+        }
+    }
+    let (_, active) = segments.last_key_value().expect("a log has a segment");
+    let log_end_offset = active.end_offset();
+    segments
+        .last_entry()
+        .expect("a log has a segment")
+        .get_mut()
+        .open_writers()?;
+    if clean {
+        std::fs::remove_file(&marker).map_err(LogError::io("remove", &marker))?;
+    }
+    dir_file
+        .sync_all()
+        .map_err(LogError::io("sync directory", dir))?;
+    report.segments = segments.len();
+    report.log_start_offset = Offset(*segments.keys().next().expect("a log has a segment"));
+    report.log_end_offset = Offset(log_end_offset);
+    Ok(Recovered {
+        dir_file,
+        segments,
+        report,
+    })
+}
+
+fn load_segments(
+    dir: &Path,
+    bases: &[i64],
+    clean: bool,
+    config: &LogConfig,
+    now_ms: i64,
+    report: &mut RecoveryReport,
+) -> Result<BTreeMap<i64, Segment>, LogError> {
+    let scan_from = match clean {
+        true => bases.len(),
+        false => bases.len().saturating_sub(SEGMENTS_SCANNED_AFTER_CRASH),
+    };
+    let mut segments = BTreeMap::new();
+    for (i, &base) in bases.iter().enumerate() {
+        let options = LoadOptions {
+            full_scan: i >= scan_from,
+            sealed: i + 1 < bases.len(),
+            index_interval_bytes: config.index_interval_bytes,
+            now_ms,
+        };
+        let (segment, load) = Segment::load(dir, base, options)?;
+        report.truncated_bytes += load.truncated_bytes;
+        report.rebuilt_indexes += load.rebuilt_indexes;
+        segments.insert(base, segment);
+    }
+    warn_about_gaps(&segments);
+    Ok(segments)
+}
+
+/// Deletes trailing segments that do not start where the segment before them ends:
+/// after a crash they hold only data that was never acknowledged.
+fn repair_chain(
+    segments: &mut BTreeMap<i64, Segment>,
+    report: &mut RecoveryReport,
+) -> Result<(), LogError> {
+    while segments.len() >= 2 {
+        let mut newest = segments.values().rev();
+        let last = newest.next().expect("two segments");
+        let previous = newest.next().expect("two segments");
+        if previous.end_offset() == last.base_offset() {
+            return Ok(());
+        }
+        tracing::warn!(path = %last.paths().log.display(), previous_end_offset = previous.end_offset(),
+            "the segment before the last one lost its tail in a crash; deleting the last segment");
+        let (_, last) = segments.pop_last().expect("two segments");
+        report.truncated_bytes += last.size_bytes();
+        last.delete()?;
+    }
+    Ok(())
+}
+
+fn warn_about_gaps(segments: &BTreeMap<i64, Segment>) {
+    let mut pairs = segments.values().zip(segments.values().skip(1));
+    if let Some((previous, next)) = pairs.find(|(p, n)| p.end_offset() != n.base_offset()) {
+        tracing::warn!(path = %previous.paths().log.display(), end_offset = previous.end_offset(),
+            next_base_offset = next.base_offset(), "segments do not chain; reads skip the gap");
+    }
+}
+
+/// The base offsets of the directory's segments, ascending. Deletes index files
+/// whose `.log` is gone (left by a crash during retention); ignores other files.
+fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
+    let mut logs = Vec::new();
+    let mut indexes = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(LogError::io("list", dir))? {
+        let entry = entry.map_err(LogError::io("list", dir))?;
+        let name = entry.file_name();
+        let Some((base, suffix)) = name.to_str().and_then(parse_file_name) else {
+            continue;
+        };
+        match suffix {
+            LOG_SUFFIX => logs.push(base),
+            INDEX_SUFFIX | TIME_INDEX_SUFFIX => indexes.push((base, entry.path())),
+            _ => {}
+        }
+    }
+    logs.sort_unstable();
+    for (base, path) in indexes {
+        if logs.binary_search(&base).is_err() {
+            tracing::warn!(path = %path.display(), "deleting an index file without a segment");
+            std::fs::remove_file(&path).map_err(LogError::io("delete", &path))?;
+        }
+    }
+    Ok(logs)
+}
+
+/// `<20 digits>.<suffix>` into the base offset and suffix.
+fn parse_file_name(name: &str) -> Option<(i64, &str)> {
+    let (stem, suffix) = name.split_once('.')?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let base = stem.parse::<i64>().ok()?;
+    (segment::file_name(base, suffix) == name).then_some((base, suffix))
+}
+
+/// Writes the clean-shutdown marker and syncs it and the directory.
+pub(crate) fn write_clean_marker(dir: &Path, dir_file: &File) -> Result<(), LogError> {
+    let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+    let file = File::create(&marker).map_err(LogError::io("create", &marker))?;
+    file.sync_all().map_err(LogError::io("sync", &marker))?;
+    dir_file
+        .sync_all()
+        .map_err(LogError::io("sync directory", dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_parse_only_in_kafka_form() {
+        assert_eq!(
+            parse_file_name("00000000000000000042.log"),
+            Some((42, "log"))
+        );
+        assert_eq!(
+            parse_file_name("00000000000000000042.timeindex"),
+            Some((42, "timeindex"))
+        );
+        assert_eq!(parse_file_name("42.log"), None);
+        assert_eq!(parse_file_name("0000000000000000004x.log"), None);
+        assert_eq!(parse_file_name("99999999999999999999.log"), None);
+        assert_eq!(parse_file_name(".clean_shutdown"), None);
+    }
+}

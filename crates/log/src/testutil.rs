@@ -1,0 +1,99 @@
+//! Test helpers: encoding valid v2 record batches (the log never decodes records,
+//! but the CRC-32C must be right for recovery to keep a batch) and a small seeded
+//! random number generator, so randomized tests can print and replay their seed.
+
+use crate::batch;
+
+fn put_varint(out: &mut Vec<u8>, value: i64) {
+    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
+    while zigzag >= 0x80 {
+        out.push((zigzag as u8) | 0x80);
+        zigzag >>= 7;
+    }
+    out.push(zigzag as u8);
+}
+
+fn record(offset_delta: i64, value: &[u8]) -> Vec<u8> {
+    let mut body = vec![0u8]; // attributes
+    put_varint(&mut body, 0); // timestamp delta
+    put_varint(&mut body, offset_delta);
+    put_varint(&mut body, -1); // null key
+    put_varint(&mut body, value.len() as i64);
+    body.extend_from_slice(value);
+    put_varint(&mut body, 0); // no headers
+    let mut out = Vec::with_capacity(body.len() + 5);
+    put_varint(&mut out, body.len() as i64);
+    out.extend(body);
+    out
+}
+
+/// A valid v2 batch of `records` records, each with a `value_bytes` value filled
+/// from `seed`, all stamped `timestamp_ms`. Its base offset is 0 until appended.
+pub(crate) fn batch(records: usize, value_bytes: usize, timestamp_ms: i64, seed: u8) -> Vec<u8> {
+    assert!(records > 0);
+    let mut records_bytes = Vec::new();
+    for i in 0..records {
+        let value: Vec<u8> = (0..value_bytes)
+            .map(|j| seed.wrapping_add((i + j) as u8))
+            .collect();
+        records_bytes.extend(record(i as i64, &value));
+    }
+    let mut out = Vec::with_capacity(61 + records_bytes.len());
+    out.extend(0i64.to_be_bytes()); // base offset
+    out.extend(((49 + records_bytes.len()) as i32).to_be_bytes()); // batch length
+    out.extend(0i32.to_be_bytes()); // partition leader epoch
+    out.push(2); // magic
+    out.extend(0u32.to_be_bytes()); // crc, filled below
+    out.extend(0i16.to_be_bytes()); // attributes
+    out.extend(((records - 1) as i32).to_be_bytes()); // last offset delta
+    out.extend(timestamp_ms.to_be_bytes()); // base timestamp
+    out.extend(timestamp_ms.to_be_bytes()); // max timestamp
+    out.extend((-1i64).to_be_bytes()); // producer id
+    out.extend((-1i16).to_be_bytes()); // producer epoch
+    out.extend((-1i32).to_be_bytes()); // base sequence
+    out.extend((records as i32).to_be_bytes());
+    out.extend(records_bytes);
+    let crc = crc32c::crc32c(&out[21..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    batch::validate(&out).expect("the test batch is valid");
+    out
+}
+
+/// A deterministic xorshift generator: enough for randomized tests, no dependency.
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// Uniform in `low..high`.
+    pub fn range(&mut self, low: u64, high: u64) -> u64 {
+        low + self.next_u64() % (high - low)
+    }
+}
+
+/// A seed from the environment (`HEADWAY_TEST_SEED`) or from the process's time,
+/// printed so that a failing run can be replayed.
+pub(crate) fn seed(test: &str) -> u64 {
+    let seed = std::env::var("HEADWAY_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock after 1970");
+            now.as_nanos() as u64
+        });
+    println!("{test}: seed {seed} (replay with HEADWAY_TEST_SEED={seed})");
+    seed
+}
