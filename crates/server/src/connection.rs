@@ -40,7 +40,7 @@ pub async fn serve(
     loop {
         let size = tokio::select! {
             size = read_frame_size(&mut reader, frame_bytes_max) => size,
-            _ = shutdown.wait_for(|down| *down) => break,
+            _ = handlers::shutting_down(&mut shutdown) => break,
         };
         let size = match size {
             Ok(Some(size)) => size,

@@ -6,7 +6,7 @@
 //! connections a grace period to write those acknowledgements; return.
 
 use crate::connection;
-use crate::handlers::Ctx;
+use crate::handlers::{self, Ctx};
 use headway_broker::Broker;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -99,7 +99,7 @@ impl Server {
         loop {
             let permit = tokio::select! {
                 p = Arc::clone(&connections).acquire_owned() => p.expect("semaphore never closed"),
-                _ = down.wait_for(|d| *d) => break,
+                _ = handlers::shutting_down(&mut down) => break,
             };
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
@@ -116,7 +116,7 @@ impl Server {
                     }
                 },
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-                _ = down.wait_for(|d| *d) => break,
+                _ = handlers::shutting_down(&mut down) => break,
             }
         }
         tracing::info!("shutting down: closing logs");

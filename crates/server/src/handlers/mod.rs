@@ -137,3 +137,9 @@ where
         encode_response(version, correlation_id, &body)
     })))
 }
+
+/// Resolves once the broker starts shutting down.
+pub async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is not `Send`; drop it here, not in the caller.
+    let _ = shutdown.wait_for(|down| *down).await;
+}
