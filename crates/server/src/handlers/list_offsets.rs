@@ -24,6 +24,8 @@ const EARLIEST_TIMESTAMP: i64 = -2;
 
 pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
     let body: ListOffsetsRequest = decode_body(request)?;
+    // Leader epochs exist from v4; the encoder refuses a non-default one before.
+    let leader_epoch = if request.api_version() >= 4 { 0 } else { -1 };
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let mut topics = Vec::with_capacity(body.topics.len());
@@ -44,7 +46,7 @@ pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> 
                 };
                 let response = ListOffsetsPartitionResponse::default()
                     .with_partition_index(p.partition_index)
-                    .with_leader_epoch(0);
+                    .with_leader_epoch(leader_epoch);
                 partitions.push(match result {
                     Ok((offset, timestamp)) => {
                         response.with_offset(offset).with_timestamp(timestamp)
