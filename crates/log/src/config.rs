@@ -1,4 +1,5 @@
-//! Settings of one partition log and the limits that keep its on-disk formats valid.
+//! Settings of one partition log, and every limit the log works within: the ones
+//! that keep its on-disk formats valid and the ones that bound its buffers.
 
 /// Largest segment the log creates. Offset-index entries store file positions as
 /// u32, and Kafka's own limit for `segment.bytes` is `i32::MAX`; keeping segments at
@@ -15,6 +16,19 @@ pub const SEGMENT_OFFSETS_LIMIT: i64 = i32::MAX as i64;
 /// the positions an index entry can hold. Larger appends fail with
 /// [`crate::LogError::AppendTooLarge`]; the broker's request limits are far below it.
 pub const APPEND_BYTES_LIMIT: usize = i32::MAX as usize;
+
+/// Bytes read at a time by a full scan. A batch larger than this is read whole, and
+/// never more than the bytes the file region holds, so a corrupt length field cannot
+/// make the walk allocate more than the file's size.
+pub(crate) const SCAN_CHUNK_BYTES: usize = 1 << 20;
+
+/// Bytes read at a time by short walks (a segment's tail, a timestamp lookup), which
+/// usually cover about one `index_interval_bytes`.
+pub(crate) const SHORT_WALK_CHUNK_BYTES: usize = 64 << 10;
+
+/// Bytes read past `index_interval_bytes + max_bytes`, so that the walk from the
+/// index entry usually ends on a batch boundary inside the buffer.
+pub(crate) const READ_SLACK_BYTES: usize = 4096;
 
 /// Settings of one partition log. The broker derives them from topic configs
 /// (`segment.bytes`, `segment.ms`, `retention.bytes`, `retention.ms`,

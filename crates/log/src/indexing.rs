@@ -6,7 +6,7 @@
 //! entry. At each offset-index entry, and when the segment is sealed, a time-index
 //! entry is added if the segment's largest timestamp grew since the last one.
 
-use crate::index::IndexEntry;
+use crate::index::{IndexEntry, OffsetIndex};
 use crate::time_index::{TimeIndex, TimeIndexEntry};
 
 /// Kafka's "no timestamp" value; batches carrying it never produce time entries.
@@ -27,6 +27,14 @@ pub(crate) struct IndexCursor {
 pub(crate) struct NewEntries {
     pub offset: Option<IndexEntry>,
     pub time: Option<TimeIndexEntry>,
+}
+
+impl NewEntries {
+    /// Adds the entries to the in-memory indexes.
+    pub fn push_into(self, offset_index: &mut OffsetIndex, time_index: &mut TimeIndex) {
+        self.offset.into_iter().for_each(|e| offset_index.push(e));
+        self.time.into_iter().for_each(|e| time_index.push(e));
+    }
 }
 
 /// A batch as the cursor sees it.

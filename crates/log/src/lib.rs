@@ -15,6 +15,19 @@
 //! it in a mutex and is the partition's single writer. Expensive work is kept out of
 //! that mutex: [`Log::sync_set`] hands out the files to fsync, and [`Log::locate`]
 //! hands out a [`ReadSlice`] that is read with positional reads without the lock.
+//!
+//! Modules, from the top down:
+//! - `log`: the [`Log`]: offset assignment, rolls, sync bookkeeping, reads across
+//!   segments, timestamp lookups, retention, close.
+//! - `recovery`: opening a directory, the clean-shutdown marker, crash repair.
+//! - `segment` (with `segment_load`): one segment's files and state; adopting or
+//!   rebuilding its indexes at open.
+//! - `index`, `time_index`: the two sparse index formats, as plain values.
+//! - `indexing`: the cadence that decides which batches get index entries.
+//! - `scan`: chunked walks over a segment's batches (recovery, timestamp lookups).
+//! - `read`: [`ReadSlice`], the lock-free fetch read.
+//! - `sync`: [`SyncSet`] and the record of what awaits a sync.
+//! - `batch`: the v2 batch header; `config`: settings and size limits; `error`.
 
 pub mod batch;
 mod config;

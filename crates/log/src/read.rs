@@ -10,16 +10,13 @@
 //! read fetches it whole.
 
 use crate::batch::{declared_total_bytes, BatchIter, LOG_OVERHEAD_BYTES};
+use crate::config::READ_SLACK_BYTES;
 use crate::Offset;
 use bytes::Bytes;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
-
-/// Bytes read past `index_interval_bytes + max_bytes`, so that the walk from the
-/// index entry usually ends on a batch boundary inside the buffer.
-const READ_SLACK_BYTES: usize = 4096;
 
 /// A place to read from in one segment, taken from the log under its lock and read
 /// without it. Holds the segment file open, so a segment deleted by retention in the
@@ -98,9 +95,13 @@ impl ReadSlice {
                     skipped,
                     need: next,
                 } => {
-                    let stuck = skipped == 0 && (next <= buf.len() || next as u64 > remaining);
-                    if stuck {
-                        return Err(corrupt(position));
+                    // The slice ends on a batch boundary, so a batch that claims to
+                    // run past it, or one the buffer holds whole but that does not
+                    // parse, is corrupt.
+                    let left = remaining - skipped as u64;
+                    let stuck = skipped == 0 && next <= buf.len();
+                    if stuck || (left > 0 && next as u64 > left) {
+                        return Err(corrupt(position + skipped as u64));
                     }
                     position += skipped as u64;
                     need = next;

@@ -33,13 +33,15 @@ pub(crate) struct Recovered {
 
 /// Opens (creating if needed) the directory and recovers its segments.
 pub(crate) fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> Result<Recovered, LogError> {
-    std::fs::create_dir_all(dir).map_err(LogError::io("create directory", dir))?;
+    create_dir_durably(dir)?;
     let dir_file = Arc::new(File::open(dir).map_err(LogError::io("open directory", dir))?);
     let marker = dir.join(CLEAN_SHUTDOWN_FILE);
-    let clean = marker
+    let marked = marker
         .try_exists()
         .map_err(LogError::io("check", &marker))?;
     let bases = list_segments(dir)?;
+    // A new log has nothing a crash could have damaged.
+    let clean = marked || bases.is_empty();
     let mut report = RecoveryReport {
         clean_shutdown: clean,
         ..RecoveryReport::default()
@@ -54,27 +56,49 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> Result<Rec
             segment.sync_files()?;
         }
     }
-    let (_, active) = segments.last_key_value().expect("a log has a segment");
-    let log_end_offset = active.end_offset();
-    segments
-        .last_entry()
-        .expect("a log has a segment")
-        .get_mut()
-        .open_writers()?;
-    if clean {
+    let mut active = segments.last_entry().expect("a log has a segment");
+    active.get_mut().open_writers()?;
+    report.log_end_offset = Offset(active.get().end_offset());
+    if marked {
         std::fs::remove_file(&marker).map_err(LogError::io("remove", &marker))?;
     }
+    // Makes the marker's removal, new segments and deleted files durable before
+    // anything is appended: a crash from now on must be detected as one.
     dir_file
         .sync_all()
         .map_err(LogError::io("sync directory", dir))?;
     report.segments = segments.len();
     report.log_start_offset = Offset(*segments.keys().next().expect("a log has a segment"));
-    report.log_end_offset = Offset(log_end_offset);
     Ok(Recovered {
         dir_file,
         segments,
         report,
     })
+}
+
+/// Creates `dir` and any missing ancestors, syncing each new directory's parent so
+/// that the new entries survive a crash (acknowledged data in a directory whose own
+/// entry was lost would be lost with it).
+fn create_dir_durably(dir: &Path) -> Result<(), LogError> {
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).map_err(LogError::io("create directory", dir))?;
+    for created in missing.iter().rev() {
+        let parent = created
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let parent_file = File::open(parent).map_err(LogError::io("open directory", parent))?;
+        parent_file
+            .sync_all()
+            .map_err(LogError::io("sync directory", parent))?;
+    }
+    Ok(())
 }
 
 fn load_segments(

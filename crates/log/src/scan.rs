@@ -8,15 +8,6 @@ use std::io;
 use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 
-/// Bytes read at a time by a full scan. A batch larger than this is read whole, and
-/// never more than the bytes the file region holds, so a corrupt length field cannot
-/// make the walk allocate more than the file's size.
-pub(crate) const SCAN_CHUNK_BYTES: usize = 1 << 20;
-
-/// Bytes read at a time by short walks (a segment's tail, a timestamp lookup), which
-/// usually cover about one `index_interval_bytes`.
-pub(crate) const SHORT_WALK_CHUNK_BYTES: usize = 64 << 10;
-
 /// Why a walk ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum WalkEnd {
@@ -87,40 +78,51 @@ pub(crate) fn walk(
     loop {
         let remaining = to.saturating_sub(position);
         let stop = |end| Ok(Walked { position, end });
-        if remaining == 0 {
-            return stop(WalkEnd::End);
-        }
-        if remaining < LOG_OVERHEAD_BYTES as u64 {
-            return stop(WalkEnd::Incomplete);
-        }
-        if window.from(position).len() < LOG_OVERHEAD_BYTES {
-            window.fill(file, position, capped(options.chunk_bytes, remaining))?;
-        }
-        let total = match batch_bytes(window.from(position), remaining) {
-            Ok(total) => total,
+        let (header, total) = match next_batch(&mut window, file, position, remaining, options)? {
+            Ok(next) => next,
             Err(end) => return stop(end),
-        };
-        if window.from(position).len() < total {
-            window.fill(
-                file,
-                position,
-                capped(options.chunk_bytes.max(total), remaining),
-            )?;
-        }
-        let bytes = &window.from(position)[..total];
-        let parsed = match options.validate {
-            true => batch::validate(bytes),
-            false => BatchHeader::parse(bytes),
-        };
-        let header = match parsed {
-            Ok(header) => header,
-            Err(error) => return stop(WalkEnd::Invalid(error)),
         };
         if visit(position, &header).is_break() {
             return stop(WalkEnd::Stopped);
         }
         position += total as u64;
     }
+}
+
+/// The header and size of the batch at `position`, reading more of the file into
+/// the window when it does not hold the whole batch; or why there is none.
+fn next_batch(
+    window: &mut Window,
+    file: &File,
+    position: u64,
+    remaining: u64,
+    options: WalkOptions,
+) -> io::Result<Result<(BatchHeader, usize), WalkEnd>> {
+    if remaining == 0 {
+        return Ok(Err(WalkEnd::End));
+    }
+    if remaining < LOG_OVERHEAD_BYTES as u64 {
+        return Ok(Err(WalkEnd::Incomplete));
+    }
+    if window.from(position).len() < LOG_OVERHEAD_BYTES {
+        window.fill(file, position, capped(options.chunk_bytes, remaining))?;
+    }
+    let total = match batch_bytes(window.from(position), remaining) {
+        Ok(total) => total,
+        Err(end) => return Ok(Err(end)),
+    };
+    if window.from(position).len() < total {
+        let len = capped(options.chunk_bytes.max(total), remaining);
+        window.fill(file, position, len)?;
+    }
+    let bytes = &window.from(position)[..total];
+    let parsed = match options.validate {
+        true => batch::validate(bytes),
+        false => BatchHeader::parse(bytes),
+    };
+    Ok(parsed
+        .map(|header| (header, total))
+        .map_err(WalkEnd::Invalid))
 }
 
 fn capped(len: usize, remaining: u64) -> usize {

@@ -14,9 +14,10 @@ mod load;
 pub(crate) use load::LoadOptions;
 
 use crate::batch::BatchHeader;
+use crate::config::SHORT_WALK_CHUNK_BYTES;
 use crate::index::{self, OffsetIndex};
 use crate::indexing::{BatchPlace, IndexCursor, NewEntries};
-use crate::scan::{self, WalkOptions, SHORT_WALK_CHUNK_BYTES};
+use crate::scan::{self, WalkOptions};
 use crate::sync::SealedFiles;
 use crate::time_index::{self, TimeIndex};
 use crate::{LogError, Offset, ReadSlice};
@@ -199,6 +200,30 @@ impl Segment {
         index_interval_bytes: u32,
         now_ms: i64,
     ) -> Result<(), LogError> {
+        let (cursor, new, size_bytes) = self.plan(batches, index_interval_bytes);
+        assert_eq!(
+            size_bytes - self.size_bytes,
+            bytes.len() as u64,
+            "batch headers must cover the appended bytes"
+        );
+        self.write(bytes, &new)?;
+        self.size_bytes = size_bytes;
+        self.end_offset = batches.last().expect("an append has batches").last_offset() + 1;
+        self.cursor = cursor;
+        self.created_ms.get_or_insert(now_ms);
+        for entries in new {
+            entries.push_into(&mut self.offset_index, &mut self.time_index);
+        }
+        Ok(())
+    }
+
+    /// The indexing state, the index entries and the segment size after `batches`,
+    /// computed without changing the segment.
+    fn plan(
+        &self,
+        batches: &[BatchHeader],
+        index_interval_bytes: u32,
+    ) -> (IndexCursor, Vec<NewEntries>, u64) {
         let mut cursor = self.cursor.clone();
         let mut new = Vec::with_capacity(batches.len());
         let mut position = self.size_bytes;
@@ -213,27 +238,7 @@ impl Segment {
             new.push(cursor.observe(place, index_interval_bytes));
             position += header.total_bytes() as u64;
         }
-        assert_eq!(
-            position - self.size_bytes,
-            bytes.len() as u64,
-            "batch headers must cover the appended bytes"
-        );
-        self.write(bytes, &new)?;
-        self.size_bytes = position;
-        self.end_offset = batches.last().expect("an append has batches").last_offset() + 1;
-        self.cursor = cursor;
-        self.created_ms.get_or_insert(now_ms);
-        for entries in new {
-            entries
-                .offset
-                .into_iter()
-                .for_each(|e| self.offset_index.push(e));
-            entries
-                .time
-                .into_iter()
-                .for_each(|e| self.time_index.push(e));
-        }
-        Ok(())
+        (cursor, new, position)
     }
 
     fn write(&self, bytes: &[u8], new: &[NewEntries]) -> Result<(), LogError> {

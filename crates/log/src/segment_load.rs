@@ -13,9 +13,11 @@
 //! last two after a crash) and any segment that cannot be adopted.
 
 use super::{relative, Segment, SegmentPaths};
+use crate::batch::BatchHeader;
+use crate::config::{SCAN_CHUNK_BYTES, SHORT_WALK_CHUNK_BYTES};
 use crate::index::{IndexDamage, OffsetIndex};
 use crate::indexing::{BatchPlace, IndexCursor};
-use crate::scan::{self, WalkEnd, WalkOptions, SCAN_CHUNK_BYTES, SHORT_WALK_CHUNK_BYTES};
+use crate::scan::{self, WalkEnd, WalkOptions};
 use crate::time_index::TimeIndex;
 use crate::LogError;
 use std::fs::File;
@@ -38,6 +40,45 @@ pub(crate) struct LoadOptions {
 pub(crate) struct LoadReport {
     pub truncated_bytes: u64,
     pub rebuilt_indexes: usize,
+}
+
+/// Indexes a segment's batches during a full scan.
+struct Rebuilder {
+    base_offset: i64,
+    /// The base offset the next batch must have.
+    expected_offset: i64,
+    index_interval_bytes: u32,
+    cursor: IndexCursor,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+}
+
+impl Rebuilder {
+    /// Indexes a valid batch, or stops at one that does not belong: its offset does
+    /// not follow the previous batch, or it lies where index entries cannot point.
+    fn visit(&mut self, position: u64, header: &BatchHeader) -> ControlFlow<()> {
+        let size_bytes = header.total_bytes() as u64;
+        let relative_offset = relative(self.base_offset, header.base_offset);
+        let position = u32::try_from(position)
+            .ok()
+            .filter(|p| u64::from(*p) + size_bytes <= u64::from(u32::MAX));
+        let (Some(relative_offset), Some(position)) = (relative_offset, position) else {
+            return ControlFlow::Break(());
+        };
+        if header.base_offset != self.expected_offset {
+            return ControlFlow::Break(());
+        }
+        let place = BatchPlace {
+            relative_offset,
+            position,
+            size_bytes: size_bytes as u32,
+            max_timestamp_ms: header.max_timestamp,
+        };
+        let new = self.cursor.observe(place, self.index_interval_bytes);
+        new.push_into(&mut self.offset_index, &mut self.time_index);
+        self.expected_offset = header.last_offset() + 1;
+        ControlFlow::Continue(())
+    }
 }
 
 /// The indexes and state a full scan produced.
@@ -141,30 +182,7 @@ impl Segment {
                 truncated_bytes = report.truncated_bytes, reason = ?scanned.end, "truncating the segment's torn or corrupt tail");
             self.truncate(scanned.valid_bytes)?;
         }
-        let relative_end = scanned.end_offset - self.base_offset;
-        let index_rebuilt = match &loaded_index {
-            None => true,
-            Some(loaded) => {
-                let mut kept = loaded.clone();
-                kept.truncate_to_log_bytes(scanned.valid_bytes);
-                kept != scanned.offset_index
-            }
-        };
-        let time_index_rebuilt = match &loaded_time_index {
-            None => true,
-            Some(loaded) => {
-                let mut kept = loaded.clone();
-                kept.truncate_to_end(relative_end);
-                kept != scanned.time_index
-            }
-        };
-        if loaded_index.as_ref() != Some(&scanned.offset_index) {
-            store(&self.paths.index, &scanned.offset_index.encode())?;
-        }
-        if loaded_time_index.as_ref() != Some(&scanned.time_index) {
-            store(&self.paths.time_index, &scanned.time_index.encode())?;
-        }
-        report.rebuilt_indexes = usize::from(index_rebuilt) + usize::from(time_index_rebuilt);
+        report.rebuilt_indexes = self.store_rebuilt(&loaded_index, &loaded_time_index, &scanned)?;
         self.end_offset = scanned.end_offset;
         self.offset_index = scanned.offset_index;
         self.time_index = scanned.time_index;
@@ -172,13 +190,41 @@ impl Segment {
         Ok(report)
     }
 
+    /// Rewrites the index files that differ from the rebuilt indexes. Returns how
+    /// many were missing or damaged, as opposed to only running past a truncation.
+    fn store_rebuilt(
+        &self,
+        loaded_index: &Option<OffsetIndex>,
+        loaded_time_index: &Option<TimeIndex>,
+        scanned: &Scanned,
+    ) -> Result<usize, LogError> {
+        let index_rebuilt = loaded_index.clone().is_none_or(|mut kept| {
+            kept.truncate_to_log_bytes(scanned.valid_bytes);
+            kept != scanned.offset_index
+        });
+        let time_index_rebuilt = loaded_time_index.clone().is_none_or(|mut kept| {
+            kept.truncate_to_end(scanned.end_offset - self.base_offset);
+            kept != scanned.time_index
+        });
+        if loaded_index.as_ref() != Some(&scanned.offset_index) {
+            store(&self.paths.index, &scanned.offset_index.encode())?;
+        }
+        if loaded_time_index.as_ref() != Some(&scanned.time_index) {
+            store(&self.paths.time_index, &scanned.time_index.encode())?;
+        }
+        Ok(usize::from(index_rebuilt) + usize::from(time_index_rebuilt))
+    }
+
     /// Validates every batch from the start and indexes it as an append would.
     fn scan(&self, options: LoadOptions) -> Result<Scanned, LogError> {
-        let base = self.base_offset;
-        let mut cursor = IndexCursor::new();
-        let mut offset_index = OffsetIndex::default();
-        let mut time_index = TimeIndex::default();
-        let mut expected = base;
+        let mut rebuilder = Rebuilder {
+            base_offset: self.base_offset,
+            expected_offset: self.base_offset,
+            index_interval_bytes: options.index_interval_bytes,
+            cursor: IndexCursor::new(),
+            offset_index: OffsetIndex::default(),
+            time_index: TimeIndex::default(),
+        };
         let walk_options = WalkOptions {
             validate: true,
             chunk_bytes: SCAN_CHUNK_BYTES,
@@ -188,42 +234,22 @@ impl Segment {
             0,
             self.size_bytes,
             walk_options,
-            |position, header| {
-                let size_bytes = header.total_bytes() as u64;
-                let (Some(relative_offset), Ok(position)) =
-                    (relative(base, header.base_offset), u32::try_from(position))
-                else {
-                    return ControlFlow::Break(());
-                };
-                if header.base_offset != expected
-                    || u64::from(position) + size_bytes > u64::from(u32::MAX)
-                {
-                    return ControlFlow::Break(());
-                }
-                let place = BatchPlace {
-                    relative_offset,
-                    position,
-                    size_bytes: size_bytes as u32,
-                    max_timestamp_ms: header.max_timestamp,
-                };
-                let new = cursor.observe(place, options.index_interval_bytes);
-                new.offset.into_iter().for_each(|e| offset_index.push(e));
-                new.time.into_iter().for_each(|e| time_index.push(e));
-                expected = header.last_offset() + 1;
-                ControlFlow::Continue(())
-            },
+            |position, header| rebuilder.visit(position, header),
         )
         .map_err(LogError::io("read", &self.paths.log))?;
         if options.sealed {
-            cursor.seal().into_iter().for_each(|e| time_index.push(e));
+            let sealed = rebuilder.cursor.seal();
+            sealed
+                .into_iter()
+                .for_each(|e| rebuilder.time_index.push(e));
         }
         Ok(Scanned {
             valid_bytes: walked.position,
             end: walked.end,
-            end_offset: expected,
-            offset_index,
-            time_index,
-            cursor,
+            end_offset: rebuilder.expected_offset,
+            offset_index: rebuilder.offset_index,
+            time_index: rebuilder.time_index,
+            cursor: rebuilder.cursor,
         })
     }
 
