@@ -57,6 +57,10 @@ impl BrokerError {
                 log_start_offset,
                 high_watermark: log_end_offset,
             },
+            LogError::AppendTooLarge { size_bytes, .. } => BrokerError::MessageTooLarge {
+                size: size_bytes,
+                limit: i32::MAX as usize,
+            },
             other => BrokerError::Storage(other.to_string()),
         }
     }
