@@ -82,6 +82,7 @@ class Broker:
         # The broker reads every setting from HEADWAY_<NAME> too: keep the caller's
         # environment (HEADWAY_BIN, a stray HEADWAY_DATA_DIR...) out of it.
         env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWAY_")}
+        env["NO_COLOR"] = "1"  # plain log lines in the stderr file
         with open(self.stderr_path, "ab") as err:
             err.write(f"===== start #{self.starts}: {' '.join(args)}\n".encode())
             err.flush()

@@ -3,7 +3,7 @@
 Goal: headway answers acks=all only after fsync, so no acknowledged record may be lost
 when the process dies, recovery must cut any torn tail cleanly (dense offsets, no corrupt
 batch served), and the recovered log must accept new appends that survive the next crash.
-Method: two rounds on one data directory. In each, a librdkafka producer thread sends test
+Method: four rounds on one data directory. In each, a librdkafka producer thread sends test
 records as fast as it can, recording every successful delivery report; once some thousands
 are acknowledged the broker is SIGKILLed mid-stream, the producer purges what is left, and
 the broker restarts on the same data directory. Finally every partition is read from the
@@ -24,7 +24,9 @@ from support import (Delivery, check_records, consume_all, create_topic, make_re
                      wait_for_topic)
 
 PARTITIONS = 4
-ACKS_BEFORE_KILL = 5_000
+ROUNDS = 4
+# Each round kills at a different point: some thousands of acknowledged records in.
+ACKS_BEFORE_KILL = [5_000, 2_000, 7_000, 3_500]
 # Each round numbers its records from a different base, so rounds never share a seq.
 ROUND_SEQ_BASE = 10_000_000
 ROUND_RECORDS_MAX = 2_000_000  # bound on one round's producer loop
@@ -90,14 +92,14 @@ def crash_round(broker, topic: str, round_index: int) -> Delivery:
     producer = BackgroundProducer(broker.bootstrap, topic, round_index * ROUND_SEQ_BASE)
     producer.start()
     deadline = time.monotonic() + ACK_DEADLINE_S
-    while producer.acked_count() < ACKS_BEFORE_KILL:
+    while producer.acked_count() < ACKS_BEFORE_KILL[round_index]:
         broker.check_alive()
         if producer.error is not None or time.monotonic() > deadline:
             producer.stop()
             raise AssertionError(
                 f"round {round_index}: only {producer.acked_count()} acks within "
                 f"{ACK_DEADLINE_S:.0f} s; failures: {list(producer.delivery.failed.items())[:5]}")
-        time.sleep(0.01)
+        time.sleep(0.002)  # kill soon after the threshold, while requests are in flight
     broker.kill()
     producer.stop()
     d = producer.delivery
@@ -117,7 +119,7 @@ def test_acked_records_survive_sigkill(broker):
     create_topic(broker.bootstrap, topic, PARTITIONS)
 
     acked: dict[int, tuple[int, int]] = {}
-    for round_index in range(2):
+    for round_index in range(ROUNDS):
         delivery = crash_round(broker, topic, round_index)
         acked.update(delivery.acked)
         broker.start()  # same data directory, new port
@@ -138,4 +140,4 @@ def test_acked_records_survive_sigkill(broker):
                                 f"or changed:")
         verdict.problems.extend(missing)
     print(f"read {len(records)} records; {len(acked)} were acknowledged")
-    verdict.assert_ok("after two SIGKILLs and restarts")
+    verdict.assert_ok(f"after {ROUNDS} SIGKILLs and restarts")

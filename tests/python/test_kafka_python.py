@@ -1,7 +1,8 @@
 """kafka-python against headway.
 
 Goal: a pure-Python client, with its own protocol encoder and version negotiation, works
-against headway with default settings (api_version auto-detected from ApiVersions).
+against headway with default settings (api_version auto-detected from ApiVersions, and
+idempotence on, which is kafka-python 3's default).
 Method: the same 100,000 keyed records with headers as the librdkafka test, over 4
 partitions with acks='all'; every future must resolve; then a manually assigned consumer
 (no group) reads all partitions from the beginning and every record is checked byte for
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -82,7 +84,11 @@ def test_admin_create_topic(broker):
     wait_for_topic(broker.bootstrap, "kafka-python-admin", 3)
 
 
-def test_produce_consume_100k_acks_all(broker):
+# kafka-python 3 turns idempotence on by default (it needs InitProducerId); "disabled"
+# checks the plain produce path on its own, so each failure points at one feature.
+@pytest.mark.parametrize("idempotence", ["default", "disabled"])
+def test_produce_consume_100k_acks_all(broker, idempotence):
+    config = {} if idempotence == "default" else {"enable_idempotence": False}
     topic = "kafka-python-100k"
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:
@@ -92,7 +98,7 @@ def test_produce_consume_100k_acks_all(broker):
         admin.close()
     wait_for_topic(broker.bootstrap, topic, PARTITIONS)
 
-    acked, failed = produce(broker.bootstrap, topic, RECORD_COUNT)
+    acked, failed = produce(broker.bootstrap, topic, RECORD_COUNT, **config)
     assert not failed, f"{len(failed)} sends failed, e.g. {list(failed.items())[:5]}"
     assert len(acked) == RECORD_COUNT
     used = {p for p, _ in acked.values()}
@@ -114,7 +120,7 @@ def test_gzip_round_trip(broker):
     topic = "kafka-python-gzip"
     count = 5_000
     acked, failed = produce(broker.bootstrap, topic, count, compression_type="gzip",
-                            linger_ms=20)
+                            linger_ms=20, enable_idempotence=False)
     assert not failed, f"{len(failed)} sends failed, e.g. {list(failed.items())[:5]}"
     partitions = len({p for p, _ in acked.values()})
     records = consume_all(broker.bootstrap, topic, partitions, count)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import signal
 import time
 
-import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
