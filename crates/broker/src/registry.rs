@@ -140,7 +140,7 @@ impl Broker {
     ) -> Result<(i32, TopicConfig), BrokerError> {
         validate_topic_name(name)?;
         let partitions = partitions.unwrap_or(self.config.default_partitions);
-        if partitions < 1 || partitions > limits::PARTITIONS_PER_TOPIC_MAX {
+        if !(1..=limits::PARTITIONS_PER_TOPIC_MAX).contains(&partitions) {
             return Err(BrokerError::InvalidPartitions(partitions));
         }
         let config = TopicConfig::from_overrides(configs, &self.config.log)?;

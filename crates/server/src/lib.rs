@@ -24,4 +24,4 @@ pub mod errors;
 pub mod handlers;
 pub mod listener;
 
-pub use listener::{Server, ServerHandle};
+pub use listener::{RunningServer, Server, ServerHandle};

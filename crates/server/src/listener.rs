@@ -50,7 +50,33 @@ fn parse_advertised(addr: &str) -> std::io::Result<(String, i32)> {
     ))
 }
 
+/// A server started by [`Server::start`], running on its own task.
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    pub handle: ServerHandle,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningServer {
+    /// Shuts the server down and waits for its shutdown sequence to finish.
+    pub async fn stop(self) {
+        self.handle.shutdown();
+        let _ = self.task.await;
+    }
+}
+
 impl Server {
+    /// Opens the broker, binds, and runs the server on a task (for tests and tools).
+    pub async fn start(config: headway_broker::BrokerConfig) -> Result<RunningServer, String> {
+        let broker = Broker::open(config).await.map_err(|e| e.to_string())?;
+        let server = Server::bind(broker).await.map_err(|e| e.to_string())?;
+        Ok(RunningServer {
+            addr: server.local_addr(),
+            handle: server.handle(),
+            task: tokio::spawn(server.run()),
+        })
+    }
+
     /// Binds the configured address. With port 0, the bound ephemeral port is
     /// advertised unless an advertised listener is configured.
     pub async fn bind(broker: Arc<Broker>) -> std::io::Result<Server> {

@@ -6,7 +6,7 @@
 //! encoded by the `kafka-protocol` crate (client side).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use headway_broker::{Broker, BrokerConfig};
+use headway_broker::BrokerConfig;
 use headway_protocol::kafka_protocol::messages::*;
 use headway_protocol::kafka_protocol::protocol::{
     Decodable, Encodable, HeaderVersion, Request, StrBytes,
@@ -14,7 +14,7 @@ use headway_protocol::kafka_protocol::protocol::{
 use headway_protocol::kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use headway_server::{Server, ServerHandle};
+use headway_server::{RunningServer, Server};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,8 +25,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 struct TestBroker {
     addr: SocketAddr,
-    handle: ServerHandle,
-    task: tokio::task::JoinHandle<()>,
+    server: RunningServer,
     _dir: tempfile::TempDir,
 }
 
@@ -39,15 +38,10 @@ impl TestBroker {
             frame_bytes_max: 4 * 1024 * 1024,
             ..BrokerConfig::default()
         };
-        let broker = Broker::open(config).await.unwrap();
-        let server = Server::bind(broker).await.unwrap();
-        let addr = server.local_addr();
-        let handle = server.handle();
-        let task = tokio::spawn(server.run());
+        let server = Server::start(config).await.unwrap();
         TestBroker {
-            addr,
-            handle,
-            task,
+            addr: server.addr,
+            server,
             _dir: dir,
         }
     }
@@ -60,10 +54,8 @@ impl TestBroker {
     }
 
     async fn stop(self) {
-        self.handle.shutdown();
-        tokio::time::timeout(DEADLINE, self.task)
+        tokio::time::timeout(DEADLINE, self.server.stop())
             .await
-            .unwrap()
             .unwrap();
     }
 }

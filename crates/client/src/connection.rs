@@ -1,0 +1,292 @@
+//! One connection to one broker: pipelined requests, answers matched in order.
+//!
+//! A writer task sends frames; a reader task reads answers and hands each to the
+//! request that waits for it. Between them, a bounded queue of pending requests is the
+//! connection's in-flight window: when it is full, `request` waits. Kafka answers a
+//! connection's requests in order, so the reader matches each answer to the oldest
+//! pending request and checks the correlation id.
+//!
+//! At connect, ApiVersions tells which versions the broker serves; each request uses
+//! the newest version both sides know ([`SUPPORTED`] lists the client's side).
+
+use crate::error::ClientError;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+/// Versions this client speaks, per API (min, max).
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 11),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::Metadata, 1, 12),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 7),
+];
+
+/// Largest answer accepted; a larger length means a corrupt stream.
+const RESPONSE_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+type Reply = oneshot::Sender<Result<Bytes, ClientError>>;
+
+struct Outgoing {
+    frame: Bytes,
+    correlation_id: i32,
+    /// `None` for requests without an answer (produce with acks=0).
+    reply: Option<Reply>,
+}
+
+pub struct Connection {
+    addr: String,
+    outgoing: mpsc::Sender<Outgoing>,
+    versions: HashMap<i16, i16>,
+    next_correlation_id: AtomicI32,
+    client_id: StrBytes,
+    closed: Arc<AtomicBool>,
+    timeout: Duration,
+}
+
+impl Connection {
+    /// Connects, starts the reader and writer, and negotiates versions.
+    pub async fn connect(
+        addr: &str,
+        client_id: &str,
+        in_flight_max: usize,
+        timeout: Duration,
+    ) -> Result<Connection, ClientError> {
+        let fail = |reason: String| ClientError::Connection {
+            addr: addr.to_string(),
+            reason,
+        };
+        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| fail("connect timed out".into()))?
+            .map_err(|e| fail(e.to_string()))?;
+        let _ = stream.set_nodelay(true);
+        let (reader, writer) = stream.into_split();
+        let (outgoing, outgoing_rx) = mpsc::channel(in_flight_max.max(1));
+        let (pending, pending_rx) = mpsc::channel(in_flight_max.max(1));
+        let closed = Arc::new(AtomicBool::new(false));
+        tokio::spawn(write_loop(
+            writer,
+            outgoing_rx,
+            pending,
+            Arc::clone(&closed),
+        ));
+        tokio::spawn(read_loop(
+            reader,
+            pending_rx,
+            addr.to_string(),
+            Arc::clone(&closed),
+        ));
+        let mut connection = Connection {
+            addr: addr.to_string(),
+            outgoing,
+            versions: HashMap::new(),
+            next_correlation_id: AtomicI32::new(0),
+            client_id: StrBytes::from_string(client_id.to_string()),
+            closed,
+            timeout,
+        };
+        connection.versions = connection.negotiate().await?;
+        Ok(connection)
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    async fn negotiate(&self) -> Result<HashMap<i16, i16>, ClientError> {
+        let request = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("headway-client"))
+            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+        let mut response: ApiVersionsResponse = self.request_at(3, &request).await?;
+        if response.error_code != 0 {
+            // The broker does not know v3; it answered at v0 with its list.
+            response = self.request_at(0, &ApiVersionsRequest::default()).await?;
+        }
+        crate::error::check(response.error_code, None)?;
+        let mut versions = HashMap::new();
+        for (key, min, max) in SUPPORTED {
+            if let Some(theirs) = response.api_keys.iter().find(|k| k.api_key == *key as i16) {
+                let version = (*max).min(theirs.max_version);
+                if version >= (*min).max(theirs.min_version) {
+                    versions.insert(*key as i16, version);
+                }
+            }
+        }
+        Ok(versions)
+    }
+
+    /// The version a request of type `R` will use.
+    pub fn version<R: Request>(&self) -> Result<i16, ClientError> {
+        self.versions.get(&R::KEY).copied().ok_or_else(|| {
+            let (key, min, max) = SUPPORTED
+                .iter()
+                .find(|(k, ..)| *k as i16 == R::KEY)
+                .copied()
+                .unwrap_or((ApiKey::ApiVersions, 0, 0));
+            ClientError::UnsupportedApi {
+                api: api_name(key),
+                min,
+                max,
+            }
+        })
+    }
+
+    /// Sends a request at the negotiated version and waits for its answer.
+    pub async fn request<R: Request>(&self, request: &R) -> Result<R::Response, ClientError> {
+        self.request_at(self.version::<R>()?, request).await
+    }
+
+    /// Sends a request that gets no answer (produce with acks=0).
+    pub async fn send_without_answer<R: Request>(&self, request: &R) -> Result<(), ClientError> {
+        let version = self.version::<R>()?;
+        let (frame, correlation_id) = self.encode(version, request)?;
+        self.outgoing
+            .send(Outgoing {
+                frame,
+                correlation_id,
+                reply: None,
+            })
+            .await
+            .map_err(|_| self.closed_error())
+    }
+
+    async fn request_at<R: Request>(
+        &self,
+        version: i16,
+        request: &R,
+    ) -> Result<R::Response, ClientError> {
+        let (frame, correlation_id) = self.encode(version, request)?;
+        let (reply, answer) = oneshot::channel();
+        self.outgoing
+            .send(Outgoing {
+                frame,
+                correlation_id,
+                reply: Some(reply),
+            })
+            .await
+            .map_err(|_| self.closed_error())?;
+        let mut frame = tokio::time::timeout(self.timeout, answer)
+            .await
+            .map_err(|_| ClientError::Timeout(self.timeout))?
+            .map_err(|_| self.closed_error())??;
+        let protocol = |e: anyhow::Error| ClientError::Protocol(e.to_string());
+        ResponseHeader::decode(&mut frame, R::Response::header_version(version))
+            .map_err(protocol)?;
+        let response = R::Response::decode(&mut frame, version).map_err(protocol)?;
+        Ok(response)
+    }
+
+    fn encode<R: Request>(&self, version: i16, request: &R) -> Result<(Bytes, i32), ClientError> {
+        let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(self.client_id.clone()));
+        let header_version = R::header_version(version);
+        let protocol = |e: anyhow::Error| ClientError::Protocol(e.to_string());
+        let size = header.compute_size(header_version).map_err(protocol)?
+            + request.compute_size(version).map_err(protocol)?;
+        let mut buf = BytesMut::with_capacity(4 + size);
+        buf.put_i32(size as i32);
+        header.encode(&mut buf, header_version).map_err(protocol)?;
+        request.encode(&mut buf, version).map_err(protocol)?;
+        Ok((buf.freeze(), correlation_id))
+    }
+
+    fn closed_error(&self) -> ClientError {
+        ClientError::Connection {
+            addr: self.addr.clone(),
+            reason: "connection closed".into(),
+        }
+    }
+}
+
+fn api_name(key: ApiKey) -> &'static str {
+    match key {
+        ApiKey::Produce => "Produce",
+        ApiKey::Fetch => "Fetch",
+        ApiKey::ListOffsets => "ListOffsets",
+        ApiKey::Metadata => "Metadata",
+        ApiKey::CreateTopics => "CreateTopics",
+        _ => "ApiVersions",
+    }
+}
+
+async fn write_loop(
+    writer: tokio::net::tcp::OwnedWriteHalf,
+    mut outgoing: mpsc::Receiver<Outgoing>,
+    pending: mpsc::Sender<(i32, Reply)>,
+    closed: Arc<AtomicBool>,
+) {
+    let mut out = BufWriter::with_capacity(64 * 1024, writer);
+    while let Some(request) = outgoing.recv().await {
+        if let Some(reply) = request.reply {
+            // Waits while the in-flight window is full.
+            if pending.send((request.correlation_id, reply)).await.is_err() {
+                break;
+            }
+        }
+        if out.write_all(&request.frame).await.is_err() {
+            break;
+        }
+        if outgoing.is_empty() && out.flush().await.is_err() {
+            break;
+        }
+    }
+    closed.store(true, Ordering::Release);
+}
+
+async fn read_loop(
+    mut reader: tokio::net::tcp::OwnedReadHalf,
+    mut pending: mpsc::Receiver<(i32, Reply)>,
+    addr: String,
+    closed: Arc<AtomicBool>,
+) {
+    let failure = loop {
+        let size = match reader.read_i32().await {
+            Ok(size) if size >= 0 && (size as usize) <= RESPONSE_BYTES_MAX => size as usize,
+            Ok(size) => break format!("invalid response length {size}"),
+            Err(e) => break e.to_string(),
+        };
+        let mut frame = BytesMut::zeroed(size);
+        if let Err(e) = reader.read_exact(&mut frame).await {
+            break e.to_string();
+        }
+        let Some((correlation_id, reply)) = pending.recv().await else {
+            break "unexpected response".into();
+        };
+        let mut frame = frame.freeze();
+        if frame.len() < 4 || (&frame[..4]).get_i32() != correlation_id {
+            let _ = reply.send(Err(ClientError::Protocol(format!(
+                "answer out of order: expected correlation id {correlation_id}"
+            ))));
+            break "answers out of order".into();
+        }
+        let _ = reply.send(Ok(std::mem::take(&mut frame)));
+    };
+    closed.store(true, Ordering::Release);
+    pending.close();
+    while let Ok((_, reply)) = pending.try_recv() {
+        let _ = reply.send(Err(ClientError::Connection {
+            addr: addr.clone(),
+            reason: failure.clone(),
+        }));
+    }
+}

@@ -1,0 +1,437 @@
+//! The consumer: assigned partitions, fetched through a credit window.
+//!
+//! The window bounds the bytes fetched but not yet consumed. A fetcher (one per
+//! partition leader) asks for more only when the level (bytes buffered plus bytes
+//! requested by a fetch in flight) has fallen to `refill_threshold_bytes`, and then
+//! asks for `refill_increment_bytes` at most (never more than the room left in the
+//! window). Refilling early, around half-empty, keeps the consumer from stalling on an
+//! empty window (credit stall); refilling in large increments keeps the number of
+//! fetches per byte low (amortization). A broker may answer with more than was asked
+//! only when a single record batch is larger than the credit (Kafka always returns the
+//! first batch whole); such answers are counted as `overshoots`.
+
+use crate::cluster::{Cluster, EARLIEST, LATEST};
+use crate::error::{check, ClientError};
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::RecordBatchDecoder;
+use kafka_protocol::ResponseError;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    /// Most bytes fetched and not yet consumed.
+    pub window_bytes: usize,
+    /// Refill when the level falls to this.
+    pub refill_threshold_bytes: usize,
+    /// Most bytes one refill asks for.
+    pub refill_increment_bytes: usize,
+    /// Per-partition cap within one fetch.
+    pub partition_max_bytes: usize,
+    /// How long the broker may hold a fetch waiting for data.
+    pub max_wait: Duration,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        let window_bytes = 8 * 1024 * 1024;
+        ConsumerConfig {
+            window_bytes,
+            refill_threshold_bytes: window_bytes / 2,
+            refill_increment_bytes: window_bytes / 2,
+            partition_max_bytes: 1024 * 1024,
+            max_wait: Duration::from_millis(500),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartOffset {
+    Earliest,
+    Latest,
+    At(i64),
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsumedRecord {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp_ms: i64,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+}
+
+/// The credit window as the client sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WindowState {
+    pub window_bytes: usize,
+    pub refill_threshold_bytes: usize,
+    /// Fetched, not yet consumed.
+    pub buffered_bytes: usize,
+    /// Credit of the fetches in flight.
+    pub requested_bytes: usize,
+    /// Highest level (buffered plus requested) ever reached.
+    pub level_max_bytes: usize,
+    /// Refills started, and the highest level at which one started.
+    pub refills: u64,
+    pub level_at_refill_max_bytes: usize,
+    /// Answers larger than their credit (a batch larger than the credit).
+    pub overshoots: u64,
+}
+
+struct Chunk {
+    bytes: usize,
+    records: VecDeque<ConsumedRecord>,
+}
+
+#[derive(Default)]
+struct Shared {
+    window: WindowState,
+    chunks: VecDeque<Chunk>,
+    /// Next offset to fetch and last known high watermark, per partition.
+    positions: HashMap<(Arc<str>, i32), (i64, i64)>,
+    closed: bool,
+}
+
+struct Inner {
+    cluster: Arc<Cluster>,
+    config: ConsumerConfig,
+    shared: Mutex<Shared>,
+    data: Notify,
+    credit: Notify,
+}
+
+pub struct Consumer {
+    inner: Arc<Inner>,
+    fetchers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Consumer {
+    /// Starts fetching the given partitions from the given offsets.
+    pub async fn assign(
+        cluster: Arc<Cluster>,
+        config: ConsumerConfig,
+        assignment: Vec<(String, i32, StartOffset)>,
+    ) -> Result<Consumer, ClientError> {
+        if config.refill_threshold_bytes >= config.window_bytes
+            || config.refill_increment_bytes == 0
+        {
+            return Err(ClientError::Invalid(
+                "refill threshold must be below the window, increment positive".into(),
+            ));
+        }
+        let mut positions = HashMap::new();
+        let mut by_leader: HashMap<i32, Vec<(Arc<str>, i32)>> = HashMap::new();
+        for (topic, partition, start) in assignment {
+            let offset = match start {
+                StartOffset::Earliest => cluster.list_offset(&topic, partition, EARLIEST).await?,
+                StartOffset::Latest => cluster.list_offset(&topic, partition, LATEST).await?,
+                StartOffset::At(offset) => offset,
+            };
+            let (node, _) = cluster.leader(&topic, partition).await?;
+            let topic: Arc<str> = Arc::from(topic);
+            positions.insert((Arc::clone(&topic), partition), (offset, -1));
+            by_leader.entry(node).or_default().push((topic, partition));
+        }
+        let window = WindowState {
+            window_bytes: config.window_bytes,
+            refill_threshold_bytes: config.refill_threshold_bytes,
+            ..WindowState::default()
+        };
+        let inner = Arc::new(Inner {
+            cluster,
+            config,
+            shared: Mutex::new(Shared {
+                window,
+                positions,
+                ..Shared::default()
+            }),
+            data: Notify::new(),
+            credit: Notify::new(),
+        });
+        let fetchers = by_leader
+            .into_iter()
+            .map(|(node, partitions)| {
+                tokio::spawn(fetch_loop(Arc::clone(&inner), node, partitions))
+            })
+            .collect();
+        Ok(Consumer { inner, fetchers })
+    }
+
+    /// The next record, waiting for one if none is buffered.
+    pub async fn next(&self) -> ConsumedRecord {
+        loop {
+            let data = self.inner.data.notified();
+            if let Some(record) = self.try_next() {
+                return record;
+            }
+            data.await;
+        }
+    }
+
+    /// The next buffered record, if any.
+    pub fn try_next(&self) -> Option<ConsumedRecord> {
+        let mut shared = self.inner.shared.lock().expect("consumer lock");
+        let chunk = shared.chunks.front_mut()?;
+        let record = chunk.records.pop_front();
+        if chunk.records.is_empty() {
+            let bytes = chunk.bytes;
+            shared.chunks.pop_front();
+            shared.window.buffered_bytes -= bytes;
+            self.inner.credit.notify_waiters();
+        }
+        record
+    }
+
+    pub fn window(&self) -> WindowState {
+        self.inner
+            .shared
+            .lock()
+            .expect("consumer lock")
+            .window
+            .clone()
+    }
+
+    /// True when every assigned partition has been read up to the high watermark seen
+    /// in the latest fetch answer, and every fetched record was consumed.
+    pub fn caught_up(&self) -> bool {
+        let shared = self.inner.shared.lock().expect("consumer lock");
+        shared.chunks.is_empty()
+            && shared
+                .positions
+                .values()
+                .all(|(next, hw)| *hw >= 0 && next >= hw)
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        self.inner.shared.lock().expect("consumer lock").closed = true;
+        self.fetchers.iter().for_each(|f| f.abort());
+    }
+}
+
+/// Waits until the level has fallen to the threshold, then reserves a refill's credit.
+async fn reserve_credit(inner: &Inner) -> Option<usize> {
+    loop {
+        let credit = inner.credit.notified();
+        {
+            let mut shared = inner.shared.lock().expect("consumer lock");
+            if shared.closed {
+                return None;
+            }
+            let w = &mut shared.window;
+            let level = w.buffered_bytes + w.requested_bytes;
+            if level <= w.refill_threshold_bytes {
+                let credit = inner
+                    .config
+                    .refill_increment_bytes
+                    .min(w.window_bytes - level);
+                w.requested_bytes += credit;
+                w.refills += 1;
+                w.level_at_refill_max_bytes = w.level_at_refill_max_bytes.max(level);
+                w.level_max_bytes = w.level_max_bytes.max(level + credit);
+                return Some(credit);
+            }
+        }
+        credit.await;
+    }
+}
+
+async fn fetch_loop(inner: Arc<Inner>, node: i32, partitions: Vec<(Arc<str>, i32)>) {
+    let mut backoff = inner.cluster.config().retry_backoff;
+    while let Some(credit) = reserve_credit(&inner).await {
+        let outcome = fetch_once(&inner, node, &partitions, credit).await;
+        let failed = outcome.is_err();
+        let chunk = outcome.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, node, "fetch failed");
+            Chunk {
+                bytes: 0,
+                records: VecDeque::new(),
+            }
+        });
+        {
+            let mut shared = inner.shared.lock().expect("consumer lock");
+            let w = &mut shared.window;
+            w.requested_bytes -= credit;
+            if chunk.bytes > credit {
+                w.overshoots += 1;
+            }
+            w.buffered_bytes += chunk.bytes;
+            w.level_max_bytes = w.level_max_bytes.max(w.buffered_bytes + w.requested_bytes);
+            if !chunk.records.is_empty() {
+                shared.chunks.push_back(chunk);
+                inner.data.notify_waiters();
+            }
+        }
+        if failed {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(inner.cluster.config().retry_backoff_max);
+        } else {
+            backoff = inner.cluster.config().retry_backoff;
+        }
+    }
+}
+
+async fn fetch_once(
+    inner: &Inner,
+    node: i32,
+    partitions: &[(Arc<str>, i32)],
+    credit: usize,
+) -> Result<Chunk, ClientError> {
+    let addr = inner
+        .cluster
+        .broker_addr(node)
+        .ok_or_else(|| ClientError::Invalid(format!("no address for broker {node}")))?;
+    let connection = inner.cluster.connection(&addr).await?;
+    let request = fetch_request(inner, partitions, credit);
+    let response = connection.request(&request).await?;
+    check(response.error_code, None)?;
+    let mut chunk = Chunk {
+        bytes: 0,
+        records: VecDeque::new(),
+    };
+    for topic in response.responses {
+        let name: Arc<str> = Arc::from(topic.topic.as_str());
+        for p in topic.partitions {
+            let key = (Arc::clone(&name), p.partition_index);
+            if p.error_code == ResponseError::OffsetOutOfRange.code() {
+                let earliest = inner
+                    .cluster
+                    .list_offset(&name, p.partition_index, EARLIEST)
+                    .await?;
+                tracing::warn!(topic = %name, partition = p.partition_index, earliest, "offset out of range; restarting from the earliest offset");
+                set_position(inner, &key, Some(earliest), None);
+                continue;
+            }
+            check(p.error_code, None)?;
+            let records = p.records.unwrap_or_default();
+            chunk.bytes += records.len();
+            let next = decode(
+                &name,
+                p.partition_index,
+                records,
+                position(inner, &key),
+                &mut chunk.records,
+            )?;
+            set_position(inner, &key, next, Some(p.high_watermark));
+        }
+    }
+    Ok(chunk)
+}
+
+fn fetch_request(inner: &Inner, partitions: &[(Arc<str>, i32)], credit: usize) -> FetchRequest {
+    let mut by_topic: Vec<(Arc<str>, Vec<FetchPartition>)> = Vec::new();
+    for (topic, partition) in partitions {
+        let offset = position(inner, &(Arc::clone(topic), *partition));
+        let p = FetchPartition::default()
+            .with_partition(*partition)
+            .with_fetch_offset(offset)
+            .with_partition_max_bytes(inner.config.partition_max_bytes.min(credit) as i32);
+        match by_topic.iter_mut().find(|(t, _)| t == topic) {
+            Some((_, list)) => list.push(p),
+            None => by_topic.push((Arc::clone(topic), vec![p])),
+        }
+    }
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(inner.config.max_wait.as_millis() as i32)
+        .with_min_bytes(1)
+        .with_max_bytes(credit as i32)
+        .with_session_epoch(-1)
+        .with_topics(
+            by_topic
+                .into_iter()
+                .map(|(t, ps)| {
+                    FetchTopic::default()
+                        .with_topic(TopicName(StrBytes::from_string(t.to_string())))
+                        .with_partitions(ps)
+                })
+                .collect(),
+        )
+}
+
+fn position(inner: &Inner, key: &(Arc<str>, i32)) -> i64 {
+    inner
+        .shared
+        .lock()
+        .expect("consumer lock")
+        .positions
+        .get(key)
+        .map_or(0, |p| p.0)
+}
+
+fn set_position(
+    inner: &Inner,
+    key: &(Arc<str>, i32),
+    next: Option<i64>,
+    high_watermark: Option<i64>,
+) {
+    let mut shared = inner.shared.lock().expect("consumer lock");
+    if let Some(p) = shared.positions.get_mut(key) {
+        if let Some(next) = next {
+            p.0 = next;
+        }
+        if let Some(hw) = high_watermark {
+            p.1 = hw;
+        }
+    }
+}
+
+/// Decodes (and decompresses) the batches of one partition, keeping records at or
+/// after `from`. Returns the next offset to fetch, if any record batch was read.
+/// A partial batch at the end (a broker may cut the last one at the size limit) is
+/// left for the next fetch.
+fn decode(
+    topic: &Arc<str>,
+    partition: i32,
+    records: Bytes,
+    from: i64,
+    out: &mut VecDeque<ConsumedRecord>,
+) -> Result<Option<i64>, ClientError> {
+    let mut next = None;
+    let mut at = 0;
+    while records.len() - at >= 12 {
+        let length = i32::from_be_bytes(records[at + 8..at + 12].try_into().expect("4 bytes"));
+        let end = at + 12 + length.max(0) as usize;
+        if length < 0 || end > records.len() {
+            break;
+        }
+        let mut batch = records.slice(at..end);
+        if batch.len() >= 27 {
+            // From the header, so that a batch without records still moves the position.
+            let base_offset = i64::from_be_bytes(batch[0..8].try_into().expect("8 bytes"));
+            let last_offset_delta = i32::from_be_bytes(batch[23..27].try_into().expect("4 bytes"));
+            next = Some(base_offset + i64::from(last_offset_delta) + 1);
+        }
+        at = end;
+        let set = RecordBatchDecoder::decode(&mut batch)
+            .map_err(|e| ClientError::Protocol(format!("bad record batch: {e}")))?;
+        for r in set.records {
+            if r.offset < from || r.control {
+                continue;
+            }
+            out.push_back(ConsumedRecord {
+                topic: Arc::clone(topic),
+                partition,
+                offset: r.offset,
+                timestamp_ms: r.timestamp,
+                key: r.key,
+                value: r.value,
+                headers: r
+                    .headers
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+            });
+        }
+    }
+    Ok(next)
+}

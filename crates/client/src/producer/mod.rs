@@ -1,0 +1,425 @@
+//! The producer: records are batched per partition, and batches are striped over lanes.
+//!
+//! Flow: [`Producer::send`] reserves buffer memory (waiting while `buffer_bytes_max` is
+//! used up), appends the record to its partition's open batch, and seals the batch when
+//! it reaches `batch_bytes_max` (or, from a background task, when it is older than
+//! `linger`). Sealed batches go, in order, to one dispatcher task that picks a lane of
+//! the partition leader (see [`lanes`]) and sends the batch there. The batch's memory
+//! returns to the buffer when its answer arrives.
+//!
+//! Ordering: with `ordered = false` (the default) batches round-robin over lanes and
+//! deflect from full lanes, so batches of one partition may overtake each other. With
+//! `ordered = true` a partition always uses the same lane (partition index modulo lane
+//! count) and deflection is off, so a partition's batches stay in order, as on one Kafka
+//! connection: retries after a connection failure can still reorder, as with any
+//! non-idempotent Kafka producer.
+
+mod lanes;
+
+use crate::cluster::Cluster;
+use crate::error::ClientError;
+use crate::partitioner::partition_for_key;
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::indexmap::IndexMap;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+pub use lanes::LaneStats;
+use lanes::{LaneSet, SealedBatch};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
+
+/// A record to send.
+#[derive(Debug, Clone, Default)]
+pub struct Record {
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+    /// Milliseconds since the epoch; `None` means now.
+    pub timestamp_ms: Option<i64>,
+    /// An explicit partition; `None` hashes the key, or rotates for keyless records.
+    pub partition: Option<i32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ProducerConfig {
+    /// 0, 1 or -1 (all).
+    pub acks: i16,
+    /// How long an open batch may wait for more records.
+    pub linger: Duration,
+    /// Seal a batch once its records reach this many bytes.
+    pub batch_bytes_max: usize,
+    pub compression: Compression,
+    /// Lanes per partition leader, each a connection with its own in-flight window.
+    pub lanes: usize,
+    /// Batches in flight per lane; a lane with this many is full.
+    pub lane_in_flight_max: usize,
+    /// Send a batch whose lane is full to the next lane with room.
+    pub deflect: bool,
+    /// Keep each partition on one lane (and turn deflection off).
+    pub ordered: bool,
+    /// Bytes of records buffered or in flight; `send` waits beyond it.
+    pub buffer_bytes_max: usize,
+    /// Lab and test hook: lane `i` sleeps `lane_delays[i]` before sending each batch,
+    /// holding its in-flight slot, like a slow link.
+    pub lane_delays: Vec<Duration>,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        ProducerConfig {
+            acks: -1,
+            linger: Duration::from_millis(5),
+            batch_bytes_max: 128 * 1024,
+            compression: Compression::None,
+            lanes: 4,
+            lane_in_flight_max: 4,
+            deflect: true,
+            ordered: false,
+            buffer_bytes_max: 64 * 1024 * 1024,
+            lane_delays: Vec::new(),
+        }
+    }
+}
+
+/// Where a batch ended: its base offset, or why it failed.
+type Outcome = Option<Result<i64, ClientError>>;
+
+/// Resolves when the record's batch is acknowledged.
+pub struct Delivery {
+    outcome: watch::Receiver<Outcome>,
+    partition: i32,
+    offset_delta: i64,
+}
+
+impl Delivery {
+    /// The record's partition and offset (offset -1 with acks=0).
+    pub async fn wait(mut self) -> Result<(i32, i64), ClientError> {
+        let outcome = self
+            .outcome
+            .wait_for(Option::is_some)
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        match outcome.as_ref().expect("waited for Some") {
+            Ok(base) if *base >= 0 => Ok((self.partition, base + self.offset_delta)),
+            Ok(_) => Ok((self.partition, -1)),
+            Err(e) => Err(e.clone()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ProducerStats {
+    pub records_acked: u64,
+    pub records_failed: u64,
+    pub batches: u64,
+    /// Times `send` had to wait for buffer memory.
+    pub buffer_full_events: u64,
+    pub lanes: Vec<LaneStats>,
+}
+
+struct OpenBatch {
+    records: Vec<kafka_protocol::records::Record>,
+    bytes: usize,
+    created: Instant,
+    outcome: watch::Sender<Outcome>,
+}
+
+pub(crate) struct Counters {
+    records_acked: AtomicU64,
+    records_failed: AtomicU64,
+    batches: AtomicU64,
+    buffer_full_events: AtomicU64,
+    /// Sealed batches not yet answered; `flush` waits for zero.
+    outstanding: AtomicUsize,
+    idle: Notify,
+}
+
+struct Inner {
+    cluster: Arc<Cluster>,
+    config: ProducerConfig,
+    open: Mutex<HashMap<(Arc<str>, i32), OpenBatch>>,
+    sticky: Mutex<HashMap<Arc<str>, i32>>,
+    sealed: mpsc::Sender<SealedBatch>,
+    buffer: Arc<Semaphore>,
+    counters: Arc<Counters>,
+    lanes: Arc<LaneSet>,
+}
+
+pub struct Producer {
+    inner: Arc<Inner>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Bytes a record adds to a batch, roughly: payload plus per-record overhead.
+fn record_bytes(record: &Record) -> usize {
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|(k, v)| k.len() + v.as_ref().map_or(0, Bytes::len) + 8)
+        .sum();
+    record.key.as_ref().map_or(0, Bytes::len)
+        + record.value.as_ref().map_or(0, Bytes::len)
+        + headers
+        + 24
+}
+
+impl Producer {
+    pub fn new(cluster: Arc<Cluster>, config: ProducerConfig) -> Result<Producer, ClientError> {
+        if config.lanes == 0 || config.lane_in_flight_max == 0 || !matches!(config.acks, -1..=1) {
+            return Err(ClientError::Invalid(
+                "lanes and lane_in_flight_max must be positive and acks -1, 0 or 1".into(),
+            ));
+        }
+        if config.buffer_bytes_max < config.batch_bytes_max {
+            return Err(ClientError::Invalid(
+                "buffer_bytes_max must be at least batch_bytes_max".into(),
+            ));
+        }
+        let counters = Arc::new(Counters {
+            records_acked: AtomicU64::new(0),
+            records_failed: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            buffer_full_events: AtomicU64::new(0),
+            outstanding: AtomicUsize::new(0),
+            idle: Notify::new(),
+        });
+        let buffer = Arc::new(Semaphore::new(config.buffer_bytes_max));
+        let lanes = Arc::new(LaneSet::new(
+            Arc::clone(&cluster),
+            config.clone(),
+            Arc::clone(&counters),
+            Arc::clone(&buffer),
+        ));
+        // The dispatcher's queue: enough to keep every lane busy, no more.
+        let (sealed, sealed_rx) = mpsc::channel(config.lanes * config.lane_in_flight_max);
+        let inner = Arc::new(Inner {
+            cluster,
+            buffer,
+            config,
+            open: Mutex::new(HashMap::new()),
+            sticky: Mutex::new(HashMap::new()),
+            sealed,
+            counters,
+            lanes: Arc::clone(&lanes),
+        });
+        let tasks = vec![
+            tokio::spawn(lanes.dispatch(sealed_rx)),
+            tokio::spawn(linger_loop(Arc::downgrade(&inner))),
+        ];
+        Ok(Producer { inner, tasks })
+    }
+
+    /// Adds a record to its partition's batch. Waits only while the buffer is full or
+    /// every lane (and the dispatcher's queue) is full.
+    pub async fn send(&self, topic: &str, record: Record) -> Result<Delivery, ClientError> {
+        let inner = &self.inner;
+        let meta = inner.cluster.topic(topic).await?;
+        let partitions = meta.leaders.len();
+        let topic: Arc<str> = Arc::from(topic);
+        let partition = match (record.partition, &record.key) {
+            (Some(p), _) if (p as usize) < partitions && p >= 0 => p,
+            (Some(p), _) => return Err(ClientError::UnknownTopic(format!("{topic}/{p}"))),
+            (None, Some(key)) => partition_for_key(key, partitions),
+            (None, None) => {
+                *inner
+                    .sticky
+                    .lock()
+                    .expect("sticky lock")
+                    .entry(Arc::clone(&topic))
+                    .or_insert(0)
+                    % partitions as i32
+            }
+        };
+        let bytes = record_bytes(&record).min(inner.config.buffer_bytes_max);
+        let permit = match Arc::clone(&inner.buffer).try_acquire_many_owned(bytes as u32) {
+            Ok(p) => p,
+            Err(_) => {
+                inner
+                    .counters
+                    .buffer_full_events
+                    .fetch_add(1, Ordering::Relaxed);
+                Arc::clone(&inner.buffer)
+                    .acquire_many_owned(bytes as u32)
+                    .await
+                    .map_err(|_| ClientError::Closed)?
+            }
+        };
+        // The permit returns when the batch is answered (LaneSet::finish).
+        permit.forget();
+        let (delivery, sealed) = self.append(topic, partition, partitions, record, bytes);
+        if let Some(batch) = sealed {
+            inner
+                .sealed
+                .send(batch)
+                .await
+                .map_err(|_| ClientError::Closed)?;
+        }
+        Ok(delivery)
+    }
+
+    fn append(
+        &self,
+        topic: Arc<str>,
+        partition: i32,
+        partitions: usize,
+        record: Record,
+        bytes: usize,
+    ) -> (Delivery, Option<SealedBatch>) {
+        let inner = &self.inner;
+        let mut open = inner.open.lock().expect("open batches lock");
+        let key = (Arc::clone(&topic), partition);
+        let batch = open.entry(key.clone()).or_insert_with(|| OpenBatch {
+            records: Vec::new(),
+            bytes: 0,
+            created: Instant::now(),
+            outcome: watch::channel(None).0,
+        });
+        let offset_delta = batch.records.len() as i64;
+        batch.records.push(to_wire(record, offset_delta));
+        batch.bytes += bytes;
+        let delivery = Delivery {
+            outcome: batch.outcome.subscribe(),
+            partition,
+            offset_delta,
+        };
+        let sealed = (batch.bytes >= inner.config.batch_bytes_max).then(|| {
+            let batch = open.remove(&key).expect("batch present");
+            if !inner.config.ordered {
+                let mut sticky = inner.sticky.lock().expect("sticky lock");
+                let next = sticky.entry(Arc::clone(&topic)).or_insert(0);
+                *next = (*next + 1) % partitions as i32;
+            }
+            seal(&inner.counters, topic, partition, batch)
+        });
+        (delivery, sealed)
+    }
+
+    /// Sends every open batch and waits until every batch sent so far is answered.
+    pub async fn flush(&self) -> Result<(), ClientError> {
+        for batch in take_open(&self.inner, |_| true) {
+            self.inner
+                .sealed
+                .send(batch)
+                .await
+                .map_err(|_| ClientError::Closed)?;
+        }
+        let counters = &self.inner.counters;
+        loop {
+            let idle = counters.idle.notified();
+            if counters.outstanding.load(Ordering::Acquire) == 0 {
+                return Ok(());
+            }
+            idle.await;
+        }
+    }
+
+    pub fn stats(&self) -> ProducerStats {
+        let c = &self.inner.counters;
+        ProducerStats {
+            records_acked: c.records_acked.load(Ordering::Relaxed),
+            records_failed: c.records_failed.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+            buffer_full_events: c.buffer_full_events.load(Ordering::Relaxed),
+            lanes: self.inner.lanes.stats(),
+        }
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        self.tasks.iter().for_each(|t| t.abort());
+    }
+}
+
+fn to_wire(record: Record, offset_delta: i64) -> kafka_protocol::records::Record {
+    let headers: IndexMap<StrBytes, Option<Bytes>> = record
+        .headers
+        .into_iter()
+        .map(|(k, v)| (StrBytes::from_string(k), v))
+        .collect();
+    kafka_protocol::records::Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: offset_delta,
+        // The encoder keeps records in one batch while offset minus sequence is
+        // constant; this also makes the batch's base sequence -1 (no idempotence).
+        sequence: offset_delta as i32 - 1,
+        timestamp: record.timestamp_ms.unwrap_or_else(now_ms),
+        key: record.key,
+        value: record.value,
+        headers,
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn seal(counters: &Counters, topic: Arc<str>, partition: i32, batch: OpenBatch) -> SealedBatch {
+    counters.outstanding.fetch_add(1, Ordering::AcqRel);
+    SealedBatch {
+        topic,
+        partition,
+        records: batch.records,
+        bytes: batch.bytes,
+        outcome: batch.outcome,
+    }
+}
+
+fn take_open(inner: &Inner, due: impl Fn(&OpenBatch) -> bool) -> Vec<SealedBatch> {
+    let mut open = inner.open.lock().expect("open batches lock");
+    let keys: Vec<_> = open
+        .iter()
+        .filter(|(_, b)| due(b))
+        .map(|(k, _)| k.clone())
+        .collect();
+    keys.into_iter()
+        .map(|key| {
+            let batch = open.remove(&key).expect("batch present");
+            seal(&inner.counters, key.0, key.1, batch)
+        })
+        .collect()
+}
+
+/// Seals batches older than `linger`.
+async fn linger_loop(inner: std::sync::Weak<Inner>) {
+    loop {
+        let Some(inner) = inner.upgrade() else { return };
+        let linger = inner.config.linger;
+        let due = take_open(&inner, |b| b.created.elapsed() >= linger);
+        for batch in due {
+            if inner.sealed.send(batch).await.is_err() {
+                return;
+            }
+        }
+        drop(inner);
+        tokio::time::sleep((linger / 2).max(Duration::from_millis(1))).await;
+    }
+}
+
+/// Encodes a sealed batch's records as one v2 record batch.
+pub(crate) fn encode_batch(
+    records: &[kafka_protocol::records::Record],
+    compression: Compression,
+) -> Result<Bytes, ClientError> {
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression,
+    };
+    RecordBatchEncoder::encode(&mut buf, records, &options)
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    Ok(buf.freeze())
+}
