@@ -2,7 +2,12 @@
 //!
 //! `headway serve` starts the broker. Settings come from, in increasing precedence:
 //! built-in defaults, a TOML file (`--config`), environment variables
-//! (`HEADWAY_<NAME>`), and flags.
+//! (`HEADWAY_<NAME>`), and flags. `headway produce` and `headway consume` are clients
+//! for any Kafka-compatible broker.
+
+mod consume;
+mod produce;
+mod progress;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -26,6 +31,10 @@ struct Cli {
 enum Command {
     /// Start the broker (defaults: data in ./headway-data, listening on 127.0.0.1:9092).
     Serve(ServeArgs),
+    /// Write records to a topic: stdin lines, or generated ones with --count.
+    Produce(produce::ProduceArgs),
+    /// Print records of a topic.
+    Consume(consume::ConsumeArgs),
 }
 
 #[derive(Args)]
@@ -113,7 +122,18 @@ impl ServeArgs {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}` prints the chain of causes on one line, without a backtrace.
+            eprintln!("headway: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("HEADWAY_LOG")
@@ -123,7 +143,15 @@ fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Serve(args) => serve(args.into_config()?),
+        Command::Produce(args) => client_runtime()?.block_on(produce::run(args)),
+        Command::Consume(args) => client_runtime()?.block_on(consume::run(args)),
     }
+}
+
+fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
 }
 
 fn serve(config: BrokerConfig) -> anyhow::Result<()> {

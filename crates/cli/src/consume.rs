@@ -1,0 +1,156 @@
+//! `headway consume TOPIC`: print records, kcat-style.
+
+use crate::progress::Progress;
+use anyhow::Context;
+use clap::Args;
+use headway_client::{
+    ClientConfig, Cluster, ConsumedRecord, Consumer, ConsumerConfig, StartOffset,
+};
+use std::io::Write;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct ConsumeArgs {
+    /// Topic to read.
+    topic: String,
+    /// Broker to start from, HOST:PORT[,HOST:PORT...].
+    #[arg(
+        long,
+        short = 'b',
+        env = "HEADWAY_BOOTSTRAP",
+        default_value = "127.0.0.1:9092"
+    )]
+    bootstrap: String,
+    /// Start at the earliest offset (default: only new records).
+    #[arg(long)]
+    from_beginning: bool,
+    /// Read only these partitions (repeatable; default: all).
+    #[arg(long, short = 'p')]
+    partition: Vec<i32>,
+    /// Stop after this many records.
+    #[arg(long, short = 'c')]
+    count: Option<u64>,
+    /// Stop when every partition has been read to its end.
+    #[arg(long, short = 'e')]
+    exit_at_end: bool,
+    /// Output per record, with {key} {value} {partition} {offset} {timestamp} {headers}.
+    #[arg(long, short = 'f', default_value = "{value}")]
+    format: String,
+    /// Consume as a member of this consumer group.
+    #[arg(long, short = 'g')]
+    group: Option<String>,
+    /// No progress lines (the summary is still printed).
+    #[arg(long, short = 'q')]
+    quiet: bool,
+}
+
+/// A `--format` string, split once into literal text and fields.
+enum Piece {
+    Text(String),
+    Key,
+    Value,
+    Partition,
+    Offset,
+    Timestamp,
+    Headers,
+}
+
+fn parse_format(format: &str) -> anyhow::Result<Vec<Piece>> {
+    let mut pieces = Vec::new();
+    let mut rest = format;
+    while let Some(open) = rest.find('{') {
+        pieces.push(Piece::Text(rest[..open].to_string()));
+        let close = rest[open..]
+            .find('}')
+            .context("--format has an unclosed '{'")?
+            + open;
+        pieces.push(match &rest[open + 1..close] {
+            "key" => Piece::Key,
+            "value" => Piece::Value,
+            "partition" => Piece::Partition,
+            "offset" => Piece::Offset,
+            "timestamp" => Piece::Timestamp,
+            "headers" => Piece::Headers,
+            other => anyhow::bail!("--format field {{{other}}} is not one of key, value, partition, offset, timestamp, headers"),
+        });
+        rest = &rest[close + 1..];
+    }
+    pieces.push(Piece::Text(rest.to_string()));
+    Ok(pieces)
+}
+
+fn render(out: &mut impl Write, pieces: &[Piece], r: &ConsumedRecord) -> std::io::Result<()> {
+    for piece in pieces {
+        match piece {
+            Piece::Text(t) => out.write_all(t.as_bytes())?,
+            Piece::Key => out.write_all(r.key.as_deref().unwrap_or_default())?,
+            Piece::Value => out.write_all(r.value.as_deref().unwrap_or_default())?,
+            Piece::Partition => write!(out, "{}", r.partition)?,
+            Piece::Offset => write!(out, "{}", r.offset)?,
+            Piece::Timestamp => write!(out, "{}", r.timestamp_ms)?,
+            Piece::Headers => {
+                for (i, (k, v)) in r.headers.iter().enumerate() {
+                    let value = v
+                        .as_deref()
+                        .map(String::from_utf8_lossy)
+                        .unwrap_or_default();
+                    write!(out, "{}{k}={value}", if i > 0 { "," } else { "" })?;
+                }
+            }
+        }
+    }
+    out.write_all(b"\n")
+}
+
+pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
+    if let Some(group) = &args.group {
+        anyhow::bail!("--group {group}: consumer groups are not served yet; read partitions directly (omit --group)");
+    }
+    let pieces = parse_format(&args.format)?;
+    let cluster = Cluster::connect(&args.bootstrap, ClientConfig::default())
+        .await
+        .with_context(|| format!("connecting to {}", args.bootstrap))?;
+    let partitions: Vec<i32> = if args.partition.is_empty() {
+        (0..cluster.topic(&args.topic).await?.leaders.len() as i32).collect()
+    } else {
+        args.partition.clone()
+    };
+    let start = if args.from_beginning {
+        StartOffset::Earliest
+    } else {
+        StartOffset::Latest
+    };
+    let assignment = partitions
+        .iter()
+        .map(|p| (args.topic.clone(), *p, start))
+        .collect();
+    let consumer = Consumer::assign(cluster, ConsumerConfig::default(), assignment).await?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut progress = Progress::new("consumed", !args.quiet);
+    let (mut records, mut bytes) = (0u64, 0u64);
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    while args.count.is_none_or(|c| records < c) {
+        let record = match consumer.try_next() {
+            Some(r) => r,
+            None => {
+                out.flush()?;
+                if args.exit_at_end && consumer.caught_up() {
+                    break;
+                }
+                tokio::select! {
+                    r = consumer.next() => r,
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                    _ = &mut interrupted => break,
+                }
+            }
+        };
+        records += 1;
+        bytes += record.value.as_ref().map_or(0, |v| v.len() as u64);
+        render(&mut out, &pieces, &record)?;
+        progress.tick(records, bytes);
+    }
+    out.flush()?;
+    progress.finish(records, bytes, 0);
+    Ok(())
+}

@@ -1,0 +1,205 @@
+//! Goal: `headway serve`, `headway produce` and `headway consume` work together as a
+//! user runs them: lines from stdin with keys, generated records, formatted output,
+//! and clear errors.
+//!
+//! Method: run the built binary as separate processes; the broker on an ephemeral port
+//! with a temporary data directory, found from its "listening on" line.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_headway");
+
+struct Broker {
+    child: Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Broker {
+    fn start() -> Broker {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(BIN)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--default-partitions",
+                "3",
+                "--data-dir",
+            ])
+            .arg(dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("headway listening on ")
+            .expect("listening line")
+            .to_string();
+        Broker {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the binary with `stdin`, killing it if it outlives a generous deadline.
+fn run(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let pid = child.id();
+    // Output is drained by `wait_with_output` on a thread, so a full pipe never stalls it.
+    let (done, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    match outcome.recv_timeout(Duration::from_secs(60)) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("headway {args:?} did not finish");
+        }
+    }
+}
+
+#[test]
+fn produce_from_stdin_and_consume_with_a_format() {
+    let broker = Broker::start();
+    let b = broker.addr.as_str();
+    let input: String = (0..500)
+        .map(|i| format!("key-{}:value {i}\n", i % 5))
+        .collect();
+    let produced = run(&["produce", "lines", "-b", b, "-K", ":", "-q"], &input);
+    assert!(
+        produced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&produced.stderr)
+    );
+    assert!(String::from_utf8_lossy(&produced.stderr).contains("produced 500 records"));
+
+    let consumed = run(
+        &[
+            "consume",
+            "lines",
+            "-b",
+            b,
+            "--from-beginning",
+            "-e",
+            "-q",
+            "-f",
+            "{partition} {offset} {key} {value}",
+        ],
+        "",
+    );
+    assert!(
+        consumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&consumed.stderr)
+    );
+    let stdout = String::from_utf8(consumed.stdout).unwrap();
+    let mut lines: Vec<(i32, i64, String, String)> = stdout
+        .lines()
+        .map(|l| {
+            let mut f = l.splitn(4, ' ');
+            let p = f.next().unwrap().parse().unwrap();
+            let o = f.next().unwrap().parse().unwrap();
+            (
+                p,
+                o,
+                f.next().unwrap().to_string(),
+                f.next().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(lines.len(), 500);
+    // Every key sits on one partition, and its values keep their order there.
+    lines.sort_by_key(|(p, o, ..)| (*p, *o));
+    for key in 0..5 {
+        let key = format!("key-{key}");
+        let of_key: Vec<_> = lines.iter().filter(|l| l.2 == key).collect();
+        assert!(
+            of_key.windows(2).all(|w| w[0].0 == w[1].0),
+            "{key} on one partition"
+        );
+        let values: Vec<u32> = of_key
+            .iter()
+            .map(|l| l.3.trim_start_matches("value ").parse().unwrap())
+            .collect();
+        assert!(values.windows(2).all(|w| w[0] < w[1]), "{key} in order");
+    }
+}
+
+#[test]
+fn generated_records_are_counted_and_bad_flags_are_refused() {
+    let broker = Broker::start();
+    let b = broker.addr.as_str();
+    let produced = run(
+        &[
+            "produce",
+            "bulk",
+            "-b",
+            b,
+            "--count",
+            "20000",
+            "--size",
+            "512",
+            "--compression",
+            "zstd",
+        ],
+        "",
+    );
+    assert!(
+        produced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&produced.stderr)
+    );
+    let consumed = run(
+        &[
+            "consume",
+            "bulk",
+            "-b",
+            b,
+            "--from-beginning",
+            "-e",
+            "-q",
+            "-f",
+            "{offset}",
+        ],
+        "",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&consumed.stdout).lines().count(),
+        20000
+    );
+
+    let bad = run(&["produce", "bulk", "-b", b, "--acks", "2"], "");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--acks must be all, 1 or 0"));
+    let bad = run(&["consume", "bulk", "-b", b, "-f", "{nope}"], "");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("{nope}"));
+}
