@@ -16,6 +16,7 @@ about 100 bytes of key and value per record.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -134,6 +135,16 @@ def check_all_present(verdict: Verdict, count: int) -> None:
 
 # -- confluent-kafka helpers ---------------------------------------------------------------
 
+RDKAFKA_LOGGER = logging.getLogger("librdkafka")
+
+
+def rdkafka_base(bootstrap: str) -> dict:
+    """Settings every librdkafka client here starts from. Its log lines go to Python
+    logging (pytest shows them with a failure) instead of interleaving with pytest's
+    output, e.g. when a client outlives the broker it talked to."""
+    return {"bootstrap.servers": bootstrap, "logger": RDKAFKA_LOGGER}
+
+
 
 class ErrorLog:
     """error_cb for librdkafka clients: keeps every client-level error for the report."""
@@ -149,7 +160,7 @@ class ErrorLog:
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, **config: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(rdkafka_base(bootstrap))
     futures = admin.create_topics(
         [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config)],
         operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)
@@ -160,7 +171,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int, **config: str) -> 
 def wait_for_topic(bootstrap: str, topic: str, partitions: int,
                    deadline_s: float = ADMIN_TIMEOUT_S) -> None:
     """Polls metadata until the topic shows `partitions` partitions, each with a leader."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(rdkafka_base(bootstrap))
     deadline = time.monotonic() + deadline_s
     last = "no answer"
     while time.monotonic() < deadline:
@@ -218,7 +229,7 @@ def produce_records(producer: Producer, topic: str, seqs, delivery: Delivery,
 
 def new_consumer(bootstrap: str, errors: ErrorLog | None = None, **extra) -> Consumer:
     config = {
-        "bootstrap.servers": bootstrap,
+        **rdkafka_base(bootstrap),
         # librdkafka wants a group.id even for a manually assigned consumer; nothing is
         # committed (headway has no group coordinator yet).
         "group.id": "headway-compat",

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Producer
 
-from support import (FLUSH_TIMEOUT_S, Delivery, check_all_present, check_records,
-                     consume_all, create_topic, make_record, produce_records, seq_of)
+from support import (FLUSH_TIMEOUT_S, Delivery, check_all_present, check_records, consume_all,
+                     create_topic, make_record, produce_records, rdkafka_base, seq_of)
 
 RECORD_COUNT = 100_000
 PARTITIONS = 4
@@ -40,7 +40,7 @@ def test_produce_consume_100k_acks_all(broker):
     topic = "librdkafka-100k"
     create_topic(broker.bootstrap, topic, PARTITIONS)
 
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    producer = Producer({**rdkafka_base(broker.bootstrap), "acks": "all"})
     delivery = Delivery()
     produce_records(producer, topic, range(RECORD_COUNT), delivery)
     assert not delivery.failed, f"{len(delivery.failed)} deliveries failed, e.g. " \
@@ -61,7 +61,7 @@ def test_timestamps_are_create_time(broker):
     topic = "librdkafka-timestamps"
     count = 100
     create_topic(broker.bootstrap, topic, 1)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    producer = Producer({**rdkafka_base(broker.bootstrap), "acks": "all"})
     delivery = Delivery()
     base_ms = 1_700_000_000_000
     for seq in range(count):
@@ -85,7 +85,7 @@ def test_compression_round_trip(broker, codec):
     count = 20_000
     create_topic(broker.bootstrap, topic, 2)
     producer = Producer({
-        "bootstrap.servers": broker.bootstrap,
+        **rdkafka_base(broker.bootstrap),
         "acks": "all",
         "compression.type": codec,
         # Large batches, so that most records travel inside compressed multi-record batches.

@@ -21,7 +21,7 @@ import time
 from confluent_kafka import Producer
 
 from support import (Delivery, check_records, consume_all, create_topic, make_record,
-                     wait_for_topic)
+                     rdkafka_base, wait_for_topic)
 
 PARTITIONS = 4
 ROUNDS = 4
@@ -45,7 +45,7 @@ class BackgroundProducer:
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._producer = Producer({
-            "bootstrap.servers": bootstrap,
+            **rdkafka_base(bootstrap),
             "acks": "all",
             "linger.ms": 2,
             # Fail fast once the broker is gone instead of retrying for minutes.

@@ -18,11 +18,11 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 
 from support import (ADMIN_TIMEOUT_S, FLUSH_TIMEOUT_S, Delivery, check_all_present,
                      check_records, consume_all, create_topic, make_record, new_consumer,
-                     produce_records, raise_on_error, wait_for_topic)
+                     produce_records, raise_on_error, rdkafka_base, wait_for_topic)
 
 
 def admin_for(broker) -> AdminClient:
-    return AdminClient({"bootstrap.servers": broker.bootstrap})
+    return AdminClient(rdkafka_base(broker.bootstrap))
 
 
 def topic_names(admin: AdminClient) -> set[str]:
@@ -82,7 +82,7 @@ def test_create_topic_invalid_partitions(broker):
 
 def test_deleted_topic_can_be_recreated_empty(broker):
     create_topic(broker.bootstrap, "reborn", 2)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    producer = Producer({**rdkafka_base(broker.bootstrap), "acks": "all"})
     delivery = Delivery()
     produce_records(producer, "reborn", range(100), delivery, partition=0)
     admin = admin_for(broker)
@@ -98,7 +98,7 @@ def test_deleted_topic_can_be_recreated_empty(broker):
 
 
 def test_auto_create_on_produce(broker):
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    producer = Producer({**rdkafka_base(broker.bootstrap), "acks": "all"})
     delivery = Delivery()
     produce_records(producer, "auto-created", range(10), delivery)
     assert not delivery.failed, delivery.failed
@@ -111,7 +111,7 @@ def test_auto_create_on_produce(broker):
 
 def test_default_partitions_setting(make_broker):
     broker = make_broker("--default-partitions", "3")
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    producer = Producer({**rdkafka_base(broker.bootstrap), "acks": "all"})
     delivery = Delivery()
     produce_records(producer, "auto-three", range(300), delivery)
     assert not delivery.failed, delivery.failed
@@ -121,7 +121,7 @@ def test_default_partitions_setting(make_broker):
 
 def test_auto_create_disabled(make_broker):
     broker = make_broker("--auto-create-topics", "false")
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all",
+    producer = Producer({**rdkafka_base(broker.bootstrap), "acks": "all",
                          "message.timeout.ms": 5_000})
     delivery = Delivery()
     r = make_record(0)
@@ -136,7 +136,7 @@ def test_auto_create_disabled(make_broker):
 def test_watermarks_and_offsets_for_times(broker):
     topic = "offsets"
     create_topic(broker.bootstrap, topic, 2)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    producer = Producer({**rdkafka_base(broker.bootstrap), "acks": "all"})
     delivery = Delivery()
     base_ms = 1_700_000_000_000
     # Partition 0: 50 records 1 s apart in CreateTime; partition 1 stays empty.
@@ -201,7 +201,7 @@ def test_sigterm_then_restart_keeps_data(broker):
     topic = "survives-restart"
     count = 20_000
     create_topic(broker.bootstrap, topic, 3)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    producer = Producer({**rdkafka_base(broker.bootstrap), "acks": "all"})
     delivery = Delivery()
     produce_records(producer, topic, range(count), delivery)
     assert not delivery.failed, list(delivery.failed.items())[:5]
@@ -222,7 +222,7 @@ def test_sigterm_then_restart_keeps_data(broker):
     verdict.assert_ok("after SIGTERM and restart")
 
     # The restarted log takes new appends after the recovered ones.
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    producer = Producer({**rdkafka_base(broker.bootstrap), "acks": "all"})
     more = Delivery()
     produce_records(producer, topic, range(count, count + 100), more)
     assert not more.failed, list(more.failed.items())[:5]
