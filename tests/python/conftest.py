@@ -56,10 +56,12 @@ class Broker:
     `stderr_path` (all starts append to it), `returncode` (of the last exited instance).
     """
 
-    def __init__(self, binary: Path, data_dir: Path, log_dir: Path, extra_args: list[str]):
+    def __init__(self, binary: Path, data_dir: Path, log_dir: Path, extra_args: list[str],
+                 extra_env: dict[str, str] | None = None):
         self.binary = binary
         self.data_dir = data_dir
         self.extra_args = list(extra_args)
+        self.extra_env = dict(extra_env or {})
         self.stderr_path = log_dir / "headway.stderr.log"
         self.stdout_path = log_dir / "headway.stdout.log"
         self.bootstrap: str | None = None
@@ -83,8 +85,9 @@ class Broker:
         # environment (HEADWAY_BIN, a stray HEADWAY_DATA_DIR...) out of it.
         env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWAY_")}
         env["NO_COLOR"] = "1"  # plain log lines in the stderr file
+        env.update(self.extra_env)
         with open(self.stderr_path, "ab") as err:
-            err.write(f"===== start #{self.starts}: {' '.join(args)}\n".encode())
+            err.write(f"### headway start #{self.starts}: {' '.join(args)}\n".encode())
             err.flush()
             self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                           stderr=err, env=env)
@@ -228,16 +231,18 @@ def _require_binary() -> Path:
 
 @pytest.fixture
 def make_broker(request, tmp_path):
-    """Factory: make_broker(*extra_args, start=True) -> Broker. Each call gets its own
-    data directory; every broker is shut down after the test."""
+    """Factory: make_broker(*extra_args, env=None, start=True) -> Broker. Each call gets
+    its own data directory; every broker is shut down after the test. `env` adds
+    environment variables (the broker's own HEADWAY_* are otherwise removed)."""
     brokers: list[Broker] = []
     request.node.headway_brokers = brokers
 
-    def factory(*extra_args: str, start: bool = True) -> Broker:
+    def factory(*extra_args: str, env: dict[str, str] | None = None,
+                start: bool = True) -> Broker:
         binary = _require_binary()
         index = len(brokers)
         base = tmp_path / f"broker{index}"
-        broker = Broker(binary, base / "data", base, list(extra_args))
+        broker = Broker(binary, base / "data", base, list(extra_args), env)
         brokers.append(broker)
         return broker.start() if start else broker
 

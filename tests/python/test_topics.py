@@ -119,6 +119,16 @@ def test_default_partitions_setting(make_broker):
     assert {p for p, _ in delivery.acked.values()} == {0, 1, 2}
 
 
+def test_setting_from_environment(make_broker):
+    """Every setting can come from HEADWAY_<NAME>; here HEADWAY_DEFAULT_PARTITIONS."""
+    broker = make_broker(env={"HEADWAY_DEFAULT_PARTITIONS": "2"})
+    producer = Producer({**rdkafka_base(broker.bootstrap), "acks": "all"})
+    delivery = Delivery()
+    produce_records(producer, "auto-two", range(10), delivery)
+    assert not delivery.failed, delivery.failed
+    wait_for_topic(broker.bootstrap, "auto-two", 2)
+
+
 def test_auto_create_disabled(make_broker):
     broker = make_broker("--auto-create-topics", "false")
     producer = Producer({**rdkafka_base(broker.bootstrap), "acks": "all",
