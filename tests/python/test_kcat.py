@@ -81,3 +81,17 @@ def test_consume_count_from_offset(broker):
     assert proc.returncode == 0, describe(proc)
     assert proc.stdout.decode().splitlines() == [f"{o}=m{o}" for o in range(42, 47)], \
         describe(proc)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_produce(broker, codec):
+    """The system librdkafka (older than the one in confluent-kafka) compresses too."""
+    topic = f"kcat-{codec}"
+    lines = [f"{codec} record {i} " + "abc" * (i % 40) for i in range(2000)]
+    proc = kcat("-b", broker.bootstrap, "-P", "-t", topic, "-X", f"compression.codec={codec}",
+                "-X", "linger.ms=20", stdin=("\n".join(lines) + "\n").encode())
+    assert proc.returncode == 0, describe(proc)
+    proc = kcat("-b", broker.bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-q",
+                "-f", "%o|%s\n")
+    assert proc.returncode == 0, describe(proc)
+    assert proc.stdout.decode().splitlines() == [f"{i}|{line}" for i, line in enumerate(lines)]
