@@ -6,8 +6,8 @@ Test records are derived from a sequence number alone, so any record read back c
 checked byte for byte without keeping what was sent:
 
     key     b"key-%08d" % seq
-    value   b"seq=%010d;" % seq, then 80 bytes that depend on seq (every byte value occurs,
-            including 0x00 and invalid UTF-8)
+    value   b"seq=%010d;" % seq, then 80 bytes that depend on seq (across records every
+            byte value occurs, including 0x00 and invalid UTF-8)
     headers ("seq", decimal seq), ("bin", 4 binary bytes), ("dup", b"a"), ("dup", b"b"),
             ("empty", b"") -- a repeated key and an empty value, both legal in Kafka
 
@@ -53,7 +53,9 @@ def make_record(seq: int) -> Record:
 
 def seq_of(value: bytes | None) -> int:
     """The sequence number embedded in a test record's value; ValueError if malformed."""
-    if value is None or len(value) < 15 or not value.startswith(b"seq=") or value[14:15] != b";":
+    if value is None:
+        raise ValueError("not a test record value: null")
+    if len(value) < 15 or not value.startswith(b"seq=") or value[14:15] != b";":
         raise ValueError(f"not a test record value: {value[:40]!r}")
     return int(value[4:14])
 

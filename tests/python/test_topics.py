@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 
 from support import (ADMIN_TIMEOUT_S, FLUSH_TIMEOUT_S, Delivery, check_all_present,
                      check_records, consume_all, create_topic, make_record, new_consumer,
-                     produce_records, raise_on_error, rdkafka_base, wait_for_topic)
+                     produce_records, raise_on_error, rdkafka_base, seq_of, wait_for_topic)
 
 
 def admin_for(broker) -> AdminClient:
@@ -226,7 +226,7 @@ def test_sigterm_then_restart_keeps_data(broker):
     verdict = check_records(records, 3)
     check_all_present(verdict, count)
     for r in records:
-        if delivery.acked.get(int(r.value[4:14])) != (r.partition, r.offset):
+        if delivery.acked.get(seq_of(r.value)) != (r.partition, r.offset):
             verdict.problems.append(f"partition {r.partition} offset {r.offset} moved")
             break
     verdict.assert_ok("after SIGTERM and restart")
