@@ -116,6 +116,12 @@ pub struct BrokerConfig {
     pub frame_bytes_max: usize,
     pub request_bytes_in_flight_max: usize,
     pub connections_max: usize,
+    /// Kafka's `group.initial.rebalance.delay.ms`: how long an empty group's first
+    /// rebalance waits for more members.
+    pub group_initial_rebalance_delay_ms: i64,
+    /// Committed offsets of a group without members are removed after this long
+    /// without a commit (Kafka's `offsets.retention.minutes`, in ms).
+    pub offsets_retention_ms: i64,
     pub log: LogDefaults,
 }
 
@@ -133,6 +139,8 @@ impl Default for BrokerConfig {
             frame_bytes_max: limits::FRAME_BYTES_MAX_DEFAULT,
             request_bytes_in_flight_max: limits::REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT,
             connections_max: limits::CONNECTIONS_MAX_DEFAULT,
+            group_initial_rebalance_delay_ms: 3_000,
+            offsets_retention_ms: 7 * 24 * 3600 * 1000,
             log: LogDefaults::default(),
         }
     }

@@ -79,6 +79,9 @@ struct ServeArgs {
     /// Default retention.bytes of topics; -1 means no limit [default: -1].
     #[arg(long, env = "HEADWAY_RETENTION_BYTES", allow_hyphen_values = true)]
     retention_bytes: Option<i64>,
+    /// How long an empty group's first rebalance waits for more members, in ms [default: 3000].
+    #[arg(long, env = "HEADWAY_GROUP_INITIAL_REBALANCE_DELAY_MS")]
+    group_initial_rebalance_delay_ms: Option<i64>,
     /// Default max.message.bytes of topics [default: 1048588].
     #[arg(long, env = "HEADWAY_MAX_MESSAGE_BYTES")]
     max_message_bytes: Option<usize>,
@@ -113,6 +116,7 @@ impl ServeArgs {
         set!(flush = self.flush);
         set!(retention_check_interval_ms = self.retention_check_interval_ms);
         set!(frame_bytes_max = self.frame_bytes_max);
+        set!(group_initial_rebalance_delay_ms = self.group_initial_rebalance_delay_ms);
         set!(log.segment_bytes = self.segment_bytes);
         set!(log.retention_ms = self.retention_ms);
         set!(log.retention_bytes = self.retention_bytes);

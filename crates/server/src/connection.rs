@@ -45,6 +45,10 @@ pub async fn serve(
         let size = match size {
             Ok(Some(size)) => size,
             Ok(None) => break,
+            Err(headway_protocol::FrameError::Io(e)) => {
+                tracing::debug!(%peer, error = %e, "connection closed by the client");
+                break;
+            }
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "closing connection: bad frame");
                 break;
@@ -66,7 +70,7 @@ pub async fn serve(
         };
         let outcome = parse_request(frame)
             .map_err(handlers::HandlerError::from)
-            .and_then(|request| handlers::dispatch(&ctx, request));
+            .and_then(|request| handlers::dispatch(&ctx, peer, request));
         match outcome {
             Ok(Reply::Silent) => {}
             Ok(reply) => {

@@ -1,6 +1,7 @@
 //! The one place where broker errors become Kafka error codes.
 
 use headway_broker::{BatchError, BrokerError};
+use headway_group::GroupError;
 use kafka_protocol::ResponseError;
 
 pub fn error_code(error: &BrokerError) -> i16 {
@@ -28,6 +29,30 @@ fn response_error(error: &BrokerError) -> ResponseError {
         // Retriable: the client refreshes metadata and tries again after a restart.
         BrokerError::ShuttingDown { .. } => R::NotLeaderOrFollower,
     }
+}
+
+pub fn group_error_code(error: GroupError) -> i16 {
+    use ResponseError as R;
+    let e = match error {
+        GroupError::InvalidGroupId => R::InvalidGroupId,
+        GroupError::InvalidSessionTimeout => R::InvalidSessionTimeout,
+        GroupError::UnknownMemberId => R::UnknownMemberId,
+        GroupError::IllegalGeneration => R::IllegalGeneration,
+        GroupError::RebalanceInProgress => R::RebalanceInProgress,
+        GroupError::InconsistentGroupProtocol => R::InconsistentGroupProtocol,
+        GroupError::MemberIdRequired => R::MemberIdRequired,
+        GroupError::FencedInstanceId => R::FencedInstanceId,
+        GroupError::NonEmptyGroup => R::NonEmptyGroup,
+        GroupError::GroupIdNotFound => R::GroupIdNotFound,
+        GroupError::OffsetMetadataTooLarge => R::OffsetMetadataTooLarge,
+        GroupError::CoordinatorNotAvailable => R::CoordinatorNotAvailable,
+    };
+    e.code()
+}
+
+/// The code for an optional group error (0 when there is none).
+pub fn group_code(error: Option<GroupError>) -> i16 {
+    error.map_or(0, group_error_code)
 }
 
 /// The error code and message a response carries for a failed operation.

@@ -8,6 +8,7 @@
 use crate::connection;
 use crate::handlers::{self, Ctx};
 use headway_broker::Broker;
+use headway_group::{GroupConfig, GroupCoordinator};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,8 +91,18 @@ impl Server {
             }
             None => (local.ip().to_string(), i32::from(local.port())),
         };
+        let config = broker.config();
+        let group_config = GroupConfig {
+            initial_rebalance_delay_ms: config.group_initial_rebalance_delay_ms,
+            offsets_retention_ms: config.offsets_retention_ms,
+            ..GroupConfig::default()
+        };
+        let groups = GroupCoordinator::open(&config.data_dir, config.flush, group_config)
+            .await
+            .map_err(|e| std::io::Error::other(format!("opening the group coordinator: {e}")))?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let ctx = Arc::new(Ctx {
+            groups,
             broker: Arc::clone(&broker),
             advertised_host: host,
             advertised_port: port,
@@ -147,6 +158,8 @@ impl Server {
         }
         tracing::info!("shutting down: closing logs");
         self.broker.shutdown().await;
+        let groups = Arc::clone(&self.ctx.groups);
+        let _ = tokio::task::spawn_blocking(move || groups.close()).await;
         let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
             while tasks.join_next().await.is_some() {}
         })

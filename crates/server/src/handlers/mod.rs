@@ -5,20 +5,32 @@
 
 pub mod api_versions;
 pub mod create_topics;
+pub mod delete_groups;
 pub mod delete_topics;
 pub mod describe_configs;
+pub mod describe_groups;
 pub mod fetch;
+pub mod find_coordinator;
+pub mod heartbeat;
+pub mod join_group;
+pub mod leave_group;
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_fetch;
 pub mod produce;
+pub mod sync_group;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use headway_broker::Broker;
+use headway_group::GroupCoordinator;
 use headway_protocol::kafka_protocol::messages::ApiKey;
 use headway_protocol::kafka_protocol::protocol::{Encodable, HeaderVersion};
 use headway_protocol::{encode_response, EncodeError, ProtocolError, Request};
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -40,11 +52,23 @@ pub const APIS: &[ApiSpec] = &[
     create_topics::API,
     delete_topics::API,
     describe_configs::API,
+    find_coordinator::API,
+    join_group::API,
+    sync_group::API,
+    heartbeat::API,
+    leave_group::API,
+    offset_commit::API,
+    offset_fetch::API,
+    list_groups::API,
+    describe_groups::API,
+    delete_groups::API,
 ];
 
-/// What every handler can reach: the broker and how clients reach this broker.
+/// What every handler can reach: the broker, the group coordinator, and how clients
+/// reach this broker.
 pub struct Ctx {
     pub broker: Arc<Broker>,
+    pub groups: Arc<GroupCoordinator>,
     pub advertised_host: String,
     pub advertised_port: i32,
     /// Becomes true when the broker shuts down; long polls end early.
@@ -85,8 +109,8 @@ pub fn spec(key: ApiKey) -> Option<&'static ApiSpec> {
     APIS.iter().find(|a| a.key == key)
 }
 
-/// Runs the handler for `request`. The synchronous part of the handler runs now.
-pub fn dispatch(ctx: &Arc<Ctx>, request: Request) -> Result<Reply, HandlerError> {
+/// Runs the handler for `request` from `peer`. The synchronous part runs now.
+pub fn dispatch(ctx: &Arc<Ctx>, peer: SocketAddr, request: Request) -> Result<Reply, HandlerError> {
     let spec = spec(request.api_key).ok_or(HandlerError::UnsupportedApi(request.api_key))?;
     let version = request.api_version();
     // ApiVersions answers an unknown version itself, with UNSUPPORTED_VERSION.
@@ -109,6 +133,16 @@ pub fn dispatch(ctx: &Arc<Ctx>, request: Request) -> Result<Reply, HandlerError>
         ApiKey::CreateTopics => create_topics::handle(ctx, &request),
         ApiKey::DeleteTopics => delete_topics::handle(ctx, &request),
         ApiKey::DescribeConfigs => describe_configs::handle(ctx, &request),
+        ApiKey::FindCoordinator => find_coordinator::handle(ctx, &request),
+        ApiKey::JoinGroup => join_group::handle(ctx, &request, peer),
+        ApiKey::SyncGroup => sync_group::handle(ctx, &request),
+        ApiKey::Heartbeat => heartbeat::handle(ctx, &request),
+        ApiKey::LeaveGroup => leave_group::handle(ctx, &request),
+        ApiKey::OffsetCommit => offset_commit::handle(ctx, &request),
+        ApiKey::OffsetFetch => offset_fetch::handle(ctx, &request),
+        ApiKey::ListGroups => list_groups::handle(ctx, &request),
+        ApiKey::DescribeGroups => describe_groups::handle(ctx, &request),
+        ApiKey::DeleteGroups => delete_groups::handle(ctx, &request),
         other => Err(HandlerError::UnsupportedApi(other)),
     }
 }

@@ -1,0 +1,29 @@
+/// Expected failures of group operations. The server maps each to a Kafka error code
+/// in `headway_server::errors`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum GroupError {
+    #[error("the group id is empty")]
+    InvalidGroupId,
+    #[error("the session timeout is outside the broker's allowed range")]
+    InvalidSessionTimeout,
+    #[error("the member id is unknown to the group")]
+    UnknownMemberId,
+    #[error("the generation is not the group's current one")]
+    IllegalGeneration,
+    #[error("the group is rebalancing")]
+    RebalanceInProgress,
+    #[error("the member's protocols share none with the group")]
+    InconsistentGroupProtocol,
+    #[error("rejoin with the member id given in this answer")]
+    MemberIdRequired,
+    #[error("another member with the same group.instance.id replaced this one")]
+    FencedInstanceId,
+    #[error("the group still has members")]
+    NonEmptyGroup,
+    #[error("the group does not exist")]
+    GroupIdNotFound,
+    #[error("offset metadata is longer than the limit")]
+    OffsetMetadataTooLarge,
+    #[error("the group coordinator is loading or failed to store offsets")]
+    CoordinatorNotAvailable,
+}

@@ -1,0 +1,21 @@
+//! Consumer groups: the classic group coordinator and committed offsets.
+//!
+//! - [`state`]: the group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+//!   generations, static membership, session and rebalance timeouts) as plain code over
+//!   values, driven by explicit times, tested without sockets or clocks.
+//! - [`offsets`]: the record format of committed offsets in the broker's own log.
+//! - [`GroupCoordinator`]: the state behind a mutex, a ticker for timeouts, and the
+//!   offsets log: a commit is answered once its record is durable, and the log is
+//!   replayed at start-up, so committed offsets survive restarts and crashes.
+
+mod coordinator;
+mod error;
+pub mod offsets;
+pub mod state;
+
+pub use coordinator::{CommitEntry, GroupCoordinator, GroupSummary, MemberSummary};
+pub use error::GroupError;
+pub use state::{
+    CommittedOffset, GroupConfig, GroupState, JoinRequest, JoinResult, JoinedMember, SyncRequest,
+    SyncResult,
+};

@@ -1,0 +1,215 @@
+//! Committed offsets as records in the broker's own log (`<data_dir>/groups/offsets/`),
+//! one record per (group, topic, partition), in Kafka v2 record batches like any topic.
+//!
+//! Key, big-endian:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 1 | format version, 0 |
+//! | 2 + n | group id: length u16, UTF-8 |
+//! | 2 + n | topic: length u16, UTF-8 |
+//! | 4 | partition i32 |
+//!
+//! Value (absent for a deletion, "tombstone"):
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 1 | format version, 0 |
+//! | 8 | committed offset i64 |
+//! | 4 | leader epoch i32 (-1 unknown) |
+//! | 8 | commit time, ms since the epoch |
+//! | 2 + n | metadata: length i16 (-1 for none), UTF-8 |
+//!
+//! Replaying the log in order and keeping the last record per key gives the committed
+//! offsets; a tombstone removes the key.
+
+use crate::CommittedOffset;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+const FORMAT_VERSION: u8 = 0;
+
+/// One record of the offsets log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetRecord {
+    pub group_id: String,
+    pub topic: String,
+    pub partition: i32,
+    /// `None` deletes the committed offset.
+    pub value: Option<CommittedOffset>,
+}
+
+fn put_str(buf: &mut BytesMut, s: &str) {
+    buf.put_u16(s.len() as u16);
+    buf.put_slice(s.as_bytes());
+}
+
+fn get_str(buf: &mut Bytes) -> Option<String> {
+    if buf.remaining() < 2 {
+        return None;
+    }
+    let len = buf.get_u16() as usize;
+    if buf.remaining() < len {
+        return None;
+    }
+    String::from_utf8(buf.split_to(len).to_vec()).ok()
+}
+
+impl OffsetRecord {
+    pub fn encode_key(&self) -> Bytes {
+        let mut buf = BytesMut::with_capacity(9 + self.group_id.len() + self.topic.len());
+        buf.put_u8(FORMAT_VERSION);
+        put_str(&mut buf, &self.group_id);
+        put_str(&mut buf, &self.topic);
+        buf.put_i32(self.partition);
+        buf.freeze()
+    }
+
+    pub fn encode_value(&self) -> Option<Bytes> {
+        let v = self.value.as_ref()?;
+        let mut buf = BytesMut::with_capacity(23 + v.metadata.as_ref().map_or(0, String::len));
+        buf.put_u8(FORMAT_VERSION);
+        buf.put_i64(v.offset);
+        buf.put_i32(v.leader_epoch);
+        buf.put_i64(v.commit_timestamp_ms);
+        match &v.metadata {
+            Some(m) => {
+                buf.put_i16(m.len() as i16);
+                buf.put_slice(m.as_bytes());
+            }
+            None => buf.put_i16(-1),
+        }
+        Some(buf.freeze())
+    }
+
+    /// Decodes a record; `None` for a record this version does not understand.
+    pub fn decode(key: Option<Bytes>, value: Option<Bytes>) -> Option<OffsetRecord> {
+        let mut key = key?;
+        if key.remaining() < 1 || key.get_u8() != FORMAT_VERSION {
+            return None;
+        }
+        let group_id = get_str(&mut key)?;
+        let topic = get_str(&mut key)?;
+        if key.remaining() != 4 {
+            return None;
+        }
+        let partition = key.get_i32();
+        let value = match value {
+            None => None,
+            Some(mut v) => {
+                if v.remaining() < 23 || v.get_u8() != FORMAT_VERSION {
+                    return None;
+                }
+                let offset = v.get_i64();
+                let leader_epoch = v.get_i32();
+                let commit_timestamp_ms = v.get_i64();
+                let len = v.get_i16();
+                let metadata = if len < 0 {
+                    None
+                } else if v.remaining() >= len as usize {
+                    Some(String::from_utf8(v.split_to(len as usize).to_vec()).ok()?)
+                } else {
+                    return None;
+                };
+                Some(CommittedOffset {
+                    log_offset: -1,
+                    offset,
+                    leader_epoch,
+                    metadata,
+                    commit_timestamp_ms,
+                })
+            }
+        };
+        Some(OffsetRecord {
+            group_id,
+            topic,
+            partition,
+            value,
+        })
+    }
+}
+
+/// Encodes records as one v2 batch for the offsets log.
+pub fn encode_batch(records: &[OffsetRecord], now_ms: i64) -> Bytes {
+    let records: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // Keeps every record in one batch (offset minus sequence constant).
+            sequence: i as i32 - 1,
+            timestamp: now_ms,
+            key: Some(r.encode_key()),
+            value: r.encode_value(),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut buf, &records, &options).expect("offset records always encode");
+    buf.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::records::RecordBatchDecoder;
+
+    #[test]
+    fn records_round_trip_through_a_batch() {
+        let records = vec![
+            OffsetRecord {
+                group_id: "g".into(),
+                topic: "orders".into(),
+                partition: 3,
+                value: Some(CommittedOffset {
+                    log_offset: -1,
+                    offset: 42,
+                    leader_epoch: 0,
+                    metadata: Some("meta".into()),
+                    commit_timestamp_ms: 1_700_000_000_000,
+                }),
+            },
+            OffsetRecord {
+                group_id: "g".into(),
+                topic: "orders".into(),
+                partition: 4,
+                value: None,
+            },
+        ];
+        let mut batch = encode_batch(&records, 1);
+        headway_log::batch::validate(&batch).expect("a valid v2 batch");
+        let decoded: Vec<OffsetRecord> = RecordBatchDecoder::decode(&mut batch)
+            .unwrap()
+            .records
+            .into_iter()
+            .map(|r| OffsetRecord::decode(r.key, r.value).unwrap())
+            .collect();
+        assert_eq!(decoded, records);
+    }
+
+    #[test]
+    fn unknown_or_truncated_records_are_skipped() {
+        assert_eq!(
+            OffsetRecord::decode(Some(Bytes::from_static(&[9, 0, 0])), None),
+            None
+        );
+        assert_eq!(
+            OffsetRecord::decode(Some(Bytes::from_static(&[0, 0, 5, b'a'])), None),
+            None
+        );
+        assert_eq!(OffsetRecord::decode(None, None), None);
+    }
+}

@@ -1,0 +1,1241 @@
+//! The classic group protocol as a state machine over plain values.
+//!
+//! No I/O and no clock: every operation takes `now_ms`, and answers that must wait (a
+//! JoinGroup until the rebalance completes, a follower's SyncGroup until the leader's)
+//! are parked as one-shot senders inside the member and completed by later operations
+//! or by [`Groups::tick`]. The coordinator wraps this in a mutex and drives the ticks.
+//!
+//! States, as in Kafka:
+//!
+//! ```text
+//!  Empty ──join──▶ PreparingRebalance ──all joined / deadline──▶ CompletingRebalance
+//!    ▲                   ▲        ▲                                      │ leader's SyncGroup
+//!    │ last member       │ join,  └──────── member joins, leaves, ◀──── Stable
+//!    └── leaves ─────────┘ leave            expires, or changes
+//! ```
+//!
+//! Dead is not kept: a deleted or expired group is removed from the map.
+
+use crate::GroupError;
+use bytes::Bytes;
+use std::collections::{BTreeMap, HashMap};
+use tokio::sync::oneshot;
+
+/// Bounds and timings of the coordinator, with Kafka's defaults.
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// Kafka's `group.initial.rebalance.delay.ms`: how long the first rebalance of an
+    /// empty group waits for more members before completing.
+    pub initial_rebalance_delay_ms: i64,
+    pub session_timeout_min_ms: i32,
+    pub session_timeout_max_ms: i32,
+    /// Offsets of a group without members are removed after this long without a commit.
+    pub offsets_retention_ms: i64,
+    /// Longest metadata string stored with a committed offset.
+    pub offset_metadata_bytes_max: usize,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig {
+            initial_rebalance_delay_ms: 3_000,
+            session_timeout_min_ms: 6_000,
+            session_timeout_max_ms: 1_800_000,
+            offsets_retention_ms: 7 * 24 * 3600 * 1000,
+            offset_metadata_bytes_max: 4096,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+}
+
+impl GroupState {
+    /// The name Kafka tools print.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct JoinRequest {
+    pub group_id: String,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    /// (name, metadata), in the member's order of preference.
+    pub protocols: Vec<(String, Bytes)>,
+    /// JoinGroup v4+: a new member must first learn its id (MEMBER_ID_REQUIRED).
+    pub require_known_member_id: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinedMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub metadata: Bytes,
+}
+
+/// A JoinGroup answer. On error only `member_id` may be set (MEMBER_ID_REQUIRED).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct JoinResult {
+    pub error: Option<GroupError>,
+    pub generation_id: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader: String,
+    pub member_id: String,
+    /// Filled for the leader only.
+    pub members: Vec<JoinedMember>,
+}
+
+impl JoinResult {
+    fn error(error: GroupError, member_id: &str) -> JoinResult {
+        JoinResult {
+            error: Some(error),
+            generation_id: -1,
+            member_id: member_id.to_string(),
+            ..JoinResult::default()
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct SyncRequest {
+    pub group_id: String,
+    pub generation_id: i32,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignments: Vec<(String, Bytes)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SyncResult {
+    pub error: Option<GroupError>,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignment: Bytes,
+}
+
+impl SyncResult {
+    fn error(error: GroupError) -> SyncResult {
+        SyncResult {
+            error: Some(error),
+            ..SyncResult::default()
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    /// Position of this commit's record in the offsets log: of two commits for one
+    /// partition, the later record wins, whichever finished syncing first.
+    pub log_offset: i64,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+    pub commit_timestamp_ms: i64,
+}
+
+#[derive(Debug)]
+pub struct Member {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocols: Vec<(String, Bytes)>,
+    pub assignment: Bytes,
+    last_heartbeat_ms: i64,
+    awaiting_join: Option<oneshot::Sender<JoinResult>>,
+    awaiting_sync: Option<oneshot::Sender<SyncResult>>,
+}
+
+impl Member {
+    fn metadata_for(&self, protocol: &str) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|(name, _)| name == protocol)
+            .map(|(_, m)| m.clone())
+            .unwrap_or_default()
+    }
+
+    fn expired(&self, now_ms: i64) -> bool {
+        self.awaiting_join.is_none()
+            && self.awaiting_sync.is_none()
+            && now_ms - self.last_heartbeat_ms > i64::from(self.session_timeout_ms)
+    }
+}
+
+#[derive(Debug)]
+pub struct Group {
+    pub group_id: String,
+    pub state: GroupState,
+    pub generation_id: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader_id: Option<String>,
+    pub members: BTreeMap<String, Member>,
+    /// Member ids handed out with MEMBER_ID_REQUIRED, with the time they lapse.
+    pending_members: HashMap<String, i64>,
+    /// group.instance.id to member id.
+    static_members: HashMap<String, String>,
+    rebalance_deadline_ms: i64,
+    /// While an empty group's first rebalance waits for more members.
+    initial_delay_deadline_ms: Option<i64>,
+    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    last_commit_ms: i64,
+}
+
+impl Group {
+    fn new(group_id: &str, now_ms: i64) -> Group {
+        Group {
+            group_id: group_id.to_string(),
+            state: GroupState::Empty,
+            generation_id: 0,
+            protocol_type: None,
+            protocol_name: None,
+            leader_id: None,
+            members: BTreeMap::new(),
+            pending_members: HashMap::new(),
+            static_members: HashMap::new(),
+            rebalance_deadline_ms: 0,
+            initial_delay_deadline_ms: None,
+            offsets: BTreeMap::new(),
+            last_commit_ms: now_ms,
+        }
+    }
+
+    /// Protocols every member supports (all protocols when there are no members).
+    fn candidates(&self) -> Option<Vec<String>> {
+        let mut members = self.members.values();
+        let first = members.next()?;
+        let mut names: Vec<String> = first.protocols.iter().map(|(n, _)| n.clone()).collect();
+        for m in members {
+            names.retain(|n| m.protocols.iter().any(|(p, _)| p == n));
+        }
+        Some(names)
+    }
+
+    fn supports(&self, protocol_type: &str, protocols: &[(String, Bytes)]) -> bool {
+        if protocols.is_empty() {
+            return false;
+        }
+        match self.candidates() {
+            None => true,
+            Some(names) => {
+                self.protocol_type.as_deref() == Some(protocol_type)
+                    && protocols.iter().any(|(p, _)| names.contains(p))
+            }
+        }
+    }
+
+    /// The protocol most members prefer among those all support.
+    fn select_protocol(&self) -> Option<String> {
+        let candidates = self.candidates()?;
+        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+        for m in self.members.values() {
+            if let Some((name, _)) = m.protocols.iter().find(|(p, _)| candidates.contains(p)) {
+                *votes.entry(name).or_default() += 1;
+            }
+        }
+        // Ties go to the candidate listed first by the first member.
+        candidates
+            .iter()
+            .max_by_key(|c| {
+                (
+                    votes.get(c.as_str()).copied().unwrap_or(0),
+                    std::cmp::Reverse(candidates.iter().position(|x| x == *c)),
+                )
+            })
+            .cloned()
+    }
+
+    fn all_joined(&self) -> bool {
+        self.pending_members.is_empty() && self.members.values().all(|m| m.awaiting_join.is_some())
+    }
+
+    fn join_result(&self, member_id: &str) -> JoinResult {
+        let is_leader = self.leader_id.as_deref() == Some(member_id);
+        let protocol = self.protocol_name.clone().unwrap_or_default();
+        JoinResult {
+            error: None,
+            generation_id: self.generation_id,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol_name.clone(),
+            leader: self.leader_id.clone().unwrap_or_default(),
+            member_id: member_id.to_string(),
+            members: if is_leader {
+                self.members
+                    .values()
+                    .map(|m| JoinedMember {
+                        member_id: m.member_id.clone(),
+                        group_instance_id: m.group_instance_id.clone(),
+                        metadata: m.metadata_for(&protocol),
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    fn prepare_rebalance(&mut self, config: &GroupConfig, now_ms: i64) {
+        if self.state == GroupState::CompletingRebalance {
+            for m in self.members.values_mut() {
+                if let Some(reply) = m.awaiting_sync.take() {
+                    let _ = reply.send(SyncResult::error(GroupError::RebalanceInProgress));
+                }
+            }
+        }
+        let rebalance_timeout = self
+            .members
+            .values()
+            .map(|m| m.rebalance_timeout_ms)
+            .max()
+            .unwrap_or(0);
+        self.rebalance_deadline_ms = now_ms + i64::from(rebalance_timeout);
+        if self.state == GroupState::Empty {
+            let delay = config
+                .initial_rebalance_delay_ms
+                .min(i64::from(rebalance_timeout));
+            self.initial_delay_deadline_ms = Some(now_ms + delay);
+        }
+        if self.state != GroupState::PreparingRebalance {
+            tracing::debug!(group = %self.group_id, generation = self.generation_id, "preparing rebalance");
+        }
+        self.state = GroupState::PreparingRebalance;
+    }
+
+    fn maybe_complete_join(&mut self, now_ms: i64) {
+        if self.state != GroupState::PreparingRebalance {
+            return;
+        }
+        let delay_over = self.initial_delay_deadline_ms.is_none_or(|d| now_ms >= d);
+        if (self.all_joined() && delay_over) || now_ms >= self.rebalance_deadline_ms {
+            self.complete_join(now_ms);
+        }
+    }
+
+    fn complete_join(&mut self, now_ms: i64) {
+        // Dynamic members that did not rejoin in time leave; static ones stay until
+        // their session expires, so a restarting static member keeps its place.
+        let gone: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| m.awaiting_join.is_none() && m.group_instance_id.is_none())
+            .map(|m| m.member_id.clone())
+            .collect();
+        for id in gone {
+            self.remove_member(&id);
+        }
+        self.initial_delay_deadline_ms = None;
+        self.generation_id += 1;
+        if self.members.is_empty() {
+            self.state = GroupState::Empty;
+            self.protocol_name = None;
+            self.leader_id = None;
+            return;
+        }
+        self.protocol_name = self.select_protocol();
+        let leader_still_here = self
+            .leader_id
+            .as_ref()
+            .is_some_and(|l| self.members.contains_key(l));
+        if !leader_still_here {
+            let joined = self.members.values().find(|m| m.awaiting_join.is_some());
+            self.leader_id = joined
+                .or(self.members.values().next())
+                .map(|m| m.member_id.clone());
+        }
+        self.state = GroupState::CompletingRebalance;
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for id in ids {
+            let result = self.join_result(&id);
+            let member = self.members.get_mut(&id).expect("member listed");
+            member.assignment = Bytes::new();
+            member.last_heartbeat_ms = now_ms;
+            if let Some(reply) = member.awaiting_join.take() {
+                let _ = reply.send(result);
+            }
+        }
+        tracing::info!(group = %self.group_id, generation = self.generation_id, members = self.members.len(),
+            protocol = ?self.protocol_name, "rebalance completed");
+    }
+
+    fn remove_member(&mut self, member_id: &str) {
+        if let Some(m) = self.members.remove(member_id) {
+            if let Some(instance) = &m.group_instance_id {
+                if self.static_members.get(instance).map(String::as_str) == Some(member_id) {
+                    self.static_members.remove(instance);
+                }
+            }
+            if let Some(reply) = m.awaiting_join {
+                let _ = reply.send(JoinResult::error(GroupError::UnknownMemberId, member_id));
+            }
+            if let Some(reply) = m.awaiting_sync {
+                let _ = reply.send(SyncResult::error(GroupError::UnknownMemberId));
+            }
+        }
+        if self.members.is_empty() {
+            self.protocol_type = None;
+        }
+    }
+
+    /// After members left or expired: rebalance, or finish the one under way.
+    fn members_changed(&mut self, config: &GroupConfig, now_ms: i64) {
+        match self.state {
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                if self.members.is_empty() {
+                    self.state = GroupState::Empty;
+                    self.generation_id += 1;
+                    self.leader_id = None;
+                    self.protocol_name = None;
+                } else {
+                    self.prepare_rebalance(config, now_ms);
+                }
+            }
+            GroupState::PreparingRebalance => self.maybe_complete_join(now_ms),
+            GroupState::Empty => {}
+        }
+    }
+
+    /// Checks member id, static instance and generation. `generation_id < 0` skips the
+    /// generation check (the member is not yet in one).
+    fn check_member(
+        &self,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: i32,
+    ) -> Result<(), GroupError> {
+        if let Some(instance) = instance {
+            match self.static_members.get(instance) {
+                Some(current) if current != member_id => return Err(GroupError::FencedInstanceId),
+                _ => {}
+            }
+        }
+        if !self.members.contains_key(member_id) {
+            return Err(GroupError::UnknownMemberId);
+        }
+        if generation_id >= 0 && generation_id != self.generation_id {
+            return Err(GroupError::IllegalGeneration);
+        }
+        Ok(())
+    }
+}
+
+/// Every group of the broker.
+#[derive(Debug, Default)]
+pub struct Groups {
+    pub config: GroupConfig,
+    groups: BTreeMap<String, Group>,
+}
+
+fn new_member_id(prefix: &str) -> String {
+    let prefix = if prefix.is_empty() { "member" } else { prefix };
+    format!("{prefix}-{}", uuid::Uuid::new_v4())
+}
+
+impl Groups {
+    pub fn new(config: GroupConfig) -> Groups {
+        Groups {
+            config,
+            groups: BTreeMap::new(),
+        }
+    }
+
+    pub fn get(&self, group_id: &str) -> Option<&Group> {
+        self.groups.get(group_id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Group> {
+        self.groups.values()
+    }
+
+    /// Handles a JoinGroup. The answer goes to `reply`, now or when the rebalance ends.
+    pub fn join(&mut self, req: JoinRequest, reply: oneshot::Sender<JoinResult>, now_ms: i64) {
+        if let Err(e) = self.check_join(&req) {
+            let _ = reply.send(JoinResult::error(e, &req.member_id));
+            return;
+        }
+        if !req.member_id.is_empty() && !self.groups.contains_key(&req.group_id) {
+            let _ = reply.send(JoinResult::error(
+                GroupError::UnknownMemberId,
+                &req.member_id,
+            ));
+            return;
+        }
+        let config = self.config.clone();
+        let group = self
+            .groups
+            .entry(req.group_id.clone())
+            .or_insert_with(|| Group::new(&req.group_id, now_ms));
+        if !group.supports(&req.protocol_type, &req.protocols) {
+            let _ = reply.send(JoinResult::error(
+                GroupError::InconsistentGroupProtocol,
+                &req.member_id,
+            ));
+            return;
+        }
+        if req.member_id.is_empty() {
+            join_new_member(group, &config, req, reply, now_ms);
+        } else {
+            join_known_member(group, &config, req, reply, now_ms);
+        }
+        group.maybe_complete_join(now_ms);
+    }
+
+    fn check_join(&self, req: &JoinRequest) -> Result<(), GroupError> {
+        if req.group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        let range = self.config.session_timeout_min_ms..=self.config.session_timeout_max_ms;
+        if !range.contains(&req.session_timeout_ms) {
+            return Err(GroupError::InvalidSessionTimeout);
+        }
+        Ok(())
+    }
+
+    /// Handles a SyncGroup. The answer goes to `reply`, now or when the leader syncs.
+    pub fn sync(&mut self, req: SyncRequest, reply: oneshot::Sender<SyncResult>, now_ms: i64) {
+        let Some(group) = self.groups.get_mut(&req.group_id) else {
+            let _ = reply.send(SyncResult::error(GroupError::UnknownMemberId));
+            return;
+        };
+        if let Err(e) = group.check_member(
+            &req.member_id,
+            req.group_instance_id.as_deref(),
+            req.generation_id,
+        ) {
+            let _ = reply.send(SyncResult::error(e));
+            return;
+        }
+        let mismatch =
+            |given: &Option<String>, ours: &Option<String>| given.is_some() && given != ours;
+        if mismatch(&req.protocol_type, &group.protocol_type)
+            || mismatch(&req.protocol_name, &group.protocol_name)
+        {
+            let _ = reply.send(SyncResult::error(GroupError::InconsistentGroupProtocol));
+            return;
+        }
+        match group.state {
+            GroupState::Empty => {
+                let _ = reply.send(SyncResult::error(GroupError::UnknownMemberId));
+            }
+            GroupState::PreparingRebalance => {
+                let _ = reply.send(SyncResult::error(GroupError::RebalanceInProgress));
+            }
+            GroupState::CompletingRebalance => {
+                let member = group.members.get_mut(&req.member_id).expect("checked");
+                member.awaiting_sync = Some(reply);
+                member.last_heartbeat_ms = now_ms;
+                if group.leader_id.as_deref() == Some(req.member_id.as_str()) {
+                    let mut assignments: HashMap<String, Bytes> =
+                        req.assignments.into_iter().collect();
+                    for m in group.members.values_mut() {
+                        m.assignment = assignments.remove(&m.member_id).unwrap_or_default();
+                    }
+                    group.state = GroupState::Stable;
+                    for m in group.members.values_mut() {
+                        if let Some(reply) = m.awaiting_sync.take() {
+                            let _ = reply.send(SyncResult {
+                                error: None,
+                                protocol_type: group.protocol_type.clone(),
+                                protocol_name: group.protocol_name.clone(),
+                                assignment: m.assignment.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+            GroupState::Stable => {
+                let member = &group.members[&req.member_id];
+                let _ = reply.send(SyncResult {
+                    error: None,
+                    protocol_type: group.protocol_type.clone(),
+                    protocol_name: group.protocol_name.clone(),
+                    assignment: member.assignment.clone(),
+                });
+            }
+        }
+    }
+
+    pub fn heartbeat(
+        &mut self,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: i32,
+        now_ms: i64,
+    ) -> Result<(), GroupError> {
+        let group = self
+            .groups
+            .get_mut(group_id)
+            .ok_or(GroupError::UnknownMemberId)?;
+        group.check_member(member_id, instance, generation_id)?;
+        group
+            .members
+            .get_mut(member_id)
+            .expect("checked")
+            .last_heartbeat_ms = now_ms;
+        match group.state {
+            GroupState::Empty => Err(GroupError::UnknownMemberId),
+            GroupState::PreparingRebalance => Err(GroupError::RebalanceInProgress),
+            GroupState::CompletingRebalance | GroupState::Stable => Ok(()),
+        }
+    }
+
+    /// Removes members; returns one result per (member id, instance id) given.
+    pub fn leave(
+        &mut self,
+        group_id: &str,
+        leaving: &[(String, Option<String>)],
+        now_ms: i64,
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let config = self.config.clone();
+        let group = self
+            .groups
+            .get_mut(group_id)
+            .ok_or(GroupError::UnknownMemberId)?;
+        let mut removed = false;
+        let results = leaving
+            .iter()
+            .map(|(member_id, instance)| {
+                let target = match instance {
+                    Some(instance) => match group.static_members.get(instance) {
+                        Some(current) if !member_id.is_empty() && current != member_id => {
+                            return Err(GroupError::FencedInstanceId)
+                        }
+                        Some(current) => current.clone(),
+                        None => return Err(GroupError::UnknownMemberId),
+                    },
+                    None => member_id.clone(),
+                };
+                if group.members.contains_key(&target) {
+                    group.remove_member(&target);
+                    removed = true;
+                    Ok(())
+                } else if group.pending_members.remove(&target).is_some() {
+                    Ok(())
+                } else {
+                    Err(GroupError::UnknownMemberId)
+                }
+            })
+            .collect();
+        if removed {
+            group.members_changed(&config, now_ms);
+        }
+        Ok(results)
+    }
+
+    /// Checks that a commit may be applied: a member of the current generation, or a
+    /// "simple" commit (generation -1, no member id) to a group without members.
+    pub fn check_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: i32,
+    ) -> Result<(), GroupError> {
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        let Some(group) = self.groups.get(group_id) else {
+            return if generation_id < 0 {
+                Ok(())
+            } else {
+                Err(GroupError::IllegalGeneration)
+            };
+        };
+        if generation_id < 0 && member_id.is_empty() {
+            return if group.members.is_empty() {
+                Ok(())
+            } else {
+                Err(GroupError::UnknownMemberId)
+            };
+        }
+        group.check_member(member_id, instance, generation_id)?;
+        match group.state {
+            GroupState::PreparingRebalance | GroupState::CompletingRebalance => {
+                Err(GroupError::RebalanceInProgress)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Records committed offsets (already durable in the offsets log).
+    pub fn apply_commit(
+        &mut self,
+        group_id: &str,
+        offsets: Vec<((String, i32), CommittedOffset)>,
+        now_ms: i64,
+    ) {
+        let group = self
+            .groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| Group::new(group_id, now_ms));
+        group.last_commit_ms = group.last_commit_ms.max(now_ms);
+        for (key, offset) in offsets {
+            match group.offsets.get(&key) {
+                Some(current) if current.log_offset > offset.log_offset => {}
+                _ => {
+                    group.offsets.insert(key, offset);
+                }
+            }
+        }
+    }
+
+    /// Removes committed offsets (replaying a tombstone from the offsets log).
+    pub fn apply_delete(&mut self, group_id: &str, key: &(String, i32)) {
+        if let Some(group) = self.groups.get_mut(group_id) {
+            group.offsets.remove(key);
+            if group.offsets.is_empty() && group.members.is_empty() {
+                self.groups.remove(group_id);
+            }
+        }
+    }
+
+    /// Deletes a group without members; returns the offsets to tombstone.
+    pub fn delete(&mut self, group_id: &str) -> Result<Vec<(String, i32)>, GroupError> {
+        let group = self
+            .groups
+            .get(group_id)
+            .ok_or(GroupError::GroupIdNotFound)?;
+        if !group.members.is_empty() || group.state != GroupState::Empty {
+            return Err(GroupError::NonEmptyGroup);
+        }
+        let group = self.groups.remove(group_id).expect("present");
+        Ok(group.offsets.into_keys().collect())
+    }
+
+    /// Expires sessions and pending member ids, completes rebalances whose time is up,
+    /// and expires the offsets of groups without members. Returns the expired offsets
+    /// (group, topic, partition) so the caller can tombstone them.
+    pub fn tick(&mut self, now_ms: i64) -> Vec<(String, (String, i32))> {
+        let config = self.config.clone();
+        let mut expired_offsets = Vec::new();
+        let mut dead = Vec::new();
+        for group in self.groups.values_mut() {
+            group
+                .pending_members
+                .retain(|_, deadline| *deadline > now_ms);
+            let expired: Vec<String> = group
+                .members
+                .values()
+                .filter(|m| m.expired(now_ms))
+                .map(|m| m.member_id.clone())
+                .collect();
+            for id in &expired {
+                tracing::info!(group = %group.group_id, member = %id, "session expired");
+                group.remove_member(id);
+            }
+            if !expired.is_empty() {
+                group.members_changed(&config, now_ms);
+            }
+            group.maybe_complete_join(now_ms);
+            let idle = group.members.is_empty() && group.state == GroupState::Empty;
+            if idle && now_ms - group.last_commit_ms > config.offsets_retention_ms {
+                let keys = std::mem::take(&mut group.offsets);
+                expired_offsets.extend(keys.into_keys().map(|k| (group.group_id.clone(), k)));
+                dead.push(group.group_id.clone());
+            }
+        }
+        for id in dead {
+            self.groups.remove(&id);
+        }
+        expired_offsets
+    }
+}
+
+fn add_member(
+    group: &mut Group,
+    req: &JoinRequest,
+    member_id: String,
+    reply: oneshot::Sender<JoinResult>,
+    now_ms: i64,
+) {
+    if group.members.is_empty() {
+        group.protocol_type = Some(req.protocol_type.clone());
+    }
+    if let Some(instance) = &req.group_instance_id {
+        group
+            .static_members
+            .insert(instance.clone(), member_id.clone());
+    }
+    group.members.insert(
+        member_id.clone(),
+        Member {
+            member_id,
+            group_instance_id: req.group_instance_id.clone(),
+            client_id: req.client_id.clone(),
+            client_host: req.client_host.clone(),
+            session_timeout_ms: req.session_timeout_ms,
+            rebalance_timeout_ms: req.rebalance_timeout_ms,
+            protocols: req.protocols.clone(),
+            assignment: Bytes::new(),
+            last_heartbeat_ms: now_ms,
+            awaiting_join: Some(reply),
+            awaiting_sync: None,
+        },
+    );
+}
+
+fn join_new_member(
+    group: &mut Group,
+    config: &GroupConfig,
+    req: JoinRequest,
+    reply: oneshot::Sender<JoinResult>,
+    now_ms: i64,
+) {
+    if let Some(instance) = req.group_instance_id.clone() {
+        if let Some(old_id) = group.static_members.get(&instance).cloned() {
+            return rejoin_static_member(group, config, req, old_id, reply, now_ms);
+        }
+        let id = new_member_id(&instance);
+        add_member(group, &req, id, reply, now_ms);
+        group.prepare_rebalance(config, now_ms);
+        return;
+    }
+    let id = new_member_id(&req.client_id);
+    if req.require_known_member_id {
+        group
+            .pending_members
+            .insert(id.clone(), now_ms + i64::from(req.session_timeout_ms));
+        let _ = reply.send(JoinResult::error(GroupError::MemberIdRequired, &id));
+        return;
+    }
+    add_member(group, &req, id, reply, now_ms);
+    if group.state != GroupState::PreparingRebalance {
+        group.prepare_rebalance(config, now_ms);
+    }
+}
+
+/// A static member came back with a new session (its old member id is fenced). In a
+/// stable group with unchanged protocols it gets its old assignment without a rebalance.
+fn rejoin_static_member(
+    group: &mut Group,
+    config: &GroupConfig,
+    req: JoinRequest,
+    old_id: String,
+    reply: oneshot::Sender<JoinResult>,
+    now_ms: i64,
+) {
+    let mut member = group
+        .members
+        .remove(&old_id)
+        .expect("static members map to members");
+    if let Some(old) = member.awaiting_join.take() {
+        let _ = old.send(JoinResult::error(GroupError::FencedInstanceId, &old_id));
+    }
+    if let Some(old) = member.awaiting_sync.take() {
+        let _ = old.send(SyncResult::error(GroupError::FencedInstanceId));
+    }
+    let new_id = new_member_id(req.group_instance_id.as_deref().unwrap_or_default());
+    let unchanged = member.protocols == req.protocols;
+    member.member_id = new_id.clone();
+    member.client_id = req.client_id.clone();
+    member.client_host = req.client_host.clone();
+    member.session_timeout_ms = req.session_timeout_ms;
+    member.rebalance_timeout_ms = req.rebalance_timeout_ms;
+    member.protocols = req.protocols.clone();
+    member.last_heartbeat_ms = now_ms;
+    group.members.insert(new_id.clone(), member);
+    group.static_members.insert(
+        req.group_instance_id.clone().expect("static"),
+        new_id.clone(),
+    );
+    if group.leader_id.as_deref() == Some(old_id.as_str()) {
+        group.leader_id = Some(new_id.clone());
+    }
+    if group.state == GroupState::Stable && unchanged {
+        tracing::info!(group = %group.group_id, member = %new_id, "static member rejoined without a rebalance");
+        let mut result = group.join_result(&new_id);
+        result.members.clear();
+        let _ = reply.send(result);
+        return;
+    }
+    group
+        .members
+        .get_mut(&new_id)
+        .expect("inserted")
+        .awaiting_join = Some(reply);
+    if group.state != GroupState::PreparingRebalance {
+        group.prepare_rebalance(config, now_ms);
+    }
+}
+
+fn join_known_member(
+    group: &mut Group,
+    config: &GroupConfig,
+    req: JoinRequest,
+    reply: oneshot::Sender<JoinResult>,
+    now_ms: i64,
+) {
+    if group.pending_members.remove(&req.member_id).is_some() {
+        add_member(group, &req, req.member_id.clone(), reply, now_ms);
+        if group.state != GroupState::PreparingRebalance {
+            group.prepare_rebalance(config, now_ms);
+        }
+        return;
+    }
+    if let Err(e) = group.check_member(&req.member_id, req.group_instance_id.as_deref(), -1) {
+        let _ = reply.send(JoinResult::error(e, &req.member_id));
+        return;
+    }
+    let is_leader = group.leader_id.as_deref() == Some(req.member_id.as_str());
+    let state = group.state;
+    let member = group.members.get_mut(&req.member_id).expect("checked");
+    let unchanged = member.protocols == req.protocols;
+    member.protocols = req.protocols;
+    member.session_timeout_ms = req.session_timeout_ms;
+    member.rebalance_timeout_ms = req.rebalance_timeout_ms;
+    member.last_heartbeat_ms = now_ms;
+    // A member that rejoins with nothing changed gets the current generation back; a
+    // leader rejoining a stable group, or any change, starts a rebalance.
+    let current = match state {
+        GroupState::CompletingRebalance => unchanged,
+        GroupState::Stable => unchanged && !is_leader,
+        _ => false,
+    };
+    if state == GroupState::PreparingRebalance {
+        if let Some(old) = member.awaiting_join.replace(reply) {
+            let _ = old.send(JoinResult::error(
+                GroupError::RebalanceInProgress,
+                &req.member_id,
+            ));
+        }
+    } else if current {
+        let _ = reply.send(group.join_result(&req.member_id));
+    } else {
+        member.awaiting_join = Some(reply);
+        group.prepare_rebalance(config, now_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> GroupConfig {
+        GroupConfig {
+            initial_rebalance_delay_ms: 0,
+            ..GroupConfig::default()
+        }
+    }
+
+    fn join_req(member_id: &str, instance: Option<&str>, protocols: &[&str]) -> JoinRequest {
+        JoinRequest {
+            group_id: "g".into(),
+            member_id: member_id.into(),
+            group_instance_id: instance.map(str::to_string),
+            client_id: "client".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            protocol_type: "consumer".into(),
+            protocols: protocols
+                .iter()
+                .map(|p| (p.to_string(), Bytes::from(format!("meta-{p}"))))
+                .collect(),
+            require_known_member_id: true,
+        }
+    }
+
+    fn join(groups: &mut Groups, req: JoinRequest, now: i64) -> oneshot::Receiver<JoinResult> {
+        let (tx, rx) = oneshot::channel();
+        groups.join(req, tx, now);
+        rx
+    }
+
+    /// Joins a new dynamic member through the MEMBER_ID_REQUIRED round.
+    fn join_new(
+        groups: &mut Groups,
+        protocols: &[&str],
+        now: i64,
+    ) -> (String, oneshot::Receiver<JoinResult>) {
+        let mut first = join(groups, join_req("", None, protocols), now);
+        let answer = first.try_recv().expect("answered at once");
+        assert_eq!(answer.error, Some(GroupError::MemberIdRequired));
+        let id = answer.member_id;
+        (
+            id.clone(),
+            join(groups, join_req(&id, None, protocols), now),
+        )
+    }
+
+    fn sync(
+        groups: &mut Groups,
+        member: &str,
+        generation: i32,
+        assignments: Vec<(String, Bytes)>,
+        now: i64,
+    ) -> oneshot::Receiver<SyncResult> {
+        let (tx, rx) = oneshot::channel();
+        let req = SyncRequest {
+            group_id: "g".into(),
+            generation_id: generation,
+            member_id: member.into(),
+            group_instance_id: None,
+            protocol_type: None,
+            protocol_name: None,
+            assignments,
+        };
+        groups.sync(req, tx, now);
+        rx
+    }
+
+    #[test]
+    fn two_members_join_sync_and_become_stable() {
+        let mut groups = Groups::new(config());
+        let (a, mut ja) = join_new(&mut groups, &["range", "roundrobin"], 0);
+        // A alone completes the first rebalance (no initial delay here).
+        let ra = ja.try_recv().unwrap();
+        assert_eq!(
+            (ra.error, ra.generation_id, ra.leader.as_str()),
+            (None, 1, a.as_str())
+        );
+        let mut sa = sync(&mut groups, &a, 1, vec![(a.clone(), Bytes::from("all"))], 0);
+        assert_eq!(sa.try_recv().unwrap().assignment, Bytes::from("all"));
+        assert_eq!(groups.get("g").unwrap().state, GroupState::Stable);
+
+        // B joins: the group rebalances; A learns it from its heartbeat and rejoins.
+        let (b, mut jb) = join_new(&mut groups, &["roundrobin"], 1);
+        assert!(jb.try_recv().is_err(), "B waits for A to rejoin");
+        assert_eq!(
+            groups.heartbeat("g", &a, None, 1, 2),
+            Err(GroupError::RebalanceInProgress)
+        );
+        let mut ja = join(&mut groups, join_req(&a, None, &["range", "roundrobin"]), 3);
+        let (ra, rb) = (ja.try_recv().unwrap(), jb.try_recv().unwrap());
+        assert_eq!(ra.generation_id, 2);
+        assert_eq!(
+            ra.protocol_name.as_deref(),
+            Some("roundrobin"),
+            "the protocol both support"
+        );
+        assert_eq!(ra.members.len(), 2, "the leader sees every member");
+        assert!(rb.members.is_empty());
+        let mut sb = sync(&mut groups, &b, 2, vec![], 4);
+        assert!(sb.try_recv().is_err(), "a follower waits for the leader");
+        let mut sa = sync(
+            &mut groups,
+            &a,
+            2,
+            vec![
+                (a.clone(), Bytes::from("p0")),
+                (b.clone(), Bytes::from("p1")),
+            ],
+            5,
+        );
+        assert_eq!(sa.try_recv().unwrap().assignment, Bytes::from("p0"));
+        assert_eq!(sb.try_recv().unwrap().assignment, Bytes::from("p1"));
+        assert_eq!(
+            groups.heartbeat("g", &b, None, 1, 6),
+            Err(GroupError::IllegalGeneration)
+        );
+        assert_eq!(groups.heartbeat("g", &b, None, 2, 6), Ok(()));
+    }
+
+    /// Forms a group of two members that joined within the initial delay (100 ms).
+    fn two_member_group(groups: &mut Groups) -> (String, String, i32) {
+        let (a, mut ja) = join_new(groups, &["range"], 0);
+        let (b, mut jb) = join_new(groups, &["range"], 10);
+        groups.tick(100);
+        let (ra, rb) = (ja.try_recv().unwrap(), jb.try_recv().unwrap());
+        assert_eq!(ra.generation_id, rb.generation_id);
+        let leader = ra.leader.clone();
+        sync(
+            groups,
+            if leader == a { &b } else { &a },
+            ra.generation_id,
+            vec![],
+            100,
+        );
+        sync(groups, &leader, ra.generation_id, vec![], 100);
+        assert_eq!(groups.get("g").unwrap().state, GroupState::Stable);
+        (a, b, ra.generation_id)
+    }
+
+    fn delayed() -> GroupConfig {
+        GroupConfig {
+            initial_rebalance_delay_ms: 100,
+            ..GroupConfig::default()
+        }
+    }
+
+    #[test]
+    fn an_expired_member_is_removed_and_the_group_rebalances() {
+        let mut groups = Groups::new(delayed());
+        let (a, b, gen) = two_member_group(&mut groups);
+        // A keeps heartbeating, B goes silent past its 10 s session.
+        for t in (1..=12).map(|s| s * 1000) {
+            let _ = groups.heartbeat("g", &a, None, gen, t);
+            groups.tick(t);
+        }
+        let g = groups.get("g").unwrap();
+        assert!(!g.members.contains_key(&b));
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        let mut ja = join(&mut groups, join_req(&a, None, &["range"]), 12_500);
+        let ra = ja.try_recv().unwrap();
+        assert_eq!((ra.generation_id, ra.members.len()), (gen + 1, 1));
+    }
+
+    #[test]
+    fn a_rebalance_completes_at_its_deadline_without_the_silent_member() {
+        let mut groups = Groups::new(delayed());
+        let (a, b, gen) = two_member_group(&mut groups);
+        // C joins; A rejoins; B keeps heartbeating but never rejoins, so the rebalance
+        // ends at its 30 s deadline.
+        let (_c, mut jc) = join_new(&mut groups, &["range"], 1_000);
+        let mut ja = join(&mut groups, join_req(&a, None, &["range"]), 1_100);
+        for t in (2..=30).map(|s| s * 1000) {
+            assert_eq!(
+                groups.heartbeat("g", &b, None, gen, t),
+                Err(GroupError::RebalanceInProgress)
+            );
+            groups.tick(t);
+        }
+        assert!(jc.try_recv().is_err());
+        groups.tick(31_001);
+        let (rc, ra) = (jc.try_recv().unwrap(), ja.try_recv().unwrap());
+        assert_eq!(rc.generation_id, gen + 1);
+        let leader = if ra.leader == a { ra } else { rc };
+        assert_eq!(leader.members.len(), 2, "B was dropped");
+        assert!(!groups.get("g").unwrap().members.contains_key(&b));
+    }
+
+    #[test]
+    fn a_static_member_restarting_keeps_its_assignment_without_a_rebalance() {
+        let mut groups = Groups::new(config());
+        let mut j = join(&mut groups, join_req("", Some("host-1"), &["range"]), 0);
+        let first = j.try_recv().unwrap();
+        assert_eq!(first.error, None, "static members skip MEMBER_ID_REQUIRED");
+        sync(
+            &mut groups,
+            &first.member_id,
+            1,
+            vec![(first.member_id.clone(), Bytes::from("p0-p5"))],
+            0,
+        );
+        // The process restarts and joins again with an empty member id.
+        let mut j = join(&mut groups, join_req("", Some("host-1"), &["range"]), 5_000);
+        let again = j.try_recv().unwrap();
+        assert_eq!(again.error, None);
+        assert_eq!(again.generation_id, 1, "no new generation");
+        assert_ne!(again.member_id, first.member_id);
+        assert_eq!(groups.get("g").unwrap().state, GroupState::Stable);
+        let mut s = sync(&mut groups, &again.member_id, 1, vec![], 5_001);
+        assert_eq!(s.try_recv().unwrap().assignment, Bytes::from("p0-p5"));
+        // The old incarnation is fenced.
+        assert_eq!(
+            groups.heartbeat("g", &first.member_id, Some("host-1"), 1, 5_002),
+            Err(GroupError::FencedInstanceId)
+        );
+    }
+
+    #[test]
+    fn protocols_must_overlap_and_unknown_members_are_refused() {
+        let mut groups = Groups::new(config());
+        let (_a, mut ja) = join_new(&mut groups, &["range"], 0);
+        ja.try_recv().unwrap();
+        let mut j = join(&mut groups, join_req("", None, &["cooperative-sticky"]), 1);
+        assert_eq!(
+            j.try_recv().unwrap().error,
+            Some(GroupError::InconsistentGroupProtocol)
+        );
+        let mut j = join(&mut groups, join_req("nobody", None, &["range"]), 1);
+        assert_eq!(
+            j.try_recv().unwrap().error,
+            Some(GroupError::UnknownMemberId)
+        );
+        assert_eq!(
+            groups.heartbeat("g", "nobody", None, 1, 1),
+            Err(GroupError::UnknownMemberId)
+        );
+    }
+
+    #[test]
+    fn leaving_members_empty_the_group_and_commits_check_generations() {
+        let mut groups = Groups::new(config());
+        let (a, mut ja) = join_new(&mut groups, &["range"], 0);
+        let gen = ja.try_recv().unwrap().generation_id;
+        sync(&mut groups, &a, gen, vec![], 0);
+        assert_eq!(groups.check_commit("g", &a, None, gen), Ok(()));
+        assert_eq!(
+            groups.check_commit("g", &a, None, gen + 1),
+            Err(GroupError::IllegalGeneration)
+        );
+        assert_eq!(
+            groups.check_commit("g", "", None, -1),
+            Err(GroupError::UnknownMemberId)
+        );
+        assert_eq!(groups.delete("g"), Err(GroupError::NonEmptyGroup));
+        let results = groups
+            .leave("g", &[(a.clone(), None), ("ghost".into(), None)], 1)
+            .unwrap();
+        assert_eq!(results, vec![Ok(()), Err(GroupError::UnknownMemberId)]);
+        assert_eq!(groups.get("g").unwrap().state, GroupState::Empty);
+        assert_eq!(groups.check_commit("g", "", None, -1), Ok(()));
+        assert_eq!(groups.delete("g"), Ok(vec![]));
+    }
+
+    #[test]
+    fn offsets_of_an_idle_group_expire() {
+        let mut groups = Groups::new(GroupConfig {
+            offsets_retention_ms: 1_000,
+            ..config()
+        });
+        let offset = CommittedOffset {
+            log_offset: 0,
+            offset: 42,
+            leader_epoch: -1,
+            metadata: None,
+            commit_timestamp_ms: 0,
+        };
+        groups.apply_commit("g", vec![(("t".into(), 0), offset)], 0);
+        assert!(groups.tick(500).is_empty());
+        assert_eq!(
+            groups.tick(1_500),
+            vec![("g".to_string(), ("t".to_string(), 0))]
+        );
+        assert!(groups.get("g").is_none());
+    }
+
+    #[test]
+    fn the_initial_delay_waits_for_more_members() {
+        let mut groups = Groups::new(GroupConfig {
+            initial_rebalance_delay_ms: 3_000,
+            ..GroupConfig::default()
+        });
+        let (_a, mut ja) = join_new(&mut groups, &["range"], 0);
+        assert!(ja.try_recv().is_err(), "the first rebalance waits");
+        let (_b, mut jb) = join_new(&mut groups, &["range"], 1_000);
+        groups.tick(2_999);
+        assert!(jb.try_recv().is_err());
+        groups.tick(3_000);
+        let (ra, rb) = (ja.try_recv().unwrap(), jb.try_recv().unwrap());
+        assert_eq!((ra.generation_id, rb.generation_id), (1, 1));
+        assert_eq!(
+            ra.members.len() + rb.members.len(),
+            2,
+            "the leader sees both"
+        );
+    }
+}

@@ -1,0 +1,33 @@
+//! DeleteGroups: remove groups without members, with their committed offsets.
+
+use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use crate::errors::group_code;
+use headway_protocol::kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, DeleteGroupsRequest, DeleteGroupsResponse,
+};
+use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::DeleteGroups,
+    min_version: 0,
+    max_version: 2,
+};
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: DeleteGroupsRequest = decode_body(request)?;
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let mut results = Vec::with_capacity(body.groups_names.len());
+        for id in body.groups_names {
+            let outcome = ctx.groups.delete(&id).await;
+            results.push(
+                DeletableGroupResult::default()
+                    .with_group_id(id)
+                    .with_error_code(group_code(outcome.err())),
+            );
+        }
+        DeleteGroupsResponse::default().with_results(results)
+    })
+}

@@ -1,0 +1,57 @@
+//! DescribeGroups: state, protocol and members (client id, host, metadata, assignment).
+//! An unknown group is described as Dead with no members, as Kafka does.
+
+use super::{ready, ApiSpec, Ctx, HandlerError, Reply};
+use headway_protocol::kafka_protocol::messages::describe_groups_response::{
+    DescribedGroup, DescribedGroupMember,
+};
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, DescribeGroupsRequest, DescribeGroupsResponse,
+};
+use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::DescribeGroups,
+    min_version: 0,
+    max_version: 5,
+};
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: DescribeGroupsRequest = decode_body(request)?;
+    let groups = body
+        .groups
+        .into_iter()
+        .map(|id| match ctx.groups.describe(&id) {
+            None => DescribedGroup::default()
+                .with_group_id(id)
+                .with_group_state(StrBytes::from_static_str("Dead")),
+            Some(g) => DescribedGroup::default()
+                .with_group_id(id)
+                .with_group_state(StrBytes::from_static_str(g.state))
+                .with_protocol_type(StrBytes::from_string(g.protocol_type))
+                .with_protocol_data(StrBytes::from_string(g.protocol_name))
+                .with_members(
+                    g.members
+                        .into_iter()
+                        .map(|m| {
+                            DescribedGroupMember::default()
+                                .with_member_id(StrBytes::from_string(m.member_id))
+                                .with_group_instance_id(
+                                    m.group_instance_id.map(StrBytes::from_string),
+                                )
+                                .with_client_id(StrBytes::from_string(m.client_id))
+                                .with_client_host(StrBytes::from_string(m.client_host))
+                                .with_member_metadata(m.metadata)
+                                .with_member_assignment(m.assignment)
+                        })
+                        .collect(),
+                ),
+        })
+        .collect();
+    ready(
+        request,
+        &DescribeGroupsResponse::default().with_groups(groups),
+    )
+}

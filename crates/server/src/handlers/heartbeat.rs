@@ -1,0 +1,28 @@
+//! Heartbeat: keeps a member's session alive and tells it when to rejoin
+//! (REBALANCE_IN_PROGRESS).
+
+use super::{ready, ApiSpec, Ctx, HandlerError, Reply};
+use crate::errors::group_code;
+use headway_protocol::kafka_protocol::messages::{ApiKey, HeartbeatRequest, HeartbeatResponse};
+use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::Heartbeat,
+    min_version: 0,
+    max_version: 4,
+};
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: HeartbeatRequest = decode_body(request)?;
+    let outcome = ctx.groups.heartbeat(
+        &body.group_id,
+        &body.member_id,
+        body.group_instance_id.as_deref(),
+        body.generation_id,
+    );
+    ready(
+        request,
+        &HeartbeatResponse::default().with_error_code(group_code(outcome.err())),
+    )
+}

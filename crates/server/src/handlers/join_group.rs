@@ -1,0 +1,78 @@
+//! JoinGroup: enter a group's next generation. The answer waits until the rebalance
+//! completes (every member rejoined, or the rebalance timeout passed). From v4 a new
+//! member first gets MEMBER_ID_REQUIRED with its id and joins again with it.
+
+use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use crate::errors::group_code;
+use headway_group::JoinRequest;
+use headway_protocol::kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use headway_protocol::kafka_protocol::messages::{ApiKey, JoinGroupRequest, JoinGroupResponse};
+use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::{decode_body, Request};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::JoinGroup,
+    min_version: 0,
+    max_version: 9,
+};
+
+const KNOWN_MEMBER_ID_MIN_VERSION: i16 = 4;
+
+fn str_of(s: Option<String>) -> Option<StrBytes> {
+    s.map(StrBytes::from_string)
+}
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request, peer: SocketAddr) -> Result<Reply, HandlerError> {
+    let body: JoinGroupRequest = decode_body(request)?;
+    let version = request.api_version();
+    let join = JoinRequest {
+        group_id: body.group_id.to_string(),
+        member_id: body.member_id.to_string(),
+        group_instance_id: body.group_instance_id.map(|s| s.to_string()),
+        client_id: request
+            .header
+            .client_id
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default(),
+        client_host: format!("/{}", peer.ip()),
+        session_timeout_ms: body.session_timeout_ms,
+        // v0 has no rebalance timeout: it is the session timeout.
+        rebalance_timeout_ms: if version == 0 {
+            body.session_timeout_ms
+        } else {
+            body.rebalance_timeout_ms
+        },
+        protocol_type: body.protocol_type.to_string(),
+        protocols: body
+            .protocols
+            .into_iter()
+            .map(|p| (p.name.to_string(), p.metadata))
+            .collect(),
+        require_known_member_id: version >= KNOWN_MEMBER_ID_MIN_VERSION,
+    };
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let r = ctx.groups.join(join).await;
+        JoinGroupResponse::default()
+            .with_error_code(group_code(r.error))
+            .with_generation_id(r.generation_id)
+            .with_protocol_type(str_of(r.protocol_type))
+            .with_protocol_name(str_of(r.protocol_name))
+            .with_leader(StrBytes::from_string(r.leader))
+            .with_member_id(StrBytes::from_string(r.member_id))
+            .with_members(
+                r.members
+                    .into_iter()
+                    .map(|m| {
+                        JoinGroupResponseMember::default()
+                            .with_member_id(StrBytes::from_string(m.member_id))
+                            .with_group_instance_id(str_of(m.group_instance_id))
+                            .with_metadata(m.metadata)
+                    })
+                    .collect(),
+            )
+    })
+}

@@ -1,0 +1,54 @@
+//! LeaveGroup: members leave at once instead of waiting for their session to expire.
+//! v3+ names several members, by member id or group.instance.id.
+
+use super::{ready, ApiSpec, Ctx, HandlerError, Reply};
+use crate::errors::{group_code, group_error_code};
+use headway_protocol::kafka_protocol::messages::leave_group_response::MemberResponse;
+use headway_protocol::kafka_protocol::messages::{ApiKey, LeaveGroupRequest, LeaveGroupResponse};
+use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::LeaveGroup,
+    min_version: 0,
+    max_version: 5,
+};
+
+const BATCHED_MIN_VERSION: i16 = 3;
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: LeaveGroupRequest = decode_body(request)?;
+    let batched = request.api_version() >= BATCHED_MIN_VERSION;
+    let leaving: Vec<(String, Option<String>)> = if batched {
+        body.members
+            .iter()
+            .map(|m| {
+                (
+                    m.member_id.to_string(),
+                    m.group_instance_id.as_ref().map(|s| s.to_string()),
+                )
+            })
+            .collect()
+    } else {
+        vec![(body.member_id.to_string(), None)]
+    };
+    let response = match ctx.groups.leave(&body.group_id, &leaving) {
+        Err(e) => LeaveGroupResponse::default().with_error_code(group_error_code(e)),
+        Ok(results) if !batched => {
+            LeaveGroupResponse::default().with_error_code(group_code(results[0].err()))
+        }
+        Ok(results) => LeaveGroupResponse::default().with_members(
+            body.members
+                .into_iter()
+                .zip(results)
+                .map(|(m, r)| {
+                    MemberResponse::default()
+                        .with_member_id(m.member_id)
+                        .with_group_instance_id(m.group_instance_id)
+                        .with_error_code(group_code(r.err()))
+                })
+                .collect(),
+        ),
+    };
+    ready(request, &response)
+}

@@ -1,0 +1,78 @@
+//! OffsetCommit: store a group's consumed positions. Answered after the commit's record
+//! is durable in the offsets log. A member commits within its generation; a client
+//! without a group membership (generation -1, no member id) may commit for a group that
+//! has no members.
+
+use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use crate::errors::{group_code, group_error_code};
+use headway_group::CommitEntry;
+use headway_protocol::kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, OffsetCommitRequest, OffsetCommitResponse,
+};
+use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::OffsetCommit,
+    min_version: 2,
+    max_version: 8,
+};
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: OffsetCommitRequest = decode_body(request)?;
+    let entries: Vec<CommitEntry> = body
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| CommitEntry {
+                topic: t.name.to_string(),
+                partition: p.partition_index,
+                offset: p.committed_offset,
+                leader_epoch: p.committed_leader_epoch,
+                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+            })
+        })
+        .collect();
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let outcome = ctx
+            .groups
+            .commit(
+                &body.group_id,
+                &body.member_id,
+                body.group_instance_id.as_deref(),
+                body.generation_id_or_member_epoch,
+                entries,
+            )
+            .await;
+        // One code per partition, in request order.
+        let count = body.topics.iter().map(|t| t.partitions.len()).sum();
+        let codes: Vec<i16> = match outcome {
+            Ok(results) => results.iter().map(|r| group_code(r.err())).collect(),
+            Err(e) => vec![group_error_code(e); count],
+        };
+        let mut codes = codes.into_iter();
+        let topics = body
+            .topics
+            .into_iter()
+            .map(|t| {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        OffsetCommitResponsePartition::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(codes.next().unwrap_or(0))
+                    })
+                    .collect();
+                OffsetCommitResponseTopic::default()
+                    .with_name(t.name)
+                    .with_partitions(partitions)
+            })
+            .collect();
+        OffsetCommitResponse::default().with_topics(topics)
+    })
+}

@@ -1,0 +1,136 @@
+//! OffsetFetch: a group's committed offsets, for given partitions or all of them.
+//! v8+ asks for several groups at once. A partition without a commit answers -1.
+
+use super::{ready, ApiSpec, Ctx, HandlerError, Reply};
+use headway_group::CommittedOffset;
+use headway_protocol::kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, OffsetFetchRequest, OffsetFetchResponse, TopicName,
+};
+use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::{decode_body, Request};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::OffsetFetch,
+    min_version: 1,
+    max_version: 8,
+};
+
+const MULTI_GROUP_MIN_VERSION: i16 = 8;
+
+/// Per topic, per partition: the committed offset, if any.
+type Found = BTreeMap<String, Vec<(i32, Option<CommittedOffset>)>>;
+
+fn lookup(ctx: &Ctx, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) -> Found {
+    let mut found: Found = BTreeMap::new();
+    match wanted {
+        None => {
+            for ((topic, partition), offset) in ctx.groups.committed(group_id, None) {
+                found
+                    .entry(topic)
+                    .or_default()
+                    .push((partition, Some(offset)));
+            }
+        }
+        Some(topics) => {
+            for (topic, partitions) in topics {
+                let keys: Vec<(String, i32)> =
+                    partitions.iter().map(|p| (topic.clone(), *p)).collect();
+                let committed: BTreeMap<(String, i32), CommittedOffset> = ctx
+                    .groups
+                    .committed(group_id, Some(&keys))
+                    .into_iter()
+                    .collect();
+                let entry = found.entry(topic).or_default();
+                for key in keys {
+                    let offset = committed.get(&key).cloned();
+                    entry.push((key.1, offset));
+                }
+            }
+        }
+    }
+    found
+}
+
+fn parts(offset: Option<CommittedOffset>) -> (i64, i32, Option<StrBytes>) {
+    match offset {
+        Some(o) => (
+            o.offset,
+            o.leader_epoch,
+            Some(StrBytes::from_string(o.metadata.unwrap_or_default())),
+        ),
+        None => (-1, -1, Some(StrBytes::default())),
+    }
+}
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: OffsetFetchRequest = decode_body(request)?;
+    if request.api_version() >= MULTI_GROUP_MIN_VERSION {
+        let groups = body
+            .groups
+            .into_iter()
+            .map(|g| {
+                let wanted = g.topics.map(|ts| {
+                    ts.into_iter()
+                        .map(|t| (t.name.to_string(), t.partition_indexes))
+                        .collect()
+                });
+                let topics = lookup(ctx, &g.group_id, wanted)
+                    .into_iter()
+                    .map(|(topic, partitions)| {
+                        OffsetFetchResponseTopics::default()
+                            .with_name(TopicName(StrBytes::from_string(topic)))
+                            .with_partitions(
+                                partitions
+                                    .into_iter()
+                                    .map(|(index, offset)| {
+                                        let (offset, epoch, metadata) = parts(offset);
+                                        OffsetFetchResponsePartitions::default()
+                                            .with_partition_index(index)
+                                            .with_committed_offset(offset)
+                                            .with_committed_leader_epoch(epoch)
+                                            .with_metadata(metadata)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+                OffsetFetchResponseGroup::default()
+                    .with_group_id(g.group_id)
+                    .with_topics(topics)
+            })
+            .collect();
+        return ready(request, &OffsetFetchResponse::default().with_groups(groups));
+    }
+    let wanted = body.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name.to_string(), t.partition_indexes))
+            .collect()
+    });
+    let topics = lookup(ctx, &body.group_id, wanted)
+        .into_iter()
+        .map(|(topic, partitions)| {
+            OffsetFetchResponseTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic)))
+                .with_partitions(
+                    partitions
+                        .into_iter()
+                        .map(|(index, offset)| {
+                            let (offset, epoch, metadata) = parts(offset);
+                            OffsetFetchResponsePartition::default()
+                                .with_partition_index(index)
+                                .with_committed_offset(offset)
+                                .with_committed_leader_epoch(epoch)
+                                .with_metadata(metadata)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    ready(request, &OffsetFetchResponse::default().with_topics(topics))
+}

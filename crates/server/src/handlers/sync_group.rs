@@ -1,0 +1,42 @@
+//! SyncGroup: the leader hands out assignments; every member receives its own. A
+//! follower's answer waits for the leader's SyncGroup.
+
+use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use crate::errors::group_code;
+use headway_group::SyncRequest;
+use headway_protocol::kafka_protocol::messages::{ApiKey, SyncGroupRequest, SyncGroupResponse};
+use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::SyncGroup,
+    min_version: 0,
+    max_version: 5,
+};
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: SyncGroupRequest = decode_body(request)?;
+    let sync = SyncRequest {
+        group_id: body.group_id.to_string(),
+        generation_id: body.generation_id,
+        member_id: body.member_id.to_string(),
+        group_instance_id: body.group_instance_id.map(|s| s.to_string()),
+        protocol_type: body.protocol_type.map(|s| s.to_string()),
+        protocol_name: body.protocol_name.map(|s| s.to_string()),
+        assignments: body
+            .assignments
+            .into_iter()
+            .map(|a| (a.member_id.to_string(), a.assignment))
+            .collect(),
+    };
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let r = ctx.groups.sync(sync).await;
+        SyncGroupResponse::default()
+            .with_error_code(group_code(r.error))
+            .with_protocol_type(r.protocol_type.map(StrBytes::from_string))
+            .with_protocol_name(r.protocol_name.map(StrBytes::from_string))
+            .with_assignment(r.assignment)
+    })
+}
