@@ -2,10 +2,11 @@
 //!
 //! `headway serve` starts the broker. Settings come from, in increasing precedence:
 //! built-in defaults, a TOML file (`--config`), environment variables
-//! (`HEADWAY_<NAME>`), and flags. `headway produce` and `headway consume` are clients
-//! for any Kafka-compatible broker.
+//! (`HEADWAY_<NAME>`), and flags. `headway produce`, `headway consume` and
+//! `headway group` are clients for any Kafka-compatible broker.
 
 mod consume;
+mod group;
 mod produce;
 mod progress;
 
@@ -35,6 +36,8 @@ enum Command {
     Produce(produce::ProduceArgs),
     /// Print records of a topic.
     Consume(consume::ConsumeArgs),
+    /// Inspect consumer groups.
+    Group(group::GroupArgs),
 }
 
 #[derive(Args)]
@@ -149,6 +152,7 @@ fn run() -> anyhow::Result<()> {
         Command::Serve(args) => serve(args.into_config()?),
         Command::Produce(args) => client_runtime()?.block_on(produce::run(args)),
         Command::Consume(args) => client_runtime()?.block_on(consume::run(args)),
+        Command::Group(args) => client_runtime()?.block_on(group::run(args)),
     }
 }
 

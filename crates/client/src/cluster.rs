@@ -146,6 +146,10 @@ impl Cluster {
     }
 
     /// Any broker's shared connection, trying known brokers, then the bootstrap list.
+    pub async fn any_broker(&self) -> Result<Arc<Connection>, ClientError> {
+        self.any_connection().await
+    }
+
     async fn any_connection(&self) -> Result<Arc<Connection>, ClientError> {
         let mut candidates: Vec<String> = self
             .brokers

@@ -31,6 +31,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Metadata, 1, 12),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::FindCoordinator, 1, 3),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::OffsetFetch, 1, 7),
 ];
 
 /// Largest answer accepted; a larger length means a corrupt stream.
@@ -225,6 +229,10 @@ fn api_name(key: ApiKey) -> &'static str {
         ApiKey::ListOffsets => "ListOffsets",
         ApiKey::Metadata => "Metadata",
         ApiKey::CreateTopics => "CreateTopics",
+        ApiKey::FindCoordinator => "FindCoordinator",
+        ApiKey::ListGroups => "ListGroups",
+        ApiKey::DescribeGroups => "DescribeGroups",
+        ApiKey::OffsetFetch => "OffsetFetch",
         _ => "ApiVersions",
     }
 }

@@ -14,11 +14,13 @@ pub mod cluster;
 pub mod connection;
 pub mod consumer;
 pub mod error;
+pub mod groups;
 pub mod partitioner;
 pub mod producer;
 
 pub use cluster::{ClientConfig, Cluster, EARLIEST, LATEST};
 pub use consumer::{ConsumedRecord, Consumer, ConsumerConfig, StartOffset, WindowState};
 pub use error::ClientError;
+pub use groups::{GroupDescription, GroupListing, GroupMemberDescription};
 pub use kafka_protocol::records::Compression;
 pub use producer::{Delivery, LaneStats, Producer, ProducerConfig, ProducerStats, Record};

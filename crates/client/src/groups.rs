@@ -1,0 +1,149 @@
+//! Reading consumer groups: list, describe (members and their assignments), and
+//! committed offsets, through the group's coordinator.
+
+use crate::cluster::Cluster;
+use crate::connection::Connection;
+use crate::error::{check, ClientError};
+use bytes::Buf;
+use kafka_protocol::messages::{
+    ConsumerProtocolAssignment, DescribeGroupsRequest, FindCoordinatorRequest, GroupId,
+    ListGroupsRequest, OffsetFetchRequest,
+};
+use kafka_protocol::protocol::{Decodable, StrBytes};
+use std::sync::Arc;
+
+#[derive(Debug, Clone)]
+pub struct GroupListing {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct GroupMemberDescription {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    /// (topic, partitions), decoded from a consumer-protocol assignment.
+    pub assignment: Vec<(String, Vec<i32>)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct GroupDescription {
+    pub group_id: String,
+    pub state: String,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: Vec<GroupMemberDescription>,
+}
+
+/// Decodes a consumer-protocol assignment (empty when it is not one).
+fn decode_assignment(mut bytes: bytes::Bytes) -> Vec<(String, Vec<i32>)> {
+    if bytes.len() < 2 {
+        return Vec::new();
+    }
+    let version = bytes.get_i16().clamp(0, 3);
+    ConsumerProtocolAssignment::decode(&mut bytes, version)
+        .map(|a| {
+            a.assigned_partitions
+                .into_iter()
+                .map(|tp| (tp.topic.to_string(), tp.partitions))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Cluster {
+    /// The connection to the coordinator of `group_id`.
+    pub async fn coordinator(
+        self: &Arc<Self>,
+        group_id: &str,
+    ) -> Result<Arc<Connection>, ClientError> {
+        let request =
+            FindCoordinatorRequest::default().with_key(StrBytes::from_string(group_id.to_string()));
+        let response = self
+            .retry(|| async { self.any_broker().await?.request(&request).await })
+            .await?;
+        check(response.error_code, response.error_message.as_deref())?;
+        self.connection(&format!("{}:{}", response.host.as_str(), response.port))
+            .await
+    }
+
+    /// Every group every broker knows.
+    pub async fn list_groups(self: &Arc<Self>) -> Result<Vec<GroupListing>, ClientError> {
+        let response = self
+            .any_broker()
+            .await?
+            .request(&ListGroupsRequest::default())
+            .await?;
+        check(response.error_code, None)?;
+        let mut groups: Vec<GroupListing> = response
+            .groups
+            .into_iter()
+            .map(|g| GroupListing {
+                group_id: g.group_id.to_string(),
+                protocol_type: g.protocol_type.to_string(),
+                state: g.group_state.to_string(),
+            })
+            .collect();
+        groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        Ok(groups)
+    }
+
+    pub async fn describe_group(
+        self: &Arc<Self>,
+        group_id: &str,
+    ) -> Result<GroupDescription, ClientError> {
+        let request = DescribeGroupsRequest::default()
+            .with_groups(vec![GroupId(StrBytes::from_string(group_id.to_string()))]);
+        let response = self.coordinator(group_id).await?.request(&request).await?;
+        let g = response
+            .groups
+            .into_iter()
+            .next()
+            .ok_or_else(|| ClientError::Protocol("empty DescribeGroups answer".into()))?;
+        check(g.error_code, g.error_message.as_deref())?;
+        Ok(GroupDescription {
+            group_id: g.group_id.to_string(),
+            state: g.group_state.to_string(),
+            protocol_type: g.protocol_type.to_string(),
+            protocol: g.protocol_data.to_string(),
+            members: g
+                .members
+                .into_iter()
+                .map(|m| GroupMemberDescription {
+                    member_id: m.member_id.to_string(),
+                    group_instance_id: m.group_instance_id.map(|s| s.to_string()),
+                    client_id: m.client_id.to_string(),
+                    client_host: m.client_host.to_string(),
+                    assignment: decode_assignment(m.member_assignment),
+                })
+                .collect(),
+        })
+    }
+
+    /// Every committed offset of a group: (topic, partition, offset).
+    pub async fn committed_offsets(
+        self: &Arc<Self>,
+        group_id: &str,
+    ) -> Result<Vec<(String, i32, i64)>, ClientError> {
+        let request = OffsetFetchRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group_id.to_string())))
+            .with_topics(None);
+        let response = self.coordinator(group_id).await?.request(&request).await?;
+        check(response.error_code, None)?;
+        let mut offsets: Vec<(String, i32, i64)> = response
+            .topics
+            .into_iter()
+            .flat_map(|t| {
+                let topic = t.name.to_string();
+                t.partitions
+                    .into_iter()
+                    .map(move |p| (topic.clone(), p.partition_index, p.committed_offset))
+            })
+            .collect();
+        offsets.sort();
+        Ok(offsets)
+    }
+}
