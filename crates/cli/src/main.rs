@@ -173,12 +173,15 @@ fn serve(config: BrokerConfig) -> anyhow::Result<()> {
             .await
             .context("opening the data directory")?;
         let server = Server::bind(broker).await.context("binding the listener")?;
+        // Signal handlers are installed before the ready line, so a signal sent as soon
+        // as the line appears is handled rather than killing the process.
+        let signals = Signals::install()?;
         // Tests and scripts wait for this line; it is the only thing written to stdout.
         println!("headway listening on {}", server.local_addr());
         std::io::stdout().flush()?;
         let handle = server.handle();
         tokio::spawn(async move {
-            wait_for_signal().await;
+            signals.wait().await;
             tracing::info!("signal received");
             handle.shutdown();
         });
@@ -187,11 +190,25 @@ fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     })
 }
 
-async fn wait_for_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing a SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+/// SIGTERM and SIGINT (Ctrl-C) both start a clean shutdown.
+struct Signals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
     }
 }

@@ -1,4 +1,4 @@
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::Decodable;
 
@@ -58,17 +58,15 @@ pub fn parse_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
     })
 }
 
-/// Decodes a request body and checks that nothing is left over.
+/// Decodes a request body. Bytes after the last field are ignored, as Kafka ignores
+/// them: some clients send a few (librdkafka 2.x does with Metadata v12), and a broker
+/// that refused them would be refusing those clients.
 pub fn decode_body<T: Decodable>(request: &Request) -> Result<T, ProtocolError> {
     let mut body = request.body.clone();
-    let malformed = |reason: String| ProtocolError::Malformed {
-        what: format!("{:?} v{} request", request.api_key, request.api_version()),
-        reason,
-    };
     let value =
-        T::decode(&mut body, request.api_version()).map_err(|e| malformed(e.to_string()))?;
-    if body.has_remaining() {
-        return Err(malformed(format!("{} trailing bytes", body.remaining())));
-    }
+        T::decode(&mut body, request.api_version()).map_err(|e| ProtocolError::Malformed {
+            what: format!("{:?} v{} request", request.api_key, request.api_version()),
+            reason: e.to_string(),
+        })?;
     Ok(value)
 }

@@ -1,15 +1,16 @@
-//! ListOffsets: the earliest offset, the latest (high watermark), or the first offset
-//! at or after a timestamp. A timestamp lookup resolves to the first *batch* whose
-//! newest record is at or after the timestamp, so a consumer seeking by time may see a
-//! few earlier records of that batch.
+//! ListOffsets: the earliest offset, the latest (high watermark), or the first record
+//! at or after a timestamp. A timestamp lookup finds the first batch whose newest
+//! record is at or after the timestamp (time index, then batch headers), then decodes
+//! that one batch to find the record.
 
 use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
 use crate::errors::error_code;
-use headway_broker::{BrokerError, Partition};
+use headway_broker::{BrokerError, Offset, Partition};
 use headway_protocol::kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use headway_protocol::kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
+use headway_protocol::kafka_protocol::records::RecordBatchDecoder;
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
 
@@ -73,13 +74,38 @@ async fn lookup(partition: Arc<Partition>, timestamp: i64) -> Result<(i64, i64),
         LATEST_TIMESTAMP => Ok((partition.high_watermark().value(), -1)),
         EARLIEST_TIMESTAMP => Ok((partition.log_start_offset().value(), -1)),
         t if t >= 0 => {
-            let found = tokio::task::spawn_blocking(move || partition.offset_for_timestamp(t))
+            let searched = Arc::clone(&partition);
+            let found = tokio::task::spawn_blocking(move || searched.offset_for_timestamp(t))
                 .await
                 .map_err(|e| BrokerError::Storage(format!("lookup task failed: {e}")))??;
-            Ok(found.map_or((-1, -1), |(offset, ts)| (offset.value(), ts)))
+            match found {
+                None => Ok((-1, -1)),
+                Some((batch_offset, batch_max_ts)) => {
+                    let exact = first_record_at(&partition, batch_offset, t).await?;
+                    Ok(exact.unwrap_or((batch_offset.value(), batch_max_ts)))
+                }
+            }
         }
         other => Err(BrokerError::InvalidRequest(format!(
             "unsupported timestamp {other}"
         ))),
     }
+}
+
+/// The first record at or after `timestamp` in the batch that starts at `batch_offset`.
+async fn first_record_at(
+    partition: &Partition,
+    batch_offset: Offset,
+    timestamp: i64,
+) -> Result<Option<(i64, i64)>, BrokerError> {
+    // One byte is enough: a read always returns the first batch whole.
+    let mut records = partition.read(batch_offset, 1).await?.records;
+    let Ok(batch) = RecordBatchDecoder::decode(&mut records) else {
+        return Ok(None);
+    };
+    Ok(batch
+        .records
+        .iter()
+        .find(|r| r.timestamp >= timestamp)
+        .map(|r| (r.offset, r.timestamp)))
 }
