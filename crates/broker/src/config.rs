@@ -122,6 +122,9 @@ pub struct BrokerConfig {
     /// Committed offsets of a group without members are removed after this long
     /// without a commit (Kafka's `offsets.retention.minutes`, in ms).
     pub offsets_retention_ms: i64,
+    /// An idempotent producer idle this long is forgotten (Kafka's
+    /// `producer.id.expiration.ms`); if it returns it resets its sequences.
+    pub producer_id_expiration_ms: i64,
     pub log: LogDefaults,
 }
 
@@ -141,6 +144,7 @@ impl Default for BrokerConfig {
             connections_max: limits::CONNECTIONS_MAX_DEFAULT,
             group_initial_rebalance_delay_ms: 3_000,
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
+            producer_id_expiration_ms: 24 * 3600 * 1000,
             log: LogDefaults::default(),
         }
     }

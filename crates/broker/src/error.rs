@@ -38,6 +38,10 @@ pub enum BrokerError {
     InvalidRequiredAcks(i16),
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    #[error(transparent)]
+    Sequence(#[from] crate::producer_state::SequenceError),
+    #[error("transactions are not supported by this broker")]
+    TransactionsUnsupported,
     #[error("storage error: {0}")]
     Storage(String),
     #[error("partition {topic}/{partition} is shutting down")]

@@ -8,6 +8,9 @@
 //!   task per partition performs group commit: every append that happened while the
 //!   previous fsync ran shares the next one, and the high watermark (what consumers
 //!   may read and what acks wait for) advances only after the sync returns.
+//! - [`producer_state`] remembers each idempotent producer's last batches per
+//!   partition, so retries are answered with their original offsets; [`producer_ids`]
+//!   hands out producer ids that stay unique across restarts.
 //! - [`config`] is every setting with its default; [`limits`] is every hard bound.
 //!
 //! Everything here is thread-safe and shared as `Arc`s by the server's connections.
@@ -16,6 +19,8 @@ pub mod config;
 mod error;
 pub mod limits;
 mod partition;
+pub mod producer_ids;
+pub mod producer_state;
 mod registry;
 mod topic;
 

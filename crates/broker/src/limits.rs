@@ -41,3 +41,8 @@ pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// A cold read occupies one thread; beyond this bound reads queue instead of
 /// spawning threads without limit.
 pub const BLOCKING_THREADS_MAX: usize = 64;
+
+/// Idempotent producers remembered per partition (each up to five batches, about
+/// 150 bytes). Past it the producer idle for longest is forgotten; if it comes back
+/// with a later sequence it gets UNKNOWN_PRODUCER_ID and resets, as after expiry.
+pub const PRODUCERS_PER_PARTITION_MAX: usize = 10_000;

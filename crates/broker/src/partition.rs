@@ -12,9 +12,10 @@
 //! reads with positional reads on a blocking thread, bounded by the high watermark, so
 //! consumers only ever see synced data.
 
+use crate::producer_state::{is_idempotent, ProducerStates, SequenceCheck};
 use crate::{BrokerError, FlushPolicy};
 use bytes::Bytes;
-use headway_log::{batch, Log, LogConfig, Offset, RecoveryReport};
+use headway_log::{batch, BatchHeader, Log, LogConfig, Offset, RecoveryReport};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -48,12 +49,23 @@ pub struct ReadResult {
     pub log_start_offset: Offset,
 }
 
+/// What the partition's mutex guards: the log and, checked and updated in the same
+/// step as each append, the idempotent producers' state.
+struct Slot {
+    log: Log,
+    producers: ProducerStates,
+}
+
+/// The producer-state snapshot in a partition directory (see `docs/log-format.md`).
+const PRODUCER_SNAPSHOT: &str = "producer-state.snapshot";
+
 pub struct Partition {
     topic: Arc<str>,
     index: PartitionIndex,
     flush: FlushPolicy,
+    dir: PathBuf,
     /// The single writer. `None` once closed.
-    log: Mutex<Option<Log>>,
+    log: Mutex<Option<Slot>>,
     durable: watch::Sender<DurableState>,
     log_start_offset: AtomicI64,
     /// Wakes the flusher; `Notify` keeps one permit, so no wake-up is lost.
@@ -72,6 +84,7 @@ impl Partition {
     ) -> Result<(Arc<Partition>, RecoveryReport), BrokerError> {
         let (log, report) =
             Log::open(&dir, config, crate::now_ms()).map_err(BrokerError::from_log)?;
+        let producers = load_producer_states(&dir, &log)?;
         let (durable, _) = watch::channel(DurableState {
             high_watermark: report.log_end_offset,
             failed: false,
@@ -81,7 +94,8 @@ impl Partition {
             index,
             flush,
             log_start_offset: AtomicI64::new(report.log_start_offset.value()),
-            log: Mutex::new(Some(log)),
+            dir,
+            log: Mutex::new(Some(Slot { log, producers })),
             durable,
             dirty: Notify::new(),
             closed: AtomicBool::new(false),
@@ -104,24 +118,32 @@ impl Partition {
         }
     }
 
-    fn with_log<T>(
+    fn with_slot<T>(
         &self,
-        f: impl FnOnce(&mut Log) -> Result<T, headway_log::LogError>,
+        f: impl FnOnce(&mut Slot) -> Result<T, BrokerError>,
     ) -> Result<T, BrokerError> {
         let mut slot = self
             .log
             .lock()
             .expect("partition log mutex poisoned by a panic");
-        let log = slot.as_mut().ok_or_else(|| BrokerError::ShuttingDown {
+        let slot = slot.as_mut().ok_or_else(|| BrokerError::ShuttingDown {
             topic: self.topic.to_string(),
             partition: self.index.0,
         })?;
-        f(log).map_err(BrokerError::from_log)
+        f(slot)
+    }
+
+    fn with_log<T>(
+        &self,
+        f: impl FnOnce(&mut Log) -> Result<T, headway_log::LogError>,
+    ) -> Result<T, BrokerError> {
+        self.with_slot(|slot| f(&mut slot.log).map_err(BrokerError::from_log))
     }
 
     /// Validates and appends the batches of one produce request for this partition.
     /// Offsets are assigned here, under the mutex; the data is durable once
-    /// [`Partition::wait_durable`] for `log_end_offset` returns.
+    /// [`Partition::wait_durable`] for `log_end_offset` returns. A retried batch of an
+    /// idempotent producer is not appended again: the answer describes the original.
     pub fn append(
         &self,
         records: &[u8],
@@ -133,20 +155,53 @@ impl Partition {
                 limit: max_message_bytes,
             });
         }
-        batch::validate_all(records).map_err(BrokerError::Batch)?;
+        let headers = batch::validate_all(records).map_err(BrokerError::Batch)?;
+        if headers.iter().any(BatchHeader::is_transactional) {
+            return Err(BrokerError::TransactionsUnsupported);
+        }
+        let idempotent = headers.first().filter(|h| is_idempotent(h)).copied();
+        if idempotent.is_some() && headers.len() != 1 {
+            return Err(BrokerError::InvalidRequest(
+                "an idempotent produce must carry exactly one batch per partition".into(),
+            ));
+        }
         // The log rewrites base offsets in place; the request buffer is shared, so copy.
         let mut owned = records.to_vec();
         let now_ms = crate::now_ms();
-        let info = self.with_log(|log| log.append(&mut owned, now_ms))?;
-        match self.flush {
-            FlushPolicy::Sync => self.dirty.notify_one(),
-            FlushPolicy::Interval(_) | FlushPolicy::None => self.publish(info.log_end_offset),
+        let appended = self.with_slot(|slot| {
+            if let Some(header) = &idempotent {
+                if let SequenceCheck::Duplicate { base_offset } = slot.producers.check(header)? {
+                    let end = base_offset + i64::from(header.last_offset_delta) + 1;
+                    return Ok((Offset(base_offset), Offset(end), false));
+                }
+            }
+            let info = slot
+                .log
+                .append(&mut owned, now_ms)
+                .map_err(BrokerError::from_log)?;
+            if let Some(header) = &idempotent {
+                slot.producers
+                    .record(header, info.base_offset.value(), now_ms);
+            }
+            Ok((info.base_offset, info.log_end_offset, true))
+        })?;
+        let (base_offset, log_end_offset, written) = appended;
+        if written {
+            match self.flush {
+                FlushPolicy::Sync => self.dirty.notify_one(),
+                FlushPolicy::Interval(_) | FlushPolicy::None => self.publish(log_end_offset),
+            }
         }
         Ok(Appended {
-            base_offset: info.base_offset,
-            log_end_offset: info.log_end_offset,
+            base_offset,
+            log_end_offset,
             log_start_offset: self.log_start_offset(),
         })
+    }
+
+    /// Forgets idempotent producers idle for longer than `idle_ms`.
+    pub fn expire_producers(&self, now_ms: i64, idle_ms: i64) -> Result<usize, BrokerError> {
+        self.with_slot(|slot| Ok(slot.producers.expire(now_ms, idle_ms)))
     }
 
     /// Waits until every offset below `offset` is durable, or the log failed.
@@ -250,13 +305,18 @@ impl Partition {
     pub fn close(&self) -> Result<(), BrokerError> {
         self.closed.store(true, Ordering::Release);
         self.dirty.notify_one();
-        let log = self
+        let slot = self
             .log
             .lock()
             .expect("partition log mutex poisoned")
             .take();
-        let Some(log) = log else { return Ok(()) };
+        let Some(Slot { log, producers }) = slot else {
+            return Ok(());
+        };
         let log_end_offset = log.log_end_offset();
+        if !log.is_poisoned() {
+            write_producer_snapshot(&self.dir, &producers, log_end_offset)?;
+        }
         log.close().map_err(BrokerError::from_log)?;
         self.publish(log_end_offset);
         Ok(())
@@ -298,4 +358,55 @@ impl Partition {
         });
         self.durable.send_modify(|s| s.failed = true);
     }
+}
+
+/// Rebuilds the idempotent producers' state: the snapshot written at the last clean
+/// shutdown, then every batch after it. Without a usable snapshot, the whole log is
+/// scanned. Blocking.
+fn load_producer_states(dir: &std::path::Path, log: &Log) -> Result<ProducerStates, BrokerError> {
+    let end = log.log_end_offset();
+    let (mut states, from) = match std::fs::read(dir.join(PRODUCER_SNAPSHOT))
+        .ok()
+        .and_then(|b| ProducerStates::decode(&b))
+    {
+        Some((states, at)) if at <= end.value() => {
+            (states, Offset(at.max(log.log_start_offset().value())))
+        }
+        _ => (ProducerStates::default(), log.log_start_offset()),
+    };
+    let mut offset = from;
+    while offset < end {
+        let slice = log.locate(offset).map_err(BrokerError::from_log)?;
+        let data = slice.read(1024 * 1024, end).map_err(|e| {
+            BrokerError::Storage(format!("scan {} for producer state: {e}", dir.display()))
+        })?;
+        if data.is_empty() {
+            break;
+        }
+        for (header, _) in batch::BatchIter::new(&data) {
+            if header.last_offset() >= offset.value() {
+                states.record(&header, header.base_offset, header.max_timestamp);
+            }
+            offset = Offset(header.last_offset() + 1);
+        }
+    }
+    Ok(states)
+}
+
+/// Writes the producer-state snapshot atomically (temporary file, fsync, rename).
+fn write_producer_snapshot(
+    dir: &std::path::Path,
+    states: &ProducerStates,
+    log_end_offset: Offset,
+) -> Result<(), BrokerError> {
+    let path = dir.join(PRODUCER_SNAPSHOT);
+    let tmp = dir.join(format!("{PRODUCER_SNAPSHOT}.tmp"));
+    let bytes = states.encode(log_end_offset.value());
+    std::fs::File::create(&tmp)
+        .and_then(|mut f| {
+            std::io::Write::write_all(&mut f, &bytes)?;
+            f.sync_all()
+        })
+        .and_then(|_| std::fs::rename(&tmp, &path))
+        .map_err(|e| BrokerError::Storage(format!("write {}: {e}", path.display())))
 }

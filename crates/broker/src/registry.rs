@@ -5,6 +5,7 @@
 //! blocking threads, so an admin request never blocks a connection's reader.
 
 use crate::config::{BrokerConfig, TopicConfig};
+use crate::producer_ids::ProducerIds;
 use crate::topic::{sync_dir, validate_topic_name, Topic};
 use crate::{limits, BrokerError};
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,7 @@ pub struct Broker {
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     admin: tokio::sync::Mutex<()>,
     closed: AtomicBool,
+    producer_ids: ProducerIds,
     /// Held for the broker's lifetime: an exclusive lock on `<data_dir>/.lock`, so two
     /// brokers never write the same logs.
     _dir_lock: fs::File,
@@ -69,6 +71,7 @@ impl Broker {
             ))
         })?;
         let cluster_id = load_cluster_id(&data_dir)?;
+        let producer_ids = ProducerIds::open(&data_dir)?;
         let mut topics = HashMap::new();
         for entry in fs::read_dir(&topics_dir).map_err(|e| storage("list", &topics_dir, e))? {
             let entry = entry.map_err(|e| storage("list", &topics_dir, e))?;
@@ -97,6 +100,7 @@ impl Broker {
             topics: RwLock::new(topics),
             admin: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
+            producer_ids,
             _dir_lock: dir_lock,
         })
     }
@@ -107,6 +111,10 @@ impl Broker {
 
     pub fn cluster_id(&self) -> &str {
         &self.cluster_id
+    }
+
+    pub fn producer_ids(&self) -> &ProducerIds {
+        &self.producer_ids
     }
 
     pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
@@ -282,11 +290,20 @@ async fn run_retention(broker: Weak<Broker>) {
             return;
         }
         let topics = b.topics();
+        let producer_idle_ms = b.config.producer_id_expiration_ms;
         drop(b);
         let _ = tokio::task::spawn_blocking(move || {
             let now = crate::now_ms();
             for topic in topics {
                 for p in topic.partitions() {
+                    if let Ok(n @ 1..) = p.expire_producers(now, producer_idle_ms) {
+                        tracing::info!(
+                            topic = topic.name(),
+                            partition = p.index().0,
+                            producers = n,
+                            "expired idle producer ids"
+                        );
+                    }
                     match p.enforce_retention(now) {
                         Ok(0) | Err(BrokerError::ShuttingDown { .. }) => {}
                         Ok(n) => tracing::info!(

@@ -1,5 +1,6 @@
 //! The one place where broker errors become Kafka error codes.
 
+use headway_broker::producer_state::SequenceError;
 use headway_broker::{BatchError, BrokerError};
 use headway_group::GroupError;
 use kafka_protocol::ResponseError;
@@ -24,6 +25,14 @@ fn response_error(error: &BrokerError) -> ResponseError {
         BrokerError::Batch(_) | BrokerError::MissingRecords => R::InvalidRecord,
         BrokerError::OffsetOutOfRange { .. } => R::OffsetOutOfRange,
         BrokerError::InvalidRequiredAcks(_) => R::InvalidRequiredAcks,
+        BrokerError::Sequence(SequenceError::InvalidProducerEpoch { .. }) => {
+            R::InvalidProducerEpoch
+        }
+        BrokerError::Sequence(SequenceError::OutOfOrderSequence { .. }) => {
+            R::OutOfOrderSequenceNumber
+        }
+        BrokerError::Sequence(SequenceError::UnknownProducerId { .. }) => R::UnknownProducerId,
+        BrokerError::TransactionsUnsupported => R::TransactionalIdAuthorizationFailed,
         BrokerError::InvalidRequest(_) => R::InvalidRequest,
         BrokerError::Storage(_) => R::KafkaStorageError,
         // Retriable: the client refreshes metadata and tries again after a restart.

@@ -12,6 +12,7 @@ pub mod describe_groups;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
+pub mod init_producer_id;
 pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
@@ -62,6 +63,7 @@ pub const APIS: &[ApiSpec] = &[
     list_groups::API,
     describe_groups::API,
     delete_groups::API,
+    init_producer_id::API,
 ];
 
 /// What every handler can reach: the broker, the group coordinator, and how clients
@@ -143,6 +145,7 @@ pub fn dispatch(ctx: &Arc<Ctx>, peer: SocketAddr, request: Request) -> Result<Re
         ApiKey::ListGroups => list_groups::handle(ctx, &request),
         ApiKey::DescribeGroups => describe_groups::handle(ctx, &request),
         ApiKey::DeleteGroups => delete_groups::handle(ctx, &request),
+        ApiKey::InitProducerId => init_producer_id::handle(ctx, &request),
         other => Err(HandlerError::UnsupportedApi(other)),
     }
 }

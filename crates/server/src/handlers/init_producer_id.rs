@@ -1,0 +1,47 @@
+//! InitProducerId: a producer id and epoch for an idempotent producer.
+//!
+//! Every call gets a fresh id with epoch 0, as Kafka does for producers without a
+//! transactional id (a producer that re-initialises after an error thus starts clean).
+//! Transactions are not supported: a request with a transactional id is refused with
+//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report at once as a fatal error
+//! rather than retrying.
+
+use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use crate::errors::error_code;
+use headway_broker::BrokerError;
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId,
+};
+use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::InitProducerId,
+    min_version: 0,
+    max_version: 5,
+};
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: InitProducerIdRequest = decode_body(request)?;
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let allocated = if body.transactional_id.is_some() {
+            Err(BrokerError::TransactionsUnsupported)
+        } else {
+            // Allocation may sync a new block of ids to disk.
+            let broker = Arc::clone(&ctx.broker);
+            tokio::task::spawn_blocking(move || broker.producer_ids().allocate())
+                .await
+                .unwrap_or_else(|e| Err(BrokerError::Storage(e.to_string())))
+        };
+        match allocated {
+            Ok(id) => InitProducerIdResponse::default()
+                .with_producer_id(ProducerId(id))
+                .with_producer_epoch(0),
+            Err(e) => InitProducerIdResponse::default()
+                .with_error_code(error_code(&e))
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        }
+    })
+}

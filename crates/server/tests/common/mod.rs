@@ -1,0 +1,260 @@
+//! Shared by the wire tests: an in-process broker on an ephemeral port and a raw
+//! Kafka protocol client.
+#![allow(dead_code)]
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use headway_broker::BrokerConfig;
+use headway_protocol::kafka_protocol::messages::*;
+use headway_protocol::kafka_protocol::protocol::{
+    Decodable, Encodable, HeaderVersion, Request, StrBytes,
+};
+use headway_protocol::kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use headway_server::{RunningServer, Server};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Generous: CI runs on two shared cores.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+pub struct TestBroker {
+    pub addr: SocketAddr,
+    pub server: RunningServer,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestBroker {
+    pub async fn start() -> TestBroker {
+        TestBroker::start_in(tempfile::tempdir().unwrap()).await
+    }
+
+    /// Starts a broker on an existing data directory (a restart).
+    pub async fn start_in(dir: tempfile::TempDir) -> TestBroker {
+        let config = BrokerConfig {
+            data_dir: dir.path().to_path_buf(),
+            listen: "127.0.0.1:0".into(),
+            frame_bytes_max: 4 * 1024 * 1024,
+            ..BrokerConfig::default()
+        };
+        let server = Server::start(config).await.unwrap();
+        TestBroker {
+            addr: server.addr,
+            server,
+            dir,
+        }
+    }
+
+    pub async fn client(&self) -> Client {
+        Client {
+            stream: TcpStream::connect(self.addr).await.unwrap(),
+            next_correlation_id: 1,
+        }
+    }
+
+    pub async fn stop(self) {
+        self.stop_keeping_data().await;
+    }
+
+    /// Stops cleanly and hands back the data directory for a restart.
+    pub async fn stop_keeping_data(self) -> tempfile::TempDir {
+        tokio::time::timeout(DEADLINE, self.server.stop())
+            .await
+            .unwrap();
+        self.dir
+    }
+
+    /// Stops without the shutdown sequence (no producer-state snapshots, no
+    /// clean-shutdown markers), as after a crash: the server task is aborted.
+    pub async fn crash(self) -> tempfile::TempDir {
+        self.server.task.abort();
+        let _ = self.server.task.await;
+        self.dir
+    }
+}
+
+pub struct Client {
+    pub stream: TcpStream,
+    pub next_correlation_id: i32,
+}
+
+impl Client {
+    pub async fn send_raw(&mut self, frame: &[u8]) {
+        self.stream.write_all(frame).await.unwrap();
+    }
+
+    pub async fn send<R: Request>(&mut self, version: i16, request: &R) -> i32 {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("wire-test")));
+        let mut body = BytesMut::new();
+        header
+            .encode(&mut body, R::header_version(version))
+            .unwrap();
+        request.encode(&mut body, version).unwrap();
+        let mut frame = BytesMut::new();
+        frame.put_i32(body.len() as i32);
+        frame.extend_from_slice(&body);
+        self.send_raw(&frame).await;
+        correlation_id
+    }
+
+    /// ApiVersions at a version no broker knows yet; its body is written as v3's.
+    pub async fn send_api_versions_v99(&mut self) -> i32 {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(ApiVersionsRequest::KEY)
+            .with_request_api_version(99)
+            .with_correlation_id(correlation_id);
+        let mut body = BytesMut::new();
+        header.encode(&mut body, 2).unwrap();
+        ApiVersionsRequest::default().encode(&mut body, 3).unwrap();
+        let mut frame = BytesMut::new();
+        frame.put_i32(body.len() as i32);
+        frame.extend_from_slice(&body);
+        self.send_raw(&frame).await;
+        correlation_id
+    }
+
+    /// Reads one response frame; `None` when the broker closed the connection.
+    pub async fn recv_frame(&mut self) -> Option<Bytes> {
+        let read = async {
+            let size = self.stream.read_i32().await.ok()?;
+            let mut frame = vec![0u8; size as usize];
+            self.stream.read_exact(&mut frame).await.ok()?;
+            Some(Bytes::from(frame))
+        };
+        tokio::time::timeout(DEADLINE, read)
+            .await
+            .expect("broker answered in time")
+    }
+
+    pub async fn recv<R: Decodable + HeaderVersion>(&mut self, version: i16) -> (i32, R) {
+        let mut frame = self
+            .recv_frame()
+            .await
+            .expect("a response, not a closed connection");
+        let header = ResponseHeader::decode(&mut frame, R::header_version(version)).unwrap();
+        let body = R::decode(&mut frame, version).unwrap();
+        assert!(!frame.has_remaining(), "response has trailing bytes");
+        (header.correlation_id, body)
+    }
+
+    pub async fn call<R: Request>(&mut self, version: i16, request: &R) -> R::Response {
+        let id = self.send(version, request).await;
+        let (got, response) = self.recv::<R::Response>(version).await;
+        assert_eq!(got, id, "responses come back in request order");
+        response
+    }
+
+    /// True when the broker has closed the connection.
+    pub async fn closed(&mut self) -> bool {
+        self.recv_frame().await.is_none()
+    }
+}
+
+pub fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+pub async fn create_topic(client: &mut Client, name: &str, partitions: i32) {
+    let request = CreateTopicsRequest::default().with_topics(vec![
+        create_topics_request::CreatableTopic::default()
+            .with_name(topic_name(name))
+            .with_num_partitions(partitions)
+            .with_replication_factor(1),
+    ]);
+    let response = client.call(7, &request).await;
+    assert_eq!(
+        response.topics[0].error_code, 0,
+        "{:?}",
+        response.topics[0].error_message
+    );
+}
+
+pub fn batch(values: &[&str]) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder starts a new batch whenever offset minus sequence changes;
+            // this keeps all records in one batch with a base sequence of -1.
+            sequence: i as i32 - 1,
+            timestamp: 1_700_000_000_000 + i as i64,
+            key: Some(Bytes::from(format!("key-{i}"))),
+            value: Some(Bytes::copy_from_slice(v.as_bytes())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
+    buf.freeze()
+}
+
+pub fn produce_request(topic: &str, partition: i32, acks: i16, records: Bytes) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![produce_request::TopicProduceData::default()
+            .with_name(topic_name(topic))
+            .with_partition_data(vec![
+                produce_request::PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(records)),
+            ])])
+}
+
+pub fn fetch_request(topic: &str, offset: i64, max_wait_ms: i32, min_bytes: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(min_bytes)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![fetch_request::FetchTopic::default()
+            .with_topic(topic_name(topic))
+            .with_partitions(vec![fetch_request::FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)])])
+}
+
+pub fn partition_response(
+    response: &ProduceResponse,
+) -> &produce_response::PartitionProduceResponse {
+    &response.responses[0].partition_responses[0]
+}
+
+pub fn values_of(records: &Bytes) -> Vec<(i64, String)> {
+    let mut buf = records.clone();
+    RecordBatchDecoder::decode_all(&mut buf)
+        .unwrap()
+        .into_iter()
+        .flat_map(|set| set.records)
+        .map(|r| {
+            (
+                r.offset,
+                String::from_utf8(r.value.unwrap().to_vec()).unwrap(),
+            )
+        })
+        .collect()
+}
