@@ -58,6 +58,8 @@ struct Slot {
 
 /// The producer-state snapshot in a partition directory (see `docs/log-format.md`).
 const PRODUCER_SNAPSHOT: &str = "producer-state.snapshot";
+/// The log start offset set by DeleteRecords, when it lies inside the first segment.
+const LOG_START_OFFSET_FILE: &str = "log-start-offset";
 
 pub struct Partition {
     topic: Arc<str>,
@@ -85,6 +87,10 @@ impl Partition {
         let (log, report) =
             Log::open(&dir, config, crate::now_ms()).map_err(BrokerError::from_log)?;
         let producers = load_producer_states(&dir, &log)?;
+        let log_start_offset = read_log_start_offset(&dir).unwrap_or(0).clamp(
+            report.log_start_offset.value(),
+            report.log_end_offset.value(),
+        );
         let (durable, _) = watch::channel(DurableState {
             high_watermark: report.log_end_offset,
             failed: false,
@@ -93,7 +99,7 @@ impl Partition {
             topic,
             index,
             flush,
-            log_start_offset: AtomicI64::new(report.log_start_offset.value()),
+            log_start_offset: AtomicI64::new(log_start_offset),
             dir,
             log: Mutex::new(Some(Slot { log, producers })),
             durable,
@@ -199,6 +205,34 @@ impl Partition {
         })
     }
 
+    /// DeleteRecords: makes `offset` (-1: the high watermark) the log start offset.
+    /// Records below it are no longer served; whole segments below it are deleted.
+    /// The new start is synced to disk before it takes effect. Blocking.
+    pub fn delete_records(&self, offset: i64) -> Result<Offset, BrokerError> {
+        let high_watermark = self.high_watermark();
+        let target = if offset == -1 {
+            high_watermark
+        } else {
+            Offset(offset)
+        };
+        let current = self.log_start_offset();
+        if target.value() < 0 || target > high_watermark {
+            return Err(BrokerError::OffsetOutOfRange {
+                offset: target,
+                log_start_offset: current,
+                high_watermark,
+            });
+        }
+        if target <= current {
+            return Ok(current);
+        }
+        write_log_start_offset(&self.dir, target)?;
+        self.log_start_offset
+            .fetch_max(target.value(), Ordering::AcqRel);
+        self.with_log(|log| log.delete_segments_before(target))?;
+        Ok(target)
+    }
+
     /// Forgets idempotent producers idle for longer than `idle_ms`.
     pub fn expire_producers(&self, now_ms: i64, idle_ms: i64) -> Result<usize, BrokerError> {
         self.with_slot(|slot| Ok(slot.producers.expire(now_ms, idle_ms)))
@@ -258,7 +292,14 @@ impl Partition {
             high_watermark,
             log_start_offset,
         };
-        if offset == high_watermark && offset >= log_start_offset {
+        if offset < log_start_offset {
+            return Err(BrokerError::OffsetOutOfRange {
+                offset,
+                log_start_offset,
+                high_watermark,
+            });
+        }
+        if offset == high_watermark {
             return Ok(empty(Bytes::new()));
         }
         let slice = self.with_log(|log| log.locate(offset))?;
@@ -289,7 +330,7 @@ impl Partition {
     pub fn enforce_retention(&self, now_ms: i64) -> Result<usize, BrokerError> {
         let report = self.with_log(|log| log.enforce_retention(now_ms))?;
         self.log_start_offset
-            .store(report.log_start_offset.value(), Ordering::Release);
+            .fetch_max(report.log_start_offset.value(), Ordering::AcqRel);
         Ok(report.deleted_segments)
     }
 
@@ -409,4 +450,23 @@ fn write_producer_snapshot(
         })
         .and_then(|_| std::fs::rename(&tmp, &path))
         .map_err(|e| BrokerError::Storage(format!("write {}: {e}", path.display())))
+}
+
+fn read_log_start_offset(dir: &std::path::Path) -> Option<i64> {
+    let bytes = std::fs::read(dir.join(LOG_START_OFFSET_FILE)).ok()?;
+    Some(i64::from_be_bytes(bytes.get(..8)?.try_into().ok()?))
+}
+
+/// Writes the DeleteRecords start offset atomically (temporary file, fsync, rename).
+fn write_log_start_offset(dir: &std::path::Path, offset: Offset) -> Result<(), BrokerError> {
+    let path = dir.join(LOG_START_OFFSET_FILE);
+    let tmp = dir.join(format!("{LOG_START_OFFSET_FILE}.tmp"));
+    std::fs::File::create(&tmp)
+        .and_then(|mut f| {
+            std::io::Write::write_all(&mut f, &offset.value().to_be_bytes())?;
+            f.sync_all()
+        })
+        .and_then(|_| std::fs::rename(&tmp, &path))
+        .map_err(|e| BrokerError::Storage(format!("write {}: {e}", path.display())))?;
+    crate::topic::sync_dir(dir)
 }

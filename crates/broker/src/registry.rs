@@ -206,6 +206,71 @@ impl Broker {
         }
     }
 
+    /// Grows a topic to `count` partitions (CreatePartitions). Existing partitions and
+    /// their data stay; new ones start empty.
+    pub async fn add_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> Result<(), BrokerError> {
+        let _admin = self.admin.lock().await;
+        let topic = self
+            .topic(name)
+            .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
+                topic: name.to_string(),
+                partition: -1,
+            })?;
+        let current = topic.partitions().len() as i32;
+        if count <= current || count > limits::PARTITIONS_PER_TOPIC_MAX {
+            return Err(BrokerError::InvalidPartitions(count));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let flush = self.config.flush;
+        let grown = tokio::task::spawn_blocking(move || topic.with_partitions(count, flush))
+            .await
+            .map_err(|e| BrokerError::Storage(format!("create partitions task failed: {e}")))??;
+        for p in &grown.partitions()[current as usize..] {
+            p.start_flusher();
+        }
+        self.topics
+            .write()
+            .expect("topics lock")
+            .insert(name.to_string(), grown);
+        tracing::info!(topic = name, partitions = count, "partitions added");
+        Ok(())
+    }
+
+    /// Changes a topic's explicit settings with `change`, validating the result
+    /// (IncrementalAlterConfigs and AlterConfigs).
+    pub async fn alter_topic_config(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), BrokerError>,
+        validate_only: bool,
+    ) -> Result<(), BrokerError> {
+        let _admin = self.admin.lock().await;
+        let topic = self
+            .topic(name)
+            .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
+                topic: name.to_string(),
+                partition: -1,
+            })?;
+        let mut overrides = topic.config().overrides;
+        change(&mut overrides)?;
+        let config = TopicConfig::from_overrides(&overrides, &self.config.log)?;
+        if validate_only {
+            return Ok(());
+        }
+        tokio::task::spawn_blocking(move || topic.set_config(config))
+            .await
+            .map_err(|e| BrokerError::Storage(format!("alter config task failed: {e}")))??;
+        tracing::info!(topic = name, ?overrides, "topic settings changed");
+        Ok(())
+    }
+
     /// Deletes a topic: it disappears from metadata at once; its files are removed
     /// after its logs are closed.
     pub async fn delete_topic(&self, name: &str) -> Result<(), BrokerError> {

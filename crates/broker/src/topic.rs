@@ -98,6 +98,60 @@ impl Topic {
         &self.dir
     }
 
+    /// Writes `topic.json` with this topic's id, the given partition count and its
+    /// explicit settings. Blocking.
+    fn persist(&self, partitions: usize, config: &TopicConfig) -> Result<(), BrokerError> {
+        let meta = TopicMeta {
+            name: self.name.to_string(),
+            id: self.id,
+            partitions: partitions as i32,
+            configs: config.overrides.clone(),
+        };
+        write_meta(&self.dir, &meta)?;
+        sync_dir(&self.dir)
+    }
+
+    /// Applies new settings: persisted first, then given to every partition's log.
+    /// Blocking.
+    pub(crate) fn set_config(&self, config: TopicConfig) -> Result<(), BrokerError> {
+        self.persist(self.partitions.len(), &config)?;
+        for p in &self.partitions {
+            p.set_log_config(config.log_config())?;
+        }
+        *self.config.write().expect("topic config lock") = config;
+        Ok(())
+    }
+
+    /// The same topic with partitions added up to `count`: their directories are
+    /// created and opened, then `topic.json` records the new count. Blocking.
+    pub(crate) fn with_partitions(
+        &self,
+        count: i32,
+        flush: FlushPolicy,
+    ) -> Result<Arc<Topic>, BrokerError> {
+        let config = self.config();
+        let mut partitions = self.partitions.clone();
+        for p in self.partitions.len() as i32..count {
+            let (partition, _) = Partition::open(
+                self.dir.join(p.to_string()),
+                Arc::clone(&self.name),
+                PartitionIndex(p),
+                config.log_config(),
+                flush,
+            )?;
+            partitions.push(partition);
+        }
+        sync_dir(&self.dir)?;
+        self.persist(partitions.len(), &config)?;
+        Ok(Arc::new(Topic {
+            name: Arc::clone(&self.name),
+            id: self.id,
+            dir: self.dir.clone(),
+            partitions,
+            config: RwLock::new(config),
+        }))
+    }
+
     /// Creates the topic's directory with its metadata and empty partitions, then opens
     /// it. Blocking.
     pub(crate) fn create(
@@ -173,12 +227,15 @@ impl Topic {
     }
 }
 
+/// Writes `topic.json` atomically: a temporary file, synced, renamed over the old one.
 fn write_meta(dir: &Path, meta: &TopicMeta) -> Result<(), BrokerError> {
     let path = dir.join(META_FILE);
+    let tmp = dir.join(format!("{META_FILE}.tmp"));
     let text = serde_json::to_string_pretty(meta).expect("topic metadata serializes");
-    let mut file = fs::File::create(&path).map_err(|e| io_error("create", &path, e))?;
+    let mut file = fs::File::create(&tmp).map_err(|e| io_error("create", &tmp, e))?;
     file.write_all(text.as_bytes())
         .and_then(|_| file.sync_all())
+        .and_then(|_| fs::rename(&tmp, &path))
         .map_err(|e| io_error("write", &path, e))
 }
 

@@ -230,8 +230,27 @@ impl Log {
     /// Deletes the oldest non-active segments past `retention_bytes_max` or
     /// `retention_ms_max`, and advances the log start offset.
     pub fn enforce_retention(&mut self, now_ms: i64) -> Result<RetentionReport, LogError> {
+        self.delete_oldest_while(|log| log.expired_segment(now_ms))
+    }
+
+    /// Deletes the non-active segments that hold only offsets below `offset` (whole
+    /// segments: a segment that `offset` falls inside stays). Used by DeleteRecords,
+    /// whose finer logical start offset the broker keeps itself.
+    pub fn delete_segments_before(&mut self, offset: Offset) -> Result<RetentionReport, LogError> {
+        self.delete_oldest_while(|log| {
+            let mut bases = log.segments.keys();
+            let oldest = *bases.next()?;
+            let next = *bases.next()?;
+            (next <= offset.value()).then_some(oldest)
+        })
+    }
+
+    fn delete_oldest_while(
+        &mut self,
+        mut next: impl FnMut(&Log) -> Option<i64>,
+    ) -> Result<RetentionReport, LogError> {
         let mut report = RetentionReport::default();
-        while let Some(base_offset) = self.expired_segment(now_ms) {
+        while let Some(base_offset) = next(self) {
             self.segments[&base_offset].delete()?;
             let segment = self
                 .segments

@@ -409,6 +409,33 @@ fn retention_by_size_advances_the_log_start_offset() {
 }
 
 #[test]
+fn delete_segments_before_keeps_the_segment_holding_the_offset() {
+    let dir = TempDir::new().unwrap();
+    let (mut log, _) = open(
+        &dir,
+        LogConfig {
+            segment_bytes_max: 1000,
+            ..config()
+        },
+    );
+    for _ in 0..30 {
+        append_one(&mut log, 2, 100, NOW_MS);
+    }
+    let bases: Vec<i64> = log.segments.keys().copied().collect();
+    assert!(bases.len() > 3);
+    // An offset inside the third segment: the first two go, the third stays.
+    let inside_third = bases[2] + 1;
+    let report = log.delete_segments_before(Offset(inside_third)).unwrap();
+    assert_eq!(report.deleted_segments, 2);
+    assert_eq!(log.log_start_offset().value(), bases[2]);
+    assert!(!segment_path(&dir, bases[0], "log").exists());
+    // Never the active segment, even for an offset past it.
+    log.delete_segments_before(Offset(i64::MAX)).unwrap();
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.log_end_offset().value(), 60);
+}
+
+#[test]
 fn retention_by_age_keeps_the_active_segment() {
     let dir = TempDir::new().unwrap();
     let (mut log, _) = open(

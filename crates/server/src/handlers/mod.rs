@@ -3,15 +3,20 @@
 //! decides dispatch and produces the ApiVersions answer, so an advertised version is
 //! always a version some handler serves.
 
+pub mod alter_configs;
 pub mod api_versions;
+pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
+pub mod delete_records;
 pub mod delete_topics;
+pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
+pub mod incremental_alter_configs;
 pub mod init_producer_id;
 pub mod join_group;
 pub mod leave_group;
@@ -64,6 +69,11 @@ pub const APIS: &[ApiSpec] = &[
     describe_groups::API,
     delete_groups::API,
     init_producer_id::API,
+    describe_cluster::API,
+    create_partitions::API,
+    incremental_alter_configs::API,
+    alter_configs::API,
+    delete_records::API,
 ];
 
 /// What every handler can reach: the broker, the group coordinator, and how clients
@@ -146,6 +156,11 @@ pub fn dispatch(ctx: &Arc<Ctx>, peer: SocketAddr, request: Request) -> Result<Re
         ApiKey::DescribeGroups => describe_groups::handle(ctx, &request),
         ApiKey::DeleteGroups => delete_groups::handle(ctx, &request),
         ApiKey::InitProducerId => init_producer_id::handle(ctx, &request),
+        ApiKey::DescribeCluster => describe_cluster::handle(ctx, &request),
+        ApiKey::CreatePartitions => create_partitions::handle(ctx, &request),
+        ApiKey::IncrementalAlterConfigs => incremental_alter_configs::handle(ctx, &request),
+        ApiKey::AlterConfigs => alter_configs::handle(ctx, &request),
+        ApiKey::DeleteRecords => delete_records::handle(ctx, &request),
         other => Err(HandlerError::UnsupportedApi(other)),
     }
 }

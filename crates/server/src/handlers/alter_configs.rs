@@ -1,0 +1,58 @@
+//! AlterConfigs (the older form): replace a topic's explicit settings with the given
+//! set. Kept for clients that predate IncrementalAlterConfigs (kafka-python's admin).
+
+use super::incremental_alter_configs::{only_topics, response};
+use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use headway_protocol::kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
+use headway_protocol::kafka_protocol::messages::{
+    AlterConfigsRequest, AlterConfigsResponse, ApiKey,
+};
+use headway_protocol::{decode_body, Request};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::AlterConfigs,
+    min_version: 0,
+    max_version: 2,
+};
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: AlterConfigsRequest = decode_body(request)?;
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let mut responses = Vec::with_capacity(body.resources.len());
+        for resource in body.resources {
+            let wanted: BTreeMap<String, String> = resource
+                .configs
+                .iter()
+                .filter_map(|c| {
+                    c.value
+                        .as_ref()
+                        .map(|v| (c.name.to_string(), v.to_string()))
+                })
+                .collect();
+            let outcome = match only_topics(resource.resource_type) {
+                Ok(()) => {
+                    let replace = move |overrides: &mut BTreeMap<String, String>| {
+                        *overrides = wanted;
+                        Ok(())
+                    };
+                    ctx.broker
+                        .alter_topic_config(&resource.resource_name, replace, body.validate_only)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            let r = response(resource.resource_type, resource.resource_name, outcome);
+            responses.push(
+                AlterConfigsResourceResponse::default()
+                    .with_error_code(r.error_code)
+                    .with_error_message(r.error_message)
+                    .with_resource_type(r.resource_type)
+                    .with_resource_name(r.resource_name),
+            );
+        }
+        AlterConfigsResponse::default().with_responses(responses)
+    })
+}

@@ -1,0 +1,44 @@
+//! CreatePartitions: grow a topic's partition count. Manual replica assignments are
+//! refused (one broker holds every partition).
+
+use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use crate::errors::code_and_message;
+use headway_broker::BrokerError;
+use headway_protocol::kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, CreatePartitionsRequest, CreatePartitionsResponse,
+};
+use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::CreatePartitions,
+    min_version: 0,
+    max_version: 3,
+};
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: CreatePartitionsRequest = decode_body(request)?;
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let mut results = Vec::with_capacity(body.topics.len());
+        for t in body.topics {
+            let outcome = if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
+                Err(BrokerError::InvalidRequest(
+                    "manual replica assignment is not supported".into(),
+                ))
+            } else {
+                ctx.broker
+                    .add_partitions(&t.name, t.count, body.validate_only)
+                    .await
+            };
+            let mut result = CreatePartitionsTopicResult::default().with_name(t.name);
+            if let Err(e) = outcome {
+                let (code, message) = code_and_message(&e);
+                result = result.with_error_code(code).with_error_message(message);
+            }
+            results.push(result);
+        }
+        CreatePartitionsResponse::default().with_results(results)
+    })
+}

@@ -1,0 +1,30 @@
+//! DescribeCluster: the cluster id, the controller and the brokers (this one).
+
+use super::{ready, ApiSpec, Ctx, HandlerError, Reply};
+use headway_protocol::kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, BrokerId, DescribeClusterRequest, DescribeClusterResponse,
+};
+use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::DescribeCluster,
+    min_version: 0,
+    max_version: 2,
+};
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let _: DescribeClusterRequest = decode_body(request)?;
+    let node = BrokerId(ctx.broker.config().node_id);
+    let response = DescribeClusterResponse::default()
+        .with_cluster_id(StrBytes::from_string(ctx.broker.cluster_id().to_string()))
+        .with_controller_id(node)
+        .with_cluster_authorized_operations(i32::MIN)
+        .with_brokers(vec![DescribeClusterBroker::default()
+            .with_broker_id(node)
+            .with_host(StrBytes::from_string(ctx.advertised_host.clone()))
+            .with_port(ctx.advertised_port)]);
+    ready(request, &response)
+}

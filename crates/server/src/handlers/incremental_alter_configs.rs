@@ -1,0 +1,114 @@
+//! IncrementalAlterConfigs: set or delete individual topic settings. Broker settings
+//! are static (from the config file and flags) and cannot be altered here.
+
+use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use crate::errors::code_and_message;
+use headway_broker::BrokerError;
+use headway_protocol::kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
+use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::{decode_body, Request};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const API: ApiSpec = ApiSpec {
+    key: ApiKey::IncrementalAlterConfigs,
+    min_version: 0,
+    max_version: 1,
+};
+
+pub(crate) const RESOURCE_TOPIC: i8 = 2;
+const SET: i8 = 0;
+const DELETE: i8 = 1;
+
+/// Refuses resources other than topics, with the reason.
+pub(crate) fn only_topics(resource_type: i8) -> Result<(), BrokerError> {
+    if resource_type == RESOURCE_TOPIC {
+        Ok(())
+    } else {
+        Err(BrokerError::InvalidRequest(format!(
+            "resource type {resource_type} cannot be altered: broker settings come from its config file and flags"
+        )))
+    }
+}
+
+pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: IncrementalAlterConfigsRequest = decode_body(request)?;
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let mut responses = Vec::with_capacity(body.resources.len());
+        for resource in body.resources {
+            let ops: Vec<(String, i8, Option<String>)> = resource
+                .configs
+                .iter()
+                .map(|c| {
+                    (
+                        c.name.to_string(),
+                        c.config_operation,
+                        c.value.as_ref().map(|v| v.to_string()),
+                    )
+                })
+                .collect();
+            let outcome = match only_topics(resource.resource_type) {
+                Ok(()) => {
+                    let apply = move |overrides: &mut BTreeMap<String, String>| {
+                        apply_operations(overrides, ops)
+                    };
+                    ctx.broker
+                        .alter_topic_config(&resource.resource_name, apply, body.validate_only)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            responses.push(response(
+                resource.resource_type,
+                resource.resource_name,
+                outcome,
+            ));
+        }
+        IncrementalAlterConfigsResponse::default().with_responses(responses)
+    })
+}
+
+fn apply_operations(
+    overrides: &mut BTreeMap<String, String>,
+    ops: Vec<(String, i8, Option<String>)>,
+) -> Result<(), BrokerError> {
+    for (name, op, value) in ops {
+        match (op, value) {
+            (SET, Some(value)) => {
+                overrides.insert(name, value);
+            }
+            (DELETE, _) => {
+                overrides.remove(&name);
+            }
+            (op, value) => {
+                return Err(BrokerError::InvalidConfig {
+                    name,
+                    value: value.unwrap_or_default(),
+                    reason: format!("operation {op} is not supported: no setting here is a list"),
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn response(
+    resource_type: i8,
+    resource_name: StrBytes,
+    outcome: Result<(), BrokerError>,
+) -> AlterConfigsResourceResponse {
+    let result = AlterConfigsResourceResponse::default()
+        .with_resource_type(resource_type)
+        .with_resource_name(resource_name);
+    match outcome {
+        Ok(()) => result,
+        Err(e) => {
+            let (code, message) = code_and_message(&e);
+            result.with_error_code(code).with_error_message(message)
+        }
+    }
+}
