@@ -326,6 +326,11 @@ impl Partition {
         Ok(found.filter(|(offset, _)| *offset < self.high_watermark()))
     }
 
+    /// The largest record timestamp in the log, if any batch carries one.
+    pub fn max_timestamp(&self) -> Result<Option<i64>, BrokerError> {
+        self.with_log(|log| Ok(log.max_timestamp_ms()))
+    }
+
     /// Deletes segments past the retention limits. Blocking.
     pub fn enforce_retention(&self, now_ms: i64) -> Result<usize, BrokerError> {
         let report = self.with_log(|log| log.enforce_retention(now_ms))?;

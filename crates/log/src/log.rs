@@ -213,6 +213,15 @@ impl Log {
         Ok(segment.read_slice(offset, interval))
     }
 
+    /// The largest record timestamp in the log, if any batch carries one
+    /// (ListOffsets with the "max timestamp" spec).
+    pub fn max_timestamp_ms(&self) -> Option<i64> {
+        self.segments
+            .values()
+            .filter_map(Segment::max_timestamp_ms)
+            .max()
+    }
+
     /// The first batch whose max timestamp is at or after `timestamp_ms`:
     /// its base offset and max timestamp. `None` when every batch is older.
     pub fn offset_for_timestamp(

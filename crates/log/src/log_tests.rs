@@ -436,6 +436,24 @@ fn delete_segments_before_keeps_the_segment_holding_the_offset() {
 }
 
 #[test]
+fn max_timestamp_spans_segments() {
+    let dir = TempDir::new().unwrap();
+    let (mut log, _) = open(
+        &dir,
+        LogConfig {
+            segment_bytes_max: 1000,
+            ..config()
+        },
+    );
+    assert_eq!(log.max_timestamp_ms(), None);
+    for ts in [5_000, 9_000, 7_000, 8_000, 6_000, 6_500, 6_600, 6_700] {
+        append_one(&mut log, 2, 100, ts);
+    }
+    assert!(log.segment_count() > 1);
+    assert_eq!(log.max_timestamp_ms(), Some(9_000));
+}
+
+#[test]
 fn retention_by_age_keeps_the_active_segment() {
     let dir = TempDir::new().unwrap();
     let (mut log, _) = open(

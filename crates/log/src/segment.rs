@@ -180,6 +180,11 @@ impl Segment {
             .map_or(0, |created| now_ms.saturating_sub(created))
     }
 
+    /// The largest batch max timestamp in the segment, if any batch carries one.
+    pub fn max_timestamp_ms(&self) -> Option<i64> {
+        Some(self.cursor.max_timestamp_ms()).filter(|t| *t >= 0)
+    }
+
     /// The timestamp retention compares against: the largest batch max timestamp,
     /// or, when no batch carries a timestamp, the time the segment got its first
     /// batch or was loaded (the log never reads a clock, so it has nothing better).

@@ -35,14 +35,20 @@ async fn retention_ms(client: &mut Client, topic: &str) -> String {
 }
 
 async fn earliest(client: &mut Client, topic: &str) -> i64 {
+    list_offset(client, topic, -2).await.0
+}
+
+/// (offset, timestamp) for a ListOffsets timestamp spec, at v7.
+async fn list_offset(client: &mut Client, topic: &str, spec: i64) -> (i64, i64) {
     let request = ListOffsetsRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
             .with_name(TopicName(StrBytes::from_string(topic.into())))
             .with_partitions(vec![
-                list_offsets_request::ListOffsetsPartition::default().with_timestamp(-2),
+                list_offsets_request::ListOffsetsPartition::default().with_timestamp(spec),
             ])]);
-    client.call(6, &request).await.topics[0].partitions[0].offset
+    let p = &client.call(7, &request).await.topics[0].partitions[0];
+    (p.offset, p.timestamp)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,6 +63,13 @@ async fn admin_changes_apply_and_survive_a_restart() {
             .call(9, &produce_request("admin", 0, -1, batch(&refs)))
             .await;
     }
+
+    // Every batch has records stamped base+0, base+1, base+2: the first record with
+    // the largest timestamp is the first batch's third.
+    assert_eq!(
+        list_offset(&mut client, "admin", -3).await,
+        (2, 1_700_000_000_002)
+    );
 
     let grow = CreatePartitionsRequest::default().with_topics(vec![
         create_partitions_request::CreatePartitionsTopic::default()

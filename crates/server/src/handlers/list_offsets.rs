@@ -1,5 +1,5 @@
-//! ListOffsets: the earliest offset, the latest (high watermark), or the first record
-//! at or after a timestamp. A timestamp lookup finds the first batch whose newest
+//! ListOffsets: the earliest offset, the latest (high watermark), the record with the
+//! largest timestamp (v7+), or the first record at or after a timestamp. A timestamp lookup finds the first batch whose newest
 //! record is at or after the timestamp (time index, then batch headers), then decodes
 //! that one batch to find the record.
 
@@ -17,11 +17,12 @@ use std::sync::Arc;
 pub const API: ApiSpec = ApiSpec {
     key: ApiKey::ListOffsets,
     min_version: 1,
-    max_version: 6,
+    max_version: 7,
 };
 
 const LATEST_TIMESTAMP: i64 = -1;
 const EARLIEST_TIMESTAMP: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
 
 pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
     let body: ListOffsetsRequest = decode_body(request)?;
@@ -73,6 +74,10 @@ async fn lookup(partition: Arc<Partition>, timestamp: i64) -> Result<(i64, i64),
     match timestamp {
         LATEST_TIMESTAMP => Ok((partition.high_watermark().value(), -1)),
         EARLIEST_TIMESTAMP => Ok((partition.log_start_offset().value(), -1)),
+        MAX_TIMESTAMP => match partition.max_timestamp()? {
+            Some(max) => Box::pin(lookup(partition, max)).await,
+            None => Ok((-1, -1)),
+        },
         t if t >= 0 => {
             let searched = Arc::clone(&partition);
             let found = tokio::task::spawn_blocking(move || searched.offset_for_timestamp(t))
