@@ -394,9 +394,6 @@ impl Group {
                 let _ = reply.send(SyncResult::error(GroupError::UnknownMemberId));
             }
         }
-        if self.members.is_empty() {
-            self.protocol_type = None;
-        }
     }
 
     /// After members left or expired: rebalance, or finish the one under way.
