@@ -121,6 +121,15 @@ impl Broker {
         self.topics.read().expect("topics lock").get(name).cloned()
     }
 
+    /// The topic, or UNKNOWN_TOPIC_OR_PARTITION.
+    pub fn existing_topic(&self, name: &str) -> Result<Arc<Topic>, BrokerError> {
+        self.topic(name)
+            .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
+                topic: name.to_string(),
+                partition: -1,
+            })
+    }
+
     pub fn topic_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
         let topics = self.topics.read().expect("topics lock");
         topics.values().find(|t| t.id() == id).cloned()
@@ -195,13 +204,7 @@ impl Broker {
             });
         }
         match self.create_topic(name, None, BTreeMap::new()).await {
-            Err(BrokerError::TopicAlreadyExists(_)) => {
-                self.topic(name)
-                    .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
-                        topic: name.to_string(),
-                        partition: -1,
-                    })
-            }
+            Err(BrokerError::TopicAlreadyExists(_)) => self.existing_topic(name),
             other => other,
         }
     }
@@ -215,12 +218,7 @@ impl Broker {
         validate_only: bool,
     ) -> Result<(), BrokerError> {
         let _admin = self.admin.lock().await;
-        let topic = self
-            .topic(name)
-            .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
-                topic: name.to_string(),
-                partition: -1,
-            })?;
+        let topic = self.existing_topic(name)?;
         let current = topic.partitions().len() as i32;
         if count <= current || count > limits::PARTITIONS_PER_TOPIC_MAX {
             return Err(BrokerError::InvalidPartitions(count));
@@ -252,12 +250,7 @@ impl Broker {
         validate_only: bool,
     ) -> Result<(), BrokerError> {
         let _admin = self.admin.lock().await;
-        let topic = self
-            .topic(name)
-            .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
-                topic: name.to_string(),
-                partition: -1,
-            })?;
+        let topic = self.existing_topic(name)?;
         let mut overrides = topic.config().overrides;
         change(&mut overrides)?;
         let config = TopicConfig::from_overrides(&overrides, &self.config.log)?;

@@ -84,13 +84,7 @@ fn entry((name, value, source, config_type): Entry) -> DescribeConfigsResourceRe
 }
 
 fn topic_entries(ctx: &Ctx, name: &str) -> Result<Vec<Entry>, BrokerError> {
-    let topic = ctx
-        .broker
-        .topic(name)
-        .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
-            topic: name.to_string(),
-            partition: -1,
-        })?;
+    let topic = ctx.broker.existing_topic(name)?;
     Ok(topic
         .config()
         .entries()

@@ -75,12 +75,7 @@ fn resolve(
             .topic_by_id(t.topic_id)
             .ok_or(BrokerError::UnknownTopicId(t.topic_id))
     } else {
-        ctx.broker
-            .topic(&t.topic)
-            .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
-                topic: t.topic.to_string(),
-                partition: -1,
-            })
+        ctx.broker.existing_topic(&t.topic)
     };
     let partitions = t
         .partitions

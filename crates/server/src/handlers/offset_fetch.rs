@@ -68,6 +68,41 @@ fn parts(offset: Option<CommittedOffset>) -> (i64, i32, Option<StrBytes>) {
     }
 }
 
+/// The answer's topics from what was found. The legacy and the multi-group forms have
+/// the same fields in different generated types, hence a macro.
+macro_rules! answer_topics {
+    ($found:expr, $topic:ident, $partition:ident) => {
+        $found
+            .into_iter()
+            .map(|(topic, partitions)| {
+                $topic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic)))
+                    .with_partitions(
+                        partitions
+                            .into_iter()
+                            .map(|(index, offset)| {
+                                let (offset, epoch, metadata) = parts(offset);
+                                $partition::default()
+                                    .with_partition_index(index)
+                                    .with_committed_offset(offset)
+                                    .with_committed_leader_epoch(epoch)
+                                    .with_metadata(metadata)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect()
+    };
+}
+
+/// The (topic, partitions) a request names; `None` asks for every committed offset.
+fn wanted<T>(
+    topics: Option<Vec<T>>,
+    parts: impl Fn(T) -> (String, Vec<i32>),
+) -> Option<Vec<(String, Vec<i32>)>> {
+    topics.map(|ts| ts.into_iter().map(parts).collect())
+}
+
 pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
     let body: OffsetFetchRequest = decode_body(request)?;
     if request.api_version() >= MULTI_GROUP_MIN_VERSION {
@@ -75,62 +110,25 @@ pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> 
             .groups
             .into_iter()
             .map(|g| {
-                let wanted = g.topics.map(|ts| {
-                    ts.into_iter()
-                        .map(|t| (t.name.to_string(), t.partition_indexes))
-                        .collect()
-                });
-                let topics = lookup(ctx, &g.group_id, wanted)
-                    .into_iter()
-                    .map(|(topic, partitions)| {
-                        OffsetFetchResponseTopics::default()
-                            .with_name(TopicName(StrBytes::from_string(topic)))
-                            .with_partitions(
-                                partitions
-                                    .into_iter()
-                                    .map(|(index, offset)| {
-                                        let (offset, epoch, metadata) = parts(offset);
-                                        OffsetFetchResponsePartitions::default()
-                                            .with_partition_index(index)
-                                            .with_committed_offset(offset)
-                                            .with_committed_leader_epoch(epoch)
-                                            .with_metadata(metadata)
-                                    })
-                                    .collect(),
-                            )
-                    })
-                    .collect();
+                let asked = wanted(g.topics, |t| (t.name.to_string(), t.partition_indexes));
+                let found = lookup(ctx, &g.group_id, asked);
                 OffsetFetchResponseGroup::default()
                     .with_group_id(g.group_id)
-                    .with_topics(topics)
+                    .with_topics(answer_topics!(
+                        found,
+                        OffsetFetchResponseTopics,
+                        OffsetFetchResponsePartitions
+                    ))
             })
             .collect();
         return ready(request, &OffsetFetchResponse::default().with_groups(groups));
     }
-    let wanted = body.topics.map(|ts| {
-        ts.into_iter()
-            .map(|t| (t.name.to_string(), t.partition_indexes))
-            .collect()
-    });
-    let topics = lookup(ctx, &body.group_id, wanted)
-        .into_iter()
-        .map(|(topic, partitions)| {
-            OffsetFetchResponseTopic::default()
-                .with_name(TopicName(StrBytes::from_string(topic)))
-                .with_partitions(
-                    partitions
-                        .into_iter()
-                        .map(|(index, offset)| {
-                            let (offset, epoch, metadata) = parts(offset);
-                            OffsetFetchResponsePartition::default()
-                                .with_partition_index(index)
-                                .with_committed_offset(offset)
-                                .with_committed_leader_epoch(epoch)
-                                .with_metadata(metadata)
-                        })
-                        .collect(),
-                )
-        })
-        .collect();
+    let asked = wanted(body.topics, |t| (t.name.to_string(), t.partition_indexes));
+    let found = lookup(ctx, &body.group_id, asked);
+    let topics = answer_topics!(
+        found,
+        OffsetFetchResponseTopic,
+        OffsetFetchResponsePartition
+    );
     ready(request, &OffsetFetchResponse::default().with_topics(topics))
 }

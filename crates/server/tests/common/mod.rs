@@ -71,6 +71,18 @@ impl TestBroker {
     pub async fn crash(self) -> tempfile::TempDir {
         self.server.task.abort();
         let _ = self.server.task.await;
+        // The aborted connection tasks drop their handles to the broker as the runtime
+        // gets to them; the data directory's lock is free once the last one is gone.
+        let lock = std::fs::File::open(self.dir.path().join(".lock")).unwrap();
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        while lock.try_lock().is_err() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the crashed broker let go of its data directory"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        lock.unlock().unwrap();
         self.dir
     }
 }
