@@ -104,7 +104,7 @@ fn render(out: &mut impl Write, pieces: &[Piece], r: &ConsumedRecord) -> std::io
 
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     if let Some(group) = &args.group {
-        anyhow::bail!("--group {group}: consumer groups are not served yet; read partitions directly (omit --group)");
+        anyhow::bail!("--group {group}: the headway client does not join consumer groups yet; read partitions directly (omit --group), or use any Kafka client for group consumption");
     }
     let pieces = parse_format(&args.format)?;
     let cluster = Cluster::connect(&args.bootstrap, ClientConfig::default())
