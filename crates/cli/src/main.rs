@@ -3,7 +3,8 @@
 //! `headway serve` starts the broker. Settings come from, in increasing precedence:
 //! built-in defaults, a TOML file (`--config`), environment variables
 //! (`HEADWAY_<NAME>`), and flags. `headway produce` and `headway consume` are clients
-//! for any Kafka-compatible broker.
+//! for any Kafka-compatible broker; `headway bench` runs the lab's scenarios
+//! (`crates/bench`).
 
 mod consume;
 mod produce;
@@ -35,6 +36,8 @@ enum Command {
     Produce(produce::ProduceArgs),
     /// Print records of a topic.
     Consume(consume::ConsumeArgs),
+    /// Run a benchmark scenario against headway or any Kafka-compatible broker.
+    Bench(headway_bench::BenchArgs),
 }
 
 #[derive(Args)]
@@ -145,6 +148,7 @@ fn run() -> anyhow::Result<()> {
         Command::Serve(args) => serve(args.into_config()?),
         Command::Produce(args) => client_runtime()?.block_on(produce::run(args)),
         Command::Consume(args) => client_runtime()?.block_on(consume::run(args)),
+        Command::Bench(args) => headway_bench::run(args),
     }
 }
 
