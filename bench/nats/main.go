@@ -182,6 +182,7 @@ type options struct {
 	perRun                                     time.Duration
 	delayMs                                    int
 	quick                                      bool
+	warmup                                     time.Duration
 }
 
 func runOnce(o options, withSlow bool) (runReport, error) {
@@ -307,15 +308,22 @@ func runOnce(o options, withSlow bool) (runReport, error) {
 		arrivals := append([]int64(nil), s.arrivals...)
 		bytes := s.bytes
 		s.mu.Unlock()
+		// Latencies of the warm-up stay out of the percentiles (the series keeps them).
+		var counted []int64
+		for i, a := range arrivals {
+			if a >= start.Add(o.warmup).UnixMicro() {
+				counted = append(counted, lat[i])
+			}
+		}
 		n := uint64(len(lat))
 		lag := uint64(0)
 		if published > n {
 			lag = published - n
 		}
-		c := consumerReport{Name: s.name, Role: s.role, Consume: rateOf(n, bytes, loadSeconds), E2E: summarize(lat), LagEnd: &lag}
+		c := consumerReport{Name: s.name, Role: s.role, Consume: rateOf(n, bytes, loadSeconds), E2E: summarize(counted), LagEnd: &lag}
 		consumers = append(consumers, c)
 		if s.role == "fast" {
-			all = append(all, lat...)
+			all = append(all, counted...)
 			consumed += n
 			consumedBytes += bytes
 			fastRates = append(fastRates, c.Consume.MsgsPerS)
@@ -386,6 +394,7 @@ func main() {
 	flag.IntVar(&o.delayMs, "delay-ms", 200, "the proxy's delay, for the report")
 	flag.Float64Var(&perRunS, "run-seconds", 55, "seconds per run")
 	flag.BoolVar(&o.quick, "quick", false, "mark the report as a quick run")
+	warmupFraction := flag.Float64("warmup-fraction", 0.1, "share of each run left out of the percentiles")
 	flag.Parse()
 	if o.slowURL == "" {
 		fmt.Fprintln(os.Stderr, "nats-slow-consumer: -slow-url (the delay proxy) is required")
@@ -399,13 +408,15 @@ func main() {
 	}
 	o.size = max(o.size, 8)
 	o.perRun = time.Duration(perRunS * float64(time.Second))
+	o.warmup = time.Duration(*warmupFraction * float64(o.perRun))
 	started := time.Now()
 	r := report{
 		Format: 1, Scenario: "slow-consumer", Label: o.label, Bootstrap: o.url, Command: o.command,
 		Cores: runtime.NumCPU(), StartedAt: started.UTC().Format("2006-01-02T15:04:05Z"), Quick: o.quick,
 		Notes: []string{
 			fmt.Sprintf("NATS core publish/subscribe: %.0f msg/s of %d B, %d fast subscribers; the slow subscriber "+
-				"connects through headway bench proxy (%d ms each way); %.1f s per run", o.rate, o.size, o.fast, o.delayMs, perRunS),
+				"connects through headway bench proxy (%d ms each way); %.1f s per run, the first %.1f s of each left out of the percentiles (warm-up)",
+				o.rate, o.size, o.fast, o.delayMs, perRunS, o.warmup.Seconds()),
 			"core NATS has no acknowledgement (no publish latency) and no replay (no catch-up subscriber); nothing is stored",
 		},
 	}

@@ -50,6 +50,9 @@ pub struct LatencyPoint {
 
 pub struct Recorder {
     origin: Instant,
+    /// Values recorded before this go into the series only, not the run's totals
+    /// (a warm-up: JIT compilation, page cache, connections settling).
+    counted_from: Instant,
     total: Histogram,
     series: Vec<Histogram>,
 }
@@ -76,8 +79,14 @@ fn summarize(h: &Histogram) -> LatencySummary {
 impl Recorder {
     /// A recorder whose series starts at `origin` (the start of the run).
     pub fn new(origin: Instant) -> Recorder {
+        Recorder::with_warmup(origin, std::time::Duration::ZERO)
+    }
+
+    /// A recorder whose totals leave out the first `warmup` of the run.
+    pub fn with_warmup(origin: Instant, warmup: std::time::Duration) -> Recorder {
         Recorder {
             origin,
+            counted_from: origin + warmup,
             total: histogram(TOTAL_SIGFIG),
             series: Vec::new(),
         }
@@ -85,8 +94,11 @@ impl Recorder {
 
     pub fn record_us(&mut self, value_us: u64) {
         let value_us = value_us.clamp(1, VALUE_US_MAX);
-        self.total.saturating_record(value_us);
-        let second = (self.origin.elapsed().as_secs() as usize).min(SERIES_SECONDS_MAX - 1);
+        let now = Instant::now();
+        if now >= self.counted_from {
+            self.total.saturating_record(value_us);
+        }
+        let second = ((now - self.origin).as_secs() as usize).min(SERIES_SECONDS_MAX - 1);
         while self.series.len() <= second {
             self.series.push(histogram(SERIES_SIGFIG));
         }
@@ -144,6 +156,14 @@ mod tests {
         assert!((s.p50 - 500.0).abs() < 2.0, "p50 {}", s.p50);
         assert!((s.max - 5000.0).abs() < 5.0, "max {}", s.max);
         assert_eq!(a.series().iter().map(|p| p.count).sum::<u64>(), 1001);
+    }
+
+    #[test]
+    fn warmup_is_left_out_of_totals() {
+        let mut r = Recorder::with_warmup(Instant::now(), std::time::Duration::from_secs(60));
+        r.record_us(1000);
+        assert_eq!(r.summary().count, 0);
+        assert_eq!(r.series()[0].count, 1);
     }
 
     #[test]

@@ -197,36 +197,47 @@ impl Ctx {
     }
 }
 
-/// Runs one `headway bench` command to completion.
+/// Runs one `headway bench` command to completion, or until SIGINT or SIGTERM: then
+/// the scenario is dropped, which stops the broker it started (a `Target` stops its
+/// broker when dropped) and every task it spawned with the runtime.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        match args.command {
-            BenchCommand::Proxy(p) => run_proxy(p).await,
-            BenchCommand::Acks(a) => {
-                let ctx = Ctx::open(a.common.clone())?;
-                scenarios::acks::run(&ctx, &a).await.map(drop)
-            }
-            BenchCommand::SlowConsumer(a) => {
-                let ctx = Ctx::open(a.common.clone())?;
-                scenarios::slow_consumer::run(&ctx, &a).await.map(drop)
-            }
-            BenchCommand::SlowLane(a) => {
-                let ctx = Ctx::open(a.common.clone())?;
-                scenarios::slow_lane::run(&ctx, &a).await.map(drop)
-            }
-            BenchCommand::Credit(a) => {
-                let ctx = Ctx::open(a.common.clone())?;
-                scenarios::credit::run(&ctx, &a).await.map(drop)
-            }
-            BenchCommand::Parallelism(a) => {
-                let ctx = Ctx::open(a.common.clone())?;
-                scenarios::parallelism::run(&ctx, &a).await.map(drop)
-            }
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            outcome = run_command(args) => outcome,
+            _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted"),
+            _ = term.recv() => anyhow::bail!("terminated"),
         }
     })
+}
+
+async fn run_command(args: BenchArgs) -> anyhow::Result<()> {
+    match args.command {
+        BenchCommand::Proxy(p) => run_proxy(p).await,
+        BenchCommand::Acks(a) => {
+            let ctx = Ctx::open(a.common.clone())?;
+            scenarios::acks::run(&ctx, &a).await.map(drop)
+        }
+        BenchCommand::SlowConsumer(a) => {
+            let ctx = Ctx::open(a.common.clone())?;
+            scenarios::slow_consumer::run(&ctx, &a).await.map(drop)
+        }
+        BenchCommand::SlowLane(a) => {
+            let ctx = Ctx::open(a.common.clone())?;
+            scenarios::slow_lane::run(&ctx, &a).await.map(drop)
+        }
+        BenchCommand::Credit(a) => {
+            let ctx = Ctx::open(a.common.clone())?;
+            scenarios::credit::run(&ctx, &a).await.map(drop)
+        }
+        BenchCommand::Parallelism(a) => {
+            let ctx = Ctx::open(a.common.clone())?;
+            scenarios::parallelism::run(&ctx, &a).await.map(drop)
+        }
+    }
 }
 
 async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
@@ -242,9 +253,6 @@ async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
     println!("proxy listening on {}", proxy.addr);
     use std::io::Write;
     std::io::stdout().flush()?;
-    tokio::select! {
-        _ = proxy.run_forever() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+    proxy.run_forever().await;
     Ok(())
 }

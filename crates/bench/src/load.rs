@@ -153,6 +153,7 @@ pub struct Run {
     pub meter: Meter,
     pub reading: Reading,
     pub publish_latency: Mutex<Recorder>,
+    pub warmup: Duration,
     /// Set when the producers' time is up.
     stopped: AtomicBool,
     /// Set when the run is over, drain included: every consumer stops.
@@ -167,7 +168,15 @@ pub struct Run {
 }
 
 impl Run {
-    pub fn new(scenario: &str, name: &str, reading: Reading, broker_pid: Option<u32>) -> Arc<Run> {
+    /// A run starting now. Latencies of its first `warmup` stay out of its percentiles
+    /// (they still show in the per-second series).
+    pub fn new(
+        scenario: &str,
+        name: &str,
+        reading: Reading,
+        broker_pid: Option<u32>,
+        warmup: Duration,
+    ) -> Arc<Run> {
         let origin = Instant::now();
         Arc::new(Run {
             scenario: scenario.to_string(),
@@ -175,7 +184,8 @@ impl Run {
             origin,
             meter: Meter::default(),
             reading,
-            publish_latency: Mutex::new(Recorder::new(origin)),
+            publish_latency: Mutex::new(Recorder::with_warmup(origin, warmup)),
+            warmup,
             stopped: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             rates: Mutex::new(Vec::new()),
@@ -507,7 +517,7 @@ pub async fn consume(
     meter: Arc<ConsumerMeter>,
     work: Work,
 ) -> (Arc<ConsumerMeter>, Recorder) {
-    let mut recorder = Recorder::new(run.origin);
+    let mut recorder = Recorder::with_warmup(run.origin, run.warmup);
     loop {
         if run.ended() || (!meter.measured && run.stopped()) {
             break;

@@ -73,11 +73,19 @@ pub async fn run(ctx: &Ctx, args: &AcksArgs) -> anyhow::Result<Report> {
         .saturating_sub(CASE_OVERHEAD * cases.len() as u32)
         .div_f64(2.0 * cases.len() as f64)
         .max(Duration::from_millis(400));
+    // The first tenth of each run stays out of the percentiles (connections and a JVM
+    // broker's JIT settling); the series still shows it.
+    let warmup = if ctx.common.quick {
+        Duration::ZERO
+    } else {
+        per_run / 10
+    };
     let mut report = ctx.report(
         "acks",
         vec![format!(
             "each case: {:.1} s at max rate, then {:.1} s paced at {} msg/s in all; \
-             {} partitions; linger {} ms; 1 producer has 4 lanes, 128 producers 1 lane each",
+             {} partitions; linger {} ms; 1 producer has 4 lanes, 128 producers 1 lane each; \
+             the first tenth of each run is warm-up, left out of the percentiles",
             per_run.as_secs_f64(),
             per_run.as_secs_f64(),
             args.rate,
@@ -112,7 +120,7 @@ pub async fn run(ctx: &Ctx, args: &AcksArgs) -> anyhow::Result<Report> {
                 ConsumerConfig::default(),
             )
             .await?;
-            let run = Run::new("acks", &name, Reading::Each, ctx.broker_pid());
+            let run = Run::new("acks", &name, Reading::Each, ctx.broker_pid(), warmup);
             let loads = clients
                 .iter()
                 .map(|p| {

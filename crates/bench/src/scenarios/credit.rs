@@ -9,14 +9,16 @@
 //! any real consumer's processing does; with no work at all the window barely matters.
 //!
 //! - *Stall test* (seed: "start with 200 credits, add 100 when down to X"): window
-//!   `--window-bytes`, increment half the window, refill threshold swept from 0 up.
-//!   A threshold of 0 lets the window run dry before a fetch is sent.
-//! - *Amortization test* ("add X when down to 200 − X"): threshold window − X,
-//!   increment X swept from tiny to half the window. Small X means a fetch per few
-//!   records.
+//!   `--stall-window-bytes` (256 KiB, small enough that processing one refill takes
+//!   about as long as a fetch round trip), increment half the window, refill threshold
+//!   swept from 0 up. A threshold of 0 lets the window run dry before a fetch is sent.
+//! - *Amortization test* ("add X when down to 200 − X"): the client's default window,
+//!   threshold window − X, increment X swept from tiny to half the window. Small X
+//!   means a fetch per few records.
 //!
 //! The client's defaults (threshold and increment both half the window) are the last
-//! point of each sweep, so the plot shows whether they sit on the plateau.
+//! point of the amortization sweep, and the stall sweep's last point has the same
+//! proportions, so the plot shows whether they sit on the plateau.
 
 use crate::latency::Recorder;
 use crate::load::{self};
@@ -44,9 +46,14 @@ pub struct CreditArgs {
     /// Batch size of the backlog's producer.
     #[arg(long, default_value_t = 4096)]
     pub batch_bytes: usize,
-    /// The consumer's window [default: the client's default].
+    /// The consumer's window in the amortization test [default: the client's default].
     #[arg(long)]
     pub window_bytes: Option<usize>,
+    /// The consumer's window in the stall test. Smaller than the default so that a
+    /// refill's worth of messages takes about as long to process as a fetch takes to
+    /// come back, which is when running dry shows.
+    #[arg(long, default_value_t = 256 * 1024)]
+    pub stall_window_bytes: usize,
     /// Busy work per message in µs, standing in for processing.
     #[arg(long, default_value_t = 1.0)]
     pub work_us: f64,
@@ -76,6 +83,7 @@ const AMORTIZATION_INCREMENTS: [f64; 7] = [
 
 struct Point {
     test: &'static str,
+    window_bytes: usize,
     threshold_bytes: usize,
     increment_bytes: usize,
 }
@@ -97,19 +105,22 @@ pub async fn run(ctx: &Ctx, args: &CreditArgs) -> anyhow::Result<Report> {
     };
     let prefill_s =
         load::prefill(ctx.bootstrap(), &topic, messages, args.size, prefill_config).await?;
-    let frac = |f: f64| ((window as f64 * f) as usize).max(1);
+    let frac = |window: usize, f: f64| ((window as f64 * f) as usize).max(1);
+    let stall_window = args.stall_window_bytes;
     let mut points: Vec<Point> = STALL_THRESHOLDS
         .iter()
         .map(|&f| Point {
             test: "stall",
-            threshold_bytes: if f == 0.0 { 0 } else { frac(f) },
-            increment_bytes: window / 2,
+            window_bytes: stall_window,
+            threshold_bytes: if f == 0.0 { 0 } else { frac(stall_window, f) },
+            increment_bytes: stall_window / 2,
         })
         .collect();
     points.extend(AMORTIZATION_INCREMENTS.iter().map(|&f| Point {
         test: "amortization",
-        threshold_bytes: window - frac(f),
-        increment_bytes: frac(f),
+        window_bytes: window,
+        threshold_bytes: window - frac(window, f),
+        increment_bytes: frac(window, f),
     }));
     let per_point = budget
         .saturating_sub(Duration::from_secs_f64(prefill_s + 1.0))
@@ -119,11 +130,13 @@ pub async fn run(ctx: &Ctx, args: &CreditArgs) -> anyhow::Result<Report> {
         "credit",
         vec![format!(
             "backlog: {messages} messages of {} B in {} partitions, written in batches of \
-             up to {} B; window {} KiB; each point reads from offset 0, again and again, \
+             up to {} B; window {} KiB in the stall test, {} KiB in the amortization test; \
+             each point reads from offset 0, again and again, \
              for {:.1} s; busy work per message {} µs",
             args.size,
             args.partitions,
             args.batch_bytes,
+            stall_window / 1024,
             window / 1024,
             per_point.as_secs_f64(),
             args.work_us
@@ -132,7 +145,7 @@ pub async fn run(ctx: &Ctx, args: &CreditArgs) -> anyhow::Result<Report> {
     let (mut stall, mut amortization) = (Vec::new(), Vec::new());
     for point in points {
         let config = ConsumerConfig {
-            window_bytes: window,
+            window_bytes: point.window_bytes,
             refill_threshold_bytes: point.threshold_bytes,
             refill_increment_bytes: point.increment_bytes,
             ..ConsumerConfig::default()
@@ -200,7 +213,7 @@ pub async fn run(ctx: &Ctx, args: &CreditArgs) -> anyhow::Result<Report> {
         report.runs.push(RunReport {
             name,
             params: json!({
-                "test": point.test, "window_bytes": window,
+                "test": point.test, "window_bytes": point.window_bytes,
                 "threshold_bytes": point.threshold_bytes,
                 "increment_bytes": point.increment_bytes,
             }),
@@ -219,6 +232,7 @@ pub async fn run(ctx: &Ctx, args: &CreditArgs) -> anyhow::Result<Report> {
     }
     report.summary = json!({
         "window_bytes": window,
+        "stall_window_bytes": stall_window,
         "default_threshold_bytes": defaults.refill_threshold_bytes,
         "default_increment_bytes": defaults.refill_increment_bytes,
         "backlog_messages": messages,

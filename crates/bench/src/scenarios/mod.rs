@@ -14,6 +14,10 @@ use headway_client::{Consumer, Producer};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How long producers may take, after the load time, to have their last batches
+/// acknowledged.
+const PRODUCER_FINISH_MAX: Duration = Duration::from_secs(30);
+
 pub struct ConsumerSpec {
     pub name: String,
     pub role: &'static str,
@@ -44,8 +48,18 @@ pub async fn measure(
         .map(|(p, load)| tokio::spawn(produce(p, load, Arc::clone(run))))
         .collect();
     run.progress(Instant::now() + load_time, done_at).await;
+    // Producers flush and wait for their last acknowledgements; a broker that stopped
+    // answering must not hold the scenario beyond its bound.
+    let finish_by = Instant::now() + PRODUCER_FINISH_MAX;
     for task in producer_tasks {
-        let _ = task.await;
+        let abort = task.abort_handle();
+        if tokio::time::timeout_at(finish_by.into(), task)
+            .await
+            .is_err()
+        {
+            tracing::warn!("a producer was still waiting for acknowledgements; stopped it");
+            abort.abort();
+        }
     }
     run.drain(if done_at.is_some() {
         Duration::ZERO

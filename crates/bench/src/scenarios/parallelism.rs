@@ -134,7 +134,13 @@ pub async fn run(ctx: &Ctx, args: &ParallelismArgs) -> anyhow::Result<Report> {
             count_max: Some(messages),
             round_robin: Some(partitions),
         };
-        let run = Run::new("parallelism", &name, Reading::Split, ctx.broker_pid());
+        let run = Run::new(
+            "parallelism",
+            &name,
+            Reading::Split,
+            ctx.broker_pid(),
+            Duration::ZERO,
+        );
         let results = measure(&run, vec![(producer, load)], specs, per_run, Some(messages)).await;
         let drain_s = run.drain_seconds();
         let busy = results

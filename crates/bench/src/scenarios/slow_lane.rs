@@ -112,7 +112,13 @@ pub async fn run(ctx: &Ctx, args: &SlowLaneArgs) -> anyhow::Result<Report> {
             ConsumerConfig::default(),
         )
         .await?;
-        let run = Run::new("slow-lane", &name, Reading::Each, ctx.broker_pid());
+        let run = Run::new(
+            "slow-lane",
+            &name,
+            Reading::Each,
+            ctx.broker_pid(),
+            Duration::ZERO,
+        );
         let loads = vec![(
             producer.clone(),
             Load {
