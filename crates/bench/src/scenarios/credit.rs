@@ -11,7 +11,9 @@
 //! - *Stall test* (seed: "start with 200 credits, add 100 when down to X"): window
 //!   `--stall-window-bytes` (256 KiB, small enough that processing one refill takes
 //!   about as long as a fetch round trip), increment half the window, refill threshold
-//!   swept from 0 up. A threshold of 0 lets the window run dry before a fetch is sent.
+//!   swept from 0 up, the consumer reaching the broker through the delay proxy with
+//!   `--stall-delay-ms` (1 ms) each way, a LAN's round trip. A threshold of 0 lets the
+//!   window run dry before a fetch is sent.
 //! - *Amortization test* ("add X when down to 200 − X"): the client's default window,
 //!   threshold window − X, increment X swept from tiny to half the window. Small X
 //!   means a fetch per few records.
@@ -22,6 +24,7 @@
 
 use crate::latency::Recorder;
 use crate::load::{self};
+use crate::proxy::{Proxy, ProxyConfig};
 use crate::report::{Rate, RunReport};
 use crate::{Ctx, Report};
 use clap::Args;
@@ -54,6 +57,10 @@ pub struct CreditArgs {
     /// come back, which is when running dry shows.
     #[arg(long, default_value_t = 256 * 1024)]
     pub stall_window_bytes: usize,
+    /// In the stall test the consumer reaches the broker through the delay proxy with
+    /// this delay each way, in ms, a LAN's round trip instead of loopback's (0: direct).
+    #[arg(long, default_value_t = 1)]
+    pub stall_delay_ms: u64,
     /// Busy work per message in µs, standing in for processing.
     #[arg(long, default_value_t = 1.0)]
     pub work_us: f64,
@@ -122,6 +129,26 @@ pub async fn run(ctx: &Ctx, args: &CreditArgs) -> anyhow::Result<Report> {
         threshold_bytes: window - frac(window, f),
         increment_bytes: frac(window, f),
     }));
+    // A fetch over loopback returns in a fraction of a millisecond, so running dry
+    // would cost almost nothing; the seed's stall needs a round trip that is not small
+    // against the time it takes to process one refill.
+    let stall_proxy = if args.stall_delay_ms > 0 {
+        Some(
+            Proxy::start(ProxyConfig {
+                upstream: ctx.bootstrap().to_string(),
+                delay: Duration::from_millis(args.stall_delay_ms),
+                buffer_bytes: 8 * 1024 * 1024,
+                kafka: true,
+                ..ProxyConfig::default()
+            })
+            .await?,
+        )
+    } else {
+        None
+    };
+    let stall_bootstrap = stall_proxy
+        .as_ref()
+        .map_or(ctx.bootstrap().to_string(), |p| p.addr.to_string());
     let per_point = budget
         .saturating_sub(Duration::from_secs_f64(prefill_s + 1.0))
         .div_f64(points.len() as f64)
@@ -131,6 +158,7 @@ pub async fn run(ctx: &Ctx, args: &CreditArgs) -> anyhow::Result<Report> {
         vec![format!(
             "backlog: {messages} messages of {} B in {} partitions, written in batches of \
              up to {} B; window {} KiB in the stall test, {} KiB in the amortization test; \
+             the stall test's consumer goes through a proxy adding {} ms each way; \
              each point reads from offset 0, again and again, \
              for {:.1} s; busy work per message {} µs",
             args.size,
@@ -138,6 +166,7 @@ pub async fn run(ctx: &Ctx, args: &CreditArgs) -> anyhow::Result<Report> {
             args.batch_bytes,
             stall_window / 1024,
             window / 1024,
+            args.stall_delay_ms,
             per_point.as_secs_f64(),
             args.work_us
         )],
@@ -158,8 +187,13 @@ pub async fn run(ctx: &Ctx, args: &CreditArgs) -> anyhow::Result<Report> {
         // The backlog is read from the start again until the point's time is up, so
         // that every point is measured over about the same time.
         while Instant::now() < deadline {
+            let bootstrap = if point.test == "stall" {
+                stall_bootstrap.as_str()
+            } else {
+                ctx.bootstrap()
+            };
             let consumer = load::consumer(
-                ctx.bootstrap(),
+                bootstrap,
                 &topic,
                 None,
                 StartOffset::Earliest,
@@ -230,9 +264,11 @@ pub async fn run(ctx: &Ctx, args: &CreditArgs) -> anyhow::Result<Report> {
             ..RunReport::default()
         });
     }
+    drop(stall_proxy);
     report.summary = json!({
         "window_bytes": window,
         "stall_window_bytes": stall_window,
+        "stall_delay_ms": args.stall_delay_ms,
         "default_threshold_bytes": defaults.refill_threshold_bytes,
         "default_increment_bytes": defaults.refill_increment_bytes,
         "backlog_messages": messages,
