@@ -43,6 +43,10 @@ def fmt(x, digits=1):
     return f"{x:.{digits}f}"
 
 
+def size(n):
+    return f"{n // 1024} KiB" if n >= 1024 else f"{n} B"
+
+
 def ratio(a, b):
     return a / b if a is not None and b else None
 
@@ -180,7 +184,7 @@ def credit_section(by_label, closing):
         for label in labels:
             pts = by_label[label]["summary"][test]
             best = max(p["msgs_per_s"] for p in pts)
-            shape = ", ".join(f"{p[key] // 1024} KiB: {p['msgs_per_s'] / best:.2f}" for p in pts)
+            shape = ", ".join(f"{size(p[key])}: {p['msgs_per_s'] / best:.2f}" for p in pts)
             closing.append(f"**credit {test}, {label}** (msg/s relative to the best point, by {key.replace('_bytes', '')}): {shape}")
     return text
 
@@ -312,14 +316,12 @@ def plots(reports, directory):
     if "slow-consumer" in reports:
         by_label = reports["slow-consumer"]
         labels = labels_of(by_label)
-        fig, axes = plt.subplots(len(labels), 1, figsize=(10, 2.6 * len(labels)), squeeze=False)
+        fig, axes = plt.subplots(len(labels), 1, figsize=(9, 2.3 * len(labels)), squeeze=False)
         for ax, l in zip(axes[:, 0], labels):
             for run, style in zip(by_label[l]["runs"], ["-", "--"]):
                 pts = [p for p in run["series"] if p["e2e_p99_ms"] > 0]
                 ax.plot([p["t"] for p in pts], [p["e2e_p99_ms"] for p in pts], style, label=f"{run['name']}: p99",
                         color=COLORS.get(l))
-                ax.plot([p["t"] for p in pts], [p["e2e_max_ms"] for p in pts], style, alpha=0.35, label=f"{run['name']}: max",
-                        color="grey")
             ax.set_yscale("log")
             ax.set_ylabel("fast e2e ms")
             ax.set_title(f"slow-consumer, {l}: fast consumers' end-to-end latency per second")
