@@ -3,7 +3,8 @@
 //! `headway serve` starts the broker. Settings come from, in increasing precedence:
 //! built-in defaults, a TOML file (`--config`), environment variables
 //! (`HEADWAY_<NAME>`), and flags. `headway produce`, `headway consume` and
-//! `headway group` are clients for any Kafka-compatible broker.
+//! `headway group` are clients for any Kafka-compatible broker; `headway bench` runs
+//! the lab's scenarios (`crates/bench`).
 
 mod consume;
 mod group;
@@ -38,6 +39,8 @@ enum Command {
     Consume(consume::ConsumeArgs),
     /// Inspect consumer groups.
     Group(group::GroupArgs),
+    /// Run a benchmark scenario against headway or any Kafka-compatible broker.
+    Bench(headway_bench::BenchArgs),
 }
 
 #[derive(Args)]
@@ -153,6 +156,7 @@ fn run() -> anyhow::Result<()> {
         Command::Produce(args) => client_runtime()?.block_on(produce::run(args)),
         Command::Consume(args) => client_runtime()?.block_on(consume::run(args)),
         Command::Group(args) => client_runtime()?.block_on(group::run(args)),
+        Command::Bench(args) => headway_bench::run(args),
     }
 }
 

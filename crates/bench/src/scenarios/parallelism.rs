@@ -1,0 +1,172 @@
+//! `parallelism` (seed 003): a spike drained by few heavy or many light consumers.
+//!
+//! A spike of `--messages` messages is written at once; consumers, each assigned its
+//! share of the partitions, process every message with a fixed amount of work and the
+//! run ends when the spike is drained (or the time is up). The work models the seed's
+//! I/O-bound handler: `--io-ms` of waiting plus `--cpu-ms` of computing, and a consumer
+//! with a CPU share `s` takes `cpu-ms / s` for the latter. Both shapes have the same
+//! CPU budget in all:
+//!
+//! - *few heavy*: `--heavy` consumers with share `--heavy-share`;
+//! - *many light*: `--light` consumers with share `--light-share`;
+//! - *many light, few partitions*: the same light consumers on a topic with only
+//!   `--capped-partitions` partitions, so most of them get nothing: partitions cap
+//!   parallelism (share groups, once headway has them, lift that cap).
+//!
+//! Reported: time to drain (first send to last message processed) and the end-to-end
+//! latency percentiles, which include the processing.
+
+use super::{measure, without_lag, ConsumerSpec};
+use crate::load::{self, Load, Reading, Run, Work};
+use crate::{Ctx, Report};
+use clap::Args;
+use headway_client::{ConsumerConfig, ProducerConfig, StartOffset};
+use serde_json::json;
+use std::time::Duration;
+
+#[derive(Args, Debug, Clone)]
+pub struct ParallelismArgs {
+    #[command(flatten)]
+    pub common: crate::Common,
+    /// Messages in the spike [default: 5000; with --quick 300].
+    #[arg(long)]
+    pub messages: Option<u64>,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// Partitions of the topic.
+    #[arg(long, default_value_t = 16)]
+    pub partitions: i32,
+    /// Partitions in the capped run.
+    #[arg(long, default_value_t = 4)]
+    pub capped_partitions: i32,
+    /// Waiting per message (I/O), in ms.
+    #[arg(long, default_value_t = 4.0)]
+    pub io_ms: f64,
+    /// Computing per message at a full CPU, in ms.
+    #[arg(long, default_value_t = 1.0)]
+    pub cpu_ms: f64,
+    /// Heavy consumers and the CPU share of each.
+    #[arg(long, default_value_t = 4)]
+    pub heavy: usize,
+    #[arg(long, default_value_t = 0.5)]
+    pub heavy_share: f64,
+    /// Light consumers and the CPU share of each.
+    #[arg(long, default_value_t = 16)]
+    pub light: usize,
+    #[arg(long, default_value_t = 0.125)]
+    pub light_share: f64,
+}
+
+pub async fn run(ctx: &Ctx, args: &ParallelismArgs) -> anyhow::Result<Report> {
+    let budget = ctx.duration(120.0, 8.0);
+    let messages = args
+        .messages
+        .unwrap_or(if ctx.common.quick { 300 } else { 5000 });
+    let shapes = [
+        ("few heavy", args.heavy, args.heavy_share, args.partitions),
+        ("many light", args.light, args.light_share, args.partitions),
+        (
+            "many light, few partitions",
+            args.light,
+            args.light_share,
+            args.capped_partitions,
+        ),
+    ];
+    let per_run = budget
+        .saturating_sub(Duration::from_secs(1))
+        .div_f64(shapes.len() as f64)
+        .max(Duration::from_secs(1));
+    let mut report = ctx.report(
+        "parallelism",
+        vec![format!(
+            "spike of {messages} messages of {} B; work per message {} ms waiting + {} ms \
+             computing / CPU share (simulated with sleeps); at most {:.1} s per run",
+            args.size,
+            args.io_ms,
+            args.cpu_ms,
+            per_run.as_secs_f64()
+        )],
+    );
+    let mut summary = Vec::new();
+    for (shape, consumers, share, partitions) in shapes {
+        let name = format!("{shape}: {consumers} x {share} CPU, {partitions} partitions");
+        let topic = load::topic_name("parallelism", &format!("p{partitions}"));
+        load::create_topic(ctx.bootstrap(), &topic, partitions).await?;
+        let work = Work {
+            per_message: Duration::from_secs_f64((args.io_ms + args.cpu_ms / share) / 1000.0),
+        };
+        let mut specs = Vec::new();
+        for i in 0..consumers {
+            let mine: Vec<i32> = (0..partitions)
+                .filter(|p| *p as usize % consumers == i)
+                .collect();
+            specs.push(ConsumerSpec {
+                name: format!("consumer-{i}"),
+                role: if mine.is_empty() { "idle" } else { "worker" },
+                measured: true,
+                consumer: load::consumer(
+                    ctx.bootstrap(),
+                    &topic,
+                    Some(mine),
+                    StartOffset::Latest,
+                    ConsumerConfig::default(),
+                )
+                .await?,
+                work,
+            });
+        }
+        let producer = load::producers(
+            ctx.bootstrap(),
+            1,
+            &ProducerConfig {
+                acks: -1,
+                linger: Duration::from_millis(1),
+                ..ProducerConfig::default()
+            },
+        )
+        .await?
+        .remove(0);
+        let load = Load {
+            topic,
+            size: args.size,
+            rate: None,
+            count_max: Some(messages),
+            round_robin: Some(partitions),
+        };
+        let run = Run::new(
+            "parallelism",
+            &name,
+            Reading::Split,
+            ctx.broker_pid(),
+            Duration::ZERO,
+        );
+        let results = measure(&run, vec![(producer, load)], specs, per_run, Some(messages)).await;
+        let drain_s = run.drain_seconds();
+        let busy = results
+            .iter()
+            .filter(|(m, _)| m.messages.load(std::sync::atomic::Ordering::Relaxed) > 0)
+            .count();
+        let params = json!({
+            "shape": shape, "consumers": consumers, "cpu_share": share,
+            "partitions": partitions, "messages": messages,
+            "work_ms": work.per_message.as_secs_f64() * 1000.0,
+        });
+        let r = run.report(
+            params,
+            without_lag(results),
+            json!({"drain_s": drain_s, "busy_consumers": busy}),
+        );
+        summary.push(json!({
+            "shape": shape, "consumers": consumers, "partitions": partitions,
+            "busy_consumers": busy,
+            "drain_s": drain_s,
+            "drained": r.consume.messages >= messages,
+            "e2e_p50_ms": r.e2e_latency_ms.p50, "e2e_p99_ms": r.e2e_latency_ms.p99,
+            "e2e_max_ms": r.e2e_latency_ms.max,
+        }));
+        report.runs.push(r);
+    }
+    report.summary = json!({ "runs": summary });
+    ctx.finish(report)
+}

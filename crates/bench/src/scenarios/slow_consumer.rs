@@ -1,0 +1,260 @@
+//! `slow-consumer` (seed 001): does one slow reader delay the others?
+//!
+//! A producer writes `--rate` messages per second of `--size` bytes (acks=all) to one
+//! topic. Two runs of equal length:
+//!
+//! 1. *without*: `--fast` consumers read from the end.
+//! 2. *with*: the same fast consumers, plus one slow consumer that reaches the broker
+//!    through the delay proxy (`--delay-ms` each way, `--proxy-buffer-bytes` in flight
+//!    per direction, which carries less than the stream, so it falls behind for good),
+//!    plus, unless `--catch-up false`, a catch-up consumer that reads the topic from
+//!    offset 0 at full speed (a backlog of `--backlog-mb` is written before the runs).
+//!
+//! The figure that matters: the fast consumers' end-to-end p99 in run 2 divided by run
+//! 1 (1.0 means the slow ones cost the others nothing), and the producer's rate in both.
+
+use super::{measure, ConsumerSpec};
+use crate::load::{self, Load, Reading, Run, Work};
+use crate::proxy::{Proxy, ProxyConfig};
+use crate::{Ctx, Report};
+use clap::{ArgAction, Args};
+use headway_client::{ConsumerConfig, ProducerConfig, StartOffset};
+use serde_json::json;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+#[derive(Args, Debug, Clone)]
+pub struct SlowConsumerArgs {
+    #[command(flatten)]
+    pub common: crate::Common,
+    /// Fast consumers.
+    #[arg(long, default_value_t = 3)]
+    pub fast: usize,
+    /// Messages per second from the producer.
+    #[arg(long, default_value_t = 4000.0)]
+    pub rate: f64,
+    /// Message size in bytes (seed 001 used 1 KiB; smaller did not reproduce it).
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// Delay the proxy adds to each chunk in each direction, in ms.
+    #[arg(long, default_value_t = 200)]
+    pub delay_ms: u64,
+    /// Bytes the proxy holds per direction.
+    #[arg(long, default_value_t = 256 * 1024)]
+    pub proxy_buffer_bytes: usize,
+    /// Add a consumer that reads the topic from offset 0 at full speed.
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    pub catch_up: bool,
+    /// Backlog written before the runs for the catch-up consumer, in MB [default: 256;
+    /// with --quick 4].
+    #[arg(long)]
+    pub backlog_mb: Option<u64>,
+    /// Partitions of the topic.
+    #[arg(long, default_value_t = 1)]
+    pub partitions: i32,
+}
+
+/// Share of each run that is warm-up.
+const WARMUP_FRACTION: f64 = 0.1;
+
+pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
+    let budget = ctx.duration(120.0, 10.0);
+    let topic = load::topic_name("slow-consumer", "stream");
+    load::create_topic(ctx.bootstrap(), &topic, args.partitions).await?;
+    let backlog_mb = args
+        .backlog_mb
+        .unwrap_or(if ctx.common.quick { 4 } else { 256 });
+    let backlog_messages = if args.catch_up {
+        backlog_mb * 1_000_000 / args.size.max(1) as u64
+    } else {
+        0
+    };
+    let prefill_s = if backlog_messages > 0 {
+        let config = ProducerConfig {
+            acks: 1,
+            ..ProducerConfig::default()
+        };
+        load::prefill(ctx.bootstrap(), &topic, backlog_messages, args.size, config).await?
+    } else {
+        0.0
+    };
+    let per_run = budget
+        .saturating_sub(Duration::from_secs_f64(prefill_s + 1.0))
+        .div_f64(2.0)
+        .max(Duration::from_secs(2));
+    // The first seconds of each run settle (connections, the JIT of a JVM broker, the
+    // write-back of the backlog); they stay out of the percentiles, as the OpenMessaging
+    // Benchmark's warm-up does, and still show in the latency-over-time plot.
+    let warmup = if ctx.common.quick {
+        Duration::ZERO
+    } else {
+        per_run.mul_f64(WARMUP_FRACTION)
+    };
+    let proxy = Proxy::start(ProxyConfig {
+        upstream: ctx.bootstrap().to_string(),
+        delay: Duration::from_millis(args.delay_ms),
+        buffer_bytes: args.proxy_buffer_bytes,
+        kafka: true,
+        ..ProxyConfig::default()
+    })
+    .await?;
+    let mut report = ctx.report(
+        "slow-consumer",
+        vec![format!(
+            "producer: {} msg/s of {} B, acks=all, {} partition(s); {} fast consumers; \
+             slow consumer behind a proxy adding {} ms each way with {} KiB per direction; \
+             catch-up consumer: {}; {:.1} s per run, the first {:.1} s of each left out of \
+             the percentiles (warm-up)",
+            args.rate,
+            args.size,
+            args.partitions,
+            args.fast,
+            args.delay_ms,
+            args.proxy_buffer_bytes / 1024,
+            if args.catch_up {
+                format!("from offset 0 over a {backlog_mb} MB backlog")
+            } else {
+                "none".into()
+            },
+            per_run.as_secs_f64(),
+            warmup.as_secs_f64()
+        )],
+    );
+    let mut read_before = backlog_messages;
+    for with_slow in [false, true] {
+        let name = if with_slow {
+            "with slow consumers"
+        } else {
+            "fast consumers only"
+        };
+        let mut consumers = Vec::new();
+        for i in 0..args.fast {
+            consumers.push(ConsumerSpec {
+                name: format!("fast-{i}"),
+                role: "fast",
+                measured: true,
+                consumer: load::consumer(
+                    ctx.bootstrap(),
+                    &topic,
+                    None,
+                    StartOffset::Latest,
+                    ConsumerConfig::default(),
+                )
+                .await?,
+                work: Work::default(),
+            });
+        }
+        if with_slow {
+            consumers.push(ConsumerSpec {
+                name: "slow".into(),
+                role: "slow",
+                measured: false,
+                consumer: load::consumer(
+                    &proxy.addr.to_string(),
+                    &topic,
+                    None,
+                    StartOffset::Latest,
+                    ConsumerConfig::default(),
+                )
+                .await?,
+                work: Work::default(),
+            });
+            if args.catch_up {
+                consumers.push(ConsumerSpec {
+                    name: "catch-up".into(),
+                    role: "catch-up",
+                    measured: false,
+                    consumer: load::consumer(
+                        ctx.bootstrap(),
+                        &topic,
+                        None,
+                        StartOffset::Earliest,
+                        ConsumerConfig::default(),
+                    )
+                    .await?,
+                    work: Work::default(),
+                });
+            }
+        }
+        let producer = load::producers(
+            ctx.bootstrap(),
+            1,
+            &ProducerConfig {
+                acks: -1,
+                linger: Duration::from_millis(1),
+                ..ProducerConfig::default()
+            },
+        )
+        .await?
+        .remove(0);
+        // Created once every consumer is connected, so that the run's clock and rates
+        // start with the load.
+        let run = Run::new(
+            "slow-consumer",
+            name,
+            Reading::Each,
+            ctx.broker_pid(),
+            warmup,
+        );
+        let loads = vec![(
+            producer,
+            Load {
+                topic: topic.clone(),
+                size: args.size,
+                rate: Some(args.rate),
+                count_max: None,
+                round_robin: None,
+            },
+        )];
+        let results = measure(&run, loads, consumers, per_run, None).await;
+        let published = run.meter.published.load(Ordering::Relaxed);
+        let results = results
+            .into_iter()
+            .map(|(meter, recorder)| {
+                let read = meter.messages.load(Ordering::Relaxed);
+                let lag = match meter.role.as_str() {
+                    "catch-up" => read_before + published,
+                    _ => published,
+                }
+                .saturating_sub(read);
+                (meter, recorder, Some(lag))
+            })
+            .collect();
+        read_before += published;
+        let params = json!({
+            "with_slow": with_slow, "fast": args.fast, "rate": args.rate, "size": args.size,
+            "delay_ms": args.delay_ms, "catch_up": with_slow && args.catch_up,
+            "partitions": args.partitions,
+        });
+        report.runs.push(run.report(params, results, json!({})));
+    }
+    let fast_p99 = |i: usize| {
+        let run = &report.runs[i];
+        run.e2e_latency_ms.p99
+    };
+    let (without, with) = (fast_p99(0), fast_p99(1));
+    let role = |role: &str| {
+        report.runs[1]
+            .consumers
+            .iter()
+            .find(|c| c.role == role)
+            .map(|c| json!({"msgs_per_s": c.consume.msgs_per_s, "e2e_p99_ms": c.e2e_latency_ms.p99, "lag_end": c.lag_end}))
+    };
+    report.summary = json!({
+        "fast_e2e_p99_ms_without": without,
+        "fast_e2e_p99_ms_with": with,
+        "fast_p99_with_over_without": if without > 0.0 { with / without } else { 0.0 },
+        "fast_e2e_p50_ms_without": report.runs[0].e2e_latency_ms.p50,
+        "fast_e2e_p50_ms_with": report.runs[1].e2e_latency_ms.p50,
+        "publish_msgs_per_s_without": report.runs[0].publish.msgs_per_s,
+        "publish_msgs_per_s_with": report.runs[1].publish.msgs_per_s,
+        "publish_p99_ms_without": report.runs[0].publish_latency_ms.p99,
+        "publish_p99_ms_with": report.runs[1].publish_latency_ms.p99,
+        "slow": role("slow"),
+        "catch_up": role("catch-up"),
+        "backlog_messages": backlog_messages,
+        "prefill_s": prefill_s,
+    });
+    drop(proxy);
+    ctx.finish(report)
+}

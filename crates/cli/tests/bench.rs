@@ -1,0 +1,165 @@
+//! Goal: every `headway bench` scenario runs end to end in its `--quick` form and writes
+//! a well-formed report: the JSON parses, has the fields the plots and the driver read,
+//! and a Markdown table sits beside it. Numbers are not asserted (a test is no place for
+//! timing); `bench/run-all` is where they are measured.
+//!
+//! Method: run the built binary as a process, which starts its own headway broker on an
+//! ephemeral port with a temporary data directory, writing into a temporary `--out`.
+//! The scenarios run one at a time so that they do not compete for the 2 cores.
+
+use serde_json::Value;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_headway");
+
+/// One scenario at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Generous bound on one quick scenario (they aim for well under 20 s).
+const SCENARIO_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn run_quick(scenario: &str, extra: &[&str]) -> Value {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args(["bench", scenario, "--quick", "--out"])
+        .arg(out.path())
+        .arg("--data-dir")
+        .arg(out.path())
+        .args(extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let log = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > SCENARIO_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{scenario} --quick still running after {SCENARIO_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let log = log.join().unwrap();
+    assert!(status.success(), "{scenario} failed: {status}\n{log}");
+    eprintln!(
+        "{scenario} --quick took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let json = out.path().join(format!("{scenario}-headway.json"));
+    let md = out.path().join(format!("{scenario}-headway.md"));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap())
+        .unwrap_or_else(|e| panic!("{} is not JSON: {e}", json.display()));
+    let table = std::fs::read_to_string(&md).unwrap();
+    assert!(table.contains("| run |"), "no table in {}", md.display());
+    check_report(&report, scenario);
+    report
+}
+
+fn number(v: &Value, path: &str) -> f64 {
+    let mut at = v;
+    for key in path.split('.') {
+        at = &at[key];
+    }
+    at.as_f64()
+        .unwrap_or_else(|| panic!("{path} is not a number in {v}"))
+}
+
+fn check_report(report: &Value, scenario: &str) {
+    assert_eq!(report["format"], 1);
+    assert_eq!(report["scenario"], scenario);
+    assert_eq!(report["label"], "headway");
+    assert_eq!(report["quick"], true);
+    assert!(number(report, "cores") >= 1.0);
+    assert!(report["command"].as_str().unwrap().contains(scenario));
+    assert!(report["started_at"].as_str().unwrap().ends_with('Z'));
+    let runs = report["runs"].as_array().expect("runs");
+    assert!(!runs.is_empty());
+    for run in runs {
+        assert!(run["name"].is_string());
+        for field in [
+            "duration_s",
+            "publish.msgs_per_s",
+            "publish.mb_per_s",
+            "consume.msgs_per_s",
+            "publish_latency_ms.p50",
+            "publish_latency_ms.p999",
+            "e2e_latency_ms.p90",
+            "e2e_latency_ms.p99",
+            "e2e_latency_ms.max",
+            "backlog.end",
+            "backlog.max",
+            "fairness.rate_jain",
+        ] {
+            number(run, field);
+        }
+        assert!(run["consumers"].is_array() && run["series"].is_array());
+    }
+    assert!(report["summary"].is_object());
+}
+
+#[test]
+fn acks_quick() {
+    let r = run_quick("acks", &[]);
+    assert_eq!(r["runs"].as_array().unwrap().len(), 24);
+    assert_eq!(r["summary"]["cases"].as_array().unwrap().len(), 12);
+    number(&r["summary"]["cases"][0], "max-rate.publish_msgs_per_s");
+    number(&r["summary"]["cases"][0], "paced.publish_p99_ms");
+}
+
+#[test]
+fn slow_consumer_quick() {
+    let r = run_quick("slow-consumer", &[]);
+    assert_eq!(r["runs"].as_array().unwrap().len(), 2);
+    number(&r["summary"], "fast_e2e_p99_ms_without");
+    number(&r["summary"], "fast_p99_with_over_without");
+    let roles: Vec<&str> = r["runs"][1]["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["role"].as_str().unwrap())
+        .collect();
+    assert!(
+        roles.contains(&"slow") && roles.contains(&"catch-up"),
+        "{roles:?}"
+    );
+}
+
+#[test]
+fn slow_lane_quick() {
+    let r = run_quick("slow-lane", &[]);
+    let runs = r["summary"]["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    for run in runs {
+        assert_eq!(run["full_events"].as_array().unwrap().len(), 12);
+        number(run, "publish_mb_per_s");
+    }
+}
+
+#[test]
+fn credit_quick() {
+    let r = run_quick("credit", &[]);
+    let s = &r["summary"];
+    assert_eq!(s["stall"].as_array().unwrap().len(), 8);
+    assert_eq!(s["amortization"].as_array().unwrap().len(), 7);
+    number(&s["stall"][0], "msgs_per_s");
+    number(&s["amortization"][0], "increment_bytes");
+}
+
+#[test]
+fn parallelism_quick() {
+    let r = run_quick("parallelism", &[]);
+    let runs = r["summary"]["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    for run in runs {
+        assert!(run["drain_s"].is_number() || run["drain_s"].is_null());
+        number(run, "e2e_p99_ms");
+    }
+}
