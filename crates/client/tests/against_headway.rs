@@ -263,3 +263,28 @@ async fn the_consumer_window_keeps_its_bound_and_refills_at_the_threshold() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_keyless_stream_moves_on_to_the_next_partition_per_batch() {
+    let (server, _dir) = start_broker().await;
+    let cluster = cluster(&server).await;
+    cluster.create_topic("sticky", 3, &[]).await.unwrap();
+    let producer = Producer::new(Arc::clone(&cluster), ProducerConfig::default()).unwrap();
+    let mut partitions = Vec::new();
+    for i in 0..6 {
+        let record = Record {
+            value: Some(Bytes::from(format!("slow {i}"))),
+            ..Record::default()
+        };
+        let delivery = producer.send("sticky", record).await.unwrap();
+        // Each record is alone in its batch, which is sealed by flush, not by size.
+        producer.flush().await.unwrap();
+        partitions.push(delivery.wait().await.unwrap().0);
+    }
+    assert_eq!(
+        partitions,
+        vec![0, 1, 2, 0, 1, 2],
+        "one partition per batch, in turn"
+    );
+    server.stop().await;
+}

@@ -226,13 +226,12 @@ impl Producer {
             (Some(p), _) => return Err(ClientError::UnknownTopic(format!("{topic}/{p}"))),
             (None, Some(key)) => partition_for_key(key, partitions),
             (None, None) => {
-                *inner
-                    .sticky
-                    .lock()
-                    .expect("sticky lock")
-                    .entry(Arc::clone(&topic))
-                    .or_insert(0)
-                    % partitions as i32
+                let sticky = inner.sticky.lock().expect("sticky lock");
+                sticky
+                    .get(&topic)
+                    .copied()
+                    .unwrap_or(0)
+                    .rem_euclid(partitions as i32)
             }
         };
         let bytes = record_bytes(&record).min(inner.config.buffer_bytes_max);
@@ -251,7 +250,7 @@ impl Producer {
         };
         // The permit returns when the batch is answered (LaneSet::finish).
         permit.forget();
-        let (delivery, sealed) = self.append(topic, partition, partitions, record, bytes);
+        let (delivery, sealed) = self.append(topic, partition, record, bytes);
         if let Some(batch) = sealed {
             inner
                 .sealed
@@ -266,7 +265,6 @@ impl Producer {
         &self,
         topic: Arc<str>,
         partition: i32,
-        partitions: usize,
         record: Record,
         bytes: usize,
     ) -> (Delivery, Option<SealedBatch>) {
@@ -289,12 +287,7 @@ impl Producer {
         };
         let sealed = (batch.bytes >= inner.config.batch_bytes_max).then(|| {
             let batch = open.remove(&key).expect("batch present");
-            if !inner.config.ordered {
-                let mut sticky = inner.sticky.lock().expect("sticky lock");
-                let next = sticky.entry(Arc::clone(&topic)).or_insert(0);
-                *next = (*next + 1) % partitions as i32;
-            }
-            seal(&inner.counters, topic, partition, batch)
+            seal(inner, topic, partition, batch)
         });
         (delivery, sealed)
     }
@@ -367,8 +360,16 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-fn seal(counters: &Counters, topic: Arc<str>, partition: i32, batch: OpenBatch) -> SealedBatch {
-    counters.outstanding.fetch_add(1, Ordering::AcqRel);
+/// Takes a batch out of the open ones. Keyless records then move on to the next
+/// partition (the sticky partitioner), whether the batch filled up or lingered long
+/// enough, so a slow keyless stream still spreads over the partitions.
+fn seal(inner: &Inner, topic: Arc<str>, partition: i32, batch: OpenBatch) -> SealedBatch {
+    {
+        let mut sticky = inner.sticky.lock().expect("sticky lock");
+        let next = sticky.entry(Arc::clone(&topic)).or_insert(0);
+        *next = next.wrapping_add(1);
+    }
+    inner.counters.outstanding.fetch_add(1, Ordering::AcqRel);
     SealedBatch {
         topic,
         partition,
@@ -388,7 +389,7 @@ fn take_open(inner: &Inner, due: impl Fn(&OpenBatch) -> bool) -> Vec<SealedBatch
     keys.into_iter()
         .map(|key| {
             let batch = open.remove(&key).expect("batch present");
-            seal(&inner.counters, key.0, key.1, batch)
+            seal(inner, key.0, key.1, batch)
         })
         .collect()
 }
