@@ -4,7 +4,8 @@ use crate::progress::Progress;
 use anyhow::Context;
 use clap::Args;
 use headway_client::{
-    ClientConfig, Cluster, ConsumedRecord, Consumer, ConsumerConfig, StartOffset,
+    ClientConfig, Cluster, ConsumedRecord, Consumer, ConsumerConfig, GroupConfig, GroupConsumer,
+    StartOffset,
 };
 use std::io::Write;
 use std::time::Duration;
@@ -36,7 +37,8 @@ pub struct ConsumeArgs {
     /// Output per record, with {key} {value} {partition} {offset} {timestamp} {headers}.
     #[arg(long, short = 'f', default_value = "{value}")]
     format: String,
-    /// Consume as a member of this consumer group.
+    /// Consume as a member of this consumer group (partitions assigned by the group,
+    /// starting at its committed offsets; what was read is committed at the end).
     #[arg(long, short = 'g')]
     group: Option<String>,
     /// No progress lines (the summary is still printed).
@@ -102,44 +104,92 @@ fn render(out: &mut impl Write, pieces: &[Piece], r: &ConsumedRecord) -> std::io
     out.write_all(b"\n")
 }
 
-pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
-    if let Some(group) = &args.group {
-        anyhow::bail!("--group {group}: the headway client does not join consumer groups yet; read partitions directly (omit --group), or use any Kafka client for group consumption");
+/// Where records come from: assigned partitions, or a group membership.
+enum Source {
+    Partitions(Consumer),
+    Group(GroupConsumer),
+}
+
+impl Source {
+    fn try_next(&self) -> Option<ConsumedRecord> {
+        match self {
+            Source::Partitions(c) => c.try_next(),
+            Source::Group(g) => g.try_next(),
+        }
     }
+
+    async fn next(&self) -> ConsumedRecord {
+        match self {
+            Source::Partitions(c) => c.next().await,
+            Source::Group(g) => g.next().await,
+        }
+    }
+
+    fn caught_up(&self) -> bool {
+        match self {
+            Source::Partitions(c) => c.caught_up(),
+            Source::Group(g) => g.caught_up(),
+        }
+    }
+}
+
+pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let pieces = parse_format(&args.format)?;
     let cluster = Cluster::connect(&args.bootstrap, ClientConfig::default())
         .await
         .with_context(|| format!("connecting to {}", args.bootstrap))?;
-    let partitions: Vec<i32> = if args.partition.is_empty() {
-        (0..cluster.topic(&args.topic).await?.leaders.len() as i32).collect()
-    } else {
-        args.partition.clone()
-    };
     let start = if args.from_beginning {
         StartOffset::Earliest
     } else {
         StartOffset::Latest
     };
-    let assignment = partitions
-        .iter()
-        .map(|p| (args.topic.clone(), *p, start))
-        .collect();
-    let consumer = Consumer::assign(cluster, ConsumerConfig::default(), assignment).await?;
+    let source = match &args.group {
+        Some(group) => {
+            let config = GroupConfig {
+                reset: start,
+                ..GroupConfig::default()
+            };
+            Source::Group(
+                GroupConsumer::subscribe(
+                    cluster,
+                    group,
+                    vec![args.topic.clone()],
+                    ConsumerConfig::default(),
+                    config,
+                )
+                .await?,
+            )
+        }
+        None => {
+            let partitions: Vec<i32> = if args.partition.is_empty() {
+                (0..cluster.topic(&args.topic).await?.leaders.len() as i32).collect()
+            } else {
+                args.partition.clone()
+            };
+            let assignment = partitions
+                .iter()
+                .map(|p| (args.topic.clone(), *p, start))
+                .collect();
+            Source::Partitions(
+                Consumer::assign(cluster, ConsumerConfig::default(), assignment).await?,
+            )
+        }
+    };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut progress = Progress::new("consumed", !args.quiet);
     let (mut records, mut bytes) = (0u64, 0u64);
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
     while args.count.is_none_or(|c| records < c) {
-        let record = match consumer.try_next() {
+        let record = match source.try_next() {
             Some(r) => r,
             None => {
                 out.flush()?;
-                if args.exit_at_end && consumer.caught_up() {
+                if args.exit_at_end && source.caught_up() {
                     break;
                 }
                 tokio::select! {
-                    r = consumer.next() => r,
+                    r = source.next() => r,
                     _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
                     _ = &mut interrupted => break,
                 }
@@ -151,6 +201,12 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         progress.tick(records, bytes);
     }
     out.flush()?;
+    if let Source::Group(group) = source {
+        group
+            .close()
+            .await
+            .context("committing and leaving the group")?;
+    }
     progress.finish(records, bytes, 0);
     Ok(())
 }

@@ -203,3 +203,42 @@ fn generated_records_are_counted_and_bad_flags_are_refused() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("{nope}"));
 }
+
+#[test]
+fn consume_with_a_group_resumes_from_its_commits() {
+    let broker = Broker::start();
+    let b = broker.addr.as_str();
+    let input: String = (0..300).map(|i| format!("line {i}\n")).collect();
+    let produced = run(&["produce", "grouped", "-b", b, "-q"], &input);
+    assert!(
+        produced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&produced.stderr)
+    );
+    let args = [
+        "consume",
+        "grouped",
+        "-b",
+        b,
+        "--group",
+        "readers",
+        "--from-beginning",
+        "-e",
+        "-q",
+    ];
+    let first = run(&args, "");
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&first.stdout).lines().count(), 300);
+    // The first run committed what it read: the group's next run starts at the end.
+    let second = run(&args, "");
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&second.stdout).lines().count(), 0);
+}

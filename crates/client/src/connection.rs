@@ -35,6 +35,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::OffsetFetch, 1, 7),
+    (ApiKey::JoinGroup, 4, 7),
+    (ApiKey::SyncGroup, 3, 5),
+    (ApiKey::Heartbeat, 3, 4),
+    (ApiKey::LeaveGroup, 3, 4),
+    (ApiKey::OffsetCommit, 2, 8),
 ];
 
 /// Largest answer accepted; a larger length means a corrupt stream.
@@ -233,6 +238,11 @@ fn api_name(key: ApiKey) -> &'static str {
         ApiKey::ListGroups => "ListGroups",
         ApiKey::DescribeGroups => "DescribeGroups",
         ApiKey::OffsetFetch => "OffsetFetch",
+        ApiKey::JoinGroup => "JoinGroup",
+        ApiKey::SyncGroup => "SyncGroup",
+        ApiKey::Heartbeat => "Heartbeat",
+        ApiKey::LeaveGroup => "LeaveGroup",
+        ApiKey::OffsetCommit => "OffsetCommit",
         _ => "ApiVersions",
     }
 }

@@ -55,19 +55,25 @@ fn decode_assignment(mut bytes: bytes::Bytes) -> Vec<(String, Vec<i32>)> {
 }
 
 impl Cluster {
-    /// The connection to the coordinator of `group_id`.
-    pub async fn coordinator(
-        self: &Arc<Self>,
-        group_id: &str,
-    ) -> Result<Arc<Connection>, ClientError> {
+    /// The address of the coordinator of `group_id`.
+    pub async fn coordinator_addr(self: &Arc<Self>, group_id: &str) -> Result<String, ClientError> {
         let request =
             FindCoordinatorRequest::default().with_key(StrBytes::from_string(group_id.to_string()));
         let response = self
             .retry(|| async { self.any_broker().await?.request(&request).await })
             .await?;
         check(response.error_code, response.error_message.as_deref())?;
-        self.connection(&format!("{}:{}", response.host.as_str(), response.port))
-            .await
+        Ok(format!("{}:{}", response.host.as_str(), response.port))
+    }
+
+    /// The shared connection to the coordinator of `group_id`, for requests answered at
+    /// once (a group member needs a connection of its own, see `GroupConsumer`).
+    pub async fn coordinator(
+        self: &Arc<Self>,
+        group_id: &str,
+    ) -> Result<Arc<Connection>, ClientError> {
+        let addr = self.coordinator_addr(group_id).await?;
+        self.connection(&addr).await
     }
 
     /// Every group every broker knows.

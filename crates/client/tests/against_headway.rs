@@ -9,8 +9,8 @@
 use bytes::Bytes;
 use headway_broker::BrokerConfig;
 use headway_client::{
-    ClientConfig, Cluster, Compression, ConsumedRecord, Consumer, ConsumerConfig, Producer,
-    ProducerConfig, Record, StartOffset,
+    ClientConfig, Cluster, Compression, ConsumedRecord, Consumer, ConsumerConfig, GroupConfig,
+    GroupConsumer, Producer, ProducerConfig, Record, StartOffset,
 };
 use headway_server::{RunningServer, Server};
 use std::collections::HashMap;
@@ -286,5 +286,110 @@ async fn a_slow_keyless_stream_moves_on_to_the_next_partition_per_batch() {
         vec![0, 1, 2, 0, 1, 2],
         "one partition per batch, in turn"
     );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_members_share_partitions_and_resume_from_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = BrokerConfig {
+        data_dir: dir.path().to_path_buf(),
+        listen: "127.0.0.1:0".into(),
+        group_initial_rebalance_delay_ms: 0,
+        ..BrokerConfig::default()
+    };
+    let server = Server::start(config).await.unwrap();
+    let cluster = cluster(&server).await;
+    cluster.create_topic("grouped", 4, &[]).await.unwrap();
+    let group_config = || GroupConfig {
+        session_timeout: Duration::from_secs(6),
+        reset: StartOffset::Earliest,
+        ..GroupConfig::default()
+    };
+    let join = || {
+        GroupConsumer::subscribe(
+            Arc::clone(&cluster),
+            "readers",
+            vec!["grouped".into()],
+            ConsumerConfig::default(),
+            group_config(),
+        )
+    };
+    let a = join().await.unwrap();
+    let b = join().await.unwrap();
+    // Wait until both are in one generation (B's join makes A rejoin at its next heartbeat).
+    tokio::time::timeout(DEADLINE, async {
+        loop {
+            let (ga, gb) = (a.membership().1, b.membership().1);
+            if ga > 0 && ga == gb {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("both members joined one generation");
+
+    let producer = Producer::new(Arc::clone(&cluster), ProducerConfig::default()).unwrap();
+    for i in 0..2000u32 {
+        let record = Record {
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::from(i.to_string())),
+            ..Record::default()
+        };
+        producer.send("grouped", record).await.unwrap();
+    }
+    producer.flush().await.unwrap();
+
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let (mut from_a, mut from_b) = (0, 0);
+    tokio::time::timeout(DEADLINE, async {
+        while seen.len() < 2000 {
+            let (r, from) = tokio::select! {
+                r = a.next() => (r, &mut from_a),
+                r = b.next() => (r, &mut from_b),
+            };
+            *from += 1;
+            *seen
+                .entry(String::from_utf8(r.value.unwrap().to_vec()).unwrap())
+                .or_default() += 1;
+        }
+    })
+    .await
+    .expect("every record consumed");
+    assert!(
+        seen.values().all(|n| *n == 1),
+        "each record once while the group is stable"
+    );
+    assert!(
+        from_a > 0 && from_b > 0,
+        "both members consumed: {from_a} / {from_b}"
+    );
+    let (closed_a, closed_b) = tokio::join!(a.close(), b.close());
+    closed_a.unwrap();
+    closed_b.unwrap();
+
+    // A new member starts at the committed offsets: there is nothing left to read.
+    let c = join().await.unwrap();
+    tokio::time::timeout(DEADLINE, async {
+        while !c.caught_up() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the new member caught up");
+    assert!(
+        c.try_next().is_none(),
+        "nothing is delivered twice after the commits"
+    );
+    let committed: i64 = cluster
+        .committed_offsets("readers")
+        .await
+        .unwrap()
+        .iter()
+        .map(|(_, _, o)| o)
+        .sum();
+    assert_eq!(committed, 2000);
+    c.close().await.unwrap();
     server.stop().await;
 }
