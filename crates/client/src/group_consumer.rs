@@ -13,6 +13,7 @@ use crate::cluster::{Cluster, EARLIEST, LATEST};
 use crate::connection::Connection;
 use crate::consumer::{ConsumedRecord, Consumer, ConsumerConfig, StartOffset};
 use crate::error::{check, ClientError};
+use crate::groups::decode_assignment;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as AssignedPartitions;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
@@ -542,21 +543,6 @@ fn decode_subscription(mut bytes: Bytes) -> Vec<String> {
     let version = bytes.get_i16().clamp(0, 3);
     ConsumerProtocolSubscription::decode(&mut bytes, version)
         .map(|s| s.topics.into_iter().map(|t| t.to_string()).collect())
-        .unwrap_or_default()
-}
-
-fn decode_assignment(mut bytes: Bytes) -> Vec<(String, Vec<i32>)> {
-    if bytes.len() < 2 {
-        return Vec::new();
-    }
-    let version = bytes.get_i16().clamp(0, 3);
-    ConsumerProtocolAssignment::decode(&mut bytes, version)
-        .map(|a| {
-            a.assigned_partitions
-                .into_iter()
-                .map(|tp| (tp.topic.to_string(), tp.partitions))
-                .collect()
-        })
         .unwrap_or_default()
 }
 

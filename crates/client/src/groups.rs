@@ -39,7 +39,7 @@ pub struct GroupDescription {
 }
 
 /// Decodes a consumer-protocol assignment (empty when it is not one).
-fn decode_assignment(mut bytes: bytes::Bytes) -> Vec<(String, Vec<i32>)> {
+pub(crate) fn decode_assignment(mut bytes: bytes::Bytes) -> Vec<(String, Vec<i32>)> {
     if bytes.len() < 2 {
         return Vec::new();
     }
