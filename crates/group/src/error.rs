@@ -22,6 +22,8 @@ pub enum GroupError {
     NonEmptyGroup,
     #[error("the group does not exist")]
     GroupIdNotFound,
+    #[error("the group has reached its maximum number of members")]
+    GroupMaxSizeReached,
     #[error("offset metadata is longer than the limit")]
     OffsetMetadataTooLarge,
     #[error("the group coordinator is loading or failed to store offsets")]

@@ -33,6 +33,12 @@ pub struct GroupConfig {
     pub offsets_retention_ms: i64,
     /// Longest metadata string stored with a committed offset.
     pub offset_metadata_bytes_max: usize,
+    /// Members (and member ids handed out but not yet used) per group, Kafka's
+    /// `group.max.size`. A new member past it gets GROUP_MAX_SIZE_REACHED.
+    pub members_per_group_max: usize,
+    /// Groups the coordinator holds. A JoinGroup or commit that would create one more
+    /// gets COORDINATOR_NOT_AVAILABLE (retriable) until groups expire or are deleted.
+    pub groups_max: usize,
 }
 
 impl Default for GroupConfig {
@@ -43,6 +49,8 @@ impl Default for GroupConfig {
             session_timeout_max_ms: 1_800_000,
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             offset_metadata_bytes_max: 4096,
+            members_per_group_max: 10_000,
+            groups_max: 100_000,
         }
     }
 }
@@ -479,6 +487,10 @@ impl Groups {
             ));
             return;
         }
+        if let Err(e) = self.check_room_for_group(&req.group_id) {
+            let _ = reply.send(JoinResult::error(e, &req.member_id));
+            return;
+        }
         let config = self.config.clone();
         let group = self
             .groups
@@ -497,6 +509,19 @@ impl Groups {
             join_known_member(group, &config, req, reply, now_ms);
         }
         group.maybe_complete_join(now_ms);
+    }
+
+    /// Refuses to create a group past `groups_max`.
+    fn check_room_for_group(&self, group_id: &str) -> Result<(), GroupError> {
+        if self.groups.contains_key(group_id) || self.groups.len() < self.config.groups_max {
+            return Ok(());
+        }
+        tracing::warn!(
+            group = group_id,
+            groups = self.groups.len(),
+            "group limit reached: refusing a new group"
+        );
+        Err(GroupError::CoordinatorNotAvailable)
     }
 
     fn check_join(&self, req: &JoinRequest) -> Result<(), GroupError> {
@@ -655,6 +680,7 @@ impl Groups {
             return Err(GroupError::InvalidGroupId);
         }
         let Some(group) = self.groups.get(group_id) else {
+            self.check_room_for_group(group_id)?;
             return if generation_id < 0 {
                 Ok(())
             } else {
@@ -805,9 +831,24 @@ fn join_new_member(
         if let Some(old_id) = group.static_members.get(&instance).cloned() {
             return rejoin_static_member(group, config, req, old_id, reply, now_ms);
         }
+        if group.members.len() + group.pending_members.len() >= config.members_per_group_max {
+            let _ = reply.send(JoinResult::error(
+                GroupError::GroupMaxSizeReached,
+                &req.member_id,
+            ));
+            return;
+        }
         let id = new_member_id(&instance);
         add_member(group, &req, id, reply, now_ms);
         group.prepare_rebalance(config, now_ms);
+        return;
+    }
+    if group.members.len() + group.pending_members.len() >= config.members_per_group_max {
+        tracing::warn!(group = %group.group_id, members = group.members.len(), "group is full: refusing a new member");
+        let _ = reply.send(JoinResult::error(
+            GroupError::GroupMaxSizeReached,
+            &req.member_id,
+        ));
         return;
     }
     let id = new_member_id(&req.client_id);
@@ -1213,6 +1254,42 @@ mod tests {
             vec![("g".to_string(), ("t".to_string(), 0))]
         );
         assert!(groups.get("g").is_none());
+    }
+
+    #[test]
+    fn groups_and_members_are_bounded() {
+        let mut groups = Groups::new(GroupConfig {
+            members_per_group_max: 1,
+            groups_max: 1,
+            ..config()
+        });
+        let (_a, mut ja) = join_new(&mut groups, &["range"], 0);
+        assert_eq!(ja.try_recv().unwrap().error, None);
+        let mut full = join(&mut groups, join_req("", None, &["range"]), 1);
+        assert_eq!(
+            full.try_recv().unwrap().error,
+            Some(GroupError::GroupMaxSizeReached)
+        );
+        let mut other = join(
+            &mut groups,
+            JoinRequest {
+                group_id: "h".into(),
+                ..join_req("", None, &["range"])
+            },
+            1,
+        );
+        assert_eq!(
+            other.try_recv().unwrap().error,
+            Some(GroupError::CoordinatorNotAvailable)
+        );
+        assert_eq!(
+            groups.check_commit("h", "", None, -1),
+            Err(GroupError::CoordinatorNotAvailable)
+        );
+        assert_eq!(
+            groups.check_commit("g", "", None, -1),
+            Err(GroupError::UnknownMemberId)
+        );
     }
 
     #[test]

@@ -54,6 +54,7 @@ pub fn group_error_code(error: GroupError) -> i16 {
         GroupError::NonEmptyGroup => R::NonEmptyGroup,
         GroupError::GroupIdNotFound => R::GroupIdNotFound,
         GroupError::OffsetMetadataTooLarge => R::OffsetMetadataTooLarge,
+        GroupError::GroupMaxSizeReached => R::GroupMaxSizeReached,
         GroupError::CoordinatorNotAvailable => R::CoordinatorNotAvailable,
     };
     e.code()
