@@ -1,7 +1,8 @@
 //! Every hard bound of the broker, in one place, with why it holds and what happens
 //! when it is reached. (The group coordinator's bounds, members per group and groups,
-//! are in `headway_group::GroupConfig`, next to the state they bound.) Settings a user may want to change live in [`crate::config`]
-//! with these as defaults; the rest are constants.
+//! are in `headway_group::GroupConfig`, next to the state they bound.) Settings a user
+//! may want to change live in [`crate::config`] with these as defaults; the rest are
+//! constants.
 
 /// Largest request frame accepted (Kafka's `socket.request.max.bytes`, 100 MiB).
 /// At the limit the connection is closed with a log line, before the body is read,

@@ -9,13 +9,11 @@
 
 mod common;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use common::*;
 use headway_protocol::kafka_protocol::messages::*;
 use headway_protocol::kafka_protocol::protocol::StrBytes;
-use headway_protocol::kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use headway_protocol::kafka_protocol::records::{Record, TimestampType};
 
 fn idempotent_batch(producer_id: i64, epoch: i16, base_sequence: i32, values: &[&str]) -> Bytes {
     let records: Vec<Record> = values
@@ -37,13 +35,7 @@ fn idempotent_batch(producer_id: i64, epoch: i16, base_sequence: i32, values: &[
             headers: Default::default(),
         })
         .collect();
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
-    buf.freeze()
+    encode(&records)
 }
 
 async fn produce(client: &mut Client, records: Bytes) -> (i16, i64) {

@@ -213,12 +213,18 @@ pub fn batch(values: &[&str]) -> Bytes {
             headers: Default::default(),
         })
         .collect();
+    encode(&records)
+}
+
+/// Encodes records as one uncompressed v2 batch (they must share producer fields, and
+/// offset minus sequence must be the same for all, or the encoder splits the batch).
+pub fn encode(records: &[Record]) -> Bytes {
     let mut buf = BytesMut::new();
     let options = RecordEncodeOptions {
         version: 2,
         compression: Compression::None,
     };
-    RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
+    RecordBatchEncoder::encode(&mut buf, records, &options).unwrap();
     buf.freeze()
 }
 
