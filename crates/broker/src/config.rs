@@ -116,6 +116,21 @@ pub struct BrokerConfig {
     pub frame_bytes_max: usize,
     pub request_bytes_in_flight_max: usize,
     pub connections_max: usize,
+    /// Threads for reads that may wait for the disk (cold reads). Reads of data in the
+    /// page cache do not use them.
+    pub read_threads: usize,
+    /// Try the page cache first (`RWF_NOWAIT`) and read on the caller's thread when
+    /// every byte is there; `false` sends every fetch read to the read threads.
+    pub read_cache_first: bool,
+    /// Bytes of fetch responses one connection may hold before they are written to its
+    /// socket. A client that does not read its socket holds at most this much.
+    pub connection_outbound_bytes_max: usize,
+    /// Bytes of fetch responses all connections together may hold before they are
+    /// written. When it runs short, fetches read less (at least one batch) instead of
+    /// waiting.
+    pub outbound_bytes_max: usize,
+    /// Where to serve Prometheus metrics (`HOST:PORT`, path `/metrics`); off when unset.
+    pub metrics_listen: Option<String>,
     /// Kafka's `group.initial.rebalance.delay.ms`: how long an empty group's first
     /// rebalance waits for more members.
     pub group_initial_rebalance_delay_ms: i64,
@@ -142,6 +157,11 @@ impl Default for BrokerConfig {
             frame_bytes_max: limits::FRAME_BYTES_MAX_DEFAULT,
             request_bytes_in_flight_max: limits::REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT,
             connections_max: limits::CONNECTIONS_MAX_DEFAULT,
+            read_threads: limits::READ_THREADS_DEFAULT,
+            read_cache_first: true,
+            connection_outbound_bytes_max: limits::CONNECTION_OUTBOUND_BYTES_MAX_DEFAULT,
+            outbound_bytes_max: limits::OUTBOUND_BYTES_MAX_DEFAULT,
+            metrics_listen: None,
             group_initial_rebalance_delay_ms: 3_000,
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             producer_id_expiration_ms: 24 * 3600 * 1000,
@@ -158,6 +178,23 @@ impl BrokerConfig {
             return Err(format!(
                 "default_partitions {} out of range",
                 self.default_partitions
+            ));
+        }
+        if self.read_threads == 0 || self.read_threads > limits::READ_THREADS_MAX {
+            return Err(format!(
+                "read_threads must be 1..={}, not {}",
+                limits::READ_THREADS_MAX,
+                self.read_threads
+            ));
+        }
+        if self.connection_outbound_bytes_max < limits::OUTBOUND_BYTES_MIN
+            || self.outbound_bytes_max < self.connection_outbound_bytes_max
+            || self.outbound_bytes_max > u32::MAX as usize
+        {
+            return Err(format!(
+                "need {} <= connection_outbound_bytes_max <= outbound_bytes_max <= {}",
+                limits::OUTBOUND_BYTES_MIN,
+                u32::MAX
             ));
         }
         if self.request_bytes_in_flight_max < self.frame_bytes_max {

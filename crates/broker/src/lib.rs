@@ -11,6 +11,8 @@
 //! - [`producer_state`] remembers each idempotent producer's last batches per
 //!   partition, so retries are answered with their original offsets; [`producer_ids`]
 //!   hands out producer ids that stay unique across restarts.
+//! - [`read_pool`] runs reads that may wait for the disk on threads of their own, one
+//!   read per connection at a time; reads of cached data skip it.
 //! - [`config`] is every setting with its default; [`limits`] is every hard bound.
 //!
 //! Everything here is thread-safe and shared as `Arc`s by the server's connections.
@@ -21,6 +23,7 @@ pub mod limits;
 mod partition;
 pub mod producer_ids;
 pub mod producer_state;
+pub mod read_pool;
 mod registry;
 mod topic;
 

@@ -39,10 +39,40 @@ pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 /// Topic name length (Kafka's limit, which keeps `<name>/<partition>` a valid path).
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 
-/// Threads for blocking disk work (fsync, positional reads of segments, recovery).
-/// A cold read occupies one thread; beyond this bound reads queue instead of
-/// spawning threads without limit.
+/// Threads for blocking disk work other than fetch reads (fsyncs, recovery, admin
+/// operations). Beyond this bound such work queues instead of spawning threads
+/// without limit. Fetch reads have threads of their own ([`READ_THREADS_DEFAULT`]),
+/// so a burst of cold reads never delays a sync.
 pub const BLOCKING_THREADS_MAX: usize = 64;
+
+/// Threads for fetch reads that may wait for the disk (`read_threads`). Each
+/// connection has at most [`COLD_READS_PER_CONNECTION`] of them at a time; the
+/// queue in front of them is first come, first served.
+pub const READ_THREADS_DEFAULT: usize = 8;
+pub const READ_THREADS_MAX: usize = 256;
+
+/// Cold reads one connection may have queued or running at once: its fair share of
+/// the read threads. A catch-up consumer thus waits its turn behind every other
+/// connection's read instead of filling the queue.
+pub const COLD_READS_PER_CONNECTION: usize = 1;
+
+/// Bytes of fetch responses a connection may hold before its socket takes them
+/// (`connection_outbound_bytes_max`). A fetch reserves what it may read before
+/// reading and asks for no more than the connection has left; the reservation is
+/// released once the response is written. A client that never reads its socket
+/// holds this much broker memory at most, plus one batch (the first batch of a
+/// response is always whole), and its connection stops being read once
+/// [`REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX`] requests wait.
+pub const CONNECTION_OUTBOUND_BYTES_MAX_DEFAULT: usize = 16 * 1024 * 1024;
+
+/// Bytes of fetch responses all connections together may hold (`outbound_bytes_max`).
+/// When fewer are left than a fetch would like, it reads what is left (at least
+/// [`OUTBOUND_BYTES_MIN`]) rather than wait; only when even that is not left does
+/// it wait for other connections' responses to be written.
+pub const OUTBOUND_BYTES_MAX_DEFAULT: usize = 256 * 1024 * 1024;
+
+/// The least a fetch reserves (and the smallest allowed per-connection budget).
+pub const OUTBOUND_BYTES_MIN: usize = 64 * 1024;
 
 /// Idempotent producers remembered per partition (each up to five batches, about
 /// 150 bytes). Past it the producer idle for longest is forgotten; if it comes back

@@ -8,11 +8,14 @@
 //! syncs it on a blocking thread without holding the mutex, and publishes the new high
 //! watermark; every append that arrived during one sync shares the next one.
 //!
-//! Fetch path: [`Partition::read`] locates the segment and position under the mutex and
-//! reads with positional reads on a blocking thread, bounded by the high watermark, so
-//! consumers only ever see synced data.
+//! Fetch path: [`Partition::read_via`] locates the segment and position under the mutex
+//! and reads with positional reads, bounded by the high watermark, so consumers only ever
+//! see synced data: from the page cache on the caller's thread when every byte is there,
+//! otherwise on the cold-read pool ([`crate::read_pool`]), one read per connection at a
+//! time.
 
 use crate::producer_state::{is_idempotent, ProducerStates, SequenceCheck};
+use crate::read_pool::ReadVia;
 use crate::{BrokerError, FlushPolicy};
 use bytes::Bytes;
 use headway_log::{batch, BatchHeader, Log, LogConfig, Offset, RecoveryReport};
@@ -283,8 +286,31 @@ impl Partition {
     }
 
     /// Reads whole batches from `offset`, at most about `max_bytes` (the first batch is
-    /// always whole), never past the high watermark.
+    /// always whole), never past the high watermark, on the runtime's blocking pool.
+    /// For the broker's own reads (start-up replays, ListOffsets); fetches use
+    /// [`Partition::read_via`].
     pub async fn read(&self, offset: Offset, max_bytes: usize) -> Result<ReadResult, BrokerError> {
+        self.read_from(offset, max_bytes, None).await
+    }
+
+    /// [`Partition::read`] for a fetch: from the page cache on this thread when every
+    /// byte is there (`via.cache_first`), otherwise on the cold-read pool, holding one
+    /// of the connection's share permits while queued and running.
+    pub async fn read_via(
+        &self,
+        offset: Offset,
+        max_bytes: usize,
+        via: &ReadVia,
+    ) -> Result<ReadResult, BrokerError> {
+        self.read_from(offset, max_bytes, Some(via)).await
+    }
+
+    async fn read_from(
+        &self,
+        offset: Offset,
+        max_bytes: usize,
+        via: Option<&ReadVia>,
+    ) -> Result<ReadResult, BrokerError> {
         let high_watermark = self.high_watermark();
         let log_start_offset = self.log_start_offset();
         let empty = |records| ReadResult {
@@ -307,12 +333,44 @@ impl Partition {
             // Written but not yet synced: nothing to show yet, and not an error.
             return Ok(empty(Bytes::new()));
         }
-        let records = tokio::task::spawn_blocking(move || slice.read(max_bytes, high_watermark))
-            .await
-            .map_err(|e| BrokerError::Storage(format!("read task failed: {e}")))?
-            .map_err(|e| {
-                BrokerError::Storage(format!("read {}/{}: {e}", self.topic, self.index.0))
-            })?;
+        let failed = |e: std::io::Error| {
+            BrokerError::Storage(format!("read {}/{}: {e}", self.topic, self.index.0))
+        };
+        let records = match via {
+            None => tokio::task::spawn_blocking(move || slice.read(max_bytes, high_watermark))
+                .await
+                .map_err(|e| BrokerError::Storage(format!("read task failed: {e}")))?
+                .map_err(failed)?,
+            Some(via) => {
+                let cached = match via.cache_first {
+                    true => slice
+                        .read_cached(max_bytes, high_watermark)
+                        .map_err(failed)?,
+                    false => None,
+                };
+                match cached {
+                    Some(records) => {
+                        via.pool.stats().cached.fetch_add(1, Ordering::Relaxed);
+                        records
+                    }
+                    None => {
+                        let _turn = match &via.share {
+                            Some(share) => {
+                                Some(Arc::clone(share).acquire_owned().await.map_err(|_| {
+                                    BrokerError::Storage("read share closed".into())
+                                })?)
+                            }
+                            None => None,
+                        };
+                        via.pool
+                            .run(move || slice.read(max_bytes, high_watermark))
+                            .await
+                            .map_err(|e| BrokerError::Storage(e.to_string()))?
+                            .map_err(failed)?
+                    }
+                }
+            }
+        };
         Ok(empty(records))
     }
 

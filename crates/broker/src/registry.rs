@@ -6,6 +6,7 @@
 
 use crate::config::{BrokerConfig, TopicConfig};
 use crate::producer_ids::ProducerIds;
+use crate::read_pool::ReadPool;
 use crate::topic::{sync_dir, validate_topic_name, Topic};
 use crate::{limits, BrokerError};
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,8 @@ pub struct Broker {
     admin: tokio::sync::Mutex<()>,
     closed: AtomicBool,
     producer_ids: ProducerIds,
+    /// Threads for reads that may wait for the disk (see [`crate::read_pool`]).
+    read_pool: Arc<ReadPool>,
     /// Held for the broker's lifetime: an exclusive lock on `<data_dir>/.lock`, so two
     /// brokers never write the same logs.
     _dir_lock: fs::File,
@@ -93,6 +96,7 @@ impl Broker {
             topics.insert(name, topic);
         }
         tracing::info!(topics = topics.len(), data_dir = %data_dir.display(), "data directory loaded");
+        let read_pool = ReadPool::new(config.read_threads);
         Ok(Broker {
             config,
             cluster_id,
@@ -101,6 +105,7 @@ impl Broker {
             admin: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
             producer_ids,
+            read_pool,
             _dir_lock: dir_lock,
         })
     }
@@ -115,6 +120,10 @@ impl Broker {
 
     pub fn producer_ids(&self) -> &ProducerIds {
         &self.producer_ids
+    }
+
+    pub fn read_pool(&self) -> &Arc<ReadPool> {
+        &self.read_pool
     }
 
     pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {

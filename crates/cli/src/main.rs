@@ -91,6 +91,22 @@ struct ServeArgs {
     /// Default max.message.bytes of topics [default: 1048588].
     #[arg(long, env = "HEADWAY_MAX_MESSAGE_BYTES")]
     max_message_bytes: Option<usize>,
+    /// Threads for fetch reads that wait for the disk [default: 8].
+    #[arg(long, env = "HEADWAY_READ_THREADS")]
+    read_threads: Option<usize>,
+    /// Serve reads of cached data on the connection's thread, sending only reads that
+    /// need the disk to the read threads [default: true].
+    #[arg(long, env = "HEADWAY_READ_CACHE_FIRST")]
+    read_cache_first: Option<bool>,
+    /// Bytes of unwritten fetch responses one connection may hold [default: 16777216].
+    #[arg(long, env = "HEADWAY_CONNECTION_OUTBOUND_BYTES_MAX")]
+    connection_outbound_bytes_max: Option<usize>,
+    /// Bytes of unwritten fetch responses all connections may hold [default: 268435456].
+    #[arg(long, env = "HEADWAY_OUTBOUND_BYTES_MAX")]
+    outbound_bytes_max: Option<usize>,
+    /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
+    #[arg(long, env = "HEADWAY_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
 }
 
 impl ServeArgs {
@@ -127,6 +143,13 @@ impl ServeArgs {
         set!(log.retention_ms = self.retention_ms);
         set!(log.retention_bytes = self.retention_bytes);
         set!(log.max_message_bytes = self.max_message_bytes);
+        set!(read_threads = self.read_threads);
+        set!(read_cache_first = self.read_cache_first);
+        set!(connection_outbound_bytes_max = self.connection_outbound_bytes_max);
+        set!(outbound_bytes_max = self.outbound_bytes_max);
+        if self.metrics_listen.is_some() {
+            config.metrics_listen = self.metrics_listen;
+        }
         config.validate().map_err(anyhow::Error::msg)?;
         Ok(config)
     }

@@ -1212,3 +1212,53 @@ fn handles_cross_threads() {
     send::<SyncSet>();
     send_sync::<ReadSlice>();
 }
+
+#[test]
+fn cached_reads_return_what_blocking_reads_return_or_give_up() {
+    let dir = TempDir::new().unwrap();
+    let (mut log, _) = open(&dir, config());
+    for i in 0..40 {
+        append_one(&mut log, 3, 50 + i, NOW_MS);
+    }
+    let end = log.log_end_offset();
+    let mut cached_hits = 0;
+    for offset in 0..end.value() {
+        let slice = log.locate(Offset(offset)).unwrap();
+        for max_bytes in [1, 500, 1 << 20] {
+            let blocking = slice.read(max_bytes, end).unwrap();
+            // Just read, so the pages are cached: where the kernel supports RWF_NOWAIT
+            // the cached read succeeds, and it must agree byte for byte.
+            if let Some(cached) = slice.read_cached(max_bytes, end).unwrap() {
+                assert_eq!(cached, blocking, "offset {offset}, max_bytes {max_bytes}");
+                cached_hits += 1;
+            }
+        }
+    }
+    // Written back and dropped from the page cache: a cached read may give up (it must
+    // not block or return anything different); the blocking read still returns the data.
+    let sync = log.sync_set();
+    sync.sync().unwrap();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let file = std::fs::File::open(entry.unwrap().path()).unwrap();
+        // SAFETY: a plain advice call on a descriptor `file` keeps open.
+        unsafe {
+            libc::posix_fadvise(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+                0,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+    }
+    let slice = log.locate(Offset(0)).unwrap();
+    let cold = slice.read_cached(1 << 20, end).unwrap();
+    let blocking = slice.read(1 << 20, end).unwrap();
+    assert!(!blocking.is_empty());
+    println!(
+        "cached reads that succeeded: {cached_hits}; after eviction: {}",
+        cold.is_some()
+    );
+    if let Some(cold) = cold {
+        assert_eq!(cold, blocking);
+    }
+}

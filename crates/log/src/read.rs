@@ -8,6 +8,11 @@
 //! (plus one batch) before the wanted batch, through `max_bytes` more, and walks the
 //! batches in memory. When the first wanted batch does not fit that buffer, a second
 //! read fetches it whole.
+//!
+//! [`ReadSlice::read_cached`] is the same read that only succeeds when every byte it
+//! needs is in the page cache (`preadv2` with `RWF_NOWAIT`); it never waits for the
+//! disk, so it may run on an async worker thread. Reads of the tail, which producers
+//! have just written, nearly always succeed this way; the rest go to a thread pool.
 
 use crate::batch::{declared_total_bytes, BatchIter, LOG_OVERHEAD_BYTES};
 use crate::config::READ_SLACK_BYTES;
@@ -15,7 +20,9 @@ use crate::Offset;
 use bytes::Bytes;
 use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// A place to read from in one segment, taken from the log under its lock and read
@@ -74,23 +81,50 @@ impl ReadSlice {
     /// batch larger than its limit). Empty when nothing below `limit_offset` remains
     /// in this segment.
     pub fn read(&self, max_bytes: usize, limit_offset: Offset) -> std::io::Result<Bytes> {
+        let read = self.read_with(max_bytes, limit_offset, |file, buf, position| {
+            file.read_exact_at(buf, position).map(|()| true)
+        })?;
+        Ok(read.expect("a blocking read always completes"))
+    }
+
+    /// [`ReadSlice::read`], but only from the page cache: `Ok(None)` when any byte it
+    /// needs would have to come from the disk (or the kernel cannot tell, on file
+    /// systems without `RWF_NOWAIT`). Never blocks on I/O.
+    pub fn read_cached(
+        &self,
+        max_bytes: usize,
+        limit_offset: Offset,
+    ) -> std::io::Result<Option<Bytes>> {
+        self.read_with(max_bytes, limit_offset, read_exact_at_cached)
+    }
+
+    /// The read, with `read_at` filling a buffer at a position (`Ok(false)`: gave up).
+    fn read_with(
+        &self,
+        max_bytes: usize,
+        limit_offset: Offset,
+        read_at: impl Fn(&File, &mut [u8], u64) -> io::Result<bool>,
+    ) -> io::Result<Option<Bytes>> {
         let mut position = self.start_position;
         let mut need = 0;
         loop {
             let remaining = self.end_position - position;
             if remaining == 0 {
-                return Ok(Bytes::new());
+                return Ok(Some(Bytes::new()));
             }
             let want = (self.index_interval_bytes as usize)
                 .saturating_add(max_bytes)
                 .saturating_add(READ_SLACK_BYTES)
                 .max(need);
-            let buf = self.read_at(
-                position,
-                usize::try_from(remaining).map_or(want, |r| want.min(r)),
-            )?;
+            let len = usize::try_from(remaining).map_or(want, |r| want.min(r));
+            let mut buf = vec![0u8; len];
+            if !read_at(&self.file, &mut buf, position)? {
+                return Ok(None);
+            }
             match seek(&buf, self.fetch_offset.value()) {
-                Seek::Found { at } => return Ok(collect(buf, at, max_bytes, limit_offset.value())),
+                Seek::Found { at } => {
+                    return Ok(Some(collect(buf, at, max_bytes, limit_offset.value())))
+                }
                 Seek::Continue {
                     skipped,
                     need: next,
@@ -120,12 +154,51 @@ impl ReadSlice {
     pub fn len_bytes(&self) -> u64 {
         self.end_position - self.start_position
     }
+}
 
-    fn read_at(&self, position: u64, len: usize) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; len];
-        self.file.read_exact_at(&mut buf, position)?;
-        Ok(buf)
+/// Whether `preadv2(RWF_NOWAIT)` works for these files; cleared the first time the
+/// kernel or file system refuses the flag, after which cached reads always give up.
+static NOWAIT_SUPPORTED: AtomicBool = AtomicBool::new(true);
+
+/// Fills `buf` from `position` only if the whole range is in the page cache.
+/// `Ok(false)` when it is not (or the answer would need the disk).
+fn read_exact_at_cached(file: &File, buf: &mut [u8], position: u64) -> io::Result<bool> {
+    if !NOWAIT_SUPPORTED.load(Ordering::Relaxed) {
+        return Ok(false);
     }
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        let iov = libc::iovec {
+            iov_base: rest.as_mut_ptr().cast(),
+            iov_len: rest.len(),
+        };
+        let Ok(offset) = libc::off_t::try_from(position + done as u64) else {
+            return Ok(false);
+        };
+        // SAFETY: `iov` describes `rest`, a live, writable buffer of `iov_len` bytes
+        // that nothing else touches during the call; `file` keeps the descriptor open.
+        let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
+        match n {
+            // Some bytes are cached and the next are not; or the file ended early,
+            // which the blocking read will report properly.
+            0 => return Ok(false),
+            n if n > 0 => done += n as usize,
+            _ => {
+                let error = io::Error::last_os_error();
+                return match error.raw_os_error() {
+                    Some(libc::EAGAIN) => Ok(false),
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS) => {
+                        NOWAIT_SUPPORTED.store(false, Ordering::Relaxed);
+                        Ok(false)
+                    }
+                    _ => Err(error),
+                };
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// Finds the first batch in `buf` whose last offset is at or past `fetch_offset`.

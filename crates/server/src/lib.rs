@@ -17,11 +17,17 @@
 //!    produce waits for its sync, the reader keeps reading and appending the next
 //!    pipelined requests, which then share the same group commit.
 //!
+//! 5. A fetch reserves outbound bytes ([`outbound`]) before it reads, and reads through
+//!    the page cache or the cold-read pool; the reservation is released when the writer
+//!    has written the response. [`stats`] shows what every bounded queue holds.
+//!
 //! Kafka error codes are chosen in one place, [`errors`].
 
 pub mod connection;
 pub mod errors;
 pub mod handlers;
 pub mod listener;
+pub mod outbound;
+pub mod stats;
 
 pub use listener::{RunningServer, Server, ServerHandle};

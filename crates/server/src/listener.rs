@@ -7,6 +7,7 @@
 
 use crate::connection;
 use crate::handlers::{self, Ctx};
+use crate::stats::ServerStats;
 use headway_broker::Broker;
 use headway_group::{GroupConfig, GroupCoordinator};
 use std::net::SocketAddr;
@@ -56,6 +57,7 @@ pub struct RunningServer {
     pub addr: SocketAddr,
     pub handle: ServerHandle,
     pub task: tokio::task::JoinHandle<()>,
+    pub stats: Arc<ServerStats>,
 }
 
 impl RunningServer {
@@ -74,6 +76,7 @@ impl Server {
         Ok(RunningServer {
             addr: server.local_addr(),
             handle: server.handle(),
+            stats: server.stats(),
             task: tokio::spawn(server.run()),
         })
     }
@@ -103,6 +106,7 @@ impl Server {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let ctx = Arc::new(Ctx {
             groups,
+            stats: ServerStats::new(config, Arc::clone(broker.read_pool())),
             broker: Arc::clone(&broker),
             advertised_host: host,
             advertised_port: port,
@@ -122,6 +126,11 @@ impl Server {
             .expect("bound listener has an address")
     }
 
+    /// The budgets and the open connections' state.
+    pub fn stats(&self) -> Arc<ServerStats> {
+        Arc::clone(&self.ctx.stats)
+    }
+
     pub fn handle(&self) -> ServerHandle {
         ServerHandle(self.shutdown.clone())
     }
@@ -130,7 +139,6 @@ impl Server {
     pub async fn run(self) {
         let config = self.broker.config();
         let connections = Arc::new(Semaphore::new(config.connections_max));
-        let request_bytes = Arc::new(Semaphore::new(config.request_bytes_in_flight_max));
         let mut tasks = JoinSet::new();
         let mut down = self.ctx.shutdown.clone();
         loop {
@@ -141,9 +149,9 @@ impl Server {
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok((stream, peer)) => {
-                        let (ctx, bytes) = (Arc::clone(&self.ctx), Arc::clone(&request_bytes));
+                        let ctx = Arc::clone(&self.ctx);
                         tasks.spawn(async move {
-                            connection::serve(stream, peer, ctx, bytes).await;
+                            connection::serve(stream, peer, ctx).await;
                             drop(permit);
                         });
                     }

@@ -3,14 +3,25 @@
 //! Every subscriber is a cursor: a fetch reads the partition log at the client's
 //! offset and holds nothing for the client between requests. A waiting fetch watches
 //! the high watermarks of its partitions and re-reads when one moves, until
-//! `min_bytes` are there, `max_wait_ms` passes, or the broker shuts down.
+//! `min_bytes` are there, `max_wait_ms` passes, or the broker shuts down. A change wakes
+//! only the fetches watching that partition (each partition's watch has its own list of
+//! waiters), and no lock is held while a fetch reads or waits.
+//!
+//! Before each read the fetch reserves outbound bytes from its connection's budget
+//! ([`crate::outbound`]) and reads no more than it got; the reservation, shrunk to what
+//! was read, stays with the response until the writer has written it. Reads go through
+//! [`Partition::read_via`]: the page cache first, otherwise the cold-read pool with the
+//! connection's fair share.
 //! Fetch sessions (KIP-227) are not kept: the answer's session id is 0, which tells
 //! clients to send full fetch requests.
 //! v13+ names topics by id; earlier versions by name.
 
-use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending_reserved, ApiSpec, Ctx, HandlerError, Reply};
 use crate::errors::error_code;
+use crate::outbound::Reservation;
+use crate::stats::Connection;
 use bytes::Bytes;
+use headway_broker::read_pool::ReadVia;
 use headway_broker::{limits, BrokerError, Offset, Partition};
 use headway_protocol::kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, PartitionData,
@@ -44,7 +55,11 @@ struct WantedTopic {
     partitions: Vec<Wanted>,
 }
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(
+    ctx: &Arc<Ctx>,
+    conn: &Arc<Connection>,
+    request: &Request,
+) -> Result<Reply, HandlerError> {
     let body: FetchRequest = decode_body(request)?;
     let by_id = request.api_version() >= TOPIC_IDS_MIN_VERSION;
     let topics = body
@@ -56,12 +71,14 @@ pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> 
         Duration::from_millis((body.max_wait_ms.max(0) as u64).min(limits::FETCH_WAIT_MS_MAX));
     let max_bytes = (body.max_bytes.max(0) as usize).min(limits::FETCH_RESPONSE_BYTES_MAX);
     let min_bytes = body.min_bytes.max(0) as usize;
-    let ctx = Arc::clone(ctx);
-    pending(request, async move {
-        let responses = long_poll(&ctx, &topics, wait, min_bytes, max_bytes).await;
-        FetchResponse::default()
+    let (ctx, conn) = (Arc::clone(ctx), Arc::clone(conn));
+    pending_reserved(request, async move {
+        let (responses, reserved) =
+            long_poll(&ctx, &conn, &topics, wait, min_bytes, max_bytes).await;
+        let body = FetchResponse::default()
             .with_session_id(0)
-            .with_responses(responses)
+            .with_responses(responses);
+        (body, reserved)
     })
 }
 
@@ -108,11 +125,12 @@ fn resolve(
 
 async fn long_poll(
     ctx: &Ctx,
+    conn: &Connection,
     topics: &[WantedTopic],
     wait: Duration,
     min_bytes: usize,
     max_bytes: usize,
-) -> Vec<FetchableTopicResponse> {
+) -> (Vec<FetchableTopicResponse>, Option<Reservation>) {
     let deadline = Instant::now() + wait;
     let mut watches: Vec<_> = topics
         .iter()
@@ -126,10 +144,16 @@ async fn long_poll(
         watches.iter_mut().for_each(|w| {
             w.borrow_and_update();
         });
-        let (responses, bytes, errors) = read_all(topics, max_bytes).await;
+        let mut reserved = conn.outbound.reserve(max_bytes).await;
+        let budget = reserved.as_ref().map_or(0, Reservation::bytes);
+        let (responses, bytes, errors) = read_all(topics, max_bytes.min(budget), &conn.reads).await;
         if bytes >= min_bytes || errors || Instant::now() >= deadline || *shutdown.borrow() {
-            return responses;
+            if let Some(r) = reserved.as_mut() {
+                r.shrink_to(bytes);
+            }
+            return (responses, reserved);
         }
+        drop(reserved);
         let any_change = async {
             if watches.is_empty() {
                 std::future::pending::<()>().await;
@@ -150,6 +174,7 @@ async fn long_poll(
 async fn read_all(
     topics: &[WantedTopic],
     max_bytes: usize,
+    via: &ReadVia,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let mut total = 0usize;
     let mut errors = false;
@@ -158,7 +183,7 @@ async fn read_all(
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for wanted in &topic.partitions {
             let remaining = max_bytes.saturating_sub(total);
-            let data = read_one(wanted, remaining, total == 0).await;
+            let data = read_one(wanted, remaining, total == 0, via).await;
             errors |= data.error_code != 0;
             total += data.records.as_ref().map_or(0, Bytes::len);
             partitions.push(data);
@@ -173,7 +198,7 @@ async fn read_all(
     (responses, total, errors)
 }
 
-async fn read_one(wanted: &Wanted, remaining: usize, first: bool) -> PartitionData {
+async fn read_one(wanted: &Wanted, remaining: usize, first: bool, via: &ReadVia) -> PartitionData {
     let base = PartitionData::default()
         .with_partition_index(wanted.index)
         .with_preferred_read_replica(BrokerId(-1));
@@ -185,7 +210,7 @@ async fn read_one(wanted: &Wanted, remaining: usize, first: bool) -> PartitionDa
         return offsets(base, partition).with_records(Some(Bytes::new()));
     }
     match partition
-        .read(wanted.offset, wanted.max_bytes.min(remaining))
+        .read_via(wanted.offset, wanted.max_bytes.min(remaining), via)
         .await
     {
         Ok(read) => {

@@ -28,6 +28,8 @@ pub mod offset_fetch;
 pub mod produce;
 pub mod sync_group;
 
+use crate::outbound::Reservation;
+use crate::stats::{Connection, ServerStats};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use headway_broker::Broker;
@@ -36,7 +38,6 @@ use headway_protocol::kafka_protocol::messages::ApiKey;
 use headway_protocol::kafka_protocol::protocol::{Encodable, HeaderVersion};
 use headway_protocol::{encode_response, EncodeError, ProtocolError, Request};
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -85,6 +86,8 @@ pub struct Ctx {
     pub advertised_port: i32,
     /// Becomes true when the broker shuts down; long polls end early.
     pub shutdown: watch::Receiver<bool>,
+    /// Budgets and the open connections' state.
+    pub stats: Arc<ServerStats>,
 }
 
 /// A handler's answer.
@@ -93,9 +96,16 @@ pub enum Reply {
     Ready(Bytes),
     /// A response that needs waiting (an fsync, a long poll). The connection's writer
     /// awaits it in request order while the reader goes on reading.
-    Pending(BoxFuture<'static, Result<Bytes, EncodeError>>),
+    Pending(BoxFuture<'static, Result<Outgoing, EncodeError>>),
     /// No response at all (produce with acks=0).
     Silent,
+}
+
+/// An encoded response and the outbound bytes reserved for it (fetches), released
+/// once the writer has handed the frame to the socket.
+pub struct Outgoing {
+    pub frame: Bytes,
+    pub reserved: Option<Reservation>,
 }
 
 /// Why a connection must be closed. Kafka closes the connection on these rather than
@@ -121,8 +131,12 @@ pub fn spec(key: ApiKey) -> Option<&'static ApiSpec> {
     APIS.iter().find(|a| a.key == key)
 }
 
-/// Runs the handler for `request` from `peer`. The synchronous part runs now.
-pub fn dispatch(ctx: &Arc<Ctx>, peer: SocketAddr, request: Request) -> Result<Reply, HandlerError> {
+/// Runs the handler for `request` from connection `conn`. The synchronous part runs now.
+pub fn dispatch(
+    ctx: &Arc<Ctx>,
+    conn: &Arc<Connection>,
+    request: Request,
+) -> Result<Reply, HandlerError> {
     let spec = spec(request.api_key).ok_or(HandlerError::UnsupportedApi(request.api_key))?;
     let version = request.api_version();
     // ApiVersions answers an unknown version itself, with UNSUPPORTED_VERSION.
@@ -138,7 +152,7 @@ pub fn dispatch(ctx: &Arc<Ctx>, peer: SocketAddr, request: Request) -> Result<Re
     }
     match request.api_key {
         ApiKey::Produce => produce::handle(ctx, &request),
-        ApiKey::Fetch => fetch::handle(ctx, &request),
+        ApiKey::Fetch => fetch::handle(ctx, conn, &request),
         ApiKey::ListOffsets => list_offsets::handle(ctx, &request),
         ApiKey::Metadata => metadata::handle(ctx, &request),
         ApiKey::ApiVersions => api_versions::handle(ctx, &request),
@@ -146,7 +160,7 @@ pub fn dispatch(ctx: &Arc<Ctx>, peer: SocketAddr, request: Request) -> Result<Re
         ApiKey::DeleteTopics => delete_topics::handle(ctx, &request),
         ApiKey::DescribeConfigs => describe_configs::handle(ctx, &request),
         ApiKey::FindCoordinator => find_coordinator::handle(ctx, &request),
-        ApiKey::JoinGroup => join_group::handle(ctx, &request, peer),
+        ApiKey::JoinGroup => join_group::handle(ctx, &request, conn.peer),
         ApiKey::SyncGroup => sync_group::handle(ctx, &request),
         ApiKey::Heartbeat => heartbeat::handle(ctx, &request),
         ApiKey::LeaveGroup => leave_group::handle(ctx, &request),
@@ -186,7 +200,25 @@ where
     let (version, correlation_id) = (request.api_version(), request.correlation_id());
     Ok(Reply::Pending(Box::pin(async move {
         let body = future.await;
-        encode_response(version, correlation_id, &body)
+        let frame = encode_response(version, correlation_id, &body)?;
+        Ok(Outgoing {
+            frame,
+            reserved: None,
+        })
+    })))
+}
+
+/// [`pending`] for a response that holds outbound bytes until it is written.
+pub fn pending_reserved<R, F>(request: &Request, future: F) -> Result<Reply, HandlerError>
+where
+    R: Encodable + HeaderVersion,
+    F: Future<Output = (R, Option<Reservation>)> + Send + 'static,
+{
+    let (version, correlation_id) = (request.api_version(), request.correlation_id());
+    Ok(Reply::Pending(Box::pin(async move {
+        let (body, reserved) = future.await;
+        let frame = encode_response(version, correlation_id, &body)?;
+        Ok(Outgoing { frame, reserved })
     })))
 }
 

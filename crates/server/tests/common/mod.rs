@@ -33,12 +33,25 @@ impl TestBroker {
 
     /// Starts a broker on an existing data directory (a restart).
     pub async fn start_in(dir: tempfile::TempDir) -> TestBroker {
-        let config = BrokerConfig {
+        TestBroker::start_configured(dir, |_| {}).await
+    }
+
+    /// Starts a broker with settings changed by `adjust`.
+    pub async fn start_with(adjust: impl FnOnce(&mut BrokerConfig)) -> TestBroker {
+        TestBroker::start_configured(tempfile::tempdir().unwrap(), adjust).await
+    }
+
+    async fn start_configured(
+        dir: tempfile::TempDir,
+        adjust: impl FnOnce(&mut BrokerConfig),
+    ) -> TestBroker {
+        let mut config = BrokerConfig {
             data_dir: dir.path().to_path_buf(),
             listen: "127.0.0.1:0".into(),
             frame_bytes_max: 4 * 1024 * 1024,
             ..BrokerConfig::default()
         };
+        adjust(&mut config);
         let server = Server::start(config).await.unwrap();
         TestBroker {
             addr: server.addr,

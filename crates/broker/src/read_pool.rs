@@ -1,0 +1,198 @@
+//! Reads that may wait for the disk run here: a fixed set of threads of their own, apart
+//! from the runtime's blocking pool where the flushers' syncs run, so a burst of cold
+//! reads can neither hold back acknowledgements nor grow the thread count.
+//!
+//! Fair share: a fetch takes one of its connection's [`ReadShare`] permits before it
+//! queues a read and keeps it until the read is done. With one permit per connection
+//! (the default), a connection has at most one read queued or running, so the queue,
+//! which is first in first out, serves waiting connections in turn: a catch-up reader
+//! that wants the disk for minutes gets one read at a time, like everybody else.
+//!
+//! Reads of data in the page cache (the tail, which producers have just written) do not
+//! come here at all: [`crate::Partition::read_via`] first tries a read that only
+//! succeeds from the cache (`RWF_NOWAIT`) on the caller's thread.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{oneshot, Semaphore};
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// The cold-read threads and their counters.
+pub struct ReadPool {
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    threads: usize,
+    stats: Arc<ReadStats>,
+}
+
+/// What the read path did, for metrics and tests.
+#[derive(Default)]
+pub struct ReadStats {
+    /// Reads waiting for a pool thread.
+    pub queued: AtomicUsize,
+    /// Reads running on a pool thread.
+    pub running: AtomicUsize,
+    /// Reads served from the page cache on the caller's thread.
+    pub cached: AtomicU64,
+    /// Reads that went to the pool.
+    pub pooled: AtomicU64,
+}
+
+/// A snapshot of [`ReadStats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadStatsSnapshot {
+    pub threads: usize,
+    pub queued: usize,
+    pub running: usize,
+    pub cached: u64,
+    pub pooled: u64,
+}
+
+/// One connection's share of the pool: permits for reads queued or running at once.
+pub type ReadShare = Arc<Semaphore>;
+
+/// How a read reaches the disk: the pool, the connection's share of it, and whether to
+/// try the page cache first.
+#[derive(Clone)]
+pub struct ReadVia {
+    pub pool: Arc<ReadPool>,
+    pub share: Option<ReadShare>,
+    pub cache_first: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the read pool is shut down")]
+pub struct PoolClosed;
+
+impl ReadPool {
+    /// Starts `threads` threads (at least one).
+    pub fn new(threads: usize) -> Arc<ReadPool> {
+        let threads = threads.max(1);
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let stats = Arc::new(ReadStats::default());
+        for i in 0..threads {
+            let rx = Arc::clone(&rx);
+            let stats = Arc::clone(&stats);
+            std::thread::Builder::new()
+                .name(format!("headway-read-{i}"))
+                .spawn(move || loop {
+                    let job = match rx.lock().expect("read queue lock").recv() {
+                        Ok(job) => job,
+                        Err(_) => return,
+                    };
+                    stats.queued.fetch_sub(1, Ordering::Relaxed);
+                    stats.running.fetch_add(1, Ordering::Relaxed);
+                    job();
+                    stats.running.fetch_sub(1, Ordering::Relaxed);
+                })
+                .expect("spawning a read thread");
+        }
+        Arc::new(ReadPool {
+            jobs: Mutex::new(Some(tx)),
+            threads,
+            stats,
+        })
+    }
+
+    /// Runs `read` on a pool thread and waits for its result.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        read: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, PoolClosed> {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move || {
+            let _ = tx.send(read());
+        });
+        {
+            let jobs = self.jobs.lock().expect("read queue lock");
+            let sender = jobs.as_ref().ok_or(PoolClosed)?;
+            self.stats.queued.fetch_add(1, Ordering::Relaxed);
+            self.stats.pooled.fetch_add(1, Ordering::Relaxed);
+            if sender.send(job).is_err() {
+                self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+                return Err(PoolClosed);
+            }
+        }
+        rx.await.map_err(|_| PoolClosed)
+    }
+
+    pub fn stats(&self) -> &ReadStats {
+        &self.stats
+    }
+
+    pub fn snapshot(&self) -> ReadStatsSnapshot {
+        ReadStatsSnapshot {
+            threads: self.threads,
+            queued: self.stats.queued.load(Ordering::Relaxed),
+            running: self.stats.running.load(Ordering::Relaxed),
+            cached: self.stats.cached.load(Ordering::Relaxed),
+            pooled: self.stats.pooled.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops taking reads; the threads end once the queued ones are done.
+    pub fn close(&self) {
+        self.jobs.lock().expect("read queue lock").take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn reads_run_on_the_pool_threads_and_return_their_results() {
+        let pool = ReadPool::new(2);
+        let name = pool
+            .run(|| std::thread::current().name().map(str::to_string))
+            .await
+            .unwrap();
+        assert!(name.unwrap().starts_with("headway-read-"));
+        assert_eq!(pool.snapshot().pooled, 1);
+        pool.close();
+        assert!(pool.run(|| ()).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_full_pool_queues_in_arrival_order() {
+        let pool = ReadPool::new(1);
+        let (release, gate) = std::sync::mpsc::channel::<()>();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let blocker = {
+            let pool = Arc::clone(&pool);
+            tokio::spawn(async move {
+                pool.run(move || {
+                    let _ = gate.recv_timeout(Duration::from_secs(30));
+                })
+                .await
+            })
+        };
+        // Wait until the only thread is busy, then queue three reads.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while pool.snapshot().running == 0 {
+            assert!(std::time::Instant::now() < deadline);
+            tokio::task::yield_now().await;
+        }
+        let mut waiting = Vec::new();
+        for i in 0..3 {
+            let (p, o) = (Arc::clone(&pool), Arc::clone(&order));
+            waiting.push(tokio::spawn(async move {
+                p.run(move || o.lock().unwrap().push(i)).await
+            }));
+            while pool.snapshot().queued < i + 1 {
+                assert!(std::time::Instant::now() < deadline);
+                tokio::task::yield_now().await;
+            }
+        }
+        assert_eq!(pool.snapshot().queued, 3);
+        release.send(()).unwrap();
+        blocker.await.unwrap().unwrap();
+        for w in waiting {
+            w.await.unwrap().unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+    }
+}

@@ -1,0 +1,217 @@
+//! Isolation mechanisms, checked on the broker's state: a client that never reads its
+//! socket holds no more than its outbound budget and stops being read, however much is
+//! produced; other connections keep being served; reads of cached data skip the read
+//! threads and the rest go through them.
+
+mod common;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use common::*;
+use headway_protocol::kafka_protocol::messages::*;
+use headway_protocol::kafka_protocol::protocol::{Encodable, Request, StrBytes};
+use headway_server::stats::{ConnectionSnapshot, StatsSnapshot};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpSocket;
+
+const TOPIC: &str = "isolation";
+const PARTITIONS: i32 = 4;
+const CONNECTION_BUDGET: usize = 1 << 20;
+const BROKER_BUDGET: usize = 8 << 20;
+/// Records of about 16 KiB, 32 to a batch: batches of about 512 KiB.
+const VALUE_BYTES: usize = 16 * 1024;
+
+/// Waits until `check` holds for the broker's stats, or fails after the deadline.
+async fn wait_for(broker: &TestBroker, what: &str, check: impl Fn(&StatsSnapshot) -> bool) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let stats = broker.server.stats.snapshot();
+        if check(&stats) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}; stats: {stats:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn connection(stats: &StatsSnapshot, peer: SocketAddr) -> ConnectionSnapshot {
+    stats
+        .connections
+        .iter()
+        .find(|c| c.peer == peer)
+        .cloned()
+        .expect("the connection is registered")
+}
+
+/// Produces `batches` batches to every partition with acks=all.
+async fn produce(client: &mut Client, batches: usize) {
+    let value = "v".repeat(VALUE_BYTES);
+    let values: Vec<&str> = (0..32).map(|_| value.as_str()).collect();
+    for _ in 0..batches {
+        for partition in 0..PARTITIONS {
+            let request = produce_request(TOPIC, partition, -1, batch(&values));
+            let response = client.call(9, &request).await;
+            assert_eq!(partition_response(&response).error_code, 0);
+        }
+    }
+}
+
+/// A Fetch of every partition from offset 0, asking for 50 MiB.
+fn greedy_fetch() -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(500)
+        .with_min_bytes(1)
+        .with_max_bytes(50 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![fetch_request::FetchTopic::default()
+            .with_topic(topic_name(TOPIC))
+            .with_partitions(
+                (0..PARTITIONS)
+                    .map(|p| {
+                        fetch_request::FetchPartition::default()
+                            .with_partition(p)
+                            .with_fetch_offset(0)
+                            .with_partition_max_bytes(50 << 20)
+                    })
+                    .collect(),
+            )])
+}
+
+fn frame<R: Request + Encodable>(version: i16, correlation_id: i32, request: &R) -> Bytes {
+    let header = RequestHeader::default()
+        .with_request_api_key(R::KEY)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("stuck")));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, R::header_version(version))
+        .unwrap();
+    request.encode(&mut body, version).unwrap();
+    let mut frame = BytesMut::new();
+    frame.put_i32(body.len() as i32);
+    frame.extend_from_slice(&body);
+    frame.freeze()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_holds_at_most_its_outbound_budget() {
+    let broker = TestBroker::start_with(|c| {
+        c.connection_outbound_bytes_max = CONNECTION_BUDGET;
+        c.outbound_bytes_max = BROKER_BUDGET;
+    })
+    .await;
+    let mut producer = broker.client().await;
+    create_topic(&mut producer, TOPIC, PARTITIONS).await;
+    produce(&mut producer, 8).await; // 16 MiB
+
+    // The stuck client: a tiny receive buffer, fetches pipelined without end, never a read.
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let stuck = socket.connect(broker.addr).await.unwrap();
+    let stuck_peer = stuck.local_addr().unwrap();
+    let (mut stuck_read, mut stuck_write) = stuck.into_split();
+    let sender = tokio::spawn(async move {
+        for id in 1..=100_000 {
+            if stuck_write
+                .write_all(&frame(11, id, &greedy_fetch()))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+
+    let window = headway_broker::limits::REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX;
+    wait_for(&broker, "the stuck connection's reader to stop", |s| {
+        let c = connection(s, stuck_peer);
+        // The window, plus the reply in the writer and the one waiting for room.
+        c.reader_paused && c.in_flight >= window
+    })
+    .await;
+    let before = connection(&broker.server.stats.snapshot(), stuck_peer);
+    assert!(before.window_full_events >= 1);
+    // The one response in the writer holds the budget at most (plus one batch, since a
+    // response's first batch is always whole).
+    let batch_bytes = 32 * (VALUE_BYTES + 64);
+    assert!(
+        before.outbound_bytes_held > 0
+            && before.outbound_bytes_held <= CONNECTION_BUDGET + batch_bytes,
+        "{before:?}"
+    );
+    assert_eq!(before.outbound_bytes_max, CONNECTION_BUDGET);
+
+    // Twice as much again is produced; another consumer reads the newest data.
+    produce(&mut producer, 16).await;
+    let mut consumer = broker.client().await;
+    let response = consumer
+        .call(12, &fetch_request(TOPIC, 16 * 32, 1000, 1))
+        .await;
+    let partition = &response.responses[0].partitions[0];
+    assert_eq!(partition.error_code, 0);
+    assert!(
+        !values_of(partition.records.as_ref().unwrap()).is_empty(),
+        "the other consumer is served"
+    );
+
+    let after = broker.server.stats.snapshot();
+    let stuck_after = connection(&after, stuck_peer);
+    assert_eq!(
+        stuck_after.requests_read, before.requests_read,
+        "nothing more is read from the stuck client"
+    );
+    assert_eq!(stuck_after.responses_written, before.responses_written);
+    assert!(stuck_after.outbound_bytes_held <= CONNECTION_BUDGET + batch_bytes);
+    assert!(
+        after.outbound_bytes_held <= CONNECTION_BUDGET + batch_bytes,
+        "broker-wide, only the stuck response is held: {after:?}"
+    );
+    assert_eq!(after.request_bytes_held, 0, "no request is held half-read");
+
+    // The responses the stuck client was sent are no larger than its budget, although
+    // it asked for 50 MiB and 16 MiB were there to read.
+    sender.abort();
+    let size = tokio::time::timeout(DEADLINE, stuck_read.read_i32())
+        .await
+        .expect("the first response arrives once the client reads")
+        .unwrap();
+    assert!(
+        size > 0 && size as usize <= CONNECTION_BUDGET + batch_bytes + 4096,
+        "{size}"
+    );
+    drop(stuck_read);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_reads_come_from_the_cache_and_the_rest_from_the_read_threads() {
+    for cache_first in [true, false] {
+        let broker = TestBroker::start_with(|c| c.read_cache_first = cache_first).await;
+        let mut client = broker.client().await;
+        create_topic(&mut client, TOPIC, PARTITIONS).await;
+        produce(&mut client, 2).await;
+        let response = client.call(12, &fetch_request(TOPIC, 0, 1000, 1)).await;
+        let records = response.responses[0].partitions[0]
+            .records
+            .as_ref()
+            .unwrap();
+        assert_eq!(values_of(records).len(), 32, "one batch fits 1 MiB");
+        let reads = broker.server.stats.snapshot().reads;
+        if cache_first {
+            // Just written, so cached; unless the file system cannot say (no RWF_NOWAIT),
+            // in which case the read threads serve it.
+            assert!(reads.cached + reads.pooled >= 1, "{reads:?}");
+        } else {
+            assert_eq!(reads.cached, 0, "{reads:?}");
+            assert!(reads.pooled >= 1, "{reads:?}");
+        }
+        assert_eq!((reads.queued, reads.running), (0, 0));
+        broker.stop().await;
+    }
+}
