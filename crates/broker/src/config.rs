@@ -122,6 +122,12 @@ pub struct BrokerConfig {
     /// Try the page cache first (`RWF_NOWAIT`) and read on the caller's thread when
     /// every byte is there; `false` sends every fetch read to the read threads.
     pub read_cache_first: bool,
+    /// A fetch starting at most this many bytes before the log's end reads the tail;
+    /// further behind, it is catching up and its reads always go to the read threads.
+    pub read_tail_bytes: u64,
+    /// CPU priority (nice value, 0..=19) of the read threads: catching up uses the CPU
+    /// the tail readers and producers leave.
+    pub read_threads_nice: i32,
     /// Bytes of fetch responses one connection may hold before they are written to its
     /// socket. A client that does not read its socket holds at most this much.
     pub connection_outbound_bytes_max: usize,
@@ -159,6 +165,8 @@ impl Default for BrokerConfig {
             connections_max: limits::CONNECTIONS_MAX_DEFAULT,
             read_threads: limits::READ_THREADS_DEFAULT,
             read_cache_first: true,
+            read_tail_bytes: limits::READ_TAIL_BYTES_DEFAULT,
+            read_threads_nice: limits::READ_THREADS_NICE_DEFAULT,
             connection_outbound_bytes_max: limits::CONNECTION_OUTBOUND_BYTES_MAX_DEFAULT,
             outbound_bytes_max: limits::OUTBOUND_BYTES_MAX_DEFAULT,
             metrics_listen: None,
@@ -185,6 +193,12 @@ impl BrokerConfig {
                 "read_threads must be 1..={}, not {}",
                 limits::READ_THREADS_MAX,
                 self.read_threads
+            ));
+        }
+        if !(0..=19).contains(&self.read_threads_nice) {
+            return Err(format!(
+                "read_threads_nice must be 0..=19, not {}",
+                self.read_threads_nice
             ));
         }
         if self.connection_outbound_bytes_max < limits::OUTBOUND_BYTES_MIN

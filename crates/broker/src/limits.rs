@@ -3,6 +3,29 @@
 //! are in `headway_group::GroupConfig`, next to the state they bound.) Settings a user
 //! may want to change live in [`crate::config`] with these as defaults; the rest are
 //! constants.
+//!
+//! # Memory
+//!
+//! What the broker's resident memory is made of, each part with its bound (the
+//! derivation and the figures for the defaults are in `docs/isolation.md`):
+//!
+//! - request frames being read and handled: at most `request_bytes_in_flight_max`,
+//!   twice that while produce batches are copied to have their offsets rewritten;
+//! - fetch responses read and not yet written: at most `outbound_bytes_max` in all and
+//!   `connection_outbound_bytes_max` per connection, plus one batch per response (the
+//!   first batch is always whole), plus one copy of each response being encoded;
+//! - per connection: a 16 KiB write buffer, the task pair, and the window of
+//!   [`REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX`] handled requests, each holding its parsed
+//!   request (for a fetch, about 50 bytes per partition named); at most
+//!   `connections_max` connections;
+//! - per partition: the offset and time indexes of its segments (24 bytes per
+//!   `index_interval_bytes` of log, about 6 MiB per GiB at the default 4 KiB) and at
+//!   most [`PRODUCERS_PER_PARTITION_MAX`] idempotent producers (about 150 bytes each);
+//! - per group: its members' metadata and assignments, with at most
+//!   `members_per_group_max` members and `groups_max` groups.
+//!
+//! Record data is never kept between requests: consumers read the log through the page
+//! cache, which the kernel owns and evicts.
 
 /// Largest request frame accepted (Kafka's `socket.request.max.bytes`, 100 MiB).
 /// At the limit the connection is closed with a log line, before the body is read,
@@ -50,6 +73,16 @@ pub const BLOCKING_THREADS_MAX: usize = 64;
 /// queue in front of them is first come, first served.
 pub const READ_THREADS_DEFAULT: usize = 8;
 pub const READ_THREADS_MAX: usize = 256;
+
+/// How far behind the log's end a fetch may start and still count as reading the
+/// tail (`read_tail_bytes`): such reads are served from the page cache on the
+/// connection's thread when the data is there. Reads further behind are catching up
+/// and go to the read threads.
+pub const READ_TAIL_BYTES_DEFAULT: u64 = 8 * 1024 * 1024;
+
+/// Nice value of the read threads (`read_threads_nice`): catching up runs on the
+/// CPU time that tail reads and produces leave over.
+pub const READ_THREADS_NICE_DEFAULT: i32 = 10;
 
 /// Cold reads one connection may have queued or running at once: its fair share of
 /// the read threads. A catch-up consumer thus waits its turn behind every other

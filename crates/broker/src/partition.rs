@@ -293,9 +293,10 @@ impl Partition {
         self.read_from(offset, max_bytes, None).await
     }
 
-    /// [`Partition::read`] for a fetch: from the page cache on this thread when every
-    /// byte is there (`via.cache_first`), otherwise on the cold-read pool, holding one
-    /// of the connection's share permits while queued and running.
+    /// [`Partition::read`] for a fetch. A tail read (less than `via.tail_bytes` behind
+    /// the log's end) is served from the page cache on this thread when every byte is
+    /// there (`via.cache_first`); any other read runs on the read pool, holding one of
+    /// the connection's share permits while queued and running.
     pub async fn read_via(
         &self,
         offset: Offset,
@@ -342,7 +343,8 @@ impl Partition {
                 .map_err(|e| BrokerError::Storage(format!("read task failed: {e}")))?
                 .map_err(failed)?,
             Some(via) => {
-                let cached = match via.cache_first {
+                let tail = slice.behind_bytes() <= via.tail_bytes;
+                let cached = match via.cache_first && tail {
                     true => slice
                         .read_cached(max_bytes, high_watermark)
                         .map_err(failed)?,

@@ -8,9 +8,17 @@
 //! which is first in first out, serves waiting connections in turn: a catch-up reader
 //! that wants the disk for minutes gets one read at a time, like everybody else.
 //!
-//! Reads of data in the page cache (the tail, which producers have just written) do not
-//! come here at all: [`crate::Partition::read_via`] first tries a read that only
-//! succeeds from the cache (`RWF_NOWAIT`) on the caller's thread.
+//! Reads of the tail (a consumer less than `read_tail_bytes` behind the log's end) do
+//! not come here when their data is in the page cache, which it nearly always is:
+//! [`crate::Partition::read_via`] first tries a read that only succeeds from the cache
+//! (`RWF_NOWAIT`) on the caller's thread. Reads further behind always come here, cached
+//! or not.
+//!
+//! Background priority: the pool's threads run at a lower CPU priority
+//! (`read_threads_nice`, 10 by default). A consumer catching up has one fetch in flight
+//! at a time, so when the CPU is busy its reads, and with them its whole fetch loop,
+//! slow down, and the tail readers and producers keep the CPU; when the CPU is idle,
+//! catching up runs at full speed.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -58,7 +66,10 @@ pub type ReadShare = Arc<Semaphore>;
 pub struct ReadVia {
     pub pool: Arc<ReadPool>,
     pub share: Option<ReadShare>,
+    /// Serve tail reads from the page cache on the caller's thread when possible.
     pub cache_first: bool,
+    /// A read starting at most this many bytes before the log's end is a tail read.
+    pub tail_bytes: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -66,8 +77,9 @@ pub struct ReadVia {
 pub struct PoolClosed;
 
 impl ReadPool {
-    /// Starts `threads` threads (at least one).
-    pub fn new(threads: usize) -> Arc<ReadPool> {
+    /// Starts `threads` threads (at least one), each at CPU priority `nice` (0 leaves
+    /// the process's priority; raising it never needs privileges).
+    pub fn new(threads: usize, nice: i32) -> Arc<ReadPool> {
         let threads = threads.max(1);
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
@@ -77,15 +89,9 @@ impl ReadPool {
             let stats = Arc::clone(&stats);
             std::thread::Builder::new()
                 .name(format!("headway-read-{i}"))
-                .spawn(move || loop {
-                    let job = match rx.lock().expect("read queue lock").recv() {
-                        Ok(job) => job,
-                        Err(_) => return,
-                    };
-                    stats.queued.fetch_sub(1, Ordering::Relaxed);
-                    stats.running.fetch_add(1, Ordering::Relaxed);
-                    job();
-                    stats.running.fetch_sub(1, Ordering::Relaxed);
+                .spawn(move || {
+                    lower_priority(nice);
+                    serve_reads(&rx, &stats);
                 })
                 .expect("spawning a read thread");
         }
@@ -102,8 +108,12 @@ impl ReadPool {
         read: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, PoolClosed> {
         let (tx, rx) = oneshot::channel();
+        let stats = Arc::clone(&self.stats);
         let job: Job = Box::new(move || {
-            let _ = tx.send(read());
+            let result = read();
+            // Counted as done before the caller can see the result.
+            stats.running.fetch_sub(1, Ordering::Relaxed);
+            let _ = tx.send(result);
         });
         {
             let jobs = self.jobs.lock().expect("read queue lock");
@@ -138,6 +148,34 @@ impl ReadPool {
     }
 }
 
+fn serve_reads(jobs: &Mutex<mpsc::Receiver<Job>>, stats: &ReadStats) {
+    loop {
+        let job = match jobs.lock().expect("read queue lock").recv() {
+            Ok(job) => job,
+            Err(_) => return,
+        };
+        stats.queued.fetch_sub(1, Ordering::Relaxed);
+        stats.running.fetch_add(1, Ordering::Relaxed);
+        job();
+    }
+}
+
+/// Sets this thread's nice value (Linux schedules threads individually).
+fn lower_priority(nice: i32) {
+    if nice == 0 {
+        return;
+    }
+    // SAFETY: plain system calls on the calling thread's own id.
+    let result = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice)
+    };
+    if result != 0 {
+        tracing::warn!(nice, error = %std::io::Error::last_os_error(),
+            "could not lower the read threads' priority");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,7 +183,7 @@ mod tests {
 
     #[tokio::test]
     async fn reads_run_on_the_pool_threads_and_return_their_results() {
-        let pool = ReadPool::new(2);
+        let pool = ReadPool::new(2, 0);
         let name = pool
             .run(|| std::thread::current().name().map(str::to_string))
             .await
@@ -158,7 +196,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_pool_queues_in_arrival_order() {
-        let pool = ReadPool::new(1);
+        let pool = ReadPool::new(1, 0);
         let (release, gate) = std::sync::mpsc::channel::<()>();
         let order = Arc::new(Mutex::new(Vec::new()));
         let blocker = {

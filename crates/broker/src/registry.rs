@@ -96,7 +96,7 @@ impl Broker {
             topics.insert(name, topic);
         }
         tracing::info!(topics = topics.len(), data_dir = %data_dir.display(), "data directory loaded");
-        let read_pool = ReadPool::new(config.read_threads);
+        let read_pool = ReadPool::new(config.read_threads, config.read_threads_nice);
         Ok(Broker {
             config,
             cluster_id,

@@ -98,6 +98,13 @@ struct ServeArgs {
     /// need the disk to the read threads [default: true].
     #[arg(long, env = "HEADWAY_READ_CACHE_FIRST")]
     read_cache_first: Option<bool>,
+    /// A fetch less than this many bytes behind the log's end reads the tail (from the
+    /// page cache when there); further behind it goes to the read threads [default: 8388608].
+    #[arg(long, env = "HEADWAY_READ_TAIL_BYTES")]
+    read_tail_bytes: Option<u64>,
+    /// Nice value (0-19) of the read threads, so catching up uses spare CPU [default: 10].
+    #[arg(long, env = "HEADWAY_READ_THREADS_NICE")]
+    read_threads_nice: Option<i32>,
     /// Bytes of unwritten fetch responses one connection may hold [default: 16777216].
     #[arg(long, env = "HEADWAY_CONNECTION_OUTBOUND_BYTES_MAX")]
     connection_outbound_bytes_max: Option<usize>,
@@ -145,6 +152,8 @@ impl ServeArgs {
         set!(log.max_message_bytes = self.max_message_bytes);
         set!(read_threads = self.read_threads);
         set!(read_cache_first = self.read_cache_first);
+        set!(read_tail_bytes = self.read_tail_bytes);
+        set!(read_threads_nice = self.read_threads_nice);
         set!(connection_outbound_bytes_max = self.connection_outbound_bytes_max);
         set!(outbound_bytes_max = self.outbound_bytes_max);
         if self.metrics_listen.is_some() {

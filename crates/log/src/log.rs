@@ -205,12 +205,19 @@ impl Log {
             .expect("offset is at or past the first base offset");
         // An offset past a sealed segment's end lies in a gap left by a repaired
         // corruption: read on from the next segment instead of returning nothing.
-        if offset.value() >= segment.end_offset() {
-            if let Some((_, next)) = self.segments.range(offset.value() + 1..).next() {
-                return Ok(next.read_slice(offset, interval));
+        let (base, slice) = match self.segments.range(offset.value() + 1..).next() {
+            Some((base, next)) if offset.value() >= segment.end_offset() => {
+                (*base, next.read_slice(offset, interval))
             }
-        }
-        Ok(segment.read_slice(offset, interval))
+            _ => (segment.base_offset(), segment.read_slice(offset, interval)),
+        };
+        let later: u64 = self
+            .segments
+            .range(base + 1..)
+            .map(|(_, s)| s.size_bytes())
+            .sum();
+        let behind = slice.len_bytes() + later;
+        Ok(slice.with_behind_bytes(behind))
     }
 
     /// The largest record timestamp in the log, if any batch carries one

@@ -1221,6 +1221,9 @@ fn cached_reads_return_what_blocking_reads_return_or_give_up() {
         append_one(&mut log, 3, 50 + i, NOW_MS);
     }
     let end = log.log_end_offset();
+    let total: u64 = read_all(&log, 0).len() as u64;
+    assert_eq!(log.locate(Offset(0)).unwrap().behind_bytes(), total);
+    assert_eq!(log.locate(end).unwrap().behind_bytes(), 0);
     let mut cached_hits = 0;
     for offset in 0..end.value() {
         let slice = log.locate(Offset(offset)).unwrap();

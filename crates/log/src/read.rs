@@ -37,6 +37,8 @@ pub struct ReadSlice {
     end_position: u64,
     fetch_offset: Offset,
     index_interval_bytes: u32,
+    /// Bytes from the slice's start to the log's end when it was taken.
+    behind_bytes: u64,
 }
 
 /// Where the first wanted batch is in a buffer, or how to continue looking.
@@ -70,7 +72,19 @@ impl ReadSlice {
             end_position,
             fetch_offset,
             index_interval_bytes,
+            behind_bytes: end_position - start_position,
         }
+    }
+
+    pub(crate) fn with_behind_bytes(mut self, behind_bytes: u64) -> ReadSlice {
+        self.behind_bytes = behind_bytes;
+        self
+    }
+
+    /// How far behind the log's end the read starts, in bytes of log, when the slice
+    /// was taken: small for a consumer at the tail, large for one catching up.
+    pub fn behind_bytes(&self) -> u64 {
+        self.behind_bytes
     }
 
     /// Blocking positional read. Returns whole batches, in order, starting with the

@@ -33,7 +33,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 /// Bytes the writer buffers before a write syscall; larger responses go straight out.
-const WRITE_BUFFER_BYTES: usize = 64 * 1024;
+const WRITE_BUFFER_BYTES: usize = 16 * 1024;
 
 pub async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
     let conn = ctx.stats.opened(peer);
@@ -99,6 +99,7 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
                 // The window is full: stop reading this socket until the writer
                 // catches up.
                 conn.window_full_events.fetch_add(1, Ordering::Relaxed);
+                ctx.stats.window_full_events.fetch_add(1, Ordering::Relaxed);
                 conn.reader_paused.store(true, Ordering::Relaxed);
                 let sent = replies.send(reply).await;
                 conn.reader_paused.store(false, Ordering::Relaxed);

@@ -27,6 +27,7 @@ pub mod connection;
 pub mod errors;
 pub mod handlers;
 pub mod listener;
+pub mod metrics;
 pub mod outbound;
 pub mod stats;
 

@@ -5,9 +5,9 @@
 //! syncs the logs, so produces already appended are acknowledged as durable); give
 //! connections a grace period to write those acknowledgements; return.
 
-use crate::connection;
 use crate::handlers::{self, Ctx};
 use crate::stats::ServerStats;
+use crate::{connection, metrics};
 use headway_broker::Broker;
 use headway_group::{GroupConfig, GroupCoordinator};
 use std::net::SocketAddr;
@@ -25,6 +25,7 @@ pub struct Server {
     listener: TcpListener,
     ctx: Arc<Ctx>,
     shutdown: watch::Sender<bool>,
+    metrics_addr: Option<SocketAddr>,
 }
 
 /// Asks a running server to shut down.
@@ -58,6 +59,8 @@ pub struct RunningServer {
     pub handle: ServerHandle,
     pub task: tokio::task::JoinHandle<()>,
     pub stats: Arc<ServerStats>,
+    /// Where `/metrics` is served, when `metrics_listen` is set.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl RunningServer {
@@ -77,6 +80,7 @@ impl Server {
             addr: server.local_addr(),
             handle: server.handle(),
             stats: server.stats(),
+            metrics_addr: server.metrics_addr(),
             task: tokio::spawn(server.run()),
         })
     }
@@ -112,11 +116,24 @@ impl Server {
             advertised_port: port,
             shutdown: shutdown_rx,
         });
+        let metrics_addr = match &config.metrics_listen {
+            Some(listen) => {
+                let addr = metrics::start(listen, ctx.stats(), Arc::clone(&broker))
+                    .await
+                    .map_err(|e| {
+                        std::io::Error::other(format!("metrics listener {listen}: {e}"))
+                    })?;
+                tracing::info!(%addr, "serving metrics at /metrics");
+                Some(addr)
+            }
+            None => None,
+        };
         Ok(Server {
             broker,
             listener,
             ctx,
             shutdown,
+            metrics_addr,
         })
     }
 
@@ -124,6 +141,11 @@ impl Server {
         self.listener
             .local_addr()
             .expect("bound listener has an address")
+    }
+
+    /// Where `/metrics` is served, if anywhere.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// The budgets and the open connections' state.

@@ -19,9 +19,12 @@ pub struct ServerStats {
     connection_outbound_bytes_max: usize,
     read_pool: Arc<ReadPool>,
     read_cache_first: bool,
+    read_tail_bytes: u64,
     connections: Mutex<BTreeMap<u64, Arc<Connection>>>,
     next_id: AtomicU64,
     accepted: AtomicU64,
+    /// Times any connection's window was full (the per-connection counts go with them).
+    pub window_full_events: AtomicU64,
 }
 
 /// One connection's state.
@@ -61,6 +64,7 @@ pub struct ConnectionSnapshot {
 pub struct StatsSnapshot {
     pub connections: Vec<ConnectionSnapshot>,
     pub connections_accepted: u64,
+    pub window_full_events: u64,
     pub outbound_bytes_held: usize,
     pub outbound_bytes_max: usize,
     pub request_bytes_held: usize,
@@ -77,9 +81,11 @@ impl ServerStats {
             connection_outbound_bytes_max: config.connection_outbound_bytes_max,
             read_pool,
             read_cache_first: config.read_cache_first,
+            read_tail_bytes: config.read_tail_bytes,
             connections: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(1),
             accepted: AtomicU64::new(0),
+            window_full_events: AtomicU64::new(0),
         })
     }
 
@@ -98,6 +104,7 @@ impl ServerStats {
                 pool: Arc::clone(&self.read_pool),
                 share: Some(share),
                 cache_first: self.read_cache_first,
+                tail_bytes: self.read_tail_bytes,
             },
             requests_read: AtomicU64::new(0),
             responses_written: AtomicU64::new(0),
@@ -132,6 +139,7 @@ impl ServerStats {
         StatsSnapshot {
             connections,
             connections_accepted: self.accepted.load(Ordering::Relaxed),
+            window_full_events: self.window_full_events.load(Ordering::Relaxed),
             outbound_bytes_held: self.outbound.held(),
             outbound_bytes_max: self.outbound.max(),
             request_bytes_held: self

@@ -38,13 +38,8 @@ async fn wait_for(broker: &TestBroker, what: &str, check: impl Fn(&StatsSnapshot
     }
 }
 
-fn connection(stats: &StatsSnapshot, peer: SocketAddr) -> ConnectionSnapshot {
-    stats
-        .connections
-        .iter()
-        .find(|c| c.peer == peer)
-        .cloned()
-        .expect("the connection is registered")
+fn connection(stats: &StatsSnapshot, peer: SocketAddr) -> Option<ConnectionSnapshot> {
+    stats.connections.iter().find(|c| c.peer == peer).cloned()
 }
 
 /// Produces `batches` batches to every partition with acks=all.
@@ -99,11 +94,29 @@ fn frame<R: Request + Encodable>(version: i16, correlation_id: i32, request: &R)
     frame.freeze()
 }
 
+/// `GET /metrics` over a plain TCP connection; the body of a 200 answer.
+async fn scrape(addr: SocketAddr) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nhost: test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(DEADLINE, stream.read_to_string(&mut answer))
+        .await
+        .expect("metrics answered in time")
+        .unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_holds_at_most_its_outbound_budget() {
     let broker = TestBroker::start_with(|c| {
         c.connection_outbound_bytes_max = CONNECTION_BUDGET;
         c.outbound_bytes_max = BROKER_BUDGET;
+        c.metrics_listen = Some("127.0.0.1:0".into());
     })
     .await;
     let mut producer = broker.client().await;
@@ -130,12 +143,11 @@ async fn a_client_that_never_reads_holds_at_most_its_outbound_budget() {
 
     let window = headway_broker::limits::REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX;
     wait_for(&broker, "the stuck connection's reader to stop", |s| {
-        let c = connection(s, stuck_peer);
         // The window, plus the reply in the writer and the one waiting for room.
-        c.reader_paused && c.in_flight >= window
+        connection(s, stuck_peer).is_some_and(|c| c.reader_paused && c.in_flight >= window)
     })
     .await;
-    let before = connection(&broker.server.stats.snapshot(), stuck_peer);
+    let before = connection(&broker.server.stats.snapshot(), stuck_peer).unwrap();
     assert!(before.window_full_events >= 1);
     // The one response in the writer holds the budget at most (plus one batch, since a
     // response's first batch is always whole).
@@ -161,7 +173,7 @@ async fn a_client_that_never_reads_holds_at_most_its_outbound_budget() {
     );
 
     let after = broker.server.stats.snapshot();
-    let stuck_after = connection(&after, stuck_peer);
+    let stuck_after = connection(&after, stuck_peer).unwrap();
     assert_eq!(
         stuck_after.requests_read, before.requests_read,
         "nothing more is read from the stuck client"
@@ -173,6 +185,26 @@ async fn a_client_that_never_reads_holds_at_most_its_outbound_budget() {
         "broker-wide, only the stuck response is held: {after:?}"
     );
     assert_eq!(after.request_bytes_held, 0, "no request is held half-read");
+
+    // The same state, as Prometheus sees it.
+    let metrics = scrape(broker.server.metrics_addr.unwrap()).await;
+    for line in [
+        "headway_connections_reader_paused 1".to_string(),
+        format!("headway_outbound_bytes_max {BROKER_BUDGET}"),
+        format!(
+            "headway_connection_outbound_bytes_held_max {}",
+            stuck_after.outbound_bytes_held
+        ),
+        format!(
+            "headway_partition_high_watermark{{topic=\"{TOPIC}\",partition=\"3\"}} {}",
+            24 * 32
+        ),
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line:?} in:\n{metrics}"
+        );
+    }
 
     // The responses the stuck client was sent are no larger than its budget, although
     // it asked for 50 MiB and 16 MiB were there to read.
@@ -190,28 +222,50 @@ async fn a_client_that_never_reads_holds_at_most_its_outbound_budget() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tail_reads_come_from_the_cache_and_the_rest_from_the_read_threads() {
+async fn tail_reads_come_from_the_cache_and_catching_up_from_the_read_threads() {
     for cache_first in [true, false] {
-        let broker = TestBroker::start_with(|c| c.read_cache_first = cache_first).await;
+        // Tail: reads starting less than 2 MiB before the end. Four batches of about
+        // 512 KiB are written, so a read from offset 0 is catching up.
+        let broker = TestBroker::start_with(|c| {
+            c.read_cache_first = cache_first;
+            c.read_tail_bytes = 2 << 20;
+        })
+        .await;
         let mut client = broker.client().await;
         create_topic(&mut client, TOPIC, PARTITIONS).await;
-        produce(&mut client, 2).await;
+        produce(&mut client, 4).await;
+        let reads = || broker.server.stats.snapshot().reads;
+
         let response = client.call(12, &fetch_request(TOPIC, 0, 1000, 1)).await;
         let records = response.responses[0].partitions[0]
             .records
             .as_ref()
             .unwrap();
         assert_eq!(values_of(records).len(), 32, "one batch fits 1 MiB");
-        let reads = broker.server.stats.snapshot().reads;
+        let after_catch_up = reads();
+        assert_eq!(
+            (after_catch_up.cached, after_catch_up.pooled),
+            (0, 1),
+            "a read 2 MiB behind is catching up: read threads, cached or not"
+        );
+
+        let response = client
+            .call(12, &fetch_request(TOPIC, 3 * 32, 1000, 1))
+            .await;
+        let records = response.responses[0].partitions[0]
+            .records
+            .as_ref()
+            .unwrap();
+        assert_eq!(values_of(records).len(), 32);
+        let after_tail = reads();
         if cache_first {
-            // Just written, so cached; unless the file system cannot say (no RWF_NOWAIT),
-            // in which case the read threads serve it.
-            assert!(reads.cached + reads.pooled >= 1, "{reads:?}");
+            // Just written, so cached; unless the file system cannot say (no
+            // RWF_NOWAIT), in which case the read threads serve it.
+            assert_eq!(after_tail.cached + after_tail.pooled, 2, "{after_tail:?}");
         } else {
-            assert_eq!(reads.cached, 0, "{reads:?}");
-            assert!(reads.pooled >= 1, "{reads:?}");
+            assert_eq!((after_tail.cached, after_tail.pooled), (0, 2));
         }
-        assert_eq!((reads.queued, reads.running), (0, 0));
+        assert_eq!((after_tail.queued, after_tail.running), (0, 0));
         broker.stop().await;
     }
 }

@@ -90,6 +90,12 @@ pub struct Ctx {
     pub stats: Arc<ServerStats>,
 }
 
+impl Ctx {
+    pub fn stats(&self) -> Arc<ServerStats> {
+        Arc::clone(&self.stats)
+    }
+}
+
 /// A handler's answer.
 pub enum Reply {
     /// An encoded response frame, ready to write.

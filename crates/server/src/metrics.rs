@@ -1,0 +1,218 @@
+//! The Prometheus endpoint (`--metrics-listen HOST:PORT`, path `/metrics`): what every
+//! bounded queue holds, its limit, and how often it was full, broker-wide and per
+//! partition. Each scrape reads [`ServerStats`] and the partitions once and encodes a
+//! fresh registry (`prometheus-client`'s text format), so nothing is kept between
+//! scrapes.
+//!
+//! The HTTP side is deliberately small: one request per connection, `GET /metrics`
+//! answered with 200, anything else with 404; a request head larger than 8 KiB or slower
+//! than 5 s closes the connection.
+
+use crate::stats::ServerStats;
+use headway_broker::Broker;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const REQUEST_HEAD_BYTES_MAX: usize = 8 * 1024;
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Binds `listen` and serves scrapes on a task until the process ends.
+pub async fn start(
+    listen: &str,
+    stats: Arc<ServerStats>,
+    broker: Arc<Broker>,
+) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
+            let (stats, broker) = (Arc::clone(&stats), Arc::clone(&broker));
+            tokio::spawn(async move {
+                let _ =
+                    tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &stats, &broker)).await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+async fn answer(
+    mut stream: TcpStream,
+    stats: &ServerStats,
+    broker: &Broker,
+) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 || head.len() + n > REQUEST_HEAD_BYTES_MAX {
+            return Ok(());
+        }
+        head.extend_from_slice(&chunk[..n]);
+    }
+    let (status, content_type, body) = if head.starts_with(b"GET /metrics ") {
+        (
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            render(stats, broker),
+        )
+    } else {
+        ("404 Not Found", "text/plain", "try /metrics\n".to_string())
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+fn gauge(registry: &mut Registry, name: &str, help: &str, value: u64) {
+    let g = Gauge::<i64>::default();
+    g.set(i64::try_from(value).unwrap_or(i64::MAX));
+    registry.register(name, help, g);
+}
+
+fn counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
+    let c = Counter::<u64>::default();
+    c.inc_by(value);
+    registry.register(name, help, c);
+}
+
+/// The metrics text for one scrape.
+pub fn render(stats: &ServerStats, broker: &Broker) -> String {
+    let s = stats.snapshot();
+    let mut r = Registry::with_prefix("headway");
+    let open = s.connections.len() as u64;
+    gauge(&mut r, "connections", "Open client connections", open);
+    counter(
+        &mut r,
+        "connections_accepted",
+        "Connections accepted",
+        s.connections_accepted,
+    );
+    gauge(
+        &mut r,
+        "connections_reader_paused",
+        "Connections whose request window is full, so their socket is not read",
+        s.connections.iter().filter(|c| c.reader_paused).count() as u64,
+    );
+    counter(
+        &mut r,
+        "window_full_events",
+        "Times a connection's request window was full (since start)",
+        s.window_full_events,
+    );
+    gauge(
+        &mut r,
+        "requests_in_flight",
+        "Requests read whose responses are not written yet, all connections",
+        s.connections.iter().map(|c| c.in_flight as u64).sum(),
+    );
+    gauge(
+        &mut r,
+        "outbound_bytes_held",
+        "Bytes of fetch responses read and not yet written, all connections",
+        s.outbound_bytes_held as u64,
+    );
+    gauge(
+        &mut r,
+        "outbound_bytes_max",
+        "Limit of outbound_bytes_held (outbound_bytes_max)",
+        s.outbound_bytes_max as u64,
+    );
+    gauge(
+        &mut r,
+        "connection_outbound_bytes_held_max",
+        "Outbound bytes held by the connection holding the most",
+        s.connections
+            .iter()
+            .map(|c| c.outbound_bytes_held as u64)
+            .max()
+            .unwrap_or(0),
+    );
+    gauge(
+        &mut r,
+        "request_bytes_held",
+        "Bytes of request frames being read or handled",
+        s.request_bytes_held as u64,
+    );
+    gauge(
+        &mut r,
+        "request_bytes_max",
+        "Limit of request_bytes_held (request_bytes_in_flight_max)",
+        s.request_bytes_max as u64,
+    );
+    gauge(
+        &mut r,
+        "read_threads",
+        "Threads for cold reads",
+        s.reads.threads as u64,
+    );
+    gauge(
+        &mut r,
+        "read_queue",
+        "Cold reads waiting for a thread",
+        s.reads.queued as u64,
+    );
+    gauge(
+        &mut r,
+        "read_running",
+        "Cold reads running",
+        s.reads.running as u64,
+    );
+    counter(
+        &mut r,
+        "reads_cached",
+        "Fetch reads served from the page cache",
+        s.reads.cached,
+    );
+    counter(
+        &mut r,
+        "reads_pooled",
+        "Fetch reads sent to the read threads",
+        s.reads.pooled,
+    );
+
+    let high_watermark = Family::<Vec<(String, String)>, Gauge>::default();
+    let log_start = Family::<Vec<(String, String)>, Gauge>::default();
+    for topic in broker.topics() {
+        for p in topic.partitions() {
+            let labels = vec![
+                ("topic".to_string(), topic.name().to_string()),
+                ("partition".to_string(), p.index().0.to_string()),
+            ];
+            high_watermark
+                .get_or_create(&labels)
+                .set(p.high_watermark().value());
+            log_start
+                .get_or_create(&labels)
+                .set(p.log_start_offset().value());
+        }
+    }
+    r.register(
+        "partition_high_watermark",
+        "Offset below which records are durable and readable",
+        high_watermark,
+    );
+    r.register(
+        "partition_log_start_offset",
+        "First offset still in the log",
+        log_start,
+    );
+    let mut text = String::new();
+    encode(&mut text, &r).expect("writing to a String cannot fail");
+    text
+}
