@@ -260,6 +260,7 @@ type options struct {
 	delayMs                                    int
 	quick                                      bool
 	warmup                                     time.Duration
+	rssLimitMiB                                float64
 }
 
 // runSpec is one run of a scenario: the fast subscribers, plus a slow one or stuck ones.
@@ -354,15 +355,55 @@ func runOnce(o options, spec runSpec) (runReport, error) {
 		go s.watch(start, stopStuck, &stuckDone)
 	}
 	// Every goroutine of the run ends with it, whichever way runOnce returns.
-	stuckStopped := false
+	var stuckOnce sync.Once
 	endStuck := func() {
-		if !stuckStopped {
-			stuckStopped = true
+		stuckOnce.Do(func() {
 			close(stopStuck)
 			stuckDone.Wait()
-		}
+		})
 	}
 	defer endStuck()
+	// The guard: should the server's memory pass -rss-limit-mib, the stuck clients are
+	// closed (by us, not counted as closed by the server) so the machine survives.
+	var rssLimitHit atomic.Bool
+	var rssLimitAt atomic.Int64 // µs after start
+	stopGuard := make(chan struct{})
+	var guardDone sync.WaitGroup
+	if o.pid > 0 && len(stuck) > 0 && o.rssLimitMiB > 0 {
+		guardDone.Add(1)
+		go func() {
+			defer guardDone.Done()
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stopGuard:
+					return
+				case <-t.C:
+					if v := rssMiB(o.pid); v != nil && *v > o.rssLimitMiB {
+						rssLimitAt.Store(time.Since(start).Microseconds())
+						rssLimitHit.Store(true)
+						fmt.Fprintf(os.Stderr, "[%s] server rss %.0f MiB passed -rss-limit-mib %.0f: closing the stuck clients\n",
+							o.scenario, *v, o.rssLimitMiB)
+						endStuck()
+						for _, s := range stuck {
+							_ = s.conn.Close()
+						}
+						return
+					}
+				}
+			}
+		}()
+	}
+	endGuard := func() {
+		select {
+		case <-stopGuard:
+		default:
+			close(stopGuard)
+		}
+		guardDone.Wait()
+	}
+	defer endGuard()
 	stuckGone := func() int {
 		n := 0
 		for _, s := range stuck {
@@ -404,7 +445,7 @@ func runOnce(o options, spec runSpec) (runReport, error) {
 			line := fmt.Sprintf("[%s] %s %4.0fs  publish %d messages  fast-0 read %d",
 				o.scenario, name, time.Since(start).Seconds(), published, subs[0].count.Load())
 			if len(stuck) > 0 {
-				line += fmt.Sprintf("  stuck disconnected %d/%d", stuckGone(), len(stuck))
+				line += fmt.Sprintf("  stuck closed by the server %d/%d", stuckGone(), len(stuck))
 			}
 			if last, _ := rss.current(); last != nil {
 				line += fmt.Sprintf("  server rss %.0f MiB", *last)
@@ -429,6 +470,7 @@ func runOnce(o options, spec runSpec) (runReport, error) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// The stuck subscribers stay connected (and unread) through the drain.
+	endGuard()
 	endStuck()
 	rssMax := rss.finish()
 	var stuckReports []map[string]any
@@ -483,11 +525,6 @@ func runOnce(o options, spec runSpec) (runReport, error) {
 			}
 		}
 	}
-	// A stuck subscriber reads nothing; its messages wait in the server (or its socket).
-	for _, s := range stuck {
-		lag := published
-		consumers = append(consumers, consumerReport{Name: s.name, Role: "stuck", Consume: rateOf(0, 0, loadSeconds), LagEnd: &lag})
-	}
 	for t := range series {
 		l := summarize(perSecondLat[t])
 		series[t].E2EP50, series[t].E2EP99, series[t].E2EMax = l.P50, l.P99, l.Max
@@ -514,9 +551,12 @@ func runOnce(o options, spec runSpec) (runReport, error) {
 	if o.scenario == "stuck-consumer" {
 		params = map[string]any{"stuck": spec.stuck, "fast": o.fast, "rate": o.rate, "size": o.size,
 			"stuck_rcvbuf": stuckRcvBuf}
-		gone := stuckGone()
 		extra["stuck"] = stuckReports
-		extra["stuck_disconnected"] = gone
+		extra["stuck_closed_by_broker"] = stuckGone()
+		extra["rss_limit_hit"] = rssLimitHit.Load()
+		if rssLimitHit.Load() {
+			extra["rss_limit_hit_after_s"] = float64(rssLimitAt.Load()) / 1e6
+		}
 		// The publisher keeps to its schedule and catches up after a stall, so the run's
 		// average rate hides a stall; the slowest whole second shows it.
 		minRate, slowSeconds := -1.0, 0
@@ -551,7 +591,7 @@ func runOnce(o options, spec runSpec) (runReport, error) {
 	}, nil
 }
 
-// gib is what the "with stuck consumers" run publishes at least, by default.
+// gib is what the "with stuck clients" run publishes at least, by default.
 const gib = 1 << 30
 
 func main() {
@@ -572,6 +612,7 @@ func main() {
 	flag.IntVar(&o.delayMs, "delay-ms", 200, "the proxy's delay, for the report (slow-consumer)")
 	flag.Float64Var(&perRunS, "run-seconds", 55, "seconds per run [stuck-consumer: enough for 1 GiB at -rate and -size; with -quick 3]")
 	flag.BoolVar(&o.quick, "quick", false, "mark the report as a quick run (stuck-consumer: shorter and slower by default)")
+	flag.Float64Var(&o.rssLimitMiB, "rss-limit-mib", 4096, "close the stuck clients should the server's memory pass this (stuck-consumer; 0: never)")
 	warmupFraction := flag.Float64("warmup-fraction", 0.1, "share of each run left out of the percentiles")
 	flag.Parse()
 	set := map[string]bool{}
@@ -635,14 +676,14 @@ func main() {
 			fmt.Sprintf("NATS core publish/subscribe: %.0f msg/s of %d B (%.0f MB per run), %d fast subscribers; %.1f s per run, "+
 				"the first %.1f s of each left out of the percentiles (warm-up)",
 				o.rate, o.size, o.rate*float64(o.size)*perRunS/1e6, o.fast, perRunS, o.warmup.Seconds()),
-			fmt.Sprintf("%d stuck subscribers: raw TCP connections that read INFO, send CONNECT, SUB and PING, read the PONG, "+
+			fmt.Sprintf("%d stuck clients (subscribers): raw TCP connections that read INFO, send CONNECT, SUB and PING, read the PONG, "+
 				"and never read again, with SO_RCVBUF %d B set before connecting; each writes PING every %s and watches its "+
 				"TCP state to see whether the server closed it", o.stuck, stuckRcvBuf, stuckPingEvery),
 			"core NATS has no acknowledgement (no publish latency) and stores nothing; the server's resident memory is sampled every second",
 			"the publisher keeps to its schedule: after a stall it sends what fell due at once, so its average rate can hide a stall; " +
 				"extra.publish_min_msgs_per_s_1s and the series show it; a message's latency counts from its stamp, taken before the publish call",
 		}
-		specs = []runSpec{{name: "fast consumers only"}, {name: "with stuck consumers", stuck: o.stuck}}
+		specs = []runSpec{{name: "fast consumers only"}, {name: "with stuck clients", stuck: o.stuck}}
 	}
 	for _, spec := range specs {
 		run, err := runOnce(o, spec)
@@ -682,13 +723,26 @@ func main() {
 		if r.Runs[0].Publish.MsgsPerS > 0 {
 			pubRatio = r.Runs[1].Publish.MsgsPerS / r.Runs[0].Publish.MsgsPerS
 		}
+		if hit, _ := r.Runs[1].Extra["rss_limit_hit"].(bool); hit {
+			r.Notes = append(r.Notes, fmt.Sprintf("the server's memory passed %.0f MiB after %.1f s of the run with stuck clients: "+
+				"the driver closed them then, so what follows is no longer \"with stuck clients\"",
+				o.rssLimitMiB, r.Runs[1].Extra["rss_limit_hit_after_s"]))
+		}
 		afterS = []float64{}
+		var requests uint64
+		blocked := 0
 		for _, s := range r.Runs[1].Extra["stuck"].([]map[string]any) {
 			if t, ok := s["disconnect_after_s"].(float64); ok {
 				afterS = append(afterS, math.Round(t*10)/10)
 			}
+			requests += s["requests_written"].(uint64)
+			if s["write_blocked"].(bool) {
+				blocked++
+			}
 		}
 		sort.Float64s(afterS)
+		mibOf := func(b uint64) float64 { return float64(b) / (1 << 20) }
+		// Keys as documented in docs/bench.md (stuck-consumer), shared with headway bench.
 		r.Summary = map[string]any{
 			"fast_e2e_p99_ms_without":    without,
 			"fast_e2e_p99_ms_with":       with,
@@ -698,12 +752,21 @@ func main() {
 			"publish_msgs_per_s_without": r.Runs[0].Publish.MsgsPerS,
 			"publish_msgs_per_s_with":    r.Runs[1].Publish.MsgsPerS,
 			"publish_with_over_without":  pubRatio,
-			"produced_mb_with":           float64(r.Runs[1].Publish.Bytes) / 1e6,
-			"broker_rss_max_mib_without": r.Runs[0].RSSMax,
-			"broker_rss_max_mib_with":    r.Runs[1].RSSMax,
-			"stuck":                      o.stuck,
-			"stuck_disconnected":         r.Runs[1].Extra["stuck_disconnected"],
-			"stuck_disconnect_after_s":   afterS,
+			"publish_p99_ms_without":     nil, // core NATS has no acknowledgement
+			"publish_p99_ms_with":        nil,
+			"produced_mb_without":        mibOf(r.Runs[0].Publish.Bytes),
+			"produced_mb_with":           mibOf(r.Runs[1].Publish.Bytes),
+			"broker_rss_mib_max_without": r.Runs[0].RSSMax,
+			"broker_rss_mib_max_with":    r.Runs[1].RSSMax,
+			"stuck_clients":              o.stuck,
+			"stuck_requests_written":     requests,
+			"stuck_write_blocked":        blocked,
+			"stuck_closed_by_broker":     r.Runs[1].Extra["stuck_closed_by_broker"],
+			"stuck_disconnect_after_s":   afterS, // NATS only: when the server closed each one
+			"rss_limit_mib":              o.rssLimitMiB,
+			"rss_limit_hit":              r.Runs[1].Extra["rss_limit_hit"],
+			"backlog_mb":                 nil, // core NATS stores nothing: no backlog to write
+			"prefill_s":                  nil,
 		}
 	}
 	r.DurationS = time.Since(started).Seconds()
@@ -720,10 +783,10 @@ func main() {
 	fmt.Fprintf(os.Stderr, "[%s] %s done in %.1f s: %s (fast p99 %.2f ms without, %.2f ms with)\n",
 		o.scenario, o.label, r.DurationS, path, without, with)
 	if o.scenario == "stuck-consumer" {
-		fmt.Fprintf(os.Stderr, "[stuck-consumer] published %.0f MB in the run with stuck subscribers; server rss max %s MiB without, %s MiB with; "+
-			"stuck disconnected %v/%d after %v s\n",
+		fmt.Fprintf(os.Stderr, "[stuck-consumer] published %.0f MiB with stuck clients; server rss max %s MiB without, %s MiB with; "+
+			"stuck closed by the server %v/%d after %v s\n",
 			r.Summary["produced_mb_with"], mib(r.Runs[0].RSSMax), mib(r.Runs[1].RSSMax),
-			r.Summary["stuck_disconnected"], o.stuck, afterS)
+			r.Summary["stuck_closed_by_broker"], o.stuck, afterS)
 	}
 }
 

@@ -33,14 +33,16 @@ type stuckClient struct {
 	name string
 	conn *net.TCPConn
 
-	mu             sync.Mutex
-	pingsSent      uint64
-	pingErrors     uint64
-	disconnected   bool
-	disconnectAt   time.Time
-	disconnectHow  string
-	unreadBytesMax int // bytes the kernel held for it unread (SIOCINQ), where known
-	rcvBufEff      int // SO_RCVBUF as the kernel set it, where known
+	mu              sync.Mutex
+	requestsWritten uint64 // protocol commands written: CONNECT, SUB, PING, then the pings
+	bytesWritten    uint64
+	pingsSent       uint64
+	pingTimeouts    uint64 // PING writes not accepted within stuckPingEvery
+	disconnected    bool   // the server closed the connection
+	disconnectAt    time.Time
+	disconnectHow   string
+	unreadBytesMax  int // bytes the kernel held for it unread (SIOCINQ), where known
+	rcvBufEff       int // SO_RCVBUF as the kernel set it, where known
 }
 
 // natsAddr turns a nats:// URL (or a bare HOST:PORT) into HOST:PORT.
@@ -106,7 +108,7 @@ func dialStuck(name, addr, subject string, sid int) (*stuckClient, error) {
 		return fail(fmt.Errorf("unexpected %d bytes after PONG", br.Buffered()))
 	}
 	_ = tc.SetDeadline(time.Time{})
-	s := &stuckClient{name: name, conn: tc}
+	s := &stuckClient{name: name, conn: tc, requestsWritten: 3, bytesWritten: uint64(len(hello))}
 	s.rcvBufEff = rcvBufOf(tc)
 	return s, nil
 }
@@ -133,17 +135,24 @@ func (s *stuckClient) watch(start time.Time, stop <-chan struct{}, done *sync.Wa
 			}
 			nextPing = now.Add(stuckPingEvery)
 			_ = s.conn.SetWriteDeadline(now.Add(stuckPingEvery))
-			_, err := s.conn.Write([]byte("PING\r\n"))
+			n, err := s.conn.Write([]byte("PING\r\n"))
 			s.mu.Lock()
+			s.bytesWritten += uint64(n)
 			if err == nil {
 				s.pingsSent++
+				s.requestsWritten++
 				s.mu.Unlock()
 				continue
 			}
-			s.pingErrors++
-			s.mu.Unlock()
+			timeout := false
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				// The server did not take 6 bytes in a second: not a close, but worth counting.
+				// The server did not take 6 bytes in a second: it stopped reading this
+				// connection. Not a close; counted as write_blocked.
+				s.pingTimeouts++
+				timeout = true
+			}
+			s.mu.Unlock()
+			if timeout {
 				continue
 			}
 			s.markDisconnected(start, "PING write failed: "+err.Error())
@@ -190,9 +199,12 @@ func (s *stuckClient) report(start time.Time) map[string]any {
 	defer s.mu.Unlock()
 	r := map[string]any{
 		"name":               s.name,
+		"requests_written":   s.requestsWritten,
+		"bytes_written":      s.bytesWritten,
+		"write_blocked":      s.pingTimeouts > 0,
+		"closed_by_broker":   s.disconnected,
 		"pings_sent":         s.pingsSent,
-		"ping_errors":        s.pingErrors,
-		"disconnected":       s.disconnected,
+		"ping_timeouts":      s.pingTimeouts,
 		"disconnect_after_s": nil,
 		"disconnect_how":     nil,
 		"unread_bytes_max":   nil,
