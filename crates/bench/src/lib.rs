@@ -3,19 +3,23 @@
 //! shape of the OpenMessaging Benchmark's.
 //!
 //! - [`scenarios`]: one module per scenario (`acks`, `slow-consumer`, `slow-lane`,
-//!   `credit`, `parallelism`), each a function from its arguments to a [`Report`].
+//!   `credit`, `parallelism`), each a function from its arguments to a
+//!   [`Report`].
 //! - [`load`]: producer and consumer tasks, stamped messages, the progress line, and
 //!   the run bookkeeping every scenario shares.
 //! - [`latency`]: HDR histograms, run-wide and per second.
 //! - [`proxy`]: the delay proxy (also `headway bench proxy`), which rewrites Kafka
 //!   Metadata answers so that a client behind it stays behind it.
 //! - [`report`]: the JSON and Markdown files.
+//! - [`evict`]: writes a backlog's files back and drops them from the page cache, so
+//!   that a catch-up reader reads from the disk.
 //! - [`target`]: the broker under test: `--bootstrap`, or a headway broker the
 //!   scenario starts and stops itself.
 //!
 //! Every scenario is bounded in time (`--duration`, two minutes by default; `--quick`
 //! for a few seconds) and every task it starts ends with it.
 
+pub mod evict;
 pub mod latency;
 pub mod load;
 pub mod proxy;
@@ -148,6 +152,13 @@ impl Ctx {
             .duration
             .unwrap_or(if self.common.quick { quick_s } else { full_s });
         Duration::from_secs_f64(s.max(0.1))
+    }
+
+    /// Seconds the scenario may still run: `--duration` (or the default for full or
+    /// quick runs) minus what has passed since it started.
+    pub fn remaining(&self, full_s: f64, quick_s: f64) -> Duration {
+        self.duration(full_s, quick_s)
+            .saturating_sub(self.started.elapsed())
     }
 
     pub fn broker_pid(&self) -> Option<u32> {

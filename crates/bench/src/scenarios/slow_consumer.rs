@@ -8,7 +8,13 @@
 //!    through the delay proxy (`--delay-ms` each way, `--proxy-buffer-bytes` in flight
 //!    per direction, which carries less than the stream, so it falls behind for good),
 //!    plus, unless `--catch-up false`, a catch-up consumer that reads the topic from
-//!    offset 0 at full speed (a backlog of `--backlog-mb` is written before the runs).
+//!    offset 0 at full speed (a backlog of `--backlog-mb` MiB is written before the
+//!    runs).
+//!
+//! The backlog is cold when the catch-up consumer starts: after the prefill, and again
+//! just before run 2, every file under `--evict-dir` (and the data directory of a broker
+//! the scenario started) is written back and dropped from the page cache
+//! ([`crate::evict`]), so the catch-up consumer reads from the disk.
 //!
 //! The figure that matters: the fast consumers' end-to-end p99 in run 2 divided by run
 //! 1 (1.0 means the slow ones cost the others nothing), and the producer's rate in both.
@@ -20,6 +26,7 @@ use crate::{Ctx, Report};
 use clap::{ArgAction, Args};
 use headway_client::{ConsumerConfig, ProducerConfig, StartOffset};
 use serde_json::json;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -45,10 +52,16 @@ pub struct SlowConsumerArgs {
     /// Add a consumer that reads the topic from offset 0 at full speed.
     #[arg(long, default_value_t = true, action = ArgAction::Set)]
     pub catch_up: bool,
-    /// Backlog written before the runs for the catch-up consumer, in MB [default: 256;
+    /// Backlog written before the runs for the catch-up consumer, in MiB [default: 256;
     /// with --quick 4].
     #[arg(long)]
     pub backlog_mb: Option<u64>,
+    /// Directory holding the broker's data (repeatable): after the prefill and before
+    /// run 2, its files are written back and dropped from the page cache, so that the
+    /// catch-up consumer reads cold data. A broker started by the scenario has its data
+    /// directory added without asking.
+    #[arg(long)]
+    pub evict_dir: Vec<PathBuf>,
     /// Partitions of the topic.
     #[arg(long, default_value_t = 1)]
     pub partitions: i32,
@@ -65,10 +78,13 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
         .backlog_mb
         .unwrap_or(if ctx.common.quick { 4 } else { 256 });
     let backlog_messages = if args.catch_up {
-        backlog_mb * 1_000_000 / args.size.max(1) as u64
+        backlog_mb * 1024 * 1024 / args.size.max(1) as u64
     } else {
         0
     };
+    let mut evict_dirs = args.evict_dir.clone();
+    evict_dirs.extend(ctx.target.data_dir());
+    let evict = backlog_messages > 0 && !evict_dirs.is_empty();
     let prefill_s = if backlog_messages > 0 {
         let config = ProducerConfig {
             acks: 1,
@@ -78,8 +94,19 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
     } else {
         0.0
     };
+    let mut eviction_notes = Vec::new();
+    if evict {
+        // Writes the backlog back now, so that its write-back does not land in run 1.
+        let evicted = crate::evict::evict_dirs_async(evict_dirs.clone()).await?;
+        eprintln!(
+            "[slow-consumer] {}",
+            evicted.describe("evicted after the prefill")
+        );
+        eviction_notes.push(evicted.describe("after the prefill"));
+    }
+    // What is left of the budget, less a second for the eviction before run 2.
     let per_run = budget
-        .saturating_sub(Duration::from_secs_f64(prefill_s + 1.0))
+        .saturating_sub(ctx.started.elapsed() + Duration::from_secs(1))
         .div_f64(2.0)
         .max(Duration::from_secs(2));
     // The first seconds of each run settle (connections, the JIT of a JVM broker, the
@@ -104,22 +131,32 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
             "producer: {} msg/s of {} B, acks=all, {} partition(s); {} fast consumers; \
              slow consumer behind a proxy adding {} ms each way with {} KiB per direction; \
              catch-up consumer: {}; {:.1} s per run, the first {:.1} s of each left out of \
-             the percentiles (warm-up)",
+             the percentiles (warm-up); prefill {:.1} s",
             args.rate,
             args.size,
             args.partitions,
             args.fast,
             args.delay_ms,
             args.proxy_buffer_bytes / 1024,
-            if args.catch_up {
-                format!("from offset 0 over a {backlog_mb} MB backlog")
-            } else {
+            if !args.catch_up {
                 "none".into()
+            } else if evict {
+                format!(
+                    "from offset 0 over a {backlog_mb} MiB backlog, cold (dropped from the \
+                     page cache before run 2)"
+                )
+            } else {
+                format!(
+                    "from offset 0 over a {backlog_mb} MiB backlog, not evicted (no \
+                     --evict-dir): it may be read from the page cache"
+                )
             },
             per_run.as_secs_f64(),
-            warmup.as_secs_f64()
+            warmup.as_secs_f64(),
+            prefill_s
         )],
     );
+    let mut evicted_before_run = None;
     let mut read_before = backlog_messages;
     for with_slow in [false, true] {
         let name = if with_slow {
@@ -127,6 +164,17 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
         } else {
             "fast consumers only"
         };
+        if with_slow && evict {
+            // Run 1 left the backlog where it was; this pass also writes back what run 1
+            // wrote, so the catch-up consumer starts on cold data.
+            let evicted = crate::evict::evict_dirs_async(evict_dirs.clone()).await?;
+            eprintln!(
+                "[slow-consumer] {}",
+                evicted.describe("evicted before run 2")
+            );
+            eviction_notes.push(evicted.describe("before run 2"));
+            evicted_before_run = Some(evicted);
+        }
         let mut consumers = Vec::new();
         for i in 0..args.fast {
             consumers.push(ConsumerSpec {
@@ -238,8 +286,21 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
             .consumers
             .iter()
             .find(|c| c.role == role)
-            .map(|c| json!({"msgs_per_s": c.consume.msgs_per_s, "e2e_p99_ms": c.e2e_latency_ms.p99, "lag_end": c.lag_end}))
+            .map(|c| {
+                let read = c.consume.messages;
+                let available = read + c.lag_end.unwrap_or(0);
+                json!({
+                    "msgs_per_s": c.consume.msgs_per_s,
+                    "mb_per_s": c.consume.mb_per_s,
+                    "e2e_p99_ms": c.e2e_latency_ms.p99,
+                    "lag_end": c.lag_end,
+                    "messages": read,
+                    "read_fraction": if available > 0 { read as f64 / available as f64 } else { 0.0 },
+                })
+            })
     };
+    let publish = |i: usize| report.runs[i].publish.msgs_per_s;
+    let evicted = evicted_before_run.unwrap_or_default();
     report.summary = json!({
         "fast_e2e_p99_ms_without": without,
         "fast_e2e_p99_ms_with": with,
@@ -248,13 +309,23 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
         "fast_e2e_p50_ms_with": report.runs[1].e2e_latency_ms.p50,
         "publish_msgs_per_s_without": report.runs[0].publish.msgs_per_s,
         "publish_msgs_per_s_with": report.runs[1].publish.msgs_per_s,
+        "publish_with_over_without": if publish(0) > 0.0 { publish(1) / publish(0) } else { 0.0 },
         "publish_p99_ms_without": report.runs[0].publish_latency_ms.p99,
         "publish_p99_ms_with": report.runs[1].publish_latency_ms.p99,
         "slow": role("slow"),
         "catch_up": role("catch-up"),
         "backlog_messages": backlog_messages,
+        "backlog_mb": if args.catch_up { backlog_mb } else { 0 },
         "prefill_s": prefill_s,
+        "evicted": evict,
+        "evicted_files": evicted.files,
+        "evicted_bytes": evicted.bytes,
     });
+    report.notes.extend(
+        eviction_notes
+            .into_iter()
+            .map(|n| format!("backlog eviction {n}")),
+    );
     drop(proxy);
     ctx.finish(report)
 }
