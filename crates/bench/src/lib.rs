@@ -2,8 +2,8 @@
 //! experiments against headway or any Kafka-compatible broker, with reports in the
 //! shape of the OpenMessaging Benchmark's.
 //!
-//! - [`scenarios`]: one module per scenario (`acks`, `slow-consumer`, `slow-lane`,
-//!   `credit`, `parallelism`), each a function from its arguments to a
+//! - [`scenarios`]: one module per scenario (`acks`, `slow-consumer`, `stuck-consumer`,
+//!   `slow-lane`, `credit`, `parallelism`), each a function from its arguments to a
 //!   [`Report`].
 //! - [`load`]: producer and consumer tasks, stamped messages, the progress line, and
 //!   the run bookkeeping every scenario shares.
@@ -48,6 +48,9 @@ pub enum BenchCommand {
     /// Fast consumers' end-to-end latency with and without a consumer behind a delay
     /// proxy and a catch-up consumer (seed 001).
     SlowConsumer(scenarios::slow_consumer::SlowConsumerArgs),
+    /// Fast consumers' end-to-end latency, the producer's rate and the broker's memory
+    /// with and without clients that send fetches and never read their socket (issue 7).
+    StuckConsumer(scenarios::stuck_consumer::StuckConsumerArgs),
     /// A producer with 12 lanes, one slowed per batch, with deflection on and off (seed 000).
     SlowLane(scenarios::slow_lane::SlowLaneArgs),
     /// Consumer throughput against the credit window's refill threshold and increment
@@ -235,6 +238,10 @@ async fn run_command(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::SlowConsumer(a) => {
             let ctx = Ctx::open(a.common.clone())?;
             scenarios::slow_consumer::run(&ctx, &a).await.map(drop)
+        }
+        BenchCommand::StuckConsumer(a) => {
+            let ctx = Ctx::open(a.common.clone())?;
+            scenarios::stuck_consumer::run(&ctx, &a).await.map(drop)
         }
         BenchCommand::SlowLane(a) => {
             let ctx = Ctx::open(a.common.clone())?;
