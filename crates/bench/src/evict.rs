@@ -18,6 +18,9 @@ pub struct Evicted {
     pub bytes: u64,
     /// Files that could not be opened, synced or advised.
     pub failed: u64,
+    /// Files on a tmpfs, whose pages live in memory and cannot be dropped: counted in
+    /// `files` and `bytes`, but not cold.
+    pub in_memory_files: u64,
     pub seconds: f64,
 }
 
@@ -34,7 +37,14 @@ impl Evicted {
             } else {
                 String::new()
             }
-        )
+        ) + &if self.in_memory_files > 0 {
+            format!(
+                "; {} of them on a tmpfs, which keeps them in memory: not cold",
+                self.in_memory_files
+            )
+        } else {
+            String::new()
+        }
     }
 }
 
@@ -65,9 +75,10 @@ fn walk(dir: &Path, out: &mut Evicted) {
         match entry.file_type() {
             Ok(t) if t.is_dir() => walk(&path, out),
             Ok(t) if t.is_file() => match evict_file(&path) {
-                Ok(bytes) => {
+                Ok((bytes, in_memory)) => {
                     out.files += 1;
                     out.bytes += bytes;
+                    out.in_memory_files += u64::from(in_memory);
                 }
                 Err(e) => {
                     tracing::debug!(path = %path.display(), error = %e, "not evicted");
@@ -79,14 +90,34 @@ fn walk(dir: &Path, out: &mut Evicted) {
     }
 }
 
-/// Writes back and drops one file's cached pages; returns its size.
-fn evict_file(path: &Path) -> std::io::Result<u64> {
+/// Writes back and drops one file's cached pages; returns its size and whether it is on
+/// a tmpfs (where that changes nothing).
+fn evict_file(path: &Path) -> std::io::Result<(u64, bool)> {
     let file = std::fs::File::open(path)?;
     let size = file.metadata()?.len();
     // fdatasync: dirty pages cannot be dropped, so they are written first.
     file.sync_data()?;
     drop_cached(&file)?;
-    Ok(size)
+    Ok((size, on_tmpfs(&file)))
+}
+
+#[cfg(target_os = "linux")]
+fn on_tmpfs(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let mut stat = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: fstatfs fills the struct it is given for an open descriptor.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), stat.as_mut_ptr()) };
+    // SAFETY: initialised by fstatfs when it returns 0. The type of `f_type` differs
+    // between architectures, hence the cast.
+    #[allow(clippy::unnecessary_cast)]
+    let tmpfs = rc == 0 && unsafe { stat.assume_init() }.f_type as i64 == TMPFS_MAGIC;
+    tmpfs
+}
+
+#[cfg(not(target_os = "linux"))]
+fn on_tmpfs(_file: &std::fs::File) -> bool {
+    false
 }
 
 #[cfg(target_os = "linux")]
