@@ -119,6 +119,7 @@ def slow_consumer_section(by_label, closing):
         "backlog MiB",
         "cold",
         "catch-up msg/s, MB/s",
+        "catch-up replay s, MB/s",
         "catch-up read",
         "broker RSS max MiB",
     ]
@@ -149,6 +150,8 @@ def slow_consumer_section(by_label, closing):
             fmt(float(backlog), 0) if backlog else "-",
             "-" if evicted is None or not catch else ("yes" if evicted else "no"),
             f'{fmt(catch.get("msgs_per_s"), 0)}, {fmt(catch.get("mb_per_s"), 1)}' if catch else "-",
+            (f'{fmt(catch["replay_s"], 1)}, {fmt(catch.get("replay_mb_per_s"), 1)}' if catch.get("replay_s") is not None
+             else ("not done" if "replay_s" in catch else "-")),
             f'{catch["read_fraction"] * 100:.0f}% ({catch.get("messages", 0):,} msgs)' if catch.get("read_fraction") is not None else "-",
             fmt(max(rss), 0) if rss else "-",
         ])
@@ -159,8 +162,9 @@ def slow_consumer_section(by_label, closing):
         )
     return ("## slow-consumer (seed 001)\n\nEnd-to-end latency of the fast consumers, without and with a consumer behind "
             "the 200 ms delay proxy (and, for Kafka-protocol brokers, a catch-up consumer reading from offset 0 over the "
-            "backlog; \"cold\": its files were dropped from the page cache before the run). \"catch-up read\": share of "
-            "what was there to read that it read before the run ended.\n\n" + table(header, rows))
+            "backlog; \"cold\": its files were dropped from the page cache before the run). \"catch-up replay\": time "
+            "it took to read what was there when the run started (backlog and run 1), and that rate; \"catch-up read\": "
+            "share of all there was to read that it read before the run ended.\n\n" + table(header, rows))
 
 
 def stuck_consumer_section(by_label, closing):

@@ -116,6 +116,16 @@ impl Meter {
         c
     }
 
+    /// The meter of the consumer called `name`, once its task has started.
+    pub fn find(&self, name: &str) -> Option<Arc<ConsumerMeter>> {
+        self.consumers
+            .lock()
+            .expect("meter lock")
+            .iter()
+            .find(|c| c.name == name)
+            .cloned()
+    }
+
     fn measured(&self) -> Vec<Arc<ConsumerMeter>> {
         self.consumers
             .lock()

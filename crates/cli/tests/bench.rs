@@ -137,6 +137,9 @@ fn slow_consumer_quick() {
     number(&r["summary"], "publish_with_over_without");
     number(&r["summary"]["catch_up"], "read_fraction");
     number(&r["summary"]["catch_up"], "messages");
+    number(&r["summary"]["catch_up"], "replay_messages");
+    let replay = &r["summary"]["catch_up"]["replay_s"];
+    assert!(replay.is_number() || replay.is_null(), "{replay}");
 }
 
 #[test]

@@ -296,6 +296,23 @@ pub async fn run(ctx: &Ctx, args: &StuckConsumerArgs) -> anyhow::Result<Report> 
         ));
     }
     report.summary = summary(&report, &stuck_summary, args, backlog_mb, prefill_s);
+    let s = &report.summary;
+    let mib = |key: &str| s[key].as_f64().map_or("-".into(), |v| format!("{v:.0}"));
+    eprintln!(
+        "[stuck-consumer] fast p99 {:.2} ms without, {:.2} ms with ({:.2}x); publish {:.3}x; \
+         broker RSS max {} MiB without, {} MiB with; {} MiB produced with; stuck clients \
+         wrote {} requests, {} blocked, {} closed by the broker",
+        s["fast_e2e_p99_ms_without"].as_f64().unwrap_or(0.0),
+        s["fast_e2e_p99_ms_with"].as_f64().unwrap_or(0.0),
+        s["fast_p99_with_over_without"].as_f64().unwrap_or(0.0),
+        s["publish_with_over_without"].as_f64().unwrap_or(0.0),
+        mib("broker_rss_mib_max_without"),
+        mib("broker_rss_mib_max_with"),
+        mib("produced_mb_with"),
+        stuck_summary.requests_written,
+        stuck_summary.write_blocked,
+        stuck_summary.closed_by_broker,
+    );
     ctx.finish(report)
 }
 
