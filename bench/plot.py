@@ -114,8 +114,13 @@ def slow_consumer_section(by_label, closing):
         "with / without",
         "fast p50 without / with ms",
         "publish msg/s without / with",
+        "publish with / without",
         "slow consumer msg/s, p99 ms",
-        "catch-up msg/s",
+        "backlog MiB",
+        "cold",
+        "catch-up msg/s, MB/s",
+        "catch-up replay s, MB/s",
+        "catch-up read",
         "broker RSS max MiB",
     ]
     rows = []
@@ -125,6 +130,14 @@ def slow_consumer_section(by_label, closing):
         slow = s.get("slow") or {}
         catch = s.get("catch_up") or {}
         rss = [run.get("broker_rss_mib_max") for run in r["runs"] if run.get("broker_rss_mib_max")]
+        publish_ratio = s.get("publish_with_over_without")
+        if publish_ratio is None:
+            publish_ratio = ratio(s.get("publish_msgs_per_s_with"), s.get("publish_msgs_per_s_without"))
+        backlog = s.get("backlog_mb")
+        if backlog is None and s.get("backlog_messages"):
+            # Reports from before backlog_mb: messages of the run's size.
+            backlog = s["backlog_messages"] * r["runs"][0]["params"].get("size", 1024) / 2**20
+        evicted = s.get("evicted")
         rows.append([
             label,
             fmt(s["fast_e2e_p99_ms_without"], 2),
@@ -132,15 +145,68 @@ def slow_consumer_section(by_label, closing):
             fmt(s["fast_p99_with_over_without"], 2),
             f'{fmt(s["fast_e2e_p50_ms_without"], 2)} / {fmt(s["fast_e2e_p50_ms_with"], 2)}',
             f'{fmt(s["publish_msgs_per_s_without"], 0)} / {fmt(s["publish_msgs_per_s_with"], 0)}',
+            fmt(publish_ratio, 3),
             f'{fmt(slow.get("msgs_per_s"), 0)}, {fmt(slow.get("e2e_p99_ms"), 0)}' if slow else "-",
-            fmt(catch.get("msgs_per_s"), 0) if catch else "-",
+            fmt(float(backlog), 0) if backlog else "-",
+            "-" if evicted is None or not catch else ("yes" if evicted else "no"),
+            f'{fmt(catch.get("msgs_per_s"), 0)}, {fmt(catch.get("mb_per_s"), 1)}' if catch else "-",
+            (f'{fmt(catch["replay_s"], 1)}, {fmt(catch.get("replay_mb_per_s"), 1)}' if catch.get("replay_s") is not None
+             else ("not done" if "replay_s" in catch else "-")),
+            f'{catch["read_fraction"] * 100:.0f}% ({catch.get("messages", 0):,} msgs)' if catch.get("read_fraction") is not None else "-",
             fmt(max(rss), 0) if rss else "-",
         ])
         closing.append(
             f"**slow-consumer, {label}**: fast consumers' p99 {fmt(s['fast_e2e_p99_ms_with'], 2)} ms with the slow "
-            f"ones / {fmt(s['fast_e2e_p99_ms_without'], 2)} ms without = {fmt(s['fast_p99_with_over_without'], 2)}x"
+            f"ones / {fmt(s['fast_e2e_p99_ms_without'], 2)} ms without = {fmt(s['fast_p99_with_over_without'], 2)}x "
+            f"(target at most 1.1); producer {fmt(publish_ratio, 3)}x (target at least 0.95)"
         )
-    return "## slow-consumer (seed 001)\n\nEnd-to-end latency of the fast consumers, without and with a consumer behind the 200 ms delay proxy (and, for Kafka-protocol brokers, a catch-up consumer reading from offset 0).\n\n" + table(header, rows)
+    return ("## slow-consumer (seed 001)\n\nEnd-to-end latency of the fast consumers, without and with a consumer behind "
+            "the 200 ms delay proxy (and, for Kafka-protocol brokers, a catch-up consumer reading from offset 0 over the "
+            "backlog; \"cold\": its files were dropped from the page cache before the run). \"catch-up replay\": time "
+            "it took to read what was there when the run started (backlog and run 1), and that rate; \"catch-up read\": "
+            "share of all there was to read that it read before the run ended.\n\n" + table(header, rows))
+
+
+def stuck_consumer_section(by_label, closing):
+    labels = labels_of(by_label)
+    header = [
+        "broker",
+        "fast p99 without ms",
+        "fast p99 with ms",
+        "with / without",
+        "publish msg/s without / with",
+        "publish with / without",
+        "broker RSS max MiB without / with",
+        "produced MiB with",
+        "stuck: requests written, blocked, closed by broker",
+    ]
+    rows = []
+    for label in labels:
+        s = by_label[label]["summary"]
+        written = s.get("stuck_requests_written")
+        stuck = f'{f"{written:,}" if isinstance(written, int) else "-"}, {s.get("stuck_write_blocked", "-")}, {s.get("stuck_closed_by_broker", "-")} of {s.get("stuck_clients", "-")}'
+        if s.get("rss_limit_hit"):
+            stuck += f' (disconnected at the {fmt(s.get("rss_limit_mib"), 0)} MiB guard)'
+        rows.append([
+            label,
+            fmt(s["fast_e2e_p99_ms_without"], 2),
+            fmt(s["fast_e2e_p99_ms_with"], 2),
+            fmt(s["fast_p99_with_over_without"], 2),
+            f'{fmt(s["publish_msgs_per_s_without"], 0)} / {fmt(s["publish_msgs_per_s_with"], 0)}',
+            fmt(s.get("publish_with_over_without"), 3),
+            f'{fmt(s.get("broker_rss_mib_max_without"), 0)} / {fmt(s.get("broker_rss_mib_max_with"), 0)}',
+            fmt(s.get("produced_mb_with"), 0),
+            stuck,
+        ])
+        closing.append(
+            f"**stuck-consumer, {label}**: fast consumers' p99 {fmt(s['fast_e2e_p99_ms_with'], 2)} ms with stuck clients "
+            f"/ {fmt(s['fast_e2e_p99_ms_without'], 2)} ms without = {fmt(s['fast_p99_with_over_without'], 2)}x (target at most 1.1); "
+            f"producer {fmt(s.get('publish_with_over_without'), 3)}x; broker RSS max {fmt(s.get('broker_rss_mib_max_with'), 0)} MiB "
+            f"(target under 256) while {fmt(s.get('produced_mb_with'), 0)} MiB were produced"
+        )
+    return ("## stuck-consumer (issue 7)\n\nFast consumers and the producer without and with clients that send fetches "
+            "(NATS: subscribe) and never read their socket; the broker's peak resident memory in each run. \"blocked\": stuck "
+            "clients whose writes the broker stopped accepting.\n\n" + table(header, rows))
 
 
 def slow_lane_section(by_label, closing):
@@ -215,6 +281,7 @@ def parallelism_section(by_label, closing):
 SECTIONS = [
     ("acks", acks_section),
     ("slow-consumer", slow_consumer_section),
+    ("stuck-consumer", stuck_consumer_section),
     ("slow-lane", slow_lane_section),
     ("credit", credit_section),
     ("parallelism", parallelism_section),
@@ -349,6 +416,38 @@ def plots(reports, directory):
         ax.grid(axis="y", alpha=0.3)
         ax.set_title("slow-consumer: fast consumers' percentiles without (solid) and with (hatched) slow consumers")
         save(fig, "slow-consumer-percentiles.png")
+
+    if "stuck-consumer" in reports:
+        by_label = reports["stuck-consumer"]
+        labels = labels_of(by_label)
+        fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+        runs = ["without", "with"]
+
+        def get(l, key):
+            return by_label[l]["summary"].get(key)
+
+        bars(axes[0], runs, [(l, [get(l, f"fast_e2e_p99_ms_{r}") for r in runs]) for l in labels], "fast e2e p99 ms", log=True)
+        axes[0].set_title("stuck-consumer: fast consumers' p99")
+        bars(axes[1], runs, [(l, [get(l, f"publish_msgs_per_s_{r}") for r in runs]) for l in labels], "publish msg/s")
+        axes[1].set_title("stuck-consumer: producer rate")
+        bars(axes[2], runs, [(l, [get(l, f"broker_rss_mib_max_{r}") for r in runs]) for l in labels], "broker RSS max MiB")
+        axes[2].axhline(256, color="grey", linestyle=":", linewidth=1)
+        axes[2].set_title("stuck-consumer: broker memory (target: 256)")
+        save(fig, "stuck-consumer.png")
+
+        fig, axes = plt.subplots(len(labels), 1, figsize=(9, 2.3 * len(labels)), squeeze=False)
+        for ax, l in zip(axes[:, 0], labels):
+            for run, style in zip(by_label[l]["runs"], ["-", "--"]):
+                pts = [p for p in run["series"] if p["e2e_p99_ms"] > 0]
+                ax.plot([p["t"] for p in pts], [p["e2e_p99_ms"] for p in pts], style, label=f"{run['name']}: p99",
+                        color=COLORS.get(l))
+            ax.set_yscale("log")
+            ax.set_ylabel("fast e2e ms")
+            ax.set_title(f"stuck-consumer, {l}: fast consumers' end-to-end latency per second")
+            ax.legend(fontsize=7)
+            ax.grid(alpha=0.3)
+        axes[-1, 0].set_xlabel("second of the run")
+        save(fig, "stuck-consumer-latency.png")
 
     if "slow-lane" in reports:
         by_label = reports["slow-lane"]

@@ -2,20 +2,24 @@
 //! experiments against headway or any Kafka-compatible broker, with reports in the
 //! shape of the OpenMessaging Benchmark's.
 //!
-//! - [`scenarios`]: one module per scenario (`acks`, `slow-consumer`, `slow-lane`,
-//!   `credit`, `parallelism`), each a function from its arguments to a [`Report`].
+//! - [`scenarios`]: one module per scenario (`acks`, `slow-consumer`, `stuck-consumer`,
+//!   `slow-lane`, `credit`, `parallelism`), each a function from its arguments to a
+//!   [`Report`].
 //! - [`load`]: producer and consumer tasks, stamped messages, the progress line, and
 //!   the run bookkeeping every scenario shares.
 //! - [`latency`]: HDR histograms, run-wide and per second.
 //! - [`proxy`]: the delay proxy (also `headway bench proxy`), which rewrites Kafka
 //!   Metadata answers so that a client behind it stays behind it.
 //! - [`report`]: the JSON and Markdown files.
+//! - [`evict`]: writes a backlog's files back and drops them from the page cache, so
+//!   that a catch-up reader reads from the disk.
 //! - [`target`]: the broker under test: `--bootstrap`, or a headway broker the
 //!   scenario starts and stops itself.
 //!
 //! Every scenario is bounded in time (`--duration`, two minutes by default; `--quick`
 //! for a few seconds) and every task it starts ends with it.
 
+pub mod evict;
 pub mod latency;
 pub mod load;
 pub mod proxy;
@@ -44,6 +48,9 @@ pub enum BenchCommand {
     /// Fast consumers' end-to-end latency with and without a consumer behind a delay
     /// proxy and a catch-up consumer (seed 001).
     SlowConsumer(scenarios::slow_consumer::SlowConsumerArgs),
+    /// Fast consumers' end-to-end latency, the producer's rate and the broker's memory
+    /// with and without clients that send fetches and never read their socket (issue 7).
+    StuckConsumer(scenarios::stuck_consumer::StuckConsumerArgs),
     /// A producer with 12 lanes, one slowed per batch, with deflection on and off (seed 000).
     SlowLane(scenarios::slow_lane::SlowLaneArgs),
     /// Consumer throughput against the credit window's refill threshold and increment
@@ -150,6 +157,13 @@ impl Ctx {
         Duration::from_secs_f64(s.max(0.1))
     }
 
+    /// Seconds the scenario may still run: `--duration` (or the default for full or
+    /// quick runs) minus what has passed since it started.
+    pub fn remaining(&self, full_s: f64, quick_s: f64) -> Duration {
+        self.duration(full_s, quick_s)
+            .saturating_sub(self.started.elapsed())
+    }
+
     pub fn broker_pid(&self) -> Option<u32> {
         self.target.pid().or(self.common.broker_pid)
     }
@@ -224,6 +238,10 @@ async fn run_command(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::SlowConsumer(a) => {
             let ctx = Ctx::open(a.common.clone())?;
             scenarios::slow_consumer::run(&ctx, &a).await.map(drop)
+        }
+        BenchCommand::StuckConsumer(a) => {
+            let ctx = Ctx::open(a.common.clone())?;
+            scenarios::stuck_consumer::run(&ctx, &a).await.map(drop)
         }
         BenchCommand::SlowLane(a) => {
             let ctx = Ctx::open(a.common.clone())?;

@@ -116,6 +116,16 @@ impl Meter {
         c
     }
 
+    /// The meter of the consumer called `name`, once its task has started.
+    pub fn find(&self, name: &str) -> Option<Arc<ConsumerMeter>> {
+        self.consumers
+            .lock()
+            .expect("meter lock")
+            .iter()
+            .find(|c| c.name == name)
+            .cloned()
+    }
+
     fn measured(&self) -> Vec<Arc<ConsumerMeter>> {
         self.consumers
             .lock()
@@ -593,16 +603,24 @@ pub async fn prefill(
     let started = Instant::now();
     let producer = producers(bootstrap, 1, &config).await?.remove(0);
     let template = template(size);
-    let mut last = Instant::now();
+    let mib = |messages: u64| (messages * size as u64) as f64 / (1024.0 * 1024.0);
+    let mut last = (Instant::now(), 0u64);
     for i in 0..count {
         let record = Record {
             value: Some(stamped(&template)),
             ..Record::default()
         };
         producer.send(topic, record).await?;
-        if last.elapsed() >= Duration::from_secs(1) {
-            last = Instant::now();
-            eprintln!("[prefill] {topic}: {i} of {count} messages");
+        let since = last.0.elapsed();
+        if since >= Duration::from_secs(1) {
+            eprintln!(
+                "[prefill] {topic}: {:.0} of {:.0} MiB ({:.0}%), {:.0} MiB/s",
+                mib(i),
+                mib(count),
+                100.0 * i as f64 / count as f64,
+                mib(i - last.1) / since.as_secs_f64()
+            );
+            last = (Instant::now(), i);
         }
     }
     producer.flush().await?;
@@ -610,5 +628,7 @@ pub async fn prefill(
     if stats.records_failed > 0 {
         anyhow::bail!("prefill: {} records failed", stats.records_failed);
     }
-    Ok(started.elapsed().as_secs_f64())
+    let seconds = started.elapsed().as_secs_f64();
+    eprintln!("[prefill] {topic}: {:.0} MiB in {seconds:.1} s", mib(count));
+    Ok(seconds)
 }

@@ -130,6 +130,66 @@ fn slow_consumer_quick() {
         roles.contains(&"slow") && roles.contains(&"catch-up"),
         "{roles:?}"
     );
+    // The started broker's data directory is dropped from the page cache before run 2.
+    assert_eq!(r["summary"]["evicted"], true);
+    assert!(number(&r["summary"], "evicted_files") > 0.0);
+    number(&r["summary"], "backlog_mb");
+    number(&r["summary"], "publish_with_over_without");
+    number(&r["summary"]["catch_up"], "read_fraction");
+    number(&r["summary"]["catch_up"], "messages");
+    number(&r["summary"]["catch_up"], "replay_messages");
+    let replay = &r["summary"]["catch_up"]["replay_s"];
+    assert!(replay.is_number() || replay.is_null(), "{replay}");
+}
+
+#[test]
+fn stuck_consumer_quick() {
+    let r = run_quick("stuck-consumer", &[]);
+    let runs = r["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["name"], "fast consumers only");
+    assert_eq!(runs[1]["name"], "with stuck clients");
+    let s = &r["summary"];
+    for key in [
+        "fast_e2e_p99_ms_without",
+        "fast_e2e_p99_ms_with",
+        "fast_p99_with_over_without",
+        "fast_e2e_p50_ms_without",
+        "fast_e2e_p50_ms_with",
+        "publish_msgs_per_s_without",
+        "publish_msgs_per_s_with",
+        "publish_with_over_without",
+        "publish_p99_ms_without",
+        "publish_p99_ms_with",
+        "produced_mb_without",
+        "produced_mb_with",
+        "broker_rss_mib_max_without",
+        "broker_rss_mib_max_with",
+        "stuck_clients",
+        "stuck_requests_written",
+        "stuck_write_blocked",
+        "stuck_closed_by_broker",
+        "rss_limit_mib",
+        "backlog_mb",
+        "prefill_s",
+    ] {
+        number(s, key);
+    }
+    assert!(s["rss_limit_hit"].is_boolean());
+    assert_eq!(number(s, "stuck_clients"), 2.0);
+    assert!(number(s, "stuck_requests_written") > 0.0, "{s}");
+    assert!(number(s, "produced_mb_with") > 0.0, "{s}");
+    let stuck = runs[1]["extra"]["stuck"].as_array().unwrap();
+    assert_eq!(stuck.len(), 2);
+    for client in stuck {
+        number(client, "requests_written");
+        assert!(client["write_blocked"].is_boolean());
+    }
+    assert!(runs[1]["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["role"] == "fast"));
 }
 
 #[test]

@@ -8,7 +8,13 @@
 //!    through the delay proxy (`--delay-ms` each way, `--proxy-buffer-bytes` in flight
 //!    per direction, which carries less than the stream, so it falls behind for good),
 //!    plus, unless `--catch-up false`, a catch-up consumer that reads the topic from
-//!    offset 0 at full speed (a backlog of `--backlog-mb` is written before the runs).
+//!    offset 0 at full speed (a backlog of `--backlog-mb` MiB is written before the
+//!    runs).
+//!
+//! The backlog is cold when the catch-up consumer starts: after the prefill, and again
+//! just before run 2, every file under `--evict-dir` (and the data directory of a broker
+//! the scenario started) is written back and dropped from the page cache
+//! ([`crate::evict`]), so the catch-up consumer reads from the disk.
 //!
 //! The figure that matters: the fast consumers' end-to-end p99 in run 2 divided by run
 //! 1 (1.0 means the slow ones cost the others nothing), and the producer's rate in both.
@@ -20,7 +26,9 @@ use crate::{Ctx, Report};
 use clap::{ArgAction, Args};
 use headway_client::{ConsumerConfig, ProducerConfig, StartOffset};
 use serde_json::json;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Args, Debug, Clone)]
@@ -45,10 +53,16 @@ pub struct SlowConsumerArgs {
     /// Add a consumer that reads the topic from offset 0 at full speed.
     #[arg(long, default_value_t = true, action = ArgAction::Set)]
     pub catch_up: bool,
-    /// Backlog written before the runs for the catch-up consumer, in MB [default: 256;
+    /// Backlog written before the runs for the catch-up consumer, in MiB [default: 256;
     /// with --quick 4].
     #[arg(long)]
     pub backlog_mb: Option<u64>,
+    /// Directory holding the broker's data (repeatable): after the prefill and before
+    /// run 2, its files are written back and dropped from the page cache, so that the
+    /// catch-up consumer reads cold data. A broker started by the scenario has its data
+    /// directory added without asking.
+    #[arg(long)]
+    pub evict_dir: Vec<PathBuf>,
     /// Partitions of the topic.
     #[arg(long, default_value_t = 1)]
     pub partitions: i32,
@@ -65,10 +79,13 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
         .backlog_mb
         .unwrap_or(if ctx.common.quick { 4 } else { 256 });
     let backlog_messages = if args.catch_up {
-        backlog_mb * 1_000_000 / args.size.max(1) as u64
+        backlog_mb * 1024 * 1024 / args.size.max(1) as u64
     } else {
         0
     };
+    let mut evict_dirs = args.evict_dir.clone();
+    evict_dirs.extend(ctx.target.data_dir());
+    let evict = backlog_messages > 0 && !evict_dirs.is_empty();
     let prefill_s = if backlog_messages > 0 {
         let config = ProducerConfig {
             acks: 1,
@@ -78,8 +95,19 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
     } else {
         0.0
     };
+    let mut eviction_notes = Vec::new();
+    if evict {
+        // Writes the backlog back now, so that its write-back does not land in run 1.
+        let evicted = crate::evict::evict_dirs_async(evict_dirs.clone()).await?;
+        eprintln!(
+            "[slow-consumer] {}",
+            evicted.describe("evicted after the prefill")
+        );
+        eviction_notes.push(evicted.describe("after the prefill"));
+    }
+    // What is left of the budget, less a second for the eviction before run 2.
     let per_run = budget
-        .saturating_sub(Duration::from_secs_f64(prefill_s + 1.0))
+        .saturating_sub(ctx.started.elapsed() + Duration::from_secs(1))
         .div_f64(2.0)
         .max(Duration::from_secs(2));
     // The first seconds of each run settle (connections, the JIT of a JVM broker, the
@@ -104,22 +132,33 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
             "producer: {} msg/s of {} B, acks=all, {} partition(s); {} fast consumers; \
              slow consumer behind a proxy adding {} ms each way with {} KiB per direction; \
              catch-up consumer: {}; {:.1} s per run, the first {:.1} s of each left out of \
-             the percentiles (warm-up)",
+             the percentiles (warm-up); prefill {:.1} s",
             args.rate,
             args.size,
             args.partitions,
             args.fast,
             args.delay_ms,
             args.proxy_buffer_bytes / 1024,
-            if args.catch_up {
-                format!("from offset 0 over a {backlog_mb} MB backlog")
-            } else {
+            if !args.catch_up {
                 "none".into()
+            } else if evict {
+                format!(
+                    "from offset 0 over a {backlog_mb} MiB backlog, cold (dropped from the \
+                     page cache before run 2)"
+                )
+            } else {
+                format!(
+                    "from offset 0 over a {backlog_mb} MiB backlog, not evicted (no \
+                     --evict-dir): it may be read from the page cache"
+                )
             },
             per_run.as_secs_f64(),
-            warmup.as_secs_f64()
+            warmup.as_secs_f64(),
+            prefill_s
         )],
     );
+    let mut evicted_before_run = None;
+    let (mut caught_up_s, mut replayed) = (None, 0u64);
     let mut read_before = backlog_messages;
     for with_slow in [false, true] {
         let name = if with_slow {
@@ -127,6 +166,17 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
         } else {
             "fast consumers only"
         };
+        if with_slow && evict {
+            // Run 1 left the backlog where it was; this pass also writes back what run 1
+            // wrote, so the catch-up consumer starts on cold data.
+            let evicted = crate::evict::evict_dirs_async(evict_dirs.clone()).await?;
+            eprintln!(
+                "[slow-consumer] {}",
+                evicted.describe("evicted before run 2")
+            );
+            eviction_notes.push(evicted.describe("before run 2"));
+            evicted_before_run = Some(evicted);
+        }
         let mut consumers = Vec::new();
         for i in 0..args.fast {
             consumers.push(ConsumerSpec {
@@ -206,7 +256,19 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
                 round_robin: None,
             },
         )];
+        // When the catch-up consumer has read what was there as run 2 started: the time
+        // its cold replay took, which its average rate over the run hides.
+        let watcher = (with_slow && args.catch_up)
+            .then(|| tokio::spawn(caught_up(Arc::clone(&run), "catch-up", read_before)));
         let results = measure(&run, loads, consumers, per_run, None).await;
+        if let Some(watcher) = watcher {
+            caught_up_s = tokio::time::timeout(Duration::from_secs(1), watcher)
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .flatten();
+            replayed = read_before;
+        }
         let published = run.meter.published.load(Ordering::Relaxed);
         let results = results
             .into_iter()
@@ -238,8 +300,26 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
             .consumers
             .iter()
             .find(|c| c.role == role)
-            .map(|c| json!({"msgs_per_s": c.consume.msgs_per_s, "e2e_p99_ms": c.e2e_latency_ms.p99, "lag_end": c.lag_end}))
+            .map(|c| {
+                let read = c.consume.messages;
+                let available = read + c.lag_end.unwrap_or(0);
+                json!({
+                    "msgs_per_s": c.consume.msgs_per_s,
+                    "mb_per_s": c.consume.mb_per_s,
+                    "e2e_p99_ms": c.e2e_latency_ms.p99,
+                    "lag_end": c.lag_end,
+                    "messages": read,
+                    "read_fraction": if available > 0 { read as f64 / available as f64 } else { 0.0 },
+                    "replay_messages": replayed,
+                    "replay_s": caught_up_s,
+                    "replay_mb_per_s": caught_up_s
+                        .filter(|s| *s > 0.0)
+                        .map(|s| (replayed * args.size as u64) as f64 / 1e6 / s),
+                })
+            })
     };
+    let publish = |i: usize| report.runs[i].publish.msgs_per_s;
+    let evicted = evicted_before_run.unwrap_or_default();
     report.summary = json!({
         "fast_e2e_p99_ms_without": without,
         "fast_e2e_p99_ms_with": with,
@@ -248,13 +328,74 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
         "fast_e2e_p50_ms_with": report.runs[1].e2e_latency_ms.p50,
         "publish_msgs_per_s_without": report.runs[0].publish.msgs_per_s,
         "publish_msgs_per_s_with": report.runs[1].publish.msgs_per_s,
+        "publish_with_over_without": if publish(0) > 0.0 { publish(1) / publish(0) } else { 0.0 },
         "publish_p99_ms_without": report.runs[0].publish_latency_ms.p99,
         "publish_p99_ms_with": report.runs[1].publish_latency_ms.p99,
         "slow": role("slow"),
         "catch_up": role("catch-up"),
         "backlog_messages": backlog_messages,
+        "backlog_mb": if args.catch_up { backlog_mb } else { 0 },
         "prefill_s": prefill_s,
+        "evicted": evict,
+        "evicted_files": evicted.files,
+        "evicted_bytes": evicted.bytes,
     });
+    report.notes.extend(
+        eviction_notes
+            .into_iter()
+            .map(|n| format!("backlog eviction {n}")),
+    );
+    let catch_up = report.runs[1]
+        .consumers
+        .iter()
+        .find(|c| c.role == "catch-up")
+        .map_or(String::new(), |c| {
+            let read = c.consume.messages;
+            let available = read + c.lag_end.unwrap_or(0);
+            format!(
+                "; catch-up consumer {:.0} msg/s ({:.1} MB/s), read {read} of {available} \
+                 messages ({:.0}%), {}",
+                c.consume.msgs_per_s,
+                c.consume.mb_per_s,
+                100.0 * read as f64 / available.max(1) as f64,
+                match caught_up_s {
+                    Some(s) => format!(
+                        "replayed the {replayed} messages there at the start of run 2 in \
+                         {s:.1} s ({:.1} MB/s)",
+                        (replayed * args.size as u64) as f64 / 1e6 / s.max(1e-3)
+                    ),
+                    None => format!(
+                        "did not replay the {replayed} messages there at the start of run 2"
+                    ),
+                }
+            )
+        });
+    eprintln!(
+        "[slow-consumer] fast p99 {without:.2} ms without, {with:.2} ms with ({:.2}x); \
+         publish {:.3}x{catch_up}",
+        report.summary["fast_p99_with_over_without"]
+            .as_f64()
+            .unwrap_or(0.0),
+        report.summary["publish_with_over_without"]
+            .as_f64()
+            .unwrap_or(0.0),
+    );
     drop(proxy);
     ctx.finish(report)
+}
+
+/// Seconds from the run's start until consumer `name` has read `messages`; `None` if the
+/// run stops first.
+async fn caught_up(run: Arc<Run>, name: &'static str, messages: u64) -> Option<f64> {
+    loop {
+        if let Some(meter) = run.meter.find(name) {
+            if meter.messages.load(Ordering::Relaxed) >= messages {
+                return Some(run.origin.elapsed().as_secs_f64());
+            }
+        }
+        if run.stopped() {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
