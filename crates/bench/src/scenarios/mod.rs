@@ -7,6 +7,7 @@ pub mod credit;
 pub mod parallelism;
 pub mod slow_consumer;
 pub mod slow_lane;
+pub mod sync_scope;
 
 use crate::latency::Recorder;
 use crate::load::{consume, produce, ConsumerMeter, Load, Run, Work, DRAIN_MAX};
