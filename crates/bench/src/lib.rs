@@ -58,6 +58,8 @@ pub enum BenchCommand {
     Credit(scenarios::credit::CreditArgs),
     /// A spike drained by few heavy or many light consumers (seed 003).
     Parallelism(scenarios::parallelism::ParallelismArgs),
+    /// Group commit per partition or per broker: interference and scale (docs/sync.md).
+    SyncScope(scenarios::sync_scope::SyncScopeArgs),
     /// Run the delay proxy on its own (used for the NATS comparison).
     Proxy(ProxyArgs),
 }
@@ -231,6 +233,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 async fn run_command(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Proxy(p) => run_proxy(p).await,
+        BenchCommand::SyncScope(a) => scenarios::sync_scope::main(a).await.map(drop),
         BenchCommand::Acks(a) => {
             let ctx = Ctx::open(a.common.clone())?;
             scenarios::acks::run(&ctx, &a).await.map(drop)

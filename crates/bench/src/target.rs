@@ -30,6 +30,17 @@ impl Target {
         bin: &Path,
         data_parent: Option<&Path>,
     ) -> anyhow::Result<Target> {
+        Target::open_with(bootstrap, bin, data_parent, &[])
+    }
+
+    /// [`Target::open`], giving a started broker `serve_args` after its defaults
+    /// (e.g. `--sync-scope broker`).
+    pub fn open_with(
+        bootstrap: Option<&str>,
+        bin: &Path,
+        data_parent: Option<&Path>,
+        serve_args: &[String],
+    ) -> anyhow::Result<Target> {
         if let Some(bootstrap) = bootstrap {
             return Ok(Target {
                 bootstrap: bootstrap.to_string(),
@@ -51,6 +62,7 @@ impl Target {
         let mut child = Command::new(bin)
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir.path().join("data"))
+            .args(serve_args)
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
@@ -83,6 +95,14 @@ impl Target {
 
     pub fn data_dir(&self) -> Option<PathBuf> {
         self.broker.as_ref().map(|b| b.dir.path().join("data"))
+    }
+
+    /// Stops a started broker cleanly and returns what it logged (stderr), which ends
+    /// with its shutdown lines. `None` for a broker given with `--bootstrap`.
+    pub fn stop(mut self) -> Option<String> {
+        let mut broker = self.broker.take()?;
+        stop(&mut broker.child);
+        std::fs::read_to_string(broker.dir.path().join("broker.log")).ok()
     }
 
     /// The started broker's process id, for resident-memory readings.

@@ -72,6 +72,61 @@ impl Serialize for FlushPolicy {
     }
 }
 
+/// Which appends one group-commit round covers (with `flush = sync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncScope {
+    /// Each partition has its own flusher: its syncs run concurrently with other
+    /// partitions' and its acknowledgements wait only for its own files.
+    #[default]
+    Partition,
+    /// One flusher for the broker: each round takes the sync sets of every partition
+    /// written since the previous round, fdatasyncs them one after another, then
+    /// publishes every partition's new high watermark.
+    Broker,
+    /// Like `Broker`, but a round is one `syncfs(2)` of the data directory's
+    /// filesystem instead of one fdatasync per file.
+    Syncfs,
+}
+
+impl FromStr for SyncScope {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "partition" => Ok(SyncScope::Partition),
+            "broker" => Ok(SyncScope::Broker),
+            "syncfs" => Ok(SyncScope::Syncfs),
+            other => Err(format!(
+                "sync_scope must be partition, broker or syncfs, not {other:?}"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for SyncScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SyncScope::Partition => "partition",
+            SyncScope::Broker => "broker",
+            SyncScope::Syncfs => "syncfs",
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for SyncScope {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for SyncScope {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
 /// Defaults for topic settings (`[log]` in the TOML file).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -112,6 +167,9 @@ pub struct BrokerConfig {
     pub auto_create_topics: bool,
     pub default_partitions: i32,
     pub flush: FlushPolicy,
+    /// With `flush = sync`: whether group commit runs per partition or once for the
+    /// whole broker (`docs/sync.md`).
+    pub sync_scope: SyncScope,
     pub retention_check_interval_ms: u64,
     pub frame_bytes_max: usize,
     pub request_bytes_in_flight_max: usize,
@@ -159,6 +217,7 @@ impl Default for BrokerConfig {
             auto_create_topics: true,
             default_partitions: 1,
             flush: FlushPolicy::Sync,
+            sync_scope: SyncScope::Partition,
             retention_check_interval_ms: 300_000,
             frame_bytes_max: limits::FRAME_BYTES_MAX_DEFAULT,
             request_bytes_in_flight_max: limits::REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT,
@@ -376,6 +435,17 @@ mod tests {
         );
         assert!("interval:0".parse::<FlushPolicy>().is_err());
         assert!("always".parse::<FlushPolicy>().is_err());
+    }
+
+    #[test]
+    fn sync_scope_parses_its_three_values() {
+        for scope in [SyncScope::Partition, SyncScope::Broker, SyncScope::Syncfs] {
+            assert_eq!(scope.to_string().parse::<SyncScope>().unwrap(), scope);
+        }
+        assert!("topic".parse::<SyncScope>().is_err());
+        let config: BrokerConfig = toml::from_str("sync_scope = \"broker\"\n").unwrap();
+        assert_eq!(config.sync_scope, SyncScope::Broker);
+        assert_eq!(BrokerConfig::default().sync_scope, SyncScope::Partition);
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //!   partition's single writer: offsets are assigned there and nowhere else. A flusher
 //!   task per partition performs group commit: every append that happened while the
 //!   previous fsync ran shares the next one, and the high watermark (what consumers
-//!   may read and what acks wait for) advances only after the sync returns.
+//!   may read and what acks wait for) advances only after the sync returns. With
+//!   `sync_scope = broker` (or `syncfs`) one flusher does this for every partition
+//!   of the broker in shared rounds (`flusher`; `docs/sync.md` has the measurements).
 //! - [`producer_state`] remembers each idempotent producer's last batches per
 //!   partition, so retries are answered with their original offsets; [`producer_ids`]
 //!   hands out producer ids that stay unique across restarts.
@@ -19,6 +21,7 @@
 
 pub mod config;
 mod error;
+mod flusher;
 pub mod limits;
 mod partition;
 pub mod producer_ids;
@@ -27,8 +30,9 @@ pub mod read_pool;
 mod registry;
 mod topic;
 
-pub use config::{BrokerConfig, FlushPolicy, TopicConfig};
+pub use config::{BrokerConfig, FlushPolicy, SyncScope, TopicConfig};
 pub use error::BrokerError;
+pub use flusher::sync_counters;
 pub use headway_log::{BatchError, Offset};
 pub use partition::{Appended, Partition, PartitionIndex, ReadResult};
 pub use registry::Broker;

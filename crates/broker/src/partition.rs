@@ -6,7 +6,10 @@
 //! The caller then awaits [`Partition::wait_durable`]. With `flush = sync` the flusher
 //! task wakes, takes the log's [`headway_log::SyncSet`] (everything written so far),
 //! syncs it on a blocking thread without holding the mutex, and publishes the new high
-//! watermark; every append that arrived during one sync shares the next one.
+//! watermark; every append that arrived during one sync shares the next one. With
+//! `sync_scope = broker` or `syncfs` the append queues the partition on the broker's
+//! shared flusher instead (`crate::flusher`), which syncs every dirty partition in one
+//! round.
 //!
 //! Fetch path: [`Partition::read_via`] locates the segment and position under the mutex
 //! and reads with positional reads, bounded by the high watermark, so consumers only ever
@@ -14,6 +17,7 @@
 //! otherwise on the cold-read pool ([`crate::read_pool`]), one read per connection at a
 //! time.
 
+use crate::flusher::{count_round, SharedFlusher};
 use crate::producer_state::{is_idempotent, ProducerStates, SequenceCheck};
 use crate::read_pool::ReadVia;
 use crate::{BrokerError, FlushPolicy};
@@ -21,7 +25,7 @@ use bytes::Bytes;
 use headway_log::{batch, BatchHeader, Log, LogConfig, Offset, RecoveryReport};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use tokio::sync::{watch, Notify};
 
 /// A partition's number within its topic.
@@ -76,6 +80,12 @@ pub struct Partition {
     /// Wakes the flusher; `Notify` keeps one permit, so no wake-up is lost.
     dirty: Notify,
     closed: AtomicBool,
+    /// This partition, for queueing itself on a shared flusher.
+    me: Weak<Partition>,
+    /// Set when a broker-wide flusher syncs this partition instead of its own.
+    pub(crate) shared: OnceLock<Arc<SharedFlusher>>,
+    /// True while the partition waits in the shared flusher's queue.
+    pub(crate) queued: AtomicBool,
 }
 
 impl Partition {
@@ -98,7 +108,7 @@ impl Partition {
             high_watermark: report.log_end_offset,
             failed: false,
         });
-        let partition = Arc::new(Partition {
+        let partition = Arc::new_cyclic(|me| Partition {
             topic,
             index,
             flush,
@@ -108,6 +118,9 @@ impl Partition {
             durable,
             dirty: Notify::new(),
             closed: AtomicBool::new(false),
+            me: me.clone(),
+            shared: OnceLock::new(),
+            queued: AtomicBool::new(false),
         });
         Ok((partition, report))
     }
@@ -125,6 +138,39 @@ impl Partition {
         if self.flush != FlushPolicy::None {
             tokio::spawn(Arc::clone(self).run_flusher());
         }
+    }
+
+    /// Hands the partition's syncs to a broker-wide flusher (`flush = sync` only),
+    /// instead of [`Partition::start_flusher`].
+    pub(crate) fn join_shared_flusher(&self, flusher: &Arc<SharedFlusher>) {
+        if self.flush == FlushPolicy::Sync {
+            let _ = self.shared.set(Arc::clone(flusher));
+        }
+    }
+
+    /// Asks for a sync of what was just appended: wakes this partition's flusher, or
+    /// queues the partition on the shared one (once until its next round).
+    fn request_sync(&self) {
+        match self.shared.get() {
+            None => self.dirty.notify_one(),
+            Some(flusher) => {
+                if !self.queued.swap(true, Ordering::AcqRel) {
+                    if let Some(me) = self.me.upgrade() {
+                        flusher.enqueue(me);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The files to sync for everything appended so far, for the shared flusher;
+    /// `None` when nothing is unsynced or the partition is closed or failed.
+    pub(crate) fn take_sync_set(&self) -> Option<headway_log::SyncSet> {
+        if self.closed.load(Ordering::Acquire) || self.durable.borrow().failed {
+            return None;
+        }
+        let set = self.with_log(|log| Ok(log.sync_set())).ok()?;
+        (!set.is_empty()).then_some(set)
     }
 
     fn with_slot<T>(
@@ -197,7 +243,7 @@ impl Partition {
         let (base_offset, log_end_offset, written) = appended;
         if written {
             match self.flush {
-                FlushPolicy::Sync => self.dirty.notify_one(),
+                FlushPolicy::Sync => self.request_sync(),
                 FlushPolicy::Interval(_) | FlushPolicy::None => self.publish(log_end_offset),
             }
         }
@@ -258,7 +304,7 @@ impl Partition {
         }
     }
 
-    fn publish(&self, high_watermark: Offset) {
+    pub(crate) fn publish(&self, high_watermark: Offset) {
         self.durable.send_if_modified(|s| {
             let advance = high_watermark > s.high_watermark;
             if advance {
@@ -445,7 +491,13 @@ impl Partition {
                 continue;
             }
             let synced = set.log_end_offset;
-            match tokio::task::spawn_blocking(move || set.sync()).await {
+            let syncs = set.file_count();
+            let sync = move || {
+                let outcome = set.sync();
+                count_round(syncs);
+                outcome
+            };
+            match tokio::task::spawn_blocking(sync).await {
                 Ok(Ok(())) => self.publish(synced),
                 Ok(Err(e)) => return self.fail(&e.to_string()),
                 Err(e) => return self.fail(&e.to_string()),
@@ -455,7 +507,7 @@ impl Partition {
 
     /// An fsync failed. After a failed fsync the kernel may have dropped the dirty
     /// pages, so retrying could acknowledge data that is not on disk: stop instead.
-    fn fail(&self, error: &str) {
+    pub(crate) fn fail(&self, error: &str) {
         tracing::error!(topic = %self.topic, partition = self.index.0, %error,
             "fsync failed; the partition accepts no more writes");
         let _ = self.with_log(|log| {

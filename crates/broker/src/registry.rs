@@ -4,11 +4,13 @@
 //! Creations and deletions are serialized by an async mutex and do their disk work on
 //! blocking threads, so an admin request never blocks a connection's reader.
 
-use crate::config::{BrokerConfig, TopicConfig};
+use crate::config::{BrokerConfig, SyncScope, TopicConfig};
+use crate::flusher::SharedFlusher;
+use crate::partition::Partition;
 use crate::producer_ids::ProducerIds;
 use crate::read_pool::ReadPool;
 use crate::topic::{sync_dir, validate_topic_name, Topic};
-use crate::{limits, BrokerError};
+use crate::{limits, BrokerError, FlushPolicy};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -32,6 +34,8 @@ pub struct Broker {
     producer_ids: ProducerIds,
     /// Threads for reads that may wait for the disk (see [`crate::read_pool`]).
     read_pool: Arc<ReadPool>,
+    /// The broker-wide group commit, with `flush = sync` and a broker sync scope.
+    shared_flusher: Option<Arc<SharedFlusher>>,
     /// Held for the broker's lifetime: an exclusive lock on `<data_dir>/.lock`, so two
     /// brokers never write the same logs.
     _dir_lock: fs::File,
@@ -53,8 +57,14 @@ impl Broker {
                 .map_err(|e| BrokerError::Storage(format!("start-up task failed: {e}")))??
         };
         let broker = Arc::new(broker);
+        if let Some(flusher) = &broker.shared_flusher {
+            flusher.start();
+        }
         for topic in broker.topics() {
-            topic.partitions().iter().for_each(|p| p.start_flusher());
+            topic
+                .partitions()
+                .iter()
+                .for_each(|p| broker.start_flusher(p));
         }
         tokio::spawn(run_retention(Arc::downgrade(&broker)));
         Ok(broker)
@@ -75,6 +85,13 @@ impl Broker {
         })?;
         let cluster_id = load_cluster_id(&data_dir)?;
         let producer_ids = ProducerIds::open(&data_dir)?;
+        let shared_flusher = match (config.flush, config.sync_scope) {
+            (FlushPolicy::Sync, SyncScope::Broker | SyncScope::Syncfs) => Some(
+                SharedFlusher::new(config.sync_scope, &data_dir)
+                    .map_err(|e| storage("open", &data_dir, e))?,
+            ),
+            _ => None,
+        };
         let mut topics = HashMap::new();
         for entry in fs::read_dir(&topics_dir).map_err(|e| storage("list", &topics_dir, e))? {
             let entry = entry.map_err(|e| storage("list", &topics_dir, e))?;
@@ -106,8 +123,23 @@ impl Broker {
             closed: AtomicBool::new(false),
             producer_ids,
             read_pool,
+            shared_flusher,
             _dir_lock: dir_lock,
         })
+    }
+
+    /// Starts group commit for a new or loaded partition: its own flusher, or the
+    /// broker's shared one (`sync_scope`).
+    fn start_flusher(&self, partition: &Arc<Partition>) {
+        match &self.shared_flusher {
+            Some(flusher) => partition.join_shared_flusher(flusher),
+            None => partition.start_flusher(),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn shared_flusher(&self) -> Option<&Arc<SharedFlusher>> {
+        self.shared_flusher.as_ref()
     }
 
     pub fn config(&self) -> &BrokerConfig {
@@ -192,7 +224,10 @@ impl Broker {
         })
         .await
         .map_err(|e| BrokerError::Storage(format!("create task failed: {e}")))??;
-        topic.partitions().iter().for_each(|p| p.start_flusher());
+        topic
+            .partitions()
+            .iter()
+            .for_each(|p| self.start_flusher(p));
         self.topics
             .write()
             .expect("topics lock")
@@ -240,7 +275,7 @@ impl Broker {
             .await
             .map_err(|e| BrokerError::Storage(format!("create partitions task failed: {e}")))??;
         for p in &grown.partitions()[current as usize..] {
-            p.start_flusher();
+            self.start_flusher(p);
         }
         self.topics
             .write()
@@ -322,7 +357,24 @@ impl Broker {
             }
         })
         .await;
-        tracing::info!("all partitions closed");
+        if let Some(flusher) = &self.shared_flusher {
+            flusher.stop();
+        }
+        let (sync_rounds, syncs) = crate::sync_counters();
+        tracing::info!(
+            sync_scope = %self.config.sync_scope,
+            sync_rounds,
+            syncs,
+            "all partitions closed"
+        );
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(flusher) = &self.shared_flusher {
+            flusher.stop();
+        }
     }
 }
 

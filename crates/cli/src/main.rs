@@ -13,7 +13,7 @@ mod progress;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use headway_broker::{limits, Broker, BrokerConfig, FlushPolicy};
+use headway_broker::{limits, Broker, BrokerConfig, FlushPolicy, SyncScope};
 use headway_server::Server;
 use std::io::Write;
 use std::path::PathBuf;
@@ -70,6 +70,11 @@ struct ServeArgs {
     /// interval:<ms> (after the write; fsync every interval) or none [default: sync].
     #[arg(long, env = "HEADWAY_FLUSH")]
     flush: Option<FlushPolicy>,
+    /// With --flush sync: partition (each partition syncs on its own), broker (one
+    /// group commit for all partitions) or syncfs (one syncfs of the data directory's
+    /// filesystem per round); see docs/sync.md [default: partition].
+    #[arg(long, env = "HEADWAY_SYNC_SCOPE")]
+    sync_scope: Option<SyncScope>,
     /// How often retention deletes old segments, in ms [default: 300000].
     #[arg(long, env = "HEADWAY_RETENTION_CHECK_INTERVAL_MS")]
     retention_check_interval_ms: Option<u64>,
@@ -143,6 +148,7 @@ impl ServeArgs {
         set!(auto_create_topics = self.auto_create_topics);
         set!(default_partitions = self.default_partitions);
         set!(flush = self.flush);
+        set!(sync_scope = self.sync_scope);
         set!(retention_check_interval_ms = self.retention_check_interval_ms);
         set!(frame_bytes_max = self.frame_bytes_max);
         set!(group_initial_rebalance_delay_ms = self.group_initial_rebalance_delay_ms);
@@ -204,7 +210,8 @@ fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         .max_blocking_threads(limits::BLOCKING_THREADS_MAX)
         .build()?;
     runtime.block_on(async move {
-        tracing::info!(data_dir = %config.data_dir.display(), flush = %config.flush, "starting");
+        tracing::info!(data_dir = %config.data_dir.display(), flush = %config.flush,
+            sync_scope = %config.sync_scope, "starting");
         let broker = Broker::open(config)
             .await
             .context("opening the data directory")?;

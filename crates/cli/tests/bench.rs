@@ -223,3 +223,28 @@ fn parallelism_quick() {
         number(run, "e2e_p99_ms");
     }
 }
+
+#[test]
+fn sync_scope_quick() {
+    let r = run_quick("sync-scope", &[]);
+    // Two scopes: light alone and with the heavy writer, then 1 and 16 partitions.
+    assert_eq!(r["runs"].as_array().unwrap().len(), 8);
+    let interference = r["summary"]["interference"].as_array().unwrap();
+    assert_eq!(interference.len(), 4);
+    for case in interference {
+        assert!(["partition", "broker"].contains(&case["scope"].as_str().unwrap()));
+        number(case, "light_p50_ms");
+        number(case, "light_p99_ms");
+        number(case, "light_p999_ms");
+        // Each run's broker logged its sync counters at shutdown.
+        number(case, "syncs_per_s");
+    }
+    assert!(interference.iter().any(|c| c["heavy"] == true));
+    let scale = r["summary"]["scale"].as_array().unwrap();
+    assert_eq!(scale.len(), 4);
+    for case in scale {
+        number(case, "msgs_per_s");
+        number(case, "p99_ms");
+        number(case, "rounds_per_s");
+    }
+}

@@ -47,6 +47,15 @@ impl SyncSet {
         Ok(())
     }
 
+    /// Records that the set is durable because the caller synced the whole filesystem
+    /// holding its files (`syncfs(2)` returned success after the set was taken), so
+    /// that sealed segments are not synced again. Never call it after a failed sync.
+    pub fn synced_by_filesystem(&self) {
+        for durable in &self.sealed {
+            durable.store(true, Ordering::Release);
+        }
+    }
+
     /// Number of files in the set, the directory included.
     pub fn file_count(&self) -> usize {
         self.files.len() + usize::from(self.dir.is_some())

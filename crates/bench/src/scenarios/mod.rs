@@ -8,6 +8,7 @@ pub mod parallelism;
 pub mod slow_consumer;
 pub mod slow_lane;
 pub mod stuck_consumer;
+pub mod sync_scope;
 
 use crate::latency::Recorder;
 use crate::load::{consume, produce, ConsumerMeter, Load, Run, Work, DRAIN_MAX};

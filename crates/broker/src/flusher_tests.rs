@@ -1,0 +1,233 @@
+//! The broker-wide flusher (`sync_scope = broker` and `syncfs`). Every assertion is on
+//! state (high watermarks, failure flags, append results); waits have generous bounds
+//! and never decide an outcome by how long something took.
+
+use super::*;
+use crate::{Broker, BrokerConfig, BrokerError, FlushPolicy, PartitionIndex};
+use headway_log::LogConfig;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Generous: tests share two cores with builds.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// One valid v2 batch holding `records` records with `value` as each value.
+fn batch(records: usize, value: &[u8]) -> Vec<u8> {
+    fn varint(out: &mut Vec<u8>, v: i64) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        while z >= 0x80 {
+            out.push(z as u8 | 0x80);
+            z >>= 7;
+        }
+        out.push(z as u8);
+    }
+    let mut body = Vec::new();
+    for i in 0..records {
+        let mut r = vec![0u8]; // attributes
+        varint(&mut r, 0); // timestamp delta
+        varint(&mut r, i as i64); // offset delta
+        varint(&mut r, -1); // no key
+        varint(&mut r, value.len() as i64);
+        r.extend_from_slice(value);
+        varint(&mut r, 0); // no headers
+        varint(&mut body, r.len() as i64);
+        body.extend(r);
+    }
+    let now = crate::now_ms();
+    let mut out = Vec::new();
+    out.extend(0i64.to_be_bytes()); // base offset
+    out.extend(((49 + body.len()) as i32).to_be_bytes()); // batch length
+    out.extend(0i32.to_be_bytes()); // leader epoch
+    out.push(2); // magic
+    out.extend(0u32.to_be_bytes()); // crc, below
+    out.extend(0i16.to_be_bytes()); // attributes
+    out.extend(((records - 1) as i32).to_be_bytes());
+    out.extend(now.to_be_bytes());
+    out.extend(now.to_be_bytes());
+    out.extend((-1i64).to_be_bytes()); // producer id
+    out.extend((-1i16).to_be_bytes()); // producer epoch
+    out.extend((-1i32).to_be_bytes()); // base sequence
+    out.extend((records as i32).to_be_bytes());
+    out.extend(body);
+    let crc = crc32c::crc32c(&out[21..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
+const MAX: usize = 1 << 20;
+
+async fn durable(p: &Partition, offset: Offset) -> Result<(), BrokerError> {
+    tokio::time::timeout(DEADLINE, p.wait_durable(offset))
+        .await
+        .expect("the partition neither synced nor failed")
+}
+
+async fn broker(dir: &tempfile::TempDir, scope: SyncScope) -> Arc<Broker> {
+    Broker::open(BrokerConfig {
+        data_dir: dir.path().to_path_buf(),
+        sync_scope: scope,
+        ..BrokerConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_acknowledged_before_the_shared_round_syncs_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let flusher = SharedFlusher::new(SyncScope::Broker, dir.path()).unwrap();
+    let mut partitions = Vec::new();
+    for i in 0..3 {
+        let (p, _) = Partition::open(
+            dir.path().join(i.to_string()),
+            "t".into(),
+            PartitionIndex(i),
+            LogConfig::default(),
+            FlushPolicy::Sync,
+        )
+        .unwrap();
+        p.join_shared_flusher(&flusher);
+        partitions.push(p);
+    }
+    let mut ends = Vec::new();
+    for p in &partitions {
+        ends.push(p.append(&batch(5, b"v"), MAX).unwrap().log_end_offset);
+        // Written, queued once, not synced: the watermark (what acks wait for and
+        // consumers see) has not moved.
+        p.append(&batch(2, b"w"), MAX).unwrap();
+        assert!(p.queued.load(Ordering::Acquire));
+        assert_eq!(p.high_watermark(), Offset(0));
+    }
+    assert_eq!(flusher.queue.lock().unwrap().len(), 3);
+    flusher.start();
+    for p in &partitions {
+        durable(p, Offset(7)).await.unwrap();
+        assert_eq!(p.high_watermark(), Offset(7));
+        assert_eq!(p.high_watermark(), p.log_end_offset().unwrap());
+    }
+    assert!(ends.iter().all(|e| *e == Offset(5)));
+    flusher.stop();
+}
+
+async fn produce_to_many_partitions_is_acknowledged(scope: SyncScope) {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(&dir, scope).await;
+    assert!(broker.shared_flusher().is_some());
+    let topic = broker
+        .create_topic("many", Some(32), BTreeMap::new())
+        .await
+        .unwrap();
+    // Several rounds' worth: every partition written three times, acks awaited
+    // together, as one produce request with many partitions does.
+    for round in 1..=3i64 {
+        let waits = topic.partitions().iter().map(|p| {
+            let end = p.append(&batch(4, b"record"), MAX).unwrap().log_end_offset;
+            assert_eq!(end, Offset(4 * round));
+            async move { durable(p, end).await }
+        });
+        for outcome in futures::future::join_all(waits).await {
+            outcome.unwrap();
+        }
+    }
+    for p in topic.partitions() {
+        assert_eq!(p.high_watermark(), Offset(12));
+    }
+    let (rounds, syncs) = crate::sync_counters();
+    assert!(rounds >= 1 && syncs >= 1);
+    broker.shutdown().await;
+    // After a restart every acknowledged record is there.
+    drop(broker);
+    let broker = self::broker(&dir, scope).await;
+    let topic = broker.topic("many").unwrap();
+    for p in topic.partitions() {
+        assert_eq!(p.high_watermark(), Offset(12));
+    }
+    broker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_scope_acknowledges_a_produce_to_many_partitions() {
+    produce_to_many_partitions_is_acknowledged(SyncScope::Broker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn syncfs_scope_acknowledges_a_produce_to_many_partitions() {
+    produce_to_many_partitions_is_acknowledged(SyncScope::Syncfs).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_sync_poisons_its_partition_and_not_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(&dir, SyncScope::Broker).await;
+    let good = broker
+        .create_topic("good", Some(4), BTreeMap::new())
+        .await
+        .unwrap();
+    let bad = broker
+        .create_topic("bad", Some(1), BTreeMap::new())
+        .await
+        .unwrap();
+    broker.shared_flusher().unwrap().fail_syncs_of("bad");
+    let bad_p = &bad.partitions()[0];
+    let bad_end = bad_p
+        .append(&batch(3, b"lost"), MAX)
+        .unwrap()
+        .log_end_offset;
+    let mut good_ends = Vec::new();
+    for p in good.partitions() {
+        good_ends.push(p.append(&batch(3, b"kept"), MAX).unwrap().log_end_offset);
+    }
+    assert!(durable(bad_p, bad_end).await.is_err());
+    for (p, end) in good.partitions().iter().zip(&good_ends) {
+        durable(p, *end).await.unwrap();
+    }
+    // Poisoned: nothing above the synced offset was acknowledged, no retry, and no
+    // more writes.
+    assert_eq!(bad_p.high_watermark(), Offset(0));
+    assert!(bad_p.watch().borrow().failed);
+    assert!(bad_p.append(&batch(1, b"more"), MAX).is_err());
+    // The others keep acknowledging in later rounds.
+    for p in good.partitions() {
+        let end = p.append(&batch(2, b"again"), MAX).unwrap().log_end_offset;
+        durable(p, end).await.unwrap();
+        assert_eq!(p.high_watermark(), Offset(5));
+        assert!(!p.watch().borrow().failed);
+    }
+    broker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_scope_keeps_one_flusher_per_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(&dir, SyncScope::Partition).await;
+    assert!(broker.shared_flusher().is_none());
+    let topic = broker
+        .create_topic("own", Some(3), BTreeMap::new())
+        .await
+        .unwrap();
+    for p in topic.partitions() {
+        let end = p.append(&batch(2, b"x"), MAX).unwrap().log_end_offset;
+        durable(p, end).await.unwrap();
+        assert!(p.shared.get().is_none());
+        assert!(!p.queued.load(Ordering::Acquire));
+    }
+    broker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_added_later_join_the_shared_flusher() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(&dir, SyncScope::Broker).await;
+    broker
+        .create_topic("grow", Some(1), BTreeMap::new())
+        .await
+        .unwrap();
+    broker.add_partitions("grow", 3, false).await.unwrap();
+    let topic = broker.topic("grow").unwrap();
+    for p in topic.partitions() {
+        assert!(p.shared.get().is_some());
+        let end = p.append(&batch(1, b"y"), MAX).unwrap().log_end_offset;
+        durable(p, end).await.unwrap();
+    }
+    broker.shutdown().await;
+}
