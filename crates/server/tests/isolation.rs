@@ -5,10 +5,8 @@
 
 mod common;
 
-use bytes::{BufMut, Bytes, BytesMut};
 use common::*;
 use headway_protocol::kafka_protocol::messages::*;
-use headway_protocol::kafka_protocol::protocol::{Encodable, Request, StrBytes};
 use headway_server::stats::{ConnectionSnapshot, StatsSnapshot};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -57,41 +55,7 @@ async fn produce(client: &mut Client, batches: usize) {
 
 /// A Fetch of every partition from offset 0, asking for 50 MiB.
 fn greedy_fetch() -> FetchRequest {
-    FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(500)
-        .with_min_bytes(1)
-        .with_max_bytes(50 << 20)
-        .with_session_epoch(-1)
-        .with_topics(vec![fetch_request::FetchTopic::default()
-            .with_topic(topic_name(TOPIC))
-            .with_partitions(
-                (0..PARTITIONS)
-                    .map(|p| {
-                        fetch_request::FetchPartition::default()
-                            .with_partition(p)
-                            .with_fetch_offset(0)
-                            .with_partition_max_bytes(50 << 20)
-                    })
-                    .collect(),
-            )])
-}
-
-fn frame<R: Request + Encodable>(version: i16, correlation_id: i32, request: &R) -> Bytes {
-    let header = RequestHeader::default()
-        .with_request_api_key(R::KEY)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str("stuck")));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, R::header_version(version))
-        .unwrap();
-    request.encode(&mut body, version).unwrap();
-    let mut frame = BytesMut::new();
-    frame.put_i32(body.len() as i32);
-    frame.extend_from_slice(&body);
-    frame.freeze()
+    fetch_every_partition(TOPIC, PARTITIONS, 500, 1, 50 << 20, 50 << 20)
 }
 
 /// `GET /metrics` over a plain TCP connection; the body of a 200 answer.
@@ -132,7 +96,7 @@ async fn a_client_that_never_reads_holds_at_most_its_outbound_budget() {
     let sender = tokio::spawn(async move {
         for id in 1..=100_000 {
             if stuck_write
-                .write_all(&frame(11, id, &greedy_fetch()))
+                .write_all(&request_frame(11, id, &greedy_fetch()))
                 .await
                 .is_err()
             {

@@ -51,24 +51,7 @@ fn produce_all(topic: &str, values: &[&str]) -> ProduceRequest {
 
 /// Every partition's high watermark, from one fetch at offset 0 that does not wait.
 async fn high_watermarks(client: &mut Client, topic: &str) -> Vec<i64> {
-    let request = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_min_bytes(0)
-        .with_max_bytes(1 << 20)
-        .with_session_epoch(-1)
-        .with_topics(vec![fetch_request::FetchTopic::default()
-            .with_topic(topic_name(topic))
-            .with_partitions(
-                (0..PARTITIONS)
-                    .map(|p| {
-                        fetch_request::FetchPartition::default()
-                            .with_partition(p)
-                            .with_fetch_offset(0)
-                            .with_partition_max_bytes(1024)
-                    })
-                    .collect(),
-            )]);
+    let request = fetch_every_partition(topic, PARTITIONS, 0, 0, 1 << 20, 1024);
     let response = client.call(12, &request).await;
     let mut marks: Vec<(i32, i64)> = response.responses[0]
         .partitions

@@ -29,6 +29,32 @@ pub struct ConsumerSpec {
     pub work: Work,
 }
 
+/// `count` measured consumers, role `fast`, reading `topic` from its end.
+pub async fn fast_consumers(
+    bootstrap: &str,
+    topic: &str,
+    count: usize,
+) -> anyhow::Result<Vec<ConsumerSpec>> {
+    let mut consumers = Vec::with_capacity(count);
+    for i in 0..count {
+        consumers.push(ConsumerSpec {
+            name: format!("fast-{i}"),
+            role: "fast",
+            measured: true,
+            consumer: crate::load::consumer(
+                bootstrap,
+                topic,
+                None,
+                headway_client::StartOffset::Latest,
+                headway_client::ConsumerConfig::default(),
+            )
+            .await?,
+            work: Work::default(),
+        });
+    }
+    Ok(consumers)
+}
+
 /// Runs the load until `deadline` (or until the measured consumers have read `done_at`
 /// messages), drains, and returns each consumer's meter and recorder, in order.
 pub async fn measure(

@@ -19,7 +19,7 @@
 //! The figure that matters: the fast consumers' end-to-end p99 in run 2 divided by run
 //! 1 (1.0 means the slow ones cost the others nothing), and the producer's rate in both.
 
-use super::{measure, ConsumerSpec};
+use super::{fast_consumers, measure, ConsumerSpec};
 use crate::load::{self, Load, Reading, Run, Work};
 use crate::proxy::{Proxy, ProxyConfig};
 use crate::{Ctx, Report};
@@ -177,23 +177,7 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
             eviction_notes.push(evicted.describe("before run 2"));
             evicted_before_run = Some(evicted);
         }
-        let mut consumers = Vec::new();
-        for i in 0..args.fast {
-            consumers.push(ConsumerSpec {
-                name: format!("fast-{i}"),
-                role: "fast",
-                measured: true,
-                consumer: load::consumer(
-                    ctx.bootstrap(),
-                    &topic,
-                    None,
-                    StartOffset::Latest,
-                    ConsumerConfig::default(),
-                )
-                .await?,
-                work: Work::default(),
-            });
-        }
+        let mut consumers = fast_consumers(ctx.bootstrap(), &topic, args.fast).await?;
         if with_slow {
             consumers.push(ConsumerSpec {
                 name: "slow".into(),

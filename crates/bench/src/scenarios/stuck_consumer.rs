@@ -20,12 +20,12 @@
 //! The figures that matter: the fast consumers' end-to-end p99 with over without, the
 //! producer's rate with over without, and the broker's peak resident memory in run 2.
 
-use super::{measure, without_lag, ConsumerSpec};
-use crate::load::{self, Load, Reading, Run, Work};
+use super::{fast_consumers, measure, without_lag};
+use crate::load::{self, Load, Reading, Run};
 use crate::{Ctx, Report};
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Args;
-use headway_client::{ConsumerConfig, ProducerConfig, StartOffset};
+use headway_client::ProducerConfig;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, RequestHeader, TopicName};
 use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
@@ -170,23 +170,7 @@ pub async fn run(ctx: &Ctx, args: &StuckConsumerArgs) -> anyhow::Result<Report> 
         } else {
             "fast consumers only"
         };
-        let mut consumers = Vec::new();
-        for i in 0..args.fast {
-            consumers.push(ConsumerSpec {
-                name: format!("fast-{i}"),
-                role: "fast",
-                measured: true,
-                consumer: load::consumer(
-                    ctx.bootstrap(),
-                    &topic,
-                    None,
-                    StartOffset::Latest,
-                    ConsumerConfig::default(),
-                )
-                .await?,
-                work: Work::default(),
-            });
-        }
+        let consumers = fast_consumers(ctx.bootstrap(), &topic, args.fast).await?;
         let mut sockets = Vec::new();
         if with_stuck {
             for i in 0..args.stuck {

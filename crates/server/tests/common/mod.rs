@@ -113,20 +113,8 @@ impl Client {
     pub async fn send<R: Request>(&mut self, version: i16, request: &R) -> i32 {
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("wire-test")));
-        let mut body = BytesMut::new();
-        header
-            .encode(&mut body, R::header_version(version))
-            .unwrap();
-        request.encode(&mut body, version).unwrap();
-        let mut frame = BytesMut::new();
-        frame.put_i32(body.len() as i32);
-        frame.extend_from_slice(&body);
-        self.send_raw(&frame).await;
+        self.send_raw(&request_frame(version, correlation_id, request))
+            .await;
         correlation_id
     }
 
@@ -183,6 +171,53 @@ impl Client {
     pub async fn closed(&mut self) -> bool {
         self.recv_frame().await.is_none()
     }
+}
+
+/// A whole request frame: size, header (client id `wire-test`) and body.
+pub fn request_frame<R: Request>(version: i16, correlation_id: i32, request: &R) -> Bytes {
+    let header = RequestHeader::default()
+        .with_request_api_key(R::KEY)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("wire-test")));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, R::header_version(version))
+        .unwrap();
+    request.encode(&mut body, version).unwrap();
+    let mut frame = BytesMut::new();
+    frame.put_i32(body.len() as i32);
+    frame.extend_from_slice(&body);
+    frame.freeze()
+}
+
+/// A Fetch of partitions `0..partitions` of `topic`, each from offset 0.
+pub fn fetch_every_partition(
+    topic: &str,
+    partitions: i32,
+    max_wait_ms: i32,
+    min_bytes: i32,
+    max_bytes: i32,
+    partition_max_bytes: i32,
+) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(min_bytes)
+        .with_max_bytes(max_bytes)
+        .with_session_epoch(-1)
+        .with_topics(vec![fetch_request::FetchTopic::default()
+            .with_topic(topic_name(topic))
+            .with_partitions(
+                (0..partitions)
+                    .map(|p| {
+                        fetch_request::FetchPartition::default()
+                            .with_partition(p)
+                            .with_fetch_offset(0)
+                            .with_partition_max_bytes(partition_max_bytes)
+                    })
+                    .collect(),
+            )])
 }
 
 pub fn topic_name(name: &str) -> TopicName {
