@@ -18,9 +18,11 @@
 //!   [`REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX`] handled requests, each holding its parsed
 //!   request (for a fetch, about 50 bytes per partition named); at most
 //!   `connections_max` connections;
-//! - per partition: the offset and time indexes of its segments (24 bytes per
-//!   `index_interval_bytes` of log, about 6 MiB per GiB at the default 4 KiB) and at
-//!   most [`PRODUCERS_PER_PARTITION_MAX`] idempotent producers (about 150 bytes each);
+//! - per partition: the offset and time indexes of its segments in memory (at most 24
+//!   bytes per `index_interval_bytes` of the active segment, about 6 MiB per GiB at the
+//!   default 4 KiB; a sealed segment keeps one entry in 16, about 384 KiB per GiB) and
+//!   at most [`PRODUCERS_PER_PARTITION_MAX`] idempotent producers (about 150 bytes
+//!   each);
 //! - per group: its members' metadata and assignments, with at most
 //!   `members_per_group_max` members and `groups_max` groups.
 //!

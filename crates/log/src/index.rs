@@ -136,9 +136,26 @@ impl OffsetIndex {
     }
 
     /// Drops the entries at or past `log_bytes` (after the log was truncated there).
+    /// Keeps every `keep_every`-th entry (the first always) and frees the rest: a
+    /// sealed segment's lookups land up to `keep_every` intervals earlier and the read
+    /// walks forward from there.
+    pub fn thin(&mut self, keep_every: usize) {
+        self.entries = thinned(&self.entries, keep_every);
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     pub fn truncate_to_log_bytes(&mut self, log_bytes: u64) {
         self.entries.retain(|e| u64::from(e.position) < log_bytes);
     }
+}
+
+/// Every `keep_every`-th of `entries`, starting with the first, in a right-sized vector.
+pub(crate) fn thinned<T: Copy>(entries: &[T], keep_every: usize) -> Vec<T> {
+    entries.iter().step_by(keep_every.max(1)).copied().collect()
 }
 
 pub(crate) fn encode_entries(entries: &[IndexEntry]) -> Vec<u8> {

@@ -75,13 +75,21 @@ impl Log {
         let config = config.clamped();
         let recovered = recovery::recover(dir, &config, now_ms)?;
         let report = recovered.report;
+        let mut segments = recovered.segments;
+        // Every segment but the last (the active one) is sealed: recovery is done with
+        // their full indexes, so keep only what lookups need.
+        let active = segments.keys().next_back().copied();
+        segments
+            .iter_mut()
+            .filter(|(base, _)| Some(**base) != active)
+            .for_each(|(_, segment)| segment.thin_indexes());
         tracing::debug!(dir = %dir.display(), ?report, "log opened");
         let log = Log {
             dir: dir.to_path_buf(),
             dir_file: recovered.dir_file,
             config,
-            size_bytes: recovered.segments.values().map(Segment::size_bytes).sum(),
-            segments: recovered.segments,
+            size_bytes: segments.values().map(Segment::size_bytes).sum(),
+            segments,
             log_end_offset: report.log_end_offset.value(),
             pending: Pending::default(),
             last_sealed: None,

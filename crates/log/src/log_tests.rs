@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::batch::BatchIter;
+use crate::config::SEALED_INDEX_THINNING;
 use crate::testutil::{batch, seed, Rng};
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -755,13 +756,28 @@ fn missing_indexes_are_rebuilt() {
         );
         assert_eq!(read_all(&log, 0), batches.concat());
         assert_eq!(log.offset_for_timestamp(NOW_MS + 155).unwrap(), lookup);
-        for ((base, index, time_index), segment) in indexes.iter().zip(log.segments.values()) {
+        let last = indexes.len() - 1;
+        for (i, ((base, index, time_index), segment)) in
+            indexes.iter().zip(log.segments.values()).enumerate()
+        {
             assert_eq!(&segment.offset_index_bytes(), index, "segment {base}");
             assert_eq!(&segment.time_index_bytes(), time_index, "segment {base}");
-            assert_eq!(
-                &std::fs::read(segment_path(&dir, *base, suffix)).unwrap(),
-                if suffix == "index" { index } else { time_index }
-            );
+            // The rebuilt file holds every entry; a sealed segment keeps every 16th in
+            // memory.
+            let (entry_bytes, in_memory) = match suffix {
+                "index" => (8, index),
+                _ => (12, time_index),
+            };
+            let file = std::fs::read(segment_path(&dir, *base, suffix)).unwrap();
+            let keep_every = if i == last { 1 } else { SEALED_INDEX_THINNING };
+            let thinned: Vec<u8> = file
+                .chunks(entry_bytes)
+                .step_by(keep_every)
+                .flatten()
+                .copied()
+                .collect();
+            assert_eq!(&thinned, in_memory, "segment {base}");
+            assert!(file.len() >= in_memory.len());
         }
     }
 }
@@ -1264,4 +1280,59 @@ fn cached_reads_return_what_blocking_reads_return_or_give_up() {
     if let Some(cold) = cold {
         assert_eq!(cold, blocking);
     }
+}
+
+#[test]
+fn sealed_segments_keep_a_sixteenth_of_their_index_in_memory_and_read_the_same() {
+    let dir = TempDir::new().unwrap();
+    let config = LogConfig {
+        segment_bytes_max: 32 * 1024,
+        index_interval_bytes: 256,
+        ..config()
+    };
+    let (mut log, _) = open(&dir, config.clone());
+    let batches: Vec<Vec<u8>> = (0..400)
+        .map(|i| append_one(&mut log, 3, 100, NOW_MS + i))
+        .collect();
+    let check = |log: &Log| {
+        let segments: Vec<_> = log.segments.values().collect();
+        assert!(segments.len() >= 4, "{} segments", segments.len());
+        for (i, segment) in segments.iter().enumerate() {
+            let (offsets, times) = segment.index_entries();
+            let on_disk = |suffix| {
+                std::fs::read(segment_path(&dir, segment.base_offset(), suffix))
+                    .unwrap()
+                    .len()
+            };
+            let (full_offsets, full_times) = (on_disk("index") / 8, on_disk("timeindex") / 12);
+            if i + 1 < segments.len() {
+                assert_eq!(offsets, full_offsets.div_ceil(SEALED_INDEX_THINNING));
+                assert_eq!(times, full_times.div_ceil(SEALED_INDEX_THINNING));
+                assert!(full_offsets > 2 * SEALED_INDEX_THINNING, "{full_offsets}");
+            } else {
+                assert_eq!(
+                    offsets, full_offsets,
+                    "the active segment keeps every entry"
+                );
+            }
+        }
+        // Every offset reads back its own batch, and the whole log byte for byte.
+        for offset in 0..log.log_end_offset().value() {
+            let bytes = log
+                .locate(Offset(offset))
+                .unwrap()
+                .read(1, Offset(i64::MAX))
+                .unwrap();
+            assert_eq!(bytes, batches[offset as usize / 3], "offset {offset}");
+        }
+        assert_eq!(read_all(log, 0), batches.concat());
+        for i in [0, 1, 57, 200, 399] {
+            let (offset, _) = log.offset_for_timestamp(NOW_MS + i).unwrap().unwrap();
+            assert_eq!(offset.value(), 3 * i, "timestamp +{i}");
+        }
+    };
+    check(&log);
+    log.close().unwrap();
+    let (log, _) = open(&dir, config);
+    check(&log);
 }

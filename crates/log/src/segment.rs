@@ -14,7 +14,7 @@ mod load;
 pub(crate) use load::LoadOptions;
 
 use crate::batch::BatchHeader;
-use crate::config::SHORT_WALK_CHUNK_BYTES;
+use crate::config::{SEALED_INDEX_THINNING, SHORT_WALK_CHUNK_BYTES};
 use crate::index::{self, OffsetIndex};
 use crate::indexing::{BatchPlace, IndexCursor, NewEntries};
 use crate::scan::{self, WalkOptions};
@@ -71,6 +71,8 @@ pub(crate) struct Segment {
     end_offset: i64,
     offset_index: OffsetIndex,
     time_index: TimeIndex,
+    /// The in-memory indexes keep only every `SEALED_INDEX_THINNING`-th entry.
+    thinned: bool,
     cursor: IndexCursor,
     /// When the segment got its first batch (or was loaded, for a non-empty
     /// segment found at open): the start of its age for `segment_ms_max`.
@@ -135,6 +137,7 @@ impl Segment {
             end_offset: base_offset,
             offset_index: OffsetIndex::default(),
             time_index: TimeIndex::default(),
+            thinned: false,
             cursor: IndexCursor::new(),
             created_ms: None,
             writers: None,
@@ -283,11 +286,22 @@ impl Segment {
             write_to(&writers.time_index, &entry.encode(), &self.paths.time_index)?;
             self.time_index.push(entry);
         }
+        self.thin_indexes();
         Ok(SealedFiles::new(vec![
             self.log_file.clone(),
             writers.index,
             writers.time_index,
         ]))
+    }
+
+    /// Frees most of a sealed segment's in-memory index entries (see
+    /// `SEALED_INDEX_THINNING`); the index files keep every entry.
+    pub fn thin_indexes(&mut self) {
+        if !self.thinned {
+            self.offset_index.thin(SEALED_INDEX_THINNING);
+            self.time_index.thin(SEALED_INDEX_THINNING);
+            self.thinned = true;
+        }
     }
 
     /// Syncs the `.log` and both index files (at open after a crash, and at close).
@@ -313,12 +327,17 @@ impl Segment {
                 .offset_index
                 .position_for(relative(self.base_offset, o).unwrap_or(u32::MAX)),
         };
+        // The read's first buffer covers the distance from the index entry it starts at.
+        let interval = match self.thinned {
+            true => index_interval_bytes.saturating_mul(SEALED_INDEX_THINNING as u32),
+            false => index_interval_bytes,
+        };
         ReadSlice::new(
             self.log_file.clone(),
             start_position,
             self.size_bytes,
             offset,
-            index_interval_bytes,
+            interval,
         )
     }
 
@@ -366,6 +385,11 @@ impl Segment {
 
 #[cfg(test)]
 impl Segment {
+    /// Entries of the in-memory offset and time indexes.
+    pub fn index_entries(&self) -> (usize, usize) {
+        (self.offset_index.len(), self.time_index.len())
+    }
+
     pub fn offset_index_bytes(&self) -> Vec<u8> {
         self.offset_index.encode()
     }

@@ -126,6 +126,17 @@ impl TimeIndex {
         after.checked_sub(1).map(|i| self.entries[i])
     }
 
+    /// Keeps every `keep_every`-th entry (see [`crate::index::OffsetIndex::thin`]):
+    /// lookups land earlier and the walk after them is longer, never wrong.
+    pub fn thin(&mut self, keep_every: usize) {
+        self.entries = crate::index::thinned(&self.entries, keep_every);
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     /// Drops the entries at or past `end_relative_offset` (after a truncation).
     pub fn truncate_to_end(&mut self, end_relative_offset: i64) {
         self.entries
