@@ -6,7 +6,9 @@
 //! queues a read and keeps it until the read is done. With one permit per connection
 //! (the default), a connection has at most one read queued or running, so the queue,
 //! which is first in first out, serves waiting connections in turn: a catch-up reader
-//! that wants the disk for minutes gets one read at a time, like everybody else.
+//! that wants the disk for minutes gets one read at a time, like everybody else. The
+//! same permit bounds the queue: it never holds more reads than there are connections
+//! (`connections_max`); its depth is the `headway_read_queue` metric.
 //!
 //! Reads of the tail (a consumer less than `read_tail_bytes` behind the log's end) do
 //! not come here when their data is in the page cache, which it nearly always is:
