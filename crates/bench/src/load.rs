@@ -403,6 +403,17 @@ pub async fn producers(
     futures::future::try_join_all(connects).await
 }
 
+/// One producer for a stream at a set rate, as the latency scenarios use it:
+/// acks=all and a linger of 1 ms, the client's defaults otherwise.
+pub async fn stream_producer(bootstrap: &str) -> anyhow::Result<Arc<Producer>> {
+    let config = ProducerConfig {
+        acks: -1,
+        linger: Duration::from_millis(1),
+        ..ProducerConfig::default()
+    };
+    Ok(producers(bootstrap, 1, &config).await?.remove(0))
+}
+
 /// Sends until the run's producers are stopped (or `count_max`), then flushes and waits
 /// for every acknowledgement. Each acknowledgement is recorded as publish latency.
 pub async fn produce(producer: Arc<Producer>, load: Load, run: Arc<Run>) {

@@ -78,13 +78,13 @@ impl ConnectionBudget {
     /// Reserves up to `want` bytes (at least [`limits::OUTBOUND_BYTES_MIN`], at most the
     /// connection's budget); fewer when the broker-wide budget is short. Waits only
     /// while the connection's own earlier responses, or the minimum broker-wide, are
-    /// not available. `None` once the budgets are closed (never, today).
-    pub async fn reserve(&self, want: usize) -> Option<Reservation> {
+    /// not available.
+    pub async fn reserve(&self, want: usize) -> Reservation {
         let want = want.clamp(limits::OUTBOUND_BYTES_MIN, self.max);
         let mut connection = Arc::clone(&self.bytes)
             .acquire_many_owned(permits(want))
             .await
-            .ok()?;
+            .expect(NEVER_CLOSED);
         let shared = &self.broker.bytes;
         let take = want.min(shared.available_permits().max(limits::OUTBOUND_BYTES_MIN));
         let broker = match Arc::clone(shared).try_acquire_many_owned(permits(take)) {
@@ -92,13 +92,13 @@ impl ConnectionBudget {
             Err(_) => Arc::clone(shared)
                 .acquire_many_owned(permits(limits::OUTBOUND_BYTES_MIN))
                 .await
-                .ok()?,
+                .expect(NEVER_CLOSED),
         };
         let got = broker.num_permits();
         if got < want {
             drop(connection.split(want - got));
         }
-        Some(Reservation { connection, broker })
+        Reservation { connection, broker }
     }
 }
 
@@ -118,6 +118,8 @@ impl Reservation {
     }
 }
 
+const NEVER_CLOSED: &str = "outbound budgets are never closed";
+
 fn permits(bytes: usize) -> u32 {
     u32::try_from(bytes).unwrap_or(u32::MAX)
 }
@@ -132,7 +134,7 @@ mod tests {
     async fn a_reservation_is_capped_by_the_connection_and_released_on_drop() {
         let broker = OutboundBudget::new(100 * MIN);
         let conn = ConnectionBudget::new(10 * MIN, Arc::clone(&broker));
-        let mut r = conn.reserve(50 * MIN).await.unwrap();
+        let mut r = conn.reserve(50 * MIN).await;
         assert_eq!(r.bytes(), 10 * MIN);
         assert_eq!((conn.held(), broker.held()), (10 * MIN, 10 * MIN));
         r.shrink_to(3 * MIN);
@@ -141,7 +143,7 @@ mod tests {
         assert_eq!(r.bytes(), 3 * MIN, "shrinking never grows");
         drop(r);
         assert_eq!((conn.held(), broker.held()), (0, 0));
-        let small = conn.reserve(1).await.unwrap();
+        let small = conn.reserve(1).await;
         assert_eq!(small.bytes(), MIN, "at least the minimum");
     }
 
@@ -150,8 +152,8 @@ mod tests {
         let broker = OutboundBudget::new(12 * MIN);
         let a = ConnectionBudget::new(10 * MIN, Arc::clone(&broker));
         let b = ConnectionBudget::new(10 * MIN, Arc::clone(&broker));
-        let held_by_a = a.reserve(10 * MIN).await.unwrap();
-        let got_by_b = b.reserve(10 * MIN).await.unwrap();
+        let held_by_a = a.reserve(10 * MIN).await;
+        let got_by_b = b.reserve(10 * MIN).await;
         assert_eq!(got_by_b.bytes(), 2 * MIN);
         assert_eq!(b.held(), 2 * MIN, "the connection keeps only what it got");
         assert_eq!(broker.held(), 12 * MIN);
@@ -162,7 +164,7 @@ mod tests {
             "no bytes left, so it waits"
         );
         drop(held_by_a);
-        let got_by_c = c.reserve(10 * MIN).await.unwrap();
+        let got_by_c = c.reserve(10 * MIN).await;
         assert_eq!(got_by_c.bytes(), 10 * MIN);
         drop((got_by_b, got_by_c));
         assert_eq!(broker.held(), 0);

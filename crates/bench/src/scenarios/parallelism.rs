@@ -20,7 +20,7 @@ use super::{measure, without_lag, ConsumerSpec};
 use crate::load::{self, Load, Reading, Run, Work};
 use crate::{Ctx, Report};
 use clap::Args;
-use headway_client::{ConsumerConfig, ProducerConfig, StartOffset};
+use headway_client::{ConsumerConfig, StartOffset};
 use serde_json::json;
 use std::time::Duration;
 
@@ -116,17 +116,7 @@ pub async fn run(ctx: &Ctx, args: &ParallelismArgs) -> anyhow::Result<Report> {
                 work,
             });
         }
-        let producer = load::producers(
-            ctx.bootstrap(),
-            1,
-            &ProducerConfig {
-                acks: -1,
-                linger: Duration::from_millis(1),
-                ..ProducerConfig::default()
-            },
-        )
-        .await?
-        .remove(0);
+        let producer = load::stream_producer(ctx.bootstrap()).await?;
         let load = Load {
             topic,
             size: args.size,

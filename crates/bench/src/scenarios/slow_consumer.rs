@@ -210,17 +210,7 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
                 });
             }
         }
-        let producer = load::producers(
-            ctx.bootstrap(),
-            1,
-            &ProducerConfig {
-                acks: -1,
-                linger: Duration::from_millis(1),
-                ..ProducerConfig::default()
-            },
-        )
-        .await?
-        .remove(0);
+        let producer = load::stream_producer(ctx.bootstrap()).await?;
         // Created once every consumer is connected, so that the run's clock and rates
         // start with the load.
         let run = Run::new(

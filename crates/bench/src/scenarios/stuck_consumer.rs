@@ -177,17 +177,7 @@ pub async fn run(ctx: &Ctx, args: &StuckConsumerArgs) -> anyhow::Result<Report> 
                 sockets.push((format!("stuck-{i}"), connect_stuck(ctx.bootstrap()).await?));
             }
         }
-        let producer = load::producers(
-            ctx.bootstrap(),
-            1,
-            &ProducerConfig {
-                acks: -1,
-                linger: Duration::from_millis(1),
-                ..ProducerConfig::default()
-            },
-        )
-        .await?
-        .remove(0);
+        let producer = load::stream_producer(ctx.bootstrap()).await?;
         let run = Run::new("stuck-consumer", name, Reading::Each, pid, warmup);
         let mut stuck: Vec<(Arc<StuckStats>, JoinHandle<()>)> = sockets
             .into_iter()

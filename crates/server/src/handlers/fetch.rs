@@ -145,13 +145,11 @@ async fn long_poll(
             w.borrow_and_update();
         });
         let mut reserved = conn.outbound.reserve(max_bytes).await;
-        let budget = reserved.as_ref().map_or(0, Reservation::bytes);
+        let budget = reserved.bytes();
         let (responses, bytes, errors) = read_all(topics, max_bytes.min(budget), &conn.reads).await;
         if bytes >= min_bytes || errors || Instant::now() >= deadline || *shutdown.borrow() {
-            if let Some(r) = reserved.as_mut() {
-                r.shrink_to(bytes);
-            }
-            return (responses, reserved);
+            reserved.shrink_to(bytes);
+            return (responses, Some(reserved));
         }
         drop(reserved);
         let any_change = async {
