@@ -52,7 +52,7 @@ pub const CONNECTIONS_MAX_DEFAULT: usize = 10_000;
 /// (`fetch.max.bytes` defaults to 50 MiB in Kafka clients). The first batch of the
 /// response is always whole, so a batch up to `max.message.bytes` always gets through.
 /// With the defaults the connection's outbound budget
-/// ([`CONNECTION_OUTBOUND_BYTES_MAX_DEFAULT`], 16 MiB) is the lower bound and applies
+/// ([`CONNECTION_OUTBOUND_BYTES_MAX_DEFAULT`], 16 MiB) is the smaller limit and applies
 /// first; this one holds when that budget is configured larger.
 pub const FETCH_RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
 
