@@ -173,6 +173,9 @@ pub struct BrokerConfig {
     pub retention_check_interval_ms: u64,
     pub frame_bytes_max: usize,
     pub request_bytes_in_flight_max: usize,
+    /// How long a client may take to send a request body after its length prefix;
+    /// past it the connection is closed.
+    pub request_body_timeout_ms: u64,
     pub connections_max: usize,
     /// Threads for reads that may wait for the disk (cold reads). Reads of data in the
     /// page cache do not use them.
@@ -221,6 +224,7 @@ impl Default for BrokerConfig {
             retention_check_interval_ms: 300_000,
             frame_bytes_max: limits::FRAME_BYTES_MAX_DEFAULT,
             request_bytes_in_flight_max: limits::REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT,
+            request_body_timeout_ms: limits::REQUEST_BODY_TIMEOUT_MS_DEFAULT,
             connections_max: limits::CONNECTIONS_MAX_DEFAULT,
             read_threads: limits::READ_THREADS_DEFAULT,
             read_cache_first: true,
@@ -270,8 +274,16 @@ impl BrokerConfig {
                 u32::MAX
             ));
         }
-        if self.request_bytes_in_flight_max < self.frame_bytes_max {
-            return Err("request_bytes_in_flight_max must be at least frame_bytes_max".into());
+        if self.request_bytes_in_flight_max < self.frame_bytes_max
+            || self.request_bytes_in_flight_max > u32::MAX as usize
+        {
+            return Err(format!(
+                "request_bytes_in_flight_max must be at least frame_bytes_max and at most {}",
+                u32::MAX
+            ));
+        }
+        if self.request_body_timeout_ms == 0 {
+            return Err("request_body_timeout_ms must be positive".into());
         }
         TopicConfig::from_overrides(&BTreeMap::new(), &self.log)
             .map(|_| ())

@@ -9,12 +9,21 @@
 //!
 //! This crate owns only framing and headers; message bodies are decoded and encoded by
 //! `kafka-protocol`'s generated types. Record batches stay raw bytes end to end.
+//!
+//! Nothing from the wire sizes an allocation unchecked: a frame's length is checked
+//! against the frame limit before its body is read, and a body's lengths and counts are
+//! checked against its bytes ([`shape`], with the layouts in `shapes.rs`) before
+//! `kafka-protocol` decodes it, which would otherwise size an array's buffer from four
+//! bytes of a hostile client's choosing.
 
 mod frame;
 mod request;
 mod response;
+pub mod shape;
+mod shapes;
 
 pub use frame::{read_frame, read_frame_body, read_frame_size, FrameError};
 pub use kafka_protocol;
-pub use request::{decode_body, parse_request, ProtocolError, Request};
+pub use request::{decode_body, parse_request, ProtocolError, Request, DECODED_BYTES_MAX};
 pub use response::{encode_response, EncodeError};
+pub use shape::{check_body, Footprint, ShapeError};

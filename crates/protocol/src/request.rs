@@ -1,3 +1,4 @@
+use crate::shape::{check_body, Footprint, ShapeError};
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::Decodable;
@@ -10,7 +11,19 @@ pub enum ProtocolError {
     UnknownApiKey { api_key: i16 },
     #[error("malformed {what}: {reason}")]
     Malformed { what: String, reason: String },
+    #[error("{api_key:?} v{version} request refused before decoding: {error}")]
+    Shape {
+        api_key: ApiKey,
+        version: i16,
+        error: ShapeError,
+    },
 }
+
+/// What decoding one request may allocate: its arrays at their in-memory size (strings
+/// and byte strings share the frame). 16 MiB holds a fetch naming about 180,000
+/// partitions or a metadata request naming about 200,000 topics; a request past it is
+/// refused, as one whose counts are not backed by its bytes is.
+pub const DECODED_BYTES_MAX: usize = 16 * 1024 * 1024;
 
 /// A request whose header has been decoded and whose body is still raw.
 #[derive(Debug)]
@@ -27,6 +40,22 @@ impl Request {
 
     pub fn correlation_id(&self) -> i32 {
         self.header.correlation_id
+    }
+
+    /// Checks the body's lengths and counts against its bytes and returns what
+    /// decoding it will allocate (see [`crate::shape`]).
+    pub fn footprint(&self) -> Result<Footprint, ProtocolError> {
+        check_body(
+            self.api_key,
+            self.api_version(),
+            &self.body,
+            DECODED_BYTES_MAX,
+        )
+        .map_err(|error| ProtocolError::Shape {
+            api_key: self.api_key,
+            version: self.api_version(),
+            error,
+        })
     }
 }
 
@@ -58,10 +87,13 @@ pub fn parse_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
     })
 }
 
-/// Decodes a request body. Bytes after the last field are ignored, as Kafka ignores
+/// Decodes a request body, after [`Request::footprint`] has checked every length and
+/// count in it against the bytes present, so a hostile count is refused instead of
+/// sizing an allocation. Bytes after the last field are ignored, as Kafka ignores
 /// them: some clients send a few (librdkafka 2.x does with Metadata v12), and a broker
 /// that refused them would be refusing those clients.
 pub fn decode_body<T: Decodable>(request: &Request) -> Result<T, ProtocolError> {
+    request.footprint()?;
     let mut body = request.body.clone();
     let value =
         T::decode(&mut body, request.api_version()).map_err(|e| ProtocolError::Malformed {

@@ -6,8 +6,11 @@
 //! than that, or stops reading its socket so that the writer cannot write, the reader
 //! stops reading and TCP pushes back on that client alone.
 //!
-//! What a connection can hold is bounded in bytes too: request frames by the
-//! broker-wide request budget while they are read and handled; fetch responses by the
+//! What a connection can hold is bounded in bytes too: requests by the broker-wide
+//! request budget while they are read and handled (a body is reserved in steps as its
+//! bytes arrive, never for its length prefix alone, and must arrive within
+//! `request_body_timeout_ms`; what decoding it allocates is checked against its bytes
+//! and reserved before it is decoded); fetch responses by the
 //! connection's outbound budget ([`crate::outbound`]) until the writer has written
 //! them. A fetch runs when the writer reaches it, after every earlier response was
 //! written, so a client that never reads its socket has one response stuck in the
@@ -16,21 +19,26 @@
 //! (one read at a time per connection) and the broker-wide budgets.
 //!
 //! A request that cannot be understood (bad frame, unknown API, unsupported version,
-//! malformed body) closes the connection with a log line, after the replies already
+//! malformed body, a count its bytes do not back) closes the connection with a log
+//! line naming the peer and its client id, after the replies already
 //! queued have been written; that is what Kafka does, since the client could not parse
 //! any answer.
 
-use crate::handlers::{self, Ctx, Outgoing, Reply};
+use crate::handlers::{self, Ctx, HandlerError, Outgoing, Reply};
 use crate::stats::Connection;
+use bytes::Bytes;
 use headway_broker::limits;
-use headway_protocol::{parse_request, read_frame_body, read_frame_size};
+use headway_protocol::{parse_request, read_frame_size, FrameError, Request};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{timeout_at, Duration, Instant};
 
 /// Bytes the writer buffers before a write syscall; larger responses go straight out.
 const WRITE_BUFFER_BYTES: usize = 16 * 1024;
@@ -42,50 +50,26 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
 }
 
 async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>) {
-    let peer = conn.peer;
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
     let (replies, queued) = mpsc::channel(limits::REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX);
     let writer = tokio::spawn(write_replies(writer, queued, Arc::clone(conn)));
-    let request_bytes = Arc::clone(&ctx.stats.request_bytes);
-    let frame_bytes_max = ctx.broker.config().frame_bytes_max;
+    let mut client = Client {
+        peer: conn.peer,
+        client_id: None,
+    };
     let mut shutdown = ctx.shutdown.clone();
     loop {
-        let size = tokio::select! {
-            size = read_frame_size(&mut reader, frame_bytes_max) => size,
+        let next = tokio::select! {
+            next = next_request(&mut reader, &mut client, ctx) => next,
             _ = handlers::shutting_down(&mut shutdown) => break,
         };
-        let size = match size {
-            Ok(Some(size)) => size,
-            Ok(None) => break,
-            Err(headway_protocol::FrameError::Io(e)) => {
-                tracing::debug!(%peer, error = %e, "connection closed by the client");
-                break;
-            }
-            Err(e) => {
-                tracing::warn!(%peer, error = %e, "closing connection: bad frame");
-                break;
-            }
-        };
-        // Reserve the body's memory from the broker-wide budget before reading it.
-        let Ok(permit) = Arc::clone(&request_bytes)
-            .acquire_many_owned(size as u32)
-            .await
-        else {
+        let Some((request, permit)) = next else {
             break;
         };
-        let frame = match read_frame_body(&mut reader, size).await {
-            Ok(frame) => frame.freeze(),
-            Err(e) => {
-                tracing::debug!(%peer, error = %e, "connection closed mid-frame");
-                break;
-            }
-        };
         conn.requests_read.fetch_add(1, Ordering::Relaxed);
-        let outcome = parse_request(frame)
-            .map_err(handlers::HandlerError::from)
-            .and_then(|request| handlers::dispatch(ctx, conn, request));
-        // Handled: the frame's bytes are free (a reply keeps what it needs).
+        let outcome = handlers::dispatch(ctx, conn, request);
+        // Handled: the request's bytes are free (a reply keeps what it needs).
         drop(permit);
         match outcome {
             Ok(Reply::Silent) => {}
@@ -108,13 +92,156 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
                 }
             }
             Err(e) => {
-                tracing::warn!(%peer, error = %e, "closing connection");
+                client.closing(ctx, &e);
                 break;
             }
         }
     }
     drop(replies);
     let _ = writer.await;
+}
+
+/// Who is on the other end, for the log line that closes a connection.
+struct Client {
+    peer: SocketAddr,
+    /// The client id of the connection's first request.
+    client_id: Option<String>,
+}
+
+impl Client {
+    fn closing(&self, ctx: &Ctx, error: &HandlerError) {
+        if matches!(error, HandlerError::Protocol(_)) {
+            ctx.stats.requests_refused.fetch_add(1, Ordering::Relaxed);
+        }
+        tracing::warn!(peer = %self.peer, client_id = ?self.client_id, %error, "closing connection");
+    }
+}
+
+/// Reads the next request and reserves what it costs (its frame and what decoding it
+/// allocates) from the request budget. `None` when the connection ends: closed by the
+/// client, a bad frame, a body that did not arrive within `request_body_timeout_ms`
+/// of its length prefix, or a request that cannot be decoded safely; each is logged.
+async fn next_request<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    client: &mut Client,
+    ctx: &Ctx,
+) -> Option<(Request, OwnedSemaphorePermit)> {
+    let config = ctx.broker.config();
+    let peer = client.peer;
+    let size = match read_frame_size(reader, config.frame_bytes_max).await {
+        Ok(Some(size)) => size,
+        Ok(None) => return None,
+        Err(FrameError::Io(e)) => {
+            tracing::debug!(%peer, error = %e, "connection closed by the client");
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!(%peer, client_id = ?client.client_id, error = %e, "closing connection: bad frame");
+            return None;
+        }
+    };
+    let timeout = Duration::from_millis(config.request_body_timeout_ms);
+    let deadline = Instant::now() + timeout;
+    let (frame, mut permit) = match timeout_at(deadline, read_body(reader, size, ctx)).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "connection closed mid-frame");
+            return None;
+        }
+        Err(_) => {
+            ctx.stats
+                .request_body_timeouts
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                %peer,
+                client_id = ?client.client_id,
+                frame_bytes = size,
+                timeout_ms = config.request_body_timeout_ms,
+                "closing connection: request body did not arrive in time"
+            );
+            return None;
+        }
+    };
+    let checked = parse_request(frame)
+        .map_err(HandlerError::from)
+        .and_then(|request| Ok((handlers::decoded_bytes(&request)?, request)));
+    let (decoded_bytes, request) = match checked {
+        Ok(checked) => checked,
+        Err(e) => {
+            client.closing(ctx, &e);
+            return None;
+        }
+    };
+    if client.client_id.is_none() {
+        client.client_id = request.header.client_id.as_ref().map(|id| id.to_string());
+    }
+    // Decoding's allocations are held from the budget like the frame. Waiting for them
+    // while holding the frame counts against the same deadline, so readers that hold
+    // the whole budget between them cannot wait on each other for ever.
+    let budget_max = config.request_bytes_in_flight_max;
+    match timeout_at(deadline, reserve(ctx, decoded_bytes.min(budget_max))).await {
+        Ok(Some(more)) => permit.merge(more),
+        Ok(None) => return None,
+        Err(_) => {
+            ctx.stats
+                .request_body_timeouts
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%peer, client_id = ?client.client_id, "closing connection: no request budget in time");
+            return None;
+        }
+    }
+    Some((request, permit))
+}
+
+/// Reads a request body of `size` bytes as it arrives. Its memory is reserved from the
+/// broker-wide request budget in steps: the first [`limits::REQUEST_BODY_STEP_BYTES`],
+/// then twice what the buffer holds, up to `size`. So a client holds budget in
+/// proportion to the bytes it has sent, never for a length prefix alone, and every wait
+/// for the budget is for one step: waiters are served first come, first served without
+/// any of them queueing behind a large one. Returns the body and its reservation.
+async fn read_body<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    size: usize,
+    ctx: &Ctx,
+) -> Result<(Bytes, OwnedSemaphorePermit), FrameError> {
+    let step = size.min(limits::REQUEST_BODY_STEP_BYTES);
+    let mut permit = reserve(ctx, step).await.ok_or(FrameError::Truncated)?;
+    let mut reserved = step;
+    let mut body: Vec<u8> = Vec::with_capacity(step);
+    while body.len() < size {
+        if body.len() == reserved {
+            let grown = size.min(reserved * 2);
+            let more = reserve(ctx, grown - reserved)
+                .await
+                .ok_or(FrameError::Truncated)?;
+            permit.merge(more);
+            body.reserve_exact(grown - body.len());
+            reserved = grown;
+        }
+        let filled = body.len();
+        let upto = reserved.min(filled + limits::REQUEST_BODY_STEP_BYTES);
+        body.resize(upto, 0);
+        let n = reader.read(&mut body[filled..]).await?;
+        body.truncate(filled + n);
+        if n == 0 {
+            return Err(FrameError::Truncated);
+        }
+    }
+    Ok((Bytes::from(body), permit))
+}
+
+/// Reserves `bytes` of the broker-wide request budget; `None` once the budget is
+/// closed (never, while the broker runs). A wait is counted.
+async fn reserve(ctx: &Ctx, bytes: usize) -> Option<OwnedSemaphorePermit> {
+    let budget = &ctx.stats.request_bytes;
+    let bytes = bytes as u32;
+    if let Ok(permit) = Arc::clone(budget).try_acquire_many_owned(bytes) {
+        return Some(permit);
+    }
+    ctx.stats
+        .request_budget_waits
+        .fetch_add(1, Ordering::Relaxed);
+    Arc::clone(budget).acquire_many_owned(bytes).await.ok()
 }
 
 async fn write_replies(

@@ -146,7 +146,7 @@ pub fn render(stats: &ServerStats, broker: &Broker) -> String {
     gauge(
         &mut r,
         "request_bytes_held",
-        "Bytes of request frames being read or handled",
+        "Bytes of requests being read or handled: frames and decoded values",
         s.request_bytes_held as u64,
     );
     gauge(
@@ -154,6 +154,24 @@ pub fn render(stats: &ServerStats, broker: &Broker) -> String {
         "request_bytes_max",
         "Limit of request_bytes_held (request_bytes_in_flight_max)",
         s.request_bytes_max as u64,
+    );
+    counter(
+        &mut r,
+        "requests_refused",
+        "Connections closed for a request that could not be decoded safely",
+        s.requests_refused,
+    );
+    counter(
+        &mut r,
+        "request_body_timeouts",
+        "Connections closed because a request body did not arrive in request_body_timeout_ms",
+        s.request_body_timeouts,
+    );
+    counter(
+        &mut r,
+        "request_budget_waits",
+        "Times a connection waited for the request budget",
+        s.request_budget_waits,
     );
     gauge(
         &mut r,

@@ -25,6 +25,14 @@ pub struct ServerStats {
     accepted: AtomicU64,
     /// Times any connection's window was full (the per-connection counts go with them).
     pub window_full_events: AtomicU64,
+    /// Connections closed for a request that could not be decoded safely: a length or
+    /// count its bytes do not back, a body too costly to decode, a malformed header.
+    pub requests_refused: AtomicU64,
+    /// Connections closed because a request body did not arrive in
+    /// `request_body_timeout_ms`.
+    pub request_body_timeouts: AtomicU64,
+    /// Times a reader waited for the request budget.
+    pub request_budget_waits: AtomicU64,
 }
 
 /// One connection's state.
@@ -69,6 +77,9 @@ pub struct StatsSnapshot {
     pub outbound_bytes_max: usize,
     pub request_bytes_held: usize,
     pub request_bytes_max: usize,
+    pub requests_refused: u64,
+    pub request_body_timeouts: u64,
+    pub request_budget_waits: u64,
     pub reads: ReadStatsSnapshot,
 }
 
@@ -86,6 +97,9 @@ impl ServerStats {
             next_id: AtomicU64::new(1),
             accepted: AtomicU64::new(0),
             window_full_events: AtomicU64::new(0),
+            requests_refused: AtomicU64::new(0),
+            request_body_timeouts: AtomicU64::new(0),
+            request_budget_waits: AtomicU64::new(0),
         })
     }
 
@@ -146,6 +160,9 @@ impl ServerStats {
                 .request_bytes_max
                 .saturating_sub(self.request_bytes.available_permits()),
             request_bytes_max: self.request_bytes_max,
+            requests_refused: self.requests_refused.load(Ordering::Relaxed),
+            request_body_timeouts: self.request_body_timeouts.load(Ordering::Relaxed),
+            request_budget_waits: self.request_budget_waits.load(Ordering::Relaxed),
             reads: self.read_pool.snapshot(),
         }
     }

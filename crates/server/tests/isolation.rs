@@ -9,7 +9,6 @@ use common::*;
 use headway_protocol::kafka_protocol::messages::*;
 use headway_server::stats::{ConnectionSnapshot, StatsSnapshot};
 use std::net::SocketAddr;
-use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 
@@ -19,22 +18,6 @@ const CONNECTION_BUDGET: usize = 1 << 20;
 const BROKER_BUDGET: usize = 8 << 20;
 /// Records of about 16 KiB, 32 to a batch: batches of about 512 KiB.
 const VALUE_BYTES: usize = 16 * 1024;
-
-/// Waits until `check` holds for the broker's stats, or fails after the deadline.
-async fn wait_for(broker: &TestBroker, what: &str, check: impl Fn(&StatsSnapshot) -> bool) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let stats = broker.server.stats.snapshot();
-        if check(&stats) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}; stats: {stats:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 fn connection(stats: &StatsSnapshot, peer: SocketAddr) -> Option<ConnectionSnapshot> {
     stats.connections.iter().find(|c| c.peer == peer).cloned()

@@ -137,18 +137,15 @@ pub fn spec(key: ApiKey) -> Option<&'static ApiSpec> {
     APIS.iter().find(|a| a.key == key)
 }
 
-/// Runs the handler for `request` from connection `conn`. The synchronous part runs now.
-pub fn dispatch(
-    ctx: &Arc<Ctx>,
-    conn: &Arc<Connection>,
-    request: Request,
-) -> Result<Reply, HandlerError> {
+/// Whether `request` is served, and if so whether its handler decodes its body (all
+/// do, but ApiVersions at a version this broker does not know, which it answers
+/// without reading the body).
+fn served(request: &Request) -> Result<bool, HandlerError> {
     let spec = spec(request.api_key).ok_or(HandlerError::UnsupportedApi(request.api_key))?;
     let version = request.api_version();
+    let known = (spec.min_version..=spec.max_version).contains(&version);
     // ApiVersions answers an unknown version itself, with UNSUPPORTED_VERSION.
-    if request.api_key != ApiKey::ApiVersions
-        && !(spec.min_version..=spec.max_version).contains(&version)
-    {
+    if !known && request.api_key != ApiKey::ApiVersions {
         return Err(HandlerError::UnsupportedVersion {
             api_key: request.api_key,
             version,
@@ -156,6 +153,26 @@ pub fn dispatch(
             max: spec.max_version,
         });
     }
+    Ok(known)
+}
+
+/// What handling `request` will allocate to decode it, after checking every length and
+/// count in its body against the bytes present. Fails as [`dispatch`] would for a
+/// request that is not served, and for a body that cannot be decoded safely.
+pub fn decoded_bytes(request: &Request) -> Result<usize, HandlerError> {
+    if !served(request)? {
+        return Ok(0);
+    }
+    Ok(request.footprint()?.decoded_bytes)
+}
+
+/// Runs the handler for `request` from connection `conn`. The synchronous part runs now.
+pub fn dispatch(
+    ctx: &Arc<Ctx>,
+    conn: &Arc<Connection>,
+    request: Request,
+) -> Result<Reply, HandlerError> {
+    served(&request)?;
     match request.api_key {
         ApiKey::Produce => produce::handle(ctx, &request),
         ApiKey::Fetch => fetch::handle(ctx, conn, &request),

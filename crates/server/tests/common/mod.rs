@@ -11,6 +11,7 @@ use headway_protocol::kafka_protocol::protocol::{
 use headway_protocol::kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
+use headway_server::stats::StatsSnapshot;
 use headway_server::{RunningServer, Server};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -97,6 +98,22 @@ impl TestBroker {
         }
         lock.unlock().unwrap();
         self.dir
+    }
+}
+
+/// Waits until `check` holds for the broker's stats, or fails after the deadline.
+pub async fn wait_for(broker: &TestBroker, what: &str, check: impl Fn(&StatsSnapshot) -> bool) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let stats = broker.server.stats.snapshot();
+        if check(&stats) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}; stats: {stats:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -1,0 +1,814 @@
+//! The layout of every request body this broker decodes, for the walk in
+//! [`crate::shape`]: for each API, its structs' fields in wire order with the versions
+//! at which each is present, and their known tagged fields.
+//!
+//! The layouts are those of the Kafka protocol's request schemas as `kafka-protocol`
+//! 0.18 decodes them (versions beyond what the broker serves are included where the
+//! crate decodes them). Each struct's in-memory size is taken from the crate's type,
+//! so the walk charges exactly what the decoder allocates per array element. When the
+//! crate is upgraded, `shape_tests` generates bodies from these tables and checks that
+//! the crate decodes each to the last byte; a field added or moved upstream fails there.
+
+use crate::shape::{field, tag, Elem, Kind, Message, Struct};
+use kafka_protocol::messages::*;
+use std::mem::size_of;
+
+pub(crate) static MESSAGES: &[Message] = &[
+    Message {
+        api_key: ApiKey::Produce,
+        flexible_min: 9,
+        root: &PRODUCE,
+    },
+    Message {
+        api_key: ApiKey::Fetch,
+        flexible_min: 12,
+        root: &FETCH,
+    },
+    Message {
+        api_key: ApiKey::ListOffsets,
+        flexible_min: 6,
+        root: &LIST_OFFSETS,
+    },
+    Message {
+        api_key: ApiKey::Metadata,
+        flexible_min: 9,
+        root: &METADATA,
+    },
+    Message {
+        api_key: ApiKey::ApiVersions,
+        flexible_min: 3,
+        root: &API_VERSIONS,
+    },
+    Message {
+        api_key: ApiKey::CreateTopics,
+        flexible_min: 5,
+        root: &CREATE_TOPICS,
+    },
+    Message {
+        api_key: ApiKey::DeleteTopics,
+        flexible_min: 4,
+        root: &DELETE_TOPICS,
+    },
+    Message {
+        api_key: ApiKey::DescribeConfigs,
+        flexible_min: 4,
+        root: &DESCRIBE_CONFIGS,
+    },
+    Message {
+        api_key: ApiKey::FindCoordinator,
+        flexible_min: 3,
+        root: &FIND_COORDINATOR,
+    },
+    Message {
+        api_key: ApiKey::JoinGroup,
+        flexible_min: 6,
+        root: &JOIN_GROUP,
+    },
+    Message {
+        api_key: ApiKey::SyncGroup,
+        flexible_min: 4,
+        root: &SYNC_GROUP,
+    },
+    Message {
+        api_key: ApiKey::Heartbeat,
+        flexible_min: 4,
+        root: &HEARTBEAT,
+    },
+    Message {
+        api_key: ApiKey::LeaveGroup,
+        flexible_min: 4,
+        root: &LEAVE_GROUP,
+    },
+    Message {
+        api_key: ApiKey::OffsetCommit,
+        flexible_min: 8,
+        root: &OFFSET_COMMIT,
+    },
+    Message {
+        api_key: ApiKey::OffsetFetch,
+        flexible_min: 6,
+        root: &OFFSET_FETCH,
+    },
+    Message {
+        api_key: ApiKey::ListGroups,
+        flexible_min: 3,
+        root: &LIST_GROUPS,
+    },
+    Message {
+        api_key: ApiKey::DescribeGroups,
+        flexible_min: 5,
+        root: &DESCRIBE_GROUPS,
+    },
+    Message {
+        api_key: ApiKey::DeleteGroups,
+        flexible_min: 2,
+        root: &DELETE_GROUPS,
+    },
+    Message {
+        api_key: ApiKey::InitProducerId,
+        flexible_min: 2,
+        root: &INIT_PRODUCER_ID,
+    },
+    Message {
+        api_key: ApiKey::DescribeCluster,
+        flexible_min: 0,
+        root: &DESCRIBE_CLUSTER,
+    },
+    Message {
+        api_key: ApiKey::CreatePartitions,
+        flexible_min: 2,
+        root: &CREATE_PARTITIONS,
+    },
+    Message {
+        api_key: ApiKey::IncrementalAlterConfigs,
+        flexible_min: 1,
+        root: &INCREMENTAL_ALTER_CONFIGS,
+    },
+    Message {
+        api_key: ApiKey::AlterConfigs,
+        flexible_min: 2,
+        root: &ALTER_CONFIGS,
+    },
+    Message {
+        api_key: ApiKey::DeleteRecords,
+        flexible_min: 2,
+        root: &DELETE_RECORDS,
+    },
+];
+
+static PRODUCE_PARTITION_PRODUCE_DATA: Struct = Struct {
+    size: size_of::<produce_request::PartitionProduceData>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(4)), // index
+        field(0, i16::MAX, Kind::Bytes),    // records
+    ],
+    tags: &[],
+};
+
+static PRODUCE: Struct = Struct {
+    size: size_of::<produce_request::ProduceRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // transactional_id
+        field(0, i16::MAX, Kind::Fixed(2)), // acks
+        field(0, i16::MAX, Kind::Fixed(4)), // timeout_ms
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&PRODUCE_TOPIC_PRODUCE_DATA)),
+        ), // topic_data
+    ],
+    tags: &[],
+};
+
+static PRODUCE_TOPIC_PRODUCE_DATA: Struct = Struct {
+    size: size_of::<produce_request::TopicProduceData>(),
+    fields: &[
+        field(0, 12, Kind::Str),              // name
+        field(13, i16::MAX, Kind::Fixed(16)), // topic_id
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&PRODUCE_PARTITION_PRODUCE_DATA)),
+        ), // partition_data
+    ],
+    tags: &[],
+};
+
+static FETCH_FETCH_PARTITION: Struct = Struct {
+    size: size_of::<fetch_request::FetchPartition>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(4)),  // partition
+        field(9, i16::MAX, Kind::Fixed(4)),  // current_leader_epoch
+        field(0, i16::MAX, Kind::Fixed(8)),  // fetch_offset
+        field(12, i16::MAX, Kind::Fixed(4)), // last_fetched_epoch
+        field(5, i16::MAX, Kind::Fixed(8)),  // log_start_offset
+        field(0, i16::MAX, Kind::Fixed(4)),  // partition_max_bytes
+    ],
+    tags: &[
+        tag(0, 17, i16::MAX, Kind::Fixed(16)), // replica_directory_id
+        tag(1, 18, i16::MAX, Kind::Fixed(8)),  // high_watermark
+    ],
+};
+
+static FETCH: Struct = Struct {
+    size: size_of::<fetch_request::FetchRequest>(),
+    fields: &[
+        field(0, 14, Kind::Fixed(4)),       // replica_id
+        field(0, i16::MAX, Kind::Fixed(4)), // max_wait_ms
+        field(0, i16::MAX, Kind::Fixed(4)), // min_bytes
+        field(0, i16::MAX, Kind::Fixed(4)), // max_bytes
+        field(0, i16::MAX, Kind::Fixed(1)), // isolation_level
+        field(7, i16::MAX, Kind::Fixed(4)), // session_id
+        field(7, i16::MAX, Kind::Fixed(4)), // session_epoch
+        field(0, i16::MAX, Kind::Array(Elem::Struct(&FETCH_FETCH_TOPIC))), // topics
+        field(
+            7,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&FETCH_FORGOTTEN_TOPIC)),
+        ), // forgotten_topics_data
+        field(11, i16::MAX, Kind::Str),     // rack_id
+    ],
+    tags: &[
+        tag(0, 0, i16::MAX, Kind::Str),                           // cluster_id
+        tag(1, 15, i16::MAX, Kind::Struct(&FETCH_REPLICA_STATE)), // replica_state
+    ],
+};
+
+static FETCH_FETCH_TOPIC: Struct = Struct {
+    size: size_of::<fetch_request::FetchTopic>(),
+    fields: &[
+        field(0, 12, Kind::Str),              // topic
+        field(13, i16::MAX, Kind::Fixed(16)), // topic_id
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&FETCH_FETCH_PARTITION)),
+        ), // partitions
+    ],
+    tags: &[],
+};
+
+static FETCH_FORGOTTEN_TOPIC: Struct = Struct {
+    size: size_of::<fetch_request::ForgottenTopic>(),
+    fields: &[
+        field(7, 12, Kind::Str),                                           // topic
+        field(13, i16::MAX, Kind::Fixed(16)),                              // topic_id
+        field(7, i16::MAX, Kind::Array(Elem::Fixed(4, size_of::<i32>()))), // partitions
+    ],
+    tags: &[],
+};
+
+static FETCH_REPLICA_STATE: Struct = Struct {
+    size: size_of::<fetch_request::ReplicaState>(),
+    fields: &[
+        field(15, i16::MAX, Kind::Fixed(4)), // replica_id
+        field(15, i16::MAX, Kind::Fixed(8)), // replica_epoch
+    ],
+    tags: &[],
+};
+
+static LIST_OFFSETS_LIST_OFFSETS_PARTITION: Struct = Struct {
+    size: size_of::<list_offsets_request::ListOffsetsPartition>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(4)), // partition_index
+        field(4, i16::MAX, Kind::Fixed(4)), // current_leader_epoch
+        field(0, i16::MAX, Kind::Fixed(8)), // timestamp
+    ],
+    tags: &[],
+};
+
+static LIST_OFFSETS: Struct = Struct {
+    size: size_of::<list_offsets_request::ListOffsetsRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(4)), // replica_id
+        field(2, i16::MAX, Kind::Fixed(1)), // isolation_level
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&LIST_OFFSETS_LIST_OFFSETS_TOPIC)),
+        ), // topics
+        field(10, i16::MAX, Kind::Fixed(4)), // timeout_ms
+    ],
+    tags: &[],
+};
+
+static LIST_OFFSETS_LIST_OFFSETS_TOPIC: Struct = Struct {
+    size: size_of::<list_offsets_request::ListOffsetsTopic>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // name
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&LIST_OFFSETS_LIST_OFFSETS_PARTITION)),
+        ), // partitions
+    ],
+    tags: &[],
+};
+
+static METADATA: Struct = Struct {
+    size: size_of::<metadata_request::MetadataRequest>(),
+    fields: &[
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&METADATA_METADATA_REQUEST_TOPIC)),
+        ), // topics
+        field(4, i16::MAX, Kind::Fixed(1)), // allow_auto_topic_creation
+        field(8, 10, Kind::Fixed(1)),       // include_cluster_authorized_operations
+        field(8, i16::MAX, Kind::Fixed(1)), // include_topic_authorized_operations
+    ],
+    tags: &[],
+};
+
+static METADATA_METADATA_REQUEST_TOPIC: Struct = Struct {
+    size: size_of::<metadata_request::MetadataRequestTopic>(),
+    fields: &[
+        field(10, i16::MAX, Kind::Fixed(16)), // topic_id
+        field(0, i16::MAX, Kind::Str),        // name
+    ],
+    tags: &[],
+};
+
+static API_VERSIONS: Struct = Struct {
+    size: size_of::<api_versions_request::ApiVersionsRequest>(),
+    fields: &[
+        field(3, i16::MAX, Kind::Str), // client_software_name
+        field(3, i16::MAX, Kind::Str), // client_software_version
+    ],
+    tags: &[],
+};
+
+static CREATE_TOPICS_CREATABLE_REPLICA_ASSIGNMENT: Struct = Struct {
+    size: size_of::<create_topics_request::CreatableReplicaAssignment>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(4)), // partition_index
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Fixed(4, size_of::<BrokerId>())),
+        ), // broker_ids
+    ],
+    tags: &[],
+};
+
+static CREATE_TOPICS_CREATABLE_TOPIC: Struct = Struct {
+    size: size_of::<create_topics_request::CreatableTopic>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // name
+        field(0, i16::MAX, Kind::Fixed(4)), // num_partitions
+        field(0, i16::MAX, Kind::Fixed(2)), // replication_factor
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&CREATE_TOPICS_CREATABLE_REPLICA_ASSIGNMENT)),
+        ), // assignments
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&CREATE_TOPICS_CREATABLE_TOPIC_CONFIG)),
+        ), // configs
+    ],
+    tags: &[],
+};
+
+static CREATE_TOPICS_CREATABLE_TOPIC_CONFIG: Struct = Struct {
+    size: size_of::<create_topics_request::CreatableTopicConfig>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // name
+        field(0, i16::MAX, Kind::Str), // value
+    ],
+    tags: &[],
+};
+
+static CREATE_TOPICS: Struct = Struct {
+    size: size_of::<create_topics_request::CreateTopicsRequest>(),
+    fields: &[
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&CREATE_TOPICS_CREATABLE_TOPIC)),
+        ), // topics
+        field(0, i16::MAX, Kind::Fixed(4)), // timeout_ms
+        field(0, i16::MAX, Kind::Fixed(1)), // validate_only
+    ],
+    tags: &[],
+};
+
+static DELETE_TOPICS_DELETE_TOPIC_STATE: Struct = Struct {
+    size: size_of::<delete_topics_request::DeleteTopicState>(),
+    fields: &[
+        field(6, i16::MAX, Kind::Str),       // name
+        field(6, i16::MAX, Kind::Fixed(16)), // topic_id
+    ],
+    tags: &[],
+};
+
+static DELETE_TOPICS: Struct = Struct {
+    size: size_of::<delete_topics_request::DeleteTopicsRequest>(),
+    fields: &[
+        field(
+            6,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&DELETE_TOPICS_DELETE_TOPIC_STATE)),
+        ), // topics
+        field(0, 5, Kind::Array(Elem::Str)), // topic_names
+        field(0, i16::MAX, Kind::Fixed(4)),  // timeout_ms
+    ],
+    tags: &[],
+};
+
+static DESCRIBE_CONFIGS: Struct = Struct {
+    size: size_of::<describe_configs_request::DescribeConfigsRequest>(),
+    fields: &[
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&DESCRIBE_CONFIGS_DESCRIBE_CONFIGS_RESOURCE)),
+        ), // resources
+        field(0, i16::MAX, Kind::Fixed(1)), // include_synonyms
+        field(3, i16::MAX, Kind::Fixed(1)), // include_documentation
+    ],
+    tags: &[],
+};
+
+static DESCRIBE_CONFIGS_DESCRIBE_CONFIGS_RESOURCE: Struct = Struct {
+    size: size_of::<describe_configs_request::DescribeConfigsResource>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(1)),         // resource_type
+        field(0, i16::MAX, Kind::Str),              // resource_name
+        field(0, i16::MAX, Kind::Array(Elem::Str)), // configuration_keys
+    ],
+    tags: &[],
+};
+
+static FIND_COORDINATOR: Struct = Struct {
+    size: size_of::<find_coordinator_request::FindCoordinatorRequest>(),
+    fields: &[
+        field(0, 3, Kind::Str),                     // key
+        field(1, i16::MAX, Kind::Fixed(1)),         // key_type
+        field(4, i16::MAX, Kind::Array(Elem::Str)), // coordinator_keys
+    ],
+    tags: &[],
+};
+
+static JOIN_GROUP: Struct = Struct {
+    size: size_of::<join_group_request::JoinGroupRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // group_id
+        field(0, i16::MAX, Kind::Fixed(4)), // session_timeout_ms
+        field(1, i16::MAX, Kind::Fixed(4)), // rebalance_timeout_ms
+        field(0, i16::MAX, Kind::Str),      // member_id
+        field(5, i16::MAX, Kind::Str),      // group_instance_id
+        field(0, i16::MAX, Kind::Str),      // protocol_type
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&JOIN_GROUP_JOIN_GROUP_REQUEST_PROTOCOL)),
+        ), // protocols
+        field(8, i16::MAX, Kind::Str),      // reason
+    ],
+    tags: &[],
+};
+
+static JOIN_GROUP_JOIN_GROUP_REQUEST_PROTOCOL: Struct = Struct {
+    size: size_of::<join_group_request::JoinGroupRequestProtocol>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),   // name
+        field(0, i16::MAX, Kind::Bytes), // metadata
+    ],
+    tags: &[],
+};
+
+static SYNC_GROUP: Struct = Struct {
+    size: size_of::<sync_group_request::SyncGroupRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // group_id
+        field(0, i16::MAX, Kind::Fixed(4)), // generation_id
+        field(0, i16::MAX, Kind::Str),      // member_id
+        field(3, i16::MAX, Kind::Str),      // group_instance_id
+        field(5, i16::MAX, Kind::Str),      // protocol_type
+        field(5, i16::MAX, Kind::Str),      // protocol_name
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&SYNC_GROUP_SYNC_GROUP_REQUEST_ASSIGNMENT)),
+        ), // assignments
+    ],
+    tags: &[],
+};
+
+static SYNC_GROUP_SYNC_GROUP_REQUEST_ASSIGNMENT: Struct = Struct {
+    size: size_of::<sync_group_request::SyncGroupRequestAssignment>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),   // member_id
+        field(0, i16::MAX, Kind::Bytes), // assignment
+    ],
+    tags: &[],
+};
+
+static HEARTBEAT: Struct = Struct {
+    size: size_of::<heartbeat_request::HeartbeatRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // group_id
+        field(0, i16::MAX, Kind::Fixed(4)), // generation_id
+        field(0, i16::MAX, Kind::Str),      // member_id
+        field(3, i16::MAX, Kind::Str),      // group_instance_id
+    ],
+    tags: &[],
+};
+
+static LEAVE_GROUP: Struct = Struct {
+    size: size_of::<leave_group_request::LeaveGroupRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // group_id
+        field(0, 2, Kind::Str),        // member_id
+        field(
+            3,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&LEAVE_GROUP_MEMBER_IDENTITY)),
+        ), // members
+    ],
+    tags: &[],
+};
+
+static LEAVE_GROUP_MEMBER_IDENTITY: Struct = Struct {
+    size: size_of::<leave_group_request::MemberIdentity>(),
+    fields: &[
+        field(3, i16::MAX, Kind::Str), // member_id
+        field(3, i16::MAX, Kind::Str), // group_instance_id
+        field(5, i16::MAX, Kind::Str), // reason
+    ],
+    tags: &[],
+};
+
+static OFFSET_COMMIT: Struct = Struct {
+    size: size_of::<offset_commit_request::OffsetCommitRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // group_id
+        field(0, i16::MAX, Kind::Fixed(4)), // generation_id_or_member_epoch
+        field(0, i16::MAX, Kind::Str),      // member_id
+        field(7, i16::MAX, Kind::Str),      // group_instance_id
+        field(0, 4, Kind::Fixed(8)),        // retention_time_ms
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_TOPIC)),
+        ), // topics
+    ],
+    tags: &[],
+};
+
+static OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_PARTITION: Struct = Struct {
+    size: size_of::<offset_commit_request::OffsetCommitRequestPartition>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(4)), // partition_index
+        field(0, i16::MAX, Kind::Fixed(8)), // committed_offset
+        field(6, i16::MAX, Kind::Fixed(4)), // committed_leader_epoch
+        field(0, i16::MAX, Kind::Str),      // committed_metadata
+    ],
+    tags: &[],
+};
+
+static OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_TOPIC: Struct = Struct {
+    size: size_of::<offset_commit_request::OffsetCommitRequestTopic>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // name
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_PARTITION)),
+        ), // partitions
+    ],
+    tags: &[],
+};
+
+static OFFSET_FETCH: Struct = Struct {
+    size: size_of::<offset_fetch_request::OffsetFetchRequest>(),
+    fields: &[
+        field(0, 7, Kind::Str), // group_id
+        field(
+            0,
+            7,
+            Kind::Array(Elem::Struct(&OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPIC)),
+        ), // topics
+        field(
+            8,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&OFFSET_FETCH_OFFSET_FETCH_REQUEST_GROUP)),
+        ), // groups
+        field(7, i16::MAX, Kind::Fixed(1)), // require_stable
+    ],
+    tags: &[],
+};
+
+static OFFSET_FETCH_OFFSET_FETCH_REQUEST_GROUP: Struct = Struct {
+    size: size_of::<offset_fetch_request::OffsetFetchRequestGroup>(),
+    fields: &[
+        field(8, i16::MAX, Kind::Str),      // group_id
+        field(9, i16::MAX, Kind::Str),      // member_id
+        field(9, i16::MAX, Kind::Fixed(4)), // member_epoch
+        field(
+            8,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPICS)),
+        ), // topics
+    ],
+    tags: &[],
+};
+
+static OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPIC: Struct = Struct {
+    size: size_of::<offset_fetch_request::OffsetFetchRequestTopic>(),
+    fields: &[
+        field(0, 7, Kind::Str),                                     // name
+        field(0, 7, Kind::Array(Elem::Fixed(4, size_of::<i32>()))), // partition_indexes
+    ],
+    tags: &[],
+};
+
+static OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPICS: Struct = Struct {
+    size: size_of::<offset_fetch_request::OffsetFetchRequestTopics>(),
+    fields: &[
+        field(8, i16::MAX, Kind::Str), // name
+        field(8, i16::MAX, Kind::Array(Elem::Fixed(4, size_of::<i32>()))), // partition_indexes
+    ],
+    tags: &[],
+};
+
+static LIST_GROUPS: Struct = Struct {
+    size: size_of::<list_groups_request::ListGroupsRequest>(),
+    fields: &[
+        field(4, i16::MAX, Kind::Array(Elem::Str)), // states_filter
+        field(5, i16::MAX, Kind::Array(Elem::Str)), // types_filter
+    ],
+    tags: &[],
+};
+
+static DESCRIBE_GROUPS: Struct = Struct {
+    size: size_of::<describe_groups_request::DescribeGroupsRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Array(Elem::Str)), // groups
+        field(3, i16::MAX, Kind::Fixed(1)),         // include_authorized_operations
+    ],
+    tags: &[],
+};
+
+static DELETE_GROUPS: Struct = Struct {
+    size: size_of::<delete_groups_request::DeleteGroupsRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Array(Elem::Str)), // groups_names
+    ],
+    tags: &[],
+};
+
+static INIT_PRODUCER_ID: Struct = Struct {
+    size: size_of::<init_producer_id_request::InitProducerIdRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // transactional_id
+        field(0, i16::MAX, Kind::Fixed(4)), // transaction_timeout_ms
+        field(3, i16::MAX, Kind::Fixed(8)), // producer_id
+        field(3, i16::MAX, Kind::Fixed(2)), // producer_epoch
+    ],
+    tags: &[],
+};
+
+static DESCRIBE_CLUSTER: Struct = Struct {
+    size: size_of::<describe_cluster_request::DescribeClusterRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(1)), // include_cluster_authorized_operations
+        field(1, i16::MAX, Kind::Fixed(1)), // endpoint_type
+        field(2, i16::MAX, Kind::Fixed(1)), // include_fenced_brokers
+    ],
+    tags: &[],
+};
+
+static CREATE_PARTITIONS_CREATE_PARTITIONS_ASSIGNMENT: Struct = Struct {
+    size: size_of::<create_partitions_request::CreatePartitionsAssignment>(),
+    fields: &[
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Fixed(4, size_of::<BrokerId>())),
+        ), // broker_ids
+    ],
+    tags: &[],
+};
+
+static CREATE_PARTITIONS: Struct = Struct {
+    size: size_of::<create_partitions_request::CreatePartitionsRequest>(),
+    fields: &[
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&CREATE_PARTITIONS_CREATE_PARTITIONS_TOPIC)),
+        ), // topics
+        field(0, i16::MAX, Kind::Fixed(4)), // timeout_ms
+        field(0, i16::MAX, Kind::Fixed(1)), // validate_only
+    ],
+    tags: &[],
+};
+
+static CREATE_PARTITIONS_CREATE_PARTITIONS_TOPIC: Struct = Struct {
+    size: size_of::<create_partitions_request::CreatePartitionsTopic>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // name
+        field(0, i16::MAX, Kind::Fixed(4)), // count
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(
+                &CREATE_PARTITIONS_CREATE_PARTITIONS_ASSIGNMENT,
+            )),
+        ), // assignments
+    ],
+    tags: &[],
+};
+
+static INCREMENTAL_ALTER_CONFIGS_ALTER_CONFIGS_RESOURCE: Struct = Struct {
+    size: size_of::<incremental_alter_configs_request::AlterConfigsResource>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(1)), // resource_type
+        field(0, i16::MAX, Kind::Str),      // resource_name
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&INCREMENTAL_ALTER_CONFIGS_ALTERABLE_CONFIG)),
+        ), // configs
+    ],
+    tags: &[],
+};
+
+static INCREMENTAL_ALTER_CONFIGS_ALTERABLE_CONFIG: Struct = Struct {
+    size: size_of::<incremental_alter_configs_request::AlterableConfig>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // name
+        field(0, i16::MAX, Kind::Fixed(1)), // config_operation
+        field(0, i16::MAX, Kind::Str),      // value
+    ],
+    tags: &[],
+};
+
+static INCREMENTAL_ALTER_CONFIGS: Struct = Struct {
+    size: size_of::<incremental_alter_configs_request::IncrementalAlterConfigsRequest>(),
+    fields: &[
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(
+                &INCREMENTAL_ALTER_CONFIGS_ALTER_CONFIGS_RESOURCE,
+            )),
+        ), // resources
+        field(0, i16::MAX, Kind::Fixed(1)), // validate_only
+    ],
+    tags: &[],
+};
+
+static ALTER_CONFIGS: Struct = Struct {
+    size: size_of::<alter_configs_request::AlterConfigsRequest>(),
+    fields: &[
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&ALTER_CONFIGS_ALTER_CONFIGS_RESOURCE)),
+        ), // resources
+        field(0, i16::MAX, Kind::Fixed(1)), // validate_only
+    ],
+    tags: &[],
+};
+
+static ALTER_CONFIGS_ALTER_CONFIGS_RESOURCE: Struct = Struct {
+    size: size_of::<alter_configs_request::AlterConfigsResource>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(1)), // resource_type
+        field(0, i16::MAX, Kind::Str),      // resource_name
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&ALTER_CONFIGS_ALTERABLE_CONFIG)),
+        ), // configs
+    ],
+    tags: &[],
+};
+
+static ALTER_CONFIGS_ALTERABLE_CONFIG: Struct = Struct {
+    size: size_of::<alter_configs_request::AlterableConfig>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // name
+        field(0, i16::MAX, Kind::Str), // value
+    ],
+    tags: &[],
+};
+
+static DELETE_RECORDS_DELETE_RECORDS_PARTITION: Struct = Struct {
+    size: size_of::<delete_records_request::DeleteRecordsPartition>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(4)), // partition_index
+        field(0, i16::MAX, Kind::Fixed(8)), // offset
+    ],
+    tags: &[],
+};
+
+static DELETE_RECORDS: Struct = Struct {
+    size: size_of::<delete_records_request::DeleteRecordsRequest>(),
+    fields: &[
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&DELETE_RECORDS_DELETE_RECORDS_TOPIC)),
+        ), // topics
+        field(0, i16::MAX, Kind::Fixed(4)), // timeout_ms
+    ],
+    tags: &[],
+};
+
+static DELETE_RECORDS_DELETE_RECORDS_TOPIC: Struct = Struct {
+    size: size_of::<delete_records_request::DeleteRecordsTopic>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // name
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&DELETE_RECORDS_DELETE_RECORDS_PARTITION)),
+        ), // partitions
+    ],
+    tags: &[],
+};

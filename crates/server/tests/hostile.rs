@@ -1,0 +1,300 @@
+//! Goal: no client can crash, freeze or bloat the broker by what it sends: counts that
+//! claim billions of elements, random frames, length prefixes with nothing behind them,
+//! bodies that trickle in. Each misbehaving connection is closed (alone), the request
+//! budget comes back, and well-behaved clients are answered throughout.
+//!
+//! Method: an in-process broker on an ephemeral port. Hostile requests are built from
+//! real encodings (`kafka-protocol`, client side) of every served API at every served
+//! version, with a length or count overwritten at each position; random frames come
+//! from a seeded generator whose seed is printed (`HOSTILE_SEED` replays one). After
+//! each round a fresh client must get ApiVersions answered and produce and read back a
+//! record; the stats must show the refusals and a request budget back to zero.
+
+mod common;
+
+use bytes::{BufMut, BytesMut};
+use common::*;
+use headway_protocol::kafka_protocol::messages::*;
+use headway_protocol::kafka_protocol::protocol::{Encodable, Request, StrBytes};
+use headway_server::handlers::APIS;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const TOPIC: &str = "hostile";
+
+/// Encodes `R::default()` at every version the broker serves for it.
+fn defaults<R: Request + Default>() -> Vec<(i16, i16, BytesMut)> {
+    let spec = APIS.iter().find(|a| a.key as i16 == R::KEY).unwrap();
+    // Produce v0-v2 are advertised for old clients' probes but not decoded.
+    let min = spec.min_version.max(R::VERSIONS.min);
+    (min..=spec.max_version)
+        .map(|version| {
+            let mut body = BytesMut::new();
+            R::default().encode(&mut body, version).unwrap();
+            (R::KEY, version, body)
+        })
+        .collect()
+}
+
+/// The default request of every served API at every served version, as raw bodies.
+fn every_request() -> Vec<(i16, i16, BytesMut)> {
+    let all = [
+        defaults::<ProduceRequest>(),
+        defaults::<FetchRequest>(),
+        defaults::<ListOffsetsRequest>(),
+        defaults::<MetadataRequest>(),
+        defaults::<ApiVersionsRequest>(),
+        defaults::<CreateTopicsRequest>(),
+        defaults::<DeleteTopicsRequest>(),
+        defaults::<DescribeConfigsRequest>(),
+        defaults::<FindCoordinatorRequest>(),
+        defaults::<JoinGroupRequest>(),
+        defaults::<SyncGroupRequest>(),
+        defaults::<HeartbeatRequest>(),
+        defaults::<LeaveGroupRequest>(),
+        defaults::<OffsetCommitRequest>(),
+        defaults::<OffsetFetchRequest>(),
+        defaults::<ListGroupsRequest>(),
+        defaults::<DescribeGroupsRequest>(),
+        defaults::<DeleteGroupsRequest>(),
+        defaults::<InitProducerIdRequest>(),
+        defaults::<DescribeClusterRequest>(),
+        defaults::<CreatePartitionsRequest>(),
+        defaults::<IncrementalAlterConfigsRequest>(),
+        defaults::<AlterConfigsRequest>(),
+        defaults::<DeleteRecordsRequest>(),
+    ];
+    assert_eq!(all.len(), APIS.len(), "every served API is probed");
+    all.into_iter().flatten().collect()
+}
+
+/// A frame: size, a request header for `key`/`version` (header version as the broker
+/// reads it), then `body`.
+fn frame(key: i16, version: i16, body: &[u8]) -> BytesMut {
+    let api_key = ApiKey::try_from(key).unwrap();
+    let header = RequestHeader::default()
+        .with_request_api_key(key)
+        .with_request_api_version(version)
+        .with_correlation_id(7)
+        .with_client_id(Some(StrBytes::from_static_str("hostile-test")));
+    let mut out = BytesMut::new();
+    header
+        .encode(&mut out, api_key.request_header_version(version))
+        .unwrap();
+    out.extend_from_slice(body);
+    let mut framed = BytesMut::new();
+    framed.put_i32(out.len() as i32);
+    framed.extend_from_slice(&out);
+    framed
+}
+
+/// Sends `frames` each on its own connection, 64 at a time, and gives the broker a
+/// moment to answer or close each group.
+async fn send_each(broker: &TestBroker, frames: &[BytesMut]) {
+    for chunk in frames.chunks(64) {
+        let mut pending = Vec::new();
+        for f in chunk {
+            let mut client = broker.client().await;
+            client.send_raw(f).await;
+            pending.push(client);
+        }
+        // Each is answered (a damaged request that is still valid), closed, or left
+        // waiting: a damaged request can be a valid long poll (a fetch's max_wait_ms
+        // or a join's timeout overwritten), which the broker rightly holds.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        for mut client in pending {
+            let mut byte = [0u8; 1];
+            let _ = tokio::time::timeout_at(deadline, client.stream.read(&mut byte)).await;
+        }
+    }
+}
+
+/// A fresh client still gets every kind of answer: versions, a produce, a fetch.
+async fn assert_serving(broker: &TestBroker, value: &str) {
+    let mut client = broker.client().await;
+    let versions = client.call(3, &ApiVersionsRequest::default()).await;
+    assert_eq!(versions.error_code, 0);
+    let produce = client
+        .call(9, &produce_request(TOPIC, 0, -1, batch(&[value])))
+        .await;
+    let partition = &produce.responses[0].partition_responses[0];
+    assert_eq!(partition.error_code, 0, "produce answered without error");
+    let fetch = client
+        .call(12, &fetch_request(TOPIC, partition.base_offset, 0, 1))
+        .await;
+    let records = fetch.responses[0].partitions[0].records.clone().unwrap();
+    assert_eq!(values_of(&records)[0].1, value);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_of_two_billion_closes_only_its_connection() {
+    let broker = TestBroker::start().await;
+    create_topic(&mut broker.client().await, TOPIC, 1).await;
+    // The 37-byte request: Fetch v4 whose topic count is 2^31 - 1.
+    let mut body = BytesMut::new();
+    body.put_i32(-1); // replica_id
+    body.put_i32(500); // max_wait_ms
+    body.put_i32(1); // min_bytes
+    body.put_i32(1 << 20); // max_bytes
+    body.put_i8(0); // isolation_level
+    body.put_i32(i32::MAX); // topics
+    let mut hostile = broker.client().await;
+    hostile.send_raw(&frame(1, 4, &body)).await;
+    assert!(hostile.closed().await, "the hostile connection is closed");
+    assert_serving(&broker, "after the 37 bytes").await;
+    let stats = broker.server.stats.snapshot();
+    assert_eq!(stats.requests_refused, 1);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_counts_in_every_request_type_are_refused() {
+    let broker = TestBroker::start().await;
+    create_topic(&mut broker.client().await, TOPIC, 1).await;
+    let mut frames = Vec::new();
+    for (key, version, body) in every_request() {
+        // Overwrite each position in turn with a huge count, as a fixed-width and as
+        // a varint, so every length and count of the default request is hit.
+        for at in 0..body.len() {
+            for hostile in [
+                &[0x7f, 0xff, 0xff, 0xff][..],
+                &[0xff, 0xff, 0xff, 0xff, 0x0f],
+            ] {
+                let mut damaged = body[..at].to_vec();
+                damaged.extend_from_slice(hostile);
+                damaged.extend_from_slice(&body[(at + hostile.len()).min(body.len())..]);
+                frames.push(frame(key, version, &damaged));
+            }
+        }
+    }
+    println!("{} hostile frames", frames.len());
+    send_each(&broker, &frames).await;
+    assert_serving(&broker, "after oversized counts").await;
+    wait_for(&broker, "the request budget to be free again", |s| {
+        s.request_bytes_held == 0
+    })
+    .await;
+    let stats = broker.server.stats.snapshot();
+    assert!(
+        stats.requests_refused > frames.len() as u64 / 4,
+        "most damaged requests are refused: {} of {}",
+        stats.requests_refused,
+        frames.len()
+    );
+    broker.stop().await;
+}
+
+/// A generator seeded from `HOSTILE_SEED` or at random; the seed is printed.
+fn rng() -> fastrand::Rng {
+    let seed = std::env::var("HOSTILE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    let seed = seed.unwrap_or_else(|| fastrand::u64(..));
+    println!("HOSTILE_SEED={seed}");
+    fastrand::Rng::with_seed(seed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_frames_after_a_real_header_never_take_the_broker_down() {
+    let broker = TestBroker::start().await;
+    create_topic(&mut broker.client().await, TOPIC, 1).await;
+    let mut rng = rng();
+    let mut frames = Vec::new();
+    for i in 0..3000 {
+        let api = &APIS[rng.usize(..APIS.len())];
+        let version = rng.i16(api.min_version..=api.max_version);
+        let len = rng.usize(..200);
+        // Mostly random bytes; every fourth frame is dense with 0xff and 0x7f, which
+        // read as huge counts and lengths wherever they land.
+        let body: Vec<u8> = (0..len)
+            .map(|_| match (i % 4, rng.u8(..3)) {
+                (0, 0) => 0xff,
+                (0, 1) => 0x7f,
+                _ => rng.u8(..),
+            })
+            .collect();
+        frames.push(frame(api.key as i16, version, &body));
+    }
+    send_each(&broker, &frames).await;
+    assert_serving(&broker, "after random frames").await;
+    wait_for(&broker, "the request budget to be free again", |s| {
+        s.request_bytes_held == 0
+    })
+    .await;
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_bodies_hold_no_budget_and_are_closed_at_the_timeout() {
+    const STALLED: usize = 8;
+    let broker = TestBroker::start_with(|c| {
+        c.frame_bytes_max = 100 * 1024 * 1024;
+        c.request_bytes_in_flight_max = 128 * 1024 * 1024;
+        c.request_body_timeout_ms = 10_000;
+    })
+    .await;
+    create_topic(&mut broker.client().await, TOPIC, 1).await;
+    // Each announces a 100 MiB frame; half send nothing more, half send a few bytes
+    // of body and stop (a slow-loris).
+    let mut stalled = Vec::new();
+    for i in 0..STALLED {
+        let mut client = broker.client().await;
+        let mut start = BytesMut::new();
+        start.put_i32(100 * 1024 * 1024);
+        if i % 2 == 1 {
+            start.extend_from_slice(&[0, 0, 0, 12, 0, 0, 0, 1]);
+        }
+        client.stream.write_all(&start).await.unwrap();
+        stalled.push(client);
+    }
+    wait_for(&broker, "the stalled connections to be open", |s| {
+        s.connections.len() >= STALLED
+    })
+    .await;
+    // Together they announced 800 MiB, six times the budget; they hold one step each.
+    let held = broker.server.stats.snapshot().request_bytes_held;
+    assert!(
+        held <= STALLED * 64 * 1024,
+        "stalled prefixes hold {held} bytes of the request budget"
+    );
+    // Everyone else is served at once, not after the stalled ones give up.
+    let serving = tokio::time::timeout(
+        Duration::from_millis(8_000),
+        assert_serving(&broker, "beside stalled bodies"),
+    );
+    serving
+        .await
+        .expect("a well-behaved client is answered while bodies are stalled");
+    for mut client in stalled {
+        assert!(client.closed().await, "a stalled body is closed");
+    }
+    wait_for(&broker, "every stalled body to time out", |s| {
+        s.request_body_timeouts == STALLED as u64 && s.request_bytes_held == 0
+    })
+    .await;
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_frame_is_read_in_steps_and_answered() {
+    // A produce of about 3 MiB arrives in pieces; the broker grows its buffer as the
+    // bytes come and answers it.
+    let broker = TestBroker::start_with(|c| c.log.max_message_bytes = 8 * 1024 * 1024).await;
+    create_topic(&mut broker.client().await, TOPIC, 1).await;
+    let value = "x".repeat(3 * 1024 * 1024);
+    let request = produce_request(TOPIC, 0, -1, batch(&[&value]));
+    let whole = request_frame(9, 1, &request);
+    let mut client = broker.client().await;
+    for piece in whole.chunks(200 * 1024) {
+        client.stream.write_all(piece).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (id, response) = client.recv::<ProduceResponse>(9).await;
+    assert_eq!(id, 1);
+    assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
+    wait_for(&broker, "the request budget to be free again", |s| {
+        s.request_bytes_held == 0
+    })
+    .await;
+    broker.stop().await;
+}
