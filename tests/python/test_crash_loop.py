@@ -428,6 +428,12 @@ def test_crash_loop(make_broker, tmp_path):
             s.ledger.take_acks(s.producer.delivery)
             s.ledger.reread_all(bootstrap, high)
             s.ledger.check_sent(s.producer.sent)
+            # The broker came back every time within the producers' message timeout, so
+            # every record must have been stored: a refusal is a broker error.
+            failed = s.producer.delivery.failed
+            if failed:
+                s.ledger.problems.append(f"{s.ledger.topic}: {len(failed)} deliveries failed, "
+                                         f"first {sorted(failed.items())[:5]}")
             if s.ledger.pending:
                 s.ledger.problems.append(f"{len(s.ledger.pending)} positions never read, "
                                          f"first {s.ledger.pending[:5]}")
