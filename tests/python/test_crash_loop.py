@@ -29,6 +29,7 @@ the documented run in docs/reliability.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -440,6 +441,13 @@ def test_crash_loop(make_broker, tmp_path):
     finally:
         for m in members:
             m.kill()
+        # After a failure the producers may still run; a second stop is harmless.
+        for s in streams:
+            with contextlib.suppress(Exception):
+                if isinstance(s.producer, BackgroundProducer):
+                    s.producer.stop(purge=True, drain_s=5)
+                else:
+                    s.producer.stop(drain_s=5)
 
     summary = report(streams, CYCLES, time.monotonic() - started)
     print(summary)
