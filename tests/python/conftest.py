@@ -54,12 +54,16 @@ class Broker:
 
     Attributes: `bootstrap` ("127.0.0.1:PORT" of the running instance), `data_dir`,
     `stderr_path` (all starts append to it), `returncode` (of the last exited instance).
+    `listen` is the address each start listens on: by default a new ephemeral port each
+    time, or a fixed "127.0.0.1:PORT" for clients that must find the broker again after a
+    restart.
     """
 
     def __init__(self, binary: Path, data_dir: Path, log_dir: Path, extra_args: list[str],
-                 extra_env: dict[str, str] | None = None):
+                 extra_env: dict[str, str] | None = None, listen: str = "127.0.0.1:0"):
         self.binary = binary
         self.data_dir = data_dir
+        self.listen = listen
         self.extra_args = list(extra_args)
         self.extra_env = dict(extra_env or {})
         self.stderr_path = log_dir / "headway.stderr.log"
@@ -80,7 +84,7 @@ class Broker:
         self.starts += 1
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [str(self.binary), "serve", "--data-dir", str(self.data_dir),
-                "--listen", "127.0.0.1:0", *self.extra_args]
+                "--listen", self.listen, *self.extra_args]
         # The broker reads every setting from HEADWAY_<NAME> too: keep the caller's
         # environment (HEADWAY_BIN, a stray HEADWAY_DATA_DIR...) out of it.
         env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWAY_")}
@@ -151,7 +155,8 @@ class Broker:
 
     def restart(self) -> "Broker":
         """Stops the running instance (SIGTERM) if any, starts a new one on the same data
-        directory. The port is a new ephemeral one: use `bootstrap` again afterwards."""
+        directory. Unless `listen` fixes it, the port is a new ephemeral one: use
+        `bootstrap` again afterwards."""
         if self.running:
             self.stop()
         return self.start()
@@ -231,18 +236,19 @@ def _require_binary() -> Path:
 
 @pytest.fixture
 def make_broker(request, tmp_path):
-    """Factory: make_broker(*extra_args, env=None, start=True) -> Broker. Each call gets
-    its own data directory; every broker is shut down after the test. `env` adds
-    environment variables (the broker's own HEADWAY_* are otherwise removed)."""
+    """Factory: make_broker(*extra_args, env=None, start=True, listen=...) -> Broker. Each
+    call gets its own data directory; every broker is shut down after the test. `env` adds
+    environment variables (the broker's own HEADWAY_* are otherwise removed); `listen`
+    fixes the address (see Broker)."""
     brokers: list[Broker] = []
     request.node.headway_brokers = brokers
 
-    def factory(*extra_args: str, env: dict[str, str] | None = None,
-                start: bool = True) -> Broker:
+    def factory(*extra_args: str, env: dict[str, str] | None = None, start: bool = True,
+                listen: str = "127.0.0.1:0") -> Broker:
         binary = _require_binary()
         index = len(brokers)
         base = tmp_path / f"broker{index}"
-        broker = Broker(binary, base / "data", base, list(extra_args), env)
+        broker = Broker(binary, base / "data", base, list(extra_args), env, listen)
         brokers.append(broker)
         return broker.start() if start else broker
 

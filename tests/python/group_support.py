@@ -125,6 +125,18 @@ class Member:
         with self._cond:
             return [seq for _p, _o, seq in self.records]
 
+    def take_records(self) -> list[tuple[int, int, int]]:
+        """The (partition, offset, seq) reported since the last call, removed from
+        `records`: a long run checks them as they come instead of keeping them all."""
+        with self._cond:
+            taken, self.records = self.records, []
+            return taken
+
+    def confirmed_commits(self) -> dict[int, int]:
+        """partition -> next offset of the last commit the broker confirmed."""
+        with self._cond:
+            return dict(self.committed)
+
     # -- ending ---------------------------------------------------------------------------
 
     def stop(self) -> None:

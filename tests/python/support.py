@@ -17,7 +17,9 @@ about 100 bytes of key and value per record.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException,
@@ -29,6 +31,8 @@ VALUE_FILLER_BYTES = 80
 # Deadlines, generous because two cores are shared with the broker and with CI's builds.
 ADMIN_TIMEOUT_S = 30.0
 FLUSH_TIMEOUT_S = 180.0
+# How long a stopping BackgroundProducer waits for the delivery reports still due.
+PRODUCER_DRAIN_S = 60.0
 CONSUME_DEADLINE_S = 180.0
 
 
@@ -85,42 +89,59 @@ class Verdict:
                                  + (f"\n  ... and {more} more" if more > 0 else ""))
 
 
-def check_records(records: list[Consumed], partitions: int) -> Verdict:
-    """Checks what a consumer read from one topic, in the order it was delivered:
-    every partition's offsets run 0, 1, 2, ... with no gap and no repeat; every record is a
-    well-formed test record, byte for byte; sequence numbers rise within each partition
-    (the producer sent them in that order)."""
-    verdict = Verdict()
-    next_offset = [0] * partitions
-    last_seq = [-1] * partitions
-    for r in records:
+class RecordChecker:
+    """Checks the records read from one topic one at a time, in the order they were
+    delivered: every partition's offsets run on densely from its start offset (0 unless
+    given) with no gap and no repeat; every record is a well-formed test record, byte for
+    byte; sequence numbers rise within each partition (the producer sent them in that
+    order). Problems accumulate in `problems`."""
+
+    def __init__(self, partitions: int, start_offsets: list[int] | None = None):
+        self.partitions = partitions
+        self.next_offset = list(start_offsets) if start_offsets else [0] * partitions
+        self.last_seq = [-1] * partitions
+        self.problems: list[str] = []
+
+    def check(self, r: Consumed) -> int | None:
+        """The record's sequence number, or None if it is not a well-formed test record."""
         where = f"partition {r.partition} offset {r.offset}"
-        if not 0 <= r.partition < partitions:
-            verdict.problems.append(f"{where}: partition out of range")
-            continue
-        if r.offset != next_offset[r.partition]:
-            verdict.problems.append(
-                f"{where}: expected offset {next_offset[r.partition]} (offsets must be dense "
-                f"from 0 and delivered in order)")
-        next_offset[r.partition] = r.offset + 1
+        if not 0 <= r.partition < self.partitions:
+            self.problems.append(f"{where}: partition out of range")
+            return None
+        if r.offset != self.next_offset[r.partition]:
+            self.problems.append(
+                f"{where}: expected offset {self.next_offset[r.partition]} (offsets must be "
+                f"dense from the start and delivered in order)")
+        self.next_offset[r.partition] = r.offset + 1
         try:
             seq = seq_of(r.value)
         except ValueError as e:
-            verdict.problems.append(f"{where}: {e}")
-            continue
+            self.problems.append(f"{where}: {e}")
+            return None
         want = make_record(seq)
         if r.key != want.key:
-            verdict.problems.append(f"{where}: seq {seq}: key {r.key!r} != {want.key!r}")
+            self.problems.append(f"{where}: seq {seq}: key {r.key!r} != {want.key!r}")
         if r.value != want.value:
-            verdict.problems.append(f"{where}: seq {seq}: value differs: {r.value!r}")
+            self.problems.append(f"{where}: seq {seq}: value differs: {r.value!r}")
         if r.headers != want.headers:
-            verdict.problems.append(
+            self.problems.append(
                 f"{where}: seq {seq}: headers {r.headers!r} != {want.headers!r}")
-        if seq <= last_seq[r.partition]:
-            verdict.problems.append(
-                f"{where}: seq {seq} after seq {last_seq[r.partition]}: out of order")
-        last_seq[r.partition] = seq
-        verdict.seqs.append(seq)
+        if seq <= self.last_seq[r.partition]:
+            self.problems.append(
+                f"{where}: seq {seq} after seq {self.last_seq[r.partition]}: out of order")
+        self.last_seq[r.partition] = seq
+        return seq
+
+
+def check_records(records: list[Consumed], partitions: int) -> Verdict:
+    """Checks what a consumer read from one topic, from offset 0 of every partition, with
+    RecordChecker; the verdict lists the sequence numbers of the well-formed records."""
+    checker = RecordChecker(partitions)
+    verdict = Verdict(problems=checker.problems)
+    for r in records:
+        seq = checker.check(r)
+        if seq is not None:
+            verdict.seqs.append(seq)
     return verdict
 
 
@@ -229,6 +250,90 @@ def produce_records(producer: Producer, topic: str, seqs, delivery: Delivery,
                              f"({len(delivery.acked)} acked, {len(delivery.failed)} failed)")
 
 
+class BackgroundProducer:
+    """A librdkafka producer that sends test records from `seq_base` upward on its own
+    thread until stopped (at most `records_max`), as fast as it can or paced at
+    `rate_per_s`. acks=all; `config` adds librdkafka settings or overrides these. Every
+    delivery report lands in `delivery`, every client-level error in `errors`."""
+
+    def __init__(self, bootstrap: str, topic: str, seq_base: int = 0,
+                 records_max: int = 2_000_000, rate_per_s: float | None = None,
+                 config: dict | None = None):
+        self.topic = topic
+        self.seq_base = seq_base
+        self.records_max = records_max
+        self.rate_per_s = rate_per_s
+        self.delivery = Delivery()
+        self.errors = ErrorLog()
+        self.sent = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._purge = True
+        self._drain_s = PRODUCER_DRAIN_S
+        self._producer = Producer({
+            **rdkafka_base(bootstrap),
+            "acks": "all",
+            "linger.ms": 2,
+            # Fail fast once the broker is gone instead of retrying for minutes.
+            "message.timeout.ms": 30_000,
+            "reconnect.backoff.max.ms": 1_000,
+            "error_cb": self.errors,
+            **(config or {}),
+        })
+        self._thread = threading.Thread(target=self._run, name=f"producer-{topic}", daemon=True)
+
+    def start(self) -> "BackgroundProducer":
+        self._thread.start()
+        return self
+
+    def acked_count(self) -> int:
+        return len(self.delivery.acked)
+
+    def _run(self) -> None:
+        try:
+            p = self._producer
+            started = time.monotonic()
+            while not self._stop.is_set() and self.sent < self.records_max:
+                if self.rate_per_s is not None:
+                    ahead_s = started + self.sent / self.rate_per_s - time.monotonic()
+                    if ahead_s > 0:
+                        p.poll(min(ahead_s, 0.05))
+                        continue
+                r = make_record(self.seq_base + self.sent)
+                try:
+                    p.produce(self.topic, key=r.key, value=r.value, headers=r.headers,
+                              on_delivery=self.delivery.callback)
+                    self.sent += 1
+                except BufferError:
+                    p.poll(0.05)
+                p.poll(0)
+            if self._purge:
+                # The broker is dead: nothing can be acknowledged any more. Drop what is
+                # queued or in flight (those records count as unacknowledged) and collect
+                # the delivery reports that already arrived.
+                p.purge(in_queue=True, in_flight=True)
+            p.flush(self._drain_s)
+        except BaseException as e:  # reported by stop()
+            self.error = e
+
+    def stop(self, purge: bool = True, drain_s: float = PRODUCER_DRAIN_S) -> None:
+        """Stops producing. With `purge` (the broker is dead) what is still queued or in
+        flight is dropped; without it, every record sent must get its delivery report
+        within drain_s, or this fails."""
+        self._purge = purge
+        self._drain_s = drain_s
+        self._stop.set()
+        self._thread.join(timeout=drain_s + 30)
+        assert not self._thread.is_alive(), "producer thread did not finish"
+        if self.error is not None:
+            raise self.error
+        reported = len(self.delivery.acked) + len(self.delivery.failed)
+        if not purge and reported < self.sent:
+            raise AssertionError(f"{self.sent - reported} of {self.sent} records without a "
+                                 f"delivery report {drain_s:.0f} s after the producer stopped; "
+                                 f"client errors: {self.errors.summary()}")
+
+
 def new_consumer(bootstrap: str, errors: ErrorLog | None = None, **extra) -> Consumer:
     config = {
         **rdkafka_base(bootstrap),
@@ -252,49 +357,77 @@ def consume_all(bootstrap: str, topic: str, partitions: int, expected: int | Non
     """Reads `topic` from the beginning of every partition until each partition reported
     end-of-partition at or past its high watermark (and, if given, `expected` records were
     read). Any consume error other than end-of-partition fails the test."""
+    return list(read_records(bootstrap, topic, partitions, expected=expected,
+                             deadline_s=deadline_s))
+
+
+def read_records(bootstrap: str, topic: str, partitions: int,
+                 start_offsets: list[int] | None = None, end_offsets: list[int] | None = None,
+                 expected: int | None = None,
+                 deadline_s: float = CONSUME_DEADLINE_S) -> Iterator[Consumed]:
+    """Yields the records of `topic` as a manually assigned consumer delivers them, from
+    `start_offsets` (default: the beginning of every partition). Without `end_offsets` it
+    reads like consume_all; with them it reads each partition up to that offset (exclusive)
+    and yields nothing past it, which bounds a read while producers keep appending. One
+    record at a time, so a long log never sits in memory."""
     errors = ErrorLog()
     consumer = new_consumer(bootstrap, errors)
     try:
-        return _consume_all(consumer, errors, topic, partitions, expected, deadline_s)
+        yield from _read_records(consumer, errors, topic, partitions, start_offsets,
+                                 end_offsets, expected, deadline_s)
     finally:
         consumer.close()
 
 
-def _consume_all(consumer: Consumer, errors: ErrorLog, topic: str, partitions: int,
-                 expected: int | None, deadline_s: float) -> list[Consumed]:
+def _read_records(consumer: Consumer, errors: ErrorLog, topic: str, partitions: int,
+                  start_offsets: list[int] | None, end_offsets: list[int] | None,
+                  expected: int | None, deadline_s: float) -> Iterator[Consumed]:
     deadline = time.monotonic() + deadline_s
-    high = {}
-    for p in range(partitions):
-        _low, hw = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-        high[p] = hw
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    records: list[Consumed] = []
-    at_end: set[int] = set()
+    if end_offsets is not None:
+        high = dict(enumerate(end_offsets))
+    else:
+        high = {}
+        for p in range(partitions):
+            _low, hw = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            high[p] = hw
+    starts = start_offsets or [OFFSET_BEGINNING] * partitions
+    consumer.assign([TopicPartition(topic, p, starts[p]) for p in range(partitions)])
+    count = 0
+    # A bounded read is done with a partition that starts at its end.
+    at_end: set[int] = ({p for p in range(partitions) if starts[p] >= high[p]}
+                        if end_offsets is not None else set())
 
     def done() -> bool:
-        if expected is not None and len(records) < expected:
+        if expected is not None and count < expected:
             return False
         return len(at_end) == partitions
 
     while not done():
         if time.monotonic() > deadline:
             raise AssertionError(
-                f"consumed {len(records)} records (expected {expected}, high watermarks "
+                f"consumed {count} records (expected {expected}, high watermarks "
                 f"{high}, partitions at end {sorted(at_end)}) before the "
                 f"{deadline_s:.0f} s deadline; client errors: {errors.summary()}")
         for msg in consumer.consume(num_messages=1000, timeout=0.5):
             err = msg.error()
+            p = msg.partition()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
-                    if msg.offset() >= high[msg.partition()]:
-                        at_end.add(msg.partition())
+                    if msg.offset() >= high[p]:
+                        at_end.add(p)
                     continue
-                raise AssertionError(f"consume error on partition {msg.partition()} offset "
+                raise AssertionError(f"consume error on partition {p} offset "
                                      f"{msg.offset()}: {err.name()}: {err.str()}")
-            at_end.discard(msg.partition())
-            records.append(Consumed(msg.partition(), msg.offset(), msg.key(), msg.value(),
-                                    list(msg.headers() or []), msg.timestamp()))
-    return records
+            if end_offsets is not None:
+                if msg.offset() >= high[p]:
+                    continue
+                if msg.offset() + 1 >= high[p]:
+                    at_end.add(p)
+            else:
+                at_end.discard(p)
+            count += 1
+            yield Consumed(p, msg.offset(), msg.key(), msg.value(), list(msg.headers() or []),
+                           msg.timestamp())
 
 
 def raise_on_error(futures: dict, timeout_s: float = ADMIN_TIMEOUT_S) -> None:

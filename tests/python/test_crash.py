@@ -15,13 +15,10 @@ not be there.
 
 from __future__ import annotations
 
-import threading
 import time
 
-from confluent_kafka import Producer
-
-from support import (Delivery, check_records, consume_all, create_topic, make_record,
-                     rdkafka_base, wait_for_topic)
+from support import (BackgroundProducer, Delivery, check_records, consume_all, create_topic,
+                     make_record, wait_for_topic)
 
 PARTITIONS = 4
 ROUNDS = 4
@@ -29,63 +26,7 @@ ROUNDS = 4
 ACKS_BEFORE_KILL = [5_000, 2_000, 7_000, 3_500]
 # Each round numbers its records from a different base, so rounds never share a seq.
 ROUND_SEQ_BASE = 10_000_000
-ROUND_RECORDS_MAX = 2_000_000  # bound on one round's producer loop
 ACK_DEADLINE_S = 120.0
-PRODUCER_DRAIN_S = 60.0
-
-
-class BackgroundProducer:
-    """Produces test records from seq_base upward on its own thread until stopped."""
-
-    def __init__(self, bootstrap: str, topic: str, seq_base: int):
-        self.topic = topic
-        self.seq_base = seq_base
-        self.delivery = Delivery()
-        self.sent = 0
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._producer = Producer({
-            **rdkafka_base(bootstrap),
-            "acks": "all",
-            "linger.ms": 2,
-            # Fail fast once the broker is gone instead of retrying for minutes.
-            "message.timeout.ms": 30_000,
-            "reconnect.backoff.max.ms": 1_000,
-        })
-        self._thread = threading.Thread(target=self._run, name="crash-producer", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def acked_count(self) -> int:
-        return len(self.delivery.acked)
-
-    def _run(self) -> None:
-        try:
-            p = self._producer
-            while not self._stop.is_set() and self.sent < ROUND_RECORDS_MAX:
-                r = make_record(self.seq_base + self.sent)
-                try:
-                    p.produce(self.topic, key=r.key, value=r.value, headers=r.headers,
-                              on_delivery=self.delivery.callback)
-                    self.sent += 1
-                except BufferError:
-                    p.poll(0.05)
-                p.poll(0)
-            # The broker is dead: nothing can be acknowledged any more. Drop what is queued
-            # or in flight (those records count as unacknowledged) and collect the delivery
-            # reports that already arrived.
-            p.purge(in_queue=True, in_flight=True)
-            p.flush(PRODUCER_DRAIN_S)
-        except BaseException as e:  # reported by stop()
-            self.error = e
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=PRODUCER_DRAIN_S + 30)
-        assert not self._thread.is_alive(), "producer thread did not finish"
-        if self.error is not None:
-            raise self.error
 
 
 def crash_round(broker, topic: str, round_index: int) -> Delivery:
