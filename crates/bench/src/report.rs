@@ -311,7 +311,7 @@ pub fn command_line() -> String {
 /// `target/<profile>/<name>` when it sits in a Cargo profile directory (wherever the target
 /// directory is), an absolute path under `cwd` relative to it, and any other absolute path
 /// (a temporary data directory, say) as a placeholder named after its option, `<data-dir>`
-/// for `--data-dir /tmp/x` (`<path>` when no option names it). The rest is shell-quoted.
+/// for `--data-dir /scratch/x` (`<path>` when no option names it). The rest is shell-quoted.
 pub fn portable_command_line(args: impl IntoIterator<Item = String>, cwd: Option<&Path>) -> String {
     let mut out = Vec::new();
     let mut previous: Option<String> = None;
@@ -433,18 +433,18 @@ mod tests {
         let line = |args: &[&str]| {
             portable_command_line(
                 args.iter().map(|a| a.to_string()),
-                Some(Path::new("/work/repo")),
+                Some(Path::new("/srv/repo")),
             )
         };
         assert_eq!(
             line(&[
-                "/work/repo/target/release/headway",
+                "/srv/repo/target/release/headway",
                 "bench",
                 "acks",
                 "--out",
-                "/work/repo/bench/results/x",
+                "/srv/repo/bench/results/x",
                 "--data-dir",
-                "/tmp/headway-lab.Ssao1B",
+                "/scratch/headway-lab.Ssao1B",
                 "--note",
                 "it's fsync",
             ]),
@@ -454,7 +454,7 @@ mod tests {
         assert_eq!(
             line(&[
                 "/elsewhere/release/headway",
-                "--evict-dir=/tmp/k/logs",
+                "--evict-dir=/scratch/k/logs",
                 "/srv/x"
             ]),
             "target/release/headway --evict-dir=<evict-dir> <path>"
@@ -468,7 +468,7 @@ mod tests {
             "headway bench credit"
         );
         assert_eq!(
-            line(&["/usr/local/bin/headway", "--out=/work/repo"]),
+            line(&["/usr/local/bin/headway", "--out=/srv/repo"]),
             "headway --out=."
         );
     }
