@@ -69,8 +69,8 @@ def test_setup_brings_java_and_maven_when_path_has_neither(tmp_path):
         f"{result.stdout}\n{result.stderr}")
     # It says where each came from.
     for name in ("javac", "mvn"):
-        assert re.search(rf"^setup: {name} (not on PATH|from )", result.stdout, re.MULTILINE), \
-            result.stdout
+        said = rf"^setup: (no usable {name} on PATH|{name} from )"
+        assert re.search(said, result.stdout, re.MULTILINE), result.stdout
 
     # Found, and working, where the tests look for them.
     tests_path = f"{tools_bin}{os.pathsep}{farm}"
