@@ -69,7 +69,9 @@ def run(acks, messages, payload_file):
         "acks": acks, "messages": messages, "seconds": elapsed,
         "msg_per_s": messages / elapsed, "mb_per_s": megabytes / elapsed,
         "cpu_s_per_gb": cpu / (megabytes / 1000), "rss_peak_mib": rss,
-        "command": " ".join(cmd[:1] + ["-b", "BOOTSTRAP"] + cmd[3:]),
+        # Placeholders for what differs per run and machine: the broker's address and the
+        # temporary file of records (RECORDS, 1 KiB lines).
+        "command": " ".join(cmd[:1] + ["-b", "BOOTSTRAP"] + cmd[3:-1] + ["RECORDS"]),
     }
 
 
@@ -106,8 +108,8 @@ def main():
         for r in results:
             f.write(f"| {r['acks']} | {r['messages']} | {r['seconds']:.2f} | {r['msg_per_s']:.0f} | "
                     f"{r['mb_per_s']:.1f} | {r['cpu_s_per_gb']:.1f} | {r['rss_peak_mib']:.0f} |\n")
-        f.write(f"\nacks=all / acks=0 throughput ratio: {ratio:.2f}. Command per run: "
-                f"`{results[0]['command']}`\n")
+        f.write(f"\nacks=all / acks=0 throughput ratio: {ratio:.2f}. "
+                f"Command per run (RECORDS: a file of 1 KiB lines): `{results[0]['command']}`\n")
 
 
 if __name__ == "__main__":

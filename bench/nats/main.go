@@ -655,7 +655,8 @@ func main() {
 		o.subject = fmt.Sprintf("bench.%s.%d", o.scenario, time.Now().UnixNano())
 	}
 	if o.command == "" {
-		o.command = strings.Join(os.Args, " ")
+		// As a reader reruns it, not with the path of this build's binary.
+		o.command = strings.Join(append([]string{"bench/nats: go run ."}, os.Args[1:]...), " ")
 	}
 	o.perRun = time.Duration(perRunS * float64(time.Second))
 	o.warmup = time.Duration(*warmupFraction * float64(o.perRun))

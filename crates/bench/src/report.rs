@@ -299,21 +299,98 @@ pub fn utc_now() -> String {
     )
 }
 
-/// The process's command line, quoted so that it can be pasted into a shell.
+/// The process's command line as anyone can rerun it from the repository, quoted so that it
+/// can be pasted into a shell. It names no path of the machine it ran on: see
+/// [`portable_command_line`].
 pub fn command_line() -> String {
-    std::env::args()
-        .map(|a| {
-            if !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@+".contains(c))
-            {
-                a
-            } else {
-                format!("'{}'", a.replace('\'', r"'\''"))
+    let cwd = std::env::current_dir().ok();
+    portable_command_line(std::env::args(), cwd.as_deref())
+}
+
+/// `args` (the program first) written without the paths of one machine: the program as
+/// `target/<profile>/<name>` when it sits in a Cargo profile directory (wherever the target
+/// directory is), an absolute path under `cwd` relative to it, and any other absolute path
+/// (a temporary data directory, say) as a placeholder named after its option, `<data-dir>`
+/// for `--data-dir /scratch/x` (`<path>` when no option names it). The rest is shell-quoted.
+pub fn portable_command_line(args: impl IntoIterator<Item = String>, cwd: Option<&Path>) -> String {
+    let mut out = Vec::new();
+    let mut previous: Option<String> = None;
+    for (i, arg) in args.into_iter().enumerate() {
+        let word = if i == 0 {
+            quote(&portable_program(&arg))
+        } else if let Some((option, value)) =
+            arg.split_once('=').filter(|(o, _)| o.starts_with("--"))
+        {
+            match portable_path(value, cwd) {
+                Some(Ok(relative)) => quote(&format!("{option}={relative}")),
+                Some(Err(())) => format!("{}=<{}>", quote(option), option.trim_start_matches('-')),
+                None => quote(&arg),
             }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+        } else {
+            match portable_path(&arg, cwd) {
+                Some(Ok(relative)) => quote(&relative),
+                Some(Err(())) => match previous
+                    .as_deref()
+                    .filter(|p| p.starts_with('-') && !p.contains('='))
+                {
+                    Some(option) => format!("<{}>", option.trim_start_matches('-')),
+                    None => "<path>".to_string(),
+                },
+                None => quote(&arg),
+            }
+        };
+        out.push(word);
+        previous = Some(arg);
+    }
+    out.join(" ")
+}
+
+/// `target/release/headway` for `/any/target-dir/release/headway`; a relative program as it
+/// was given, without a leading `./`; otherwise the program's file name.
+fn portable_program(program: &str) -> String {
+    let path = Path::new(program);
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let profile = path
+        .parent()
+        .and_then(Path::file_name)
+        .map(|p| p.to_string_lossy().into_owned());
+    match (name, profile) {
+        (Some(name), Some(profile)) if profile == "release" || profile == "debug" => {
+            format!("target/{profile}/{name}")
+        }
+        _ if path.is_relative() => program.trim_start_matches("./").to_string(),
+        (Some(name), _) => name,
+        (None, _) => program.to_string(),
+    }
+}
+
+/// `None` for anything but an absolute path; `Ok(relative)` for one under `cwd`; `Err` for
+/// one elsewhere on the machine.
+fn portable_path(value: &str, cwd: Option<&Path>) -> Option<Result<String, ()>> {
+    let path = Path::new(value);
+    if !path.is_absolute() {
+        return None;
+    }
+    Some(
+        cwd.and_then(|cwd| path.strip_prefix(cwd).ok())
+            .map(|rest| match rest.to_string_lossy() {
+                r if r.is_empty() => ".".to_string(),
+                r => r.into_owned(),
+            })
+            .ok_or(()),
+    )
+}
+
+fn quote(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@+".contains(c))
+    {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
 }
 
 #[cfg(test)]
@@ -349,5 +426,50 @@ mod tests {
         let now = utc_now();
         assert_eq!(now.len(), 20, "{now}");
         assert!(now.starts_with("20") && now.ends_with('Z'));
+    }
+
+    #[test]
+    fn command_line_names_no_machine_path() {
+        let line = |args: &[&str]| {
+            portable_command_line(
+                args.iter().map(|a| a.to_string()),
+                Some(Path::new("/srv/repo")),
+            )
+        };
+        assert_eq!(
+            line(&[
+                "/srv/repo/target/release/headway",
+                "bench",
+                "acks",
+                "--out",
+                "/srv/repo/bench/results/x",
+                "--data-dir",
+                "/scratch/headway-lab.Ssao1B",
+                "--note",
+                "it's fsync",
+            ]),
+            "target/release/headway bench acks --out bench/results/x --data-dir <data-dir> \
+             --note 'it'\\''s fsync'"
+        );
+        assert_eq!(
+            line(&[
+                "/elsewhere/release/headway",
+                "--evict-dir=/scratch/k/logs",
+                "/srv/x"
+            ]),
+            "target/release/headway --evict-dir=<evict-dir> <path>"
+        );
+        assert_eq!(
+            line(&["./target/debug/headway", "--out", "bench/results/tmp"]),
+            "target/debug/headway --out bench/results/tmp"
+        );
+        assert_eq!(
+            line(&["headway", "bench", "credit"]),
+            "headway bench credit"
+        );
+        assert_eq!(
+            line(&["/usr/local/bin/headway", "--out=/srv/repo"]),
+            "headway --out=."
+        );
     }
 }
