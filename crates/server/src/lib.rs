@@ -29,6 +29,7 @@ pub mod handlers;
 pub mod listener;
 pub mod metrics;
 pub mod outbound;
+pub mod records;
 pub mod stats;
 
 pub use listener::{RunningServer, Server, ServerHandle};

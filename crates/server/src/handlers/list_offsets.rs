@@ -5,12 +5,12 @@
 
 use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
 use crate::errors::error_code;
+use crate::records;
 use headway_broker::{BrokerError, Offset, Partition};
 use headway_protocol::kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use headway_protocol::kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
-use headway_protocol::kafka_protocol::records::RecordBatchDecoder;
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
 
@@ -98,19 +98,16 @@ async fn lookup(partition: Arc<Partition>, timestamp: i64) -> Result<(i64, i64),
 }
 
 /// The first record at or after `timestamp` in the batch that starts at `batch_offset`.
+/// The batch is walked on a blocking thread: a compressed batch may take a moment to
+/// inflate (at most [`records::RECORDS_SCAN_BYTES_MAX`]).
 async fn first_record_at(
     partition: &Partition,
     batch_offset: Offset,
     timestamp: i64,
 ) -> Result<Option<(i64, i64)>, BrokerError> {
     // One byte is enough: a read always returns the first batch whole.
-    let mut records = partition.read(batch_offset, 1).await?.records;
-    let Ok(batch) = RecordBatchDecoder::decode(&mut records) else {
-        return Ok(None);
-    };
-    Ok(batch
-        .records
-        .iter()
-        .find(|r| r.timestamp >= timestamp)
-        .map(|r| (r.offset, r.timestamp)))
+    let batch = partition.read(batch_offset, 1).await?.records;
+    tokio::task::spawn_blocking(move || records::first_record_at(&batch, timestamp))
+        .await
+        .map_err(|e| BrokerError::Storage(format!("lookup task failed: {e}")))
 }
