@@ -414,8 +414,8 @@ def test_hostile_clients_beside_well_behaved_ones(make_broker, tmp_path):
             for sock in stalled:
                 sock.sendall(struct.pack(">i", STALLED_FRAME_BYTES))
             held = metrics.wait_for(
-                "the stalled connections open",
-                lambda m: m["connections"] >= legit["connections"] + STALLED)
+                "the stalled connections accepted",
+                lambda m: m["connections_accepted"] >= before["connections_accepted"] + STALLED)
             # Each holds one step of the budget, not its 100 MiB; the legit clients'
             # requests come and go beside them.
             assert held["request_bytes_held"] <= STALLED * BUDGET_STEP_BYTES + (8 << 20), (
