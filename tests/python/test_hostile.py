@@ -382,7 +382,7 @@ def test_hostile_clients_beside_well_behaved_ones(make_broker, tmp_path):
         assert refused_a == len(frames), f"{refused_a} refusals for {len(frames)} frames"
         phase_done("oversized counts", started)
 
-        # b. Random frames after real headers, and large ones beyond the request budget.
+        # b. Random frames after real headers, and two large ones at once.
         started = time.monotonic()
         frames = random_frames(address, rng)
         large_body = rng.randbytes(LARGE_FRAME_BYTES)
