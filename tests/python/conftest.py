@@ -31,6 +31,8 @@ STOP_DEADLINE_S = 30.0
 STDERR_TAIL_LINES = 60
 
 LISTENING_RE = re.compile(rb"^headway listening on (\S+:\d+)\s*$")
+# The log line of a broker started with metrics_listen (its port may be ephemeral).
+METRICS_RE = re.compile(r"serving metrics at /metrics addr=(\S+:\d+)")
 
 # Every broker process started in this session, so that none outlives pytest even when a
 # fixture's teardown never runs (e.g. pytest itself is interrupted).
@@ -168,6 +170,13 @@ class Broker:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    def metrics_address(self) -> str:
+        """HOST:PORT of the running instance's /metrics endpoint (started with
+        metrics_listen); the broker logs it before it prints its listening line."""
+        found = METRICS_RE.findall(self.stderr_path.read_text("utf-8", "replace"))
+        assert found, f"no metrics address in the broker's log\n{self.stderr_tail()}"
+        return found[-1]
 
     def check_alive(self) -> None:
         """Raises if the broker exited although nobody stopped it."""
