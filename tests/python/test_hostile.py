@@ -372,14 +372,19 @@ def test_hostile_clients_beside_well_behaved_ones(make_broker, tmp_path):
         frames, pairs = damaged_frames(address)
         before = metrics.scrape()
         with ThreadPoolExecutor(HOSTILE_THREADS) as pool:
-            outcomes = Counter(pool.map(lambda f: send_and_watch(address, f), frames))
+            watched = list(pool.map(lambda f: (f, send_and_watch(address, f)), frames))
         after = metrics.scrape()
         refused_a = after["requests_refused"] - before["requests_refused"]
+        outcomes = Counter(outcome for _, outcome in watched)
         print(f"oversized counts: {len(frames)} frames over {pairs} API versions: "
               f"{dict(outcomes)}, refused {refused_a:.0f}")
-        assert outcomes == Counter(closed=len(frames)), (
-            f"every damaged request is closed unanswered: {dict(outcomes)}")
-        assert refused_a == len(frames), f"{refused_a} refusals for {len(frames)} frames"
+        # ApiVersions answers a malformed body with INVALID_REQUEST, as Kafka does;
+        # every other damaged request closes its connection unanswered.
+        answered = [f for f, outcome in watched if outcome != "closed"]
+        assert all(struct.unpack(">h", f[4:6])[0] == kf.API_VERSIONS_KEY for f in answered), (
+            f"every damaged request but ApiVersions is closed unanswered: {dict(outcomes)}")
+        assert refused_a == outcomes["closed"], (
+            f"{refused_a} refusals for {outcomes['closed']} closed connections")
         phase_done("oversized counts", started)
 
         # b. Random frames after real headers, and two large ones at once.
@@ -503,25 +508,26 @@ def test_hostile_clients_beside_well_behaved_ones(make_broker, tmp_path):
     assert memory["VmHWM"] * 1024 < RSS_MAX_BYTES, "\n".join(peaks)
 
 
-HOG_BODY_TIMEOUT_MS = 5_000
+HOG_BODY_TIMEOUT_MS = 20_000
+
+
+def send_quietly(sock: socket.socket, payload: bytes) -> None:
+    """Sends `payload`; the test closing the socket first ends it quietly."""
+    try:
+        sock.sendall(payload)
+    except OSError:
+        pass
 MIB = 1024 * 1024
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known defect: a body waiting for its next budget step (up to half its frame) is "
-    "first in the budget's queue, so every other request waits behind it until a body "
-    "holding the rest of the budget times out"))
 def test_budget_hogs_do_not_hold_up_others(make_broker, tmp_path):
     """Goal: connections that send large bodies cannot hold up other clients' requests
     (a fair request budget). Method: A announces 100 MiB and sends 64 MiB, so it holds
     100 MiB of the 128 MiB budget, and stalls; B announces 100 MiB and sends 16 MiB, so
-    its next step (16 MiB) waits. A fresh client's ApiVersions must then be answered
-    while A still stalls, not only once A's body times out and is closed.
-
-    The same queue stalls everyone without any slow client: three clients sending 48 MiB
-    frames at full speed, interleaved, each hold part of the budget and wait for their
-    next step; all three time out and nobody is served meanwhile. That race is not
-    reproduced here, as it depends on the interleaving."""
+    it waits for the budget. A fresh client's ApiVersions must then be answered while A
+    still stalls, not only once A's body times out and is closed. (Three large frames
+    sent together, which once held parts of the budget and waited on each other, are
+    tested in crates/server/tests/hostile.rs.)"""
     broker, address, metrics = start_broker(make_broker, tmp_path, HOG_BODY_TIMEOUT_MS)
     budget = metrics.scrape()["request_bytes_max"]
     hogs = []
@@ -529,7 +535,10 @@ def test_budget_hogs_do_not_hold_up_others(make_broker, tmp_path):
         for sent in (64 * MIB, 16 * MIB):
             sock = socket.create_connection(address, timeout=30)
             head = kf.frame(0, 9, b"")[4:]
-            sock.sendall(struct.pack(">i", 100 * MIB) + head + bytes(sent - len(head)))
+            payload = struct.pack(">i", 100 * MIB) + head + bytes(sent - len(head))
+            # From a thread: the broker reads B only once it has budget for B's frame,
+            # so B's send stays blocked until then.
+            threading.Thread(target=send_quietly, args=(sock, payload), daemon=True).start()
             hogs.append(sock)
             # The first, having sent 64 MiB, reserves the rest of its 100 MiB frame.
             metrics.wait_for("the first hog holding 100 MiB",

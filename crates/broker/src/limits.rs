@@ -9,11 +9,13 @@
 //! What the broker's resident memory is made of, each part with its bound (the
 //! derivation and the figures for the defaults are in `docs/isolation.md`):
 //!
-//! - request frames being read and handled, and their decoded values (decoding one
-//!   request may allocate at most `headway_protocol::DECODED_BYTES_MAX`, 16 MiB, next
-//!   to the check that every count on the wire is backed by bytes present): at most
-//!   `request_bytes_in_flight_max`, plus the produce batches being copied to have
-//!   their offsets rewritten (at most the frames they came in);
+//! - request frames being read and handled: at most `request_bytes_in_flight_max` for
+//!   large frames, plus one small frame ([`REQUEST_SMALL_FRAME_BYTES`]) per connection,
+//!   plus the produce batches being copied to have their offsets rewritten (at most
+//!   the frames they came in);
+//! - decoded requests: decoding runs on the worker threads, one request at a time on
+//!   each, and allocates at most `headway_protocol::DECODED_BYTES_MAX` (16 MiB), next to
+//!   the check that every count on the wire is backed by bytes present;
 //! - fetch responses read and not yet written: at most `outbound_bytes_max` in all and
 //!   `connection_outbound_bytes_max` per connection, plus one batch per response (the
 //!   first batch is always whole), plus one copy of each response being encoded;
@@ -42,26 +44,26 @@ pub const FRAME_BYTES_MAX_DEFAULT: usize = 100 * 1024 * 1024;
 /// connection stops reading its socket, which pushes back on that client alone (TCP).
 pub const REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX: usize = 128;
 
-/// Bytes of requests held in memory across all connections: the frames being read
-/// and handled, and what decoding them allocates. A body is reserved as it arrives, in
-/// steps (the first [`REQUEST_BODY_STEP_BYTES`], then doubling up to the frame's
-/// size), never for a length prefix alone, so a client that announces a large frame
-/// and sends nothing holds one step. Every reservation is at most a step or a
-/// request's decoded size, and the budget serves waiters first come, first served, so
-/// no waiter queues behind a large one. A reader that would go past the budget waits
-/// (and stops reading its socket) until others finish or time out. Must stay above the
-/// frame limit.
+/// Bytes of large request frames held in memory across all connections, from the
+/// moment a frame's first [`REQUEST_SMALL_FRAME_BYTES`] have arrived until it has been
+/// handled. Such a frame reserves its whole size at once, holding nothing else while it
+/// waits, so readers never wait on each other; whenever bytes come back every waiter
+/// tries again, so a small reservation is never queued behind a large one that does not
+/// fit (`crates/server/src/request_budget.rs`). A reader that waits stops reading its
+/// socket. Must stay above the frame limit.
 pub const REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT: usize = 128 * 1024 * 1024;
 
-/// The first reservation for a request body, and the size of one read into it. Most
-/// requests (fetches, metadata, small produces) fit in one step.
-pub const REQUEST_BODY_STEP_BYTES: usize = 64 * 1024;
+/// Frames up to this size are read without asking the request budget: a connection
+/// may always hold one, as part of its own cost (at most `connections_max` × 8 KiB, 80
+/// MiB with 10,000 connections). Fetches, metadata, commits and a light producer's
+/// produces fit, so light clients never wait behind a heavy one's large frames.
+pub const REQUEST_SMALL_FRAME_BYTES: usize = 8 * 1024;
 
 /// How long a client may take to send a request body once its length has arrived
-/// (`request_body_timeout_ms`). A client that stalls mid-frame (a slow-loris, or a
-/// length prefix with nothing behind it) is closed when it passes, and what its body
-/// held of the request budget is released. A 100 MiB frame at this default needs
-/// about 3.4 MB/s.
+/// (`request_body_timeout_ms`), waits for the request budget included. A client that
+/// stalls mid-frame (a slow-loris, or a length prefix with nothing behind it) is closed
+/// when it passes, and what its body held of the request budget is released. A 100 MiB
+/// frame at this default needs about 3.4 MB/s.
 pub const REQUEST_BODY_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 
 /// Concurrent client connections. Further connections wait in the accept backlog.

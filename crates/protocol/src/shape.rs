@@ -35,6 +35,8 @@ const UNKNOWN_TAG_BYTES: usize = 64;
 /// How a request body is laid out, for the versions `kafka-protocol` decodes.
 pub(crate) struct Message {
     pub api_key: ApiKey,
+    /// The oldest version `kafka-protocol` decodes (older ones have other layouts).
+    pub min_version: i16,
     /// First version with flexible encoding (compact strings and arrays, tagged fields).
     pub flexible_min: i16,
     pub root: &'static Struct,
@@ -142,7 +144,7 @@ pub fn check_body(
 ) -> Result<Footprint, ShapeError> {
     let message = MESSAGES
         .iter()
-        .find(|m| m.api_key == api_key)
+        .find(|m| m.api_key == api_key && version >= m.min_version)
         .ok_or(ShapeError::UnknownLayout { api_key, version })?;
     let mut walk = Walk {
         body,

@@ -215,7 +215,12 @@ fn generated_bodies_decode_to_the_last_byte() {
     let mut rng = rng();
     for message in MESSAGES {
         let versions = versions(message.api_key);
-        assert!(!versions.is_empty());
+        assert_eq!(
+            versions.first(),
+            Some(&message.min_version),
+            "{:?}",
+            message.api_key
+        );
         for &version in &versions {
             for _ in 0..100 {
                 let body = generate(&mut rng, message, version);
@@ -245,7 +250,12 @@ fn damaged_bodies_never_allocate_beyond_the_footprint() {
     let (mut accepted, mut refused) = (0u64, 0u64);
     for message in MESSAGES {
         let versions = versions(message.api_key);
-        assert!(!versions.is_empty());
+        assert_eq!(
+            versions.first(),
+            Some(&message.min_version),
+            "{:?}",
+            message.api_key
+        );
         for &version in &versions {
             for _ in 0..300 {
                 let mut body = generate(&mut rng, message, version);

@@ -6,11 +6,11 @@
 //! than that, or stops reading its socket so that the writer cannot write, the reader
 //! stops reading and TCP pushes back on that client alone.
 //!
-//! What a connection can hold is bounded in bytes too: requests by the broker-wide
-//! request budget while they are read and handled (a body is reserved in steps as its
-//! bytes arrive, never for its length prefix alone, and must arrive within
-//! `request_body_timeout_ms`; what decoding it allocates is checked against its bytes
-//! and reserved before it is decoded); fetch responses by the
+//! What a connection can hold is bounded in bytes too: a request frame of up to 8 KiB
+//! by the connection's own cost, a larger one by the broker-wide request budget from
+//! its first 8 KiB until it is handled (never for its length prefix alone); every body
+//! must arrive within `request_body_timeout_ms`, and what decoding allocates is checked
+//! against the body's bytes first; fetch responses by the
 //! connection's outbound budget ([`crate::outbound`]) until the writer has written
 //! them. A fetch runs when the writer reaches it, after every earlier response was
 //! written, so a client that never reads its socket has one response stuck in the
@@ -25,6 +25,7 @@
 //! any answer.
 
 use crate::handlers::{self, Ctx, HandlerError, Outgoing, Reply};
+use crate::request_budget::Reserved;
 use crate::stats::Connection;
 use bytes::Bytes;
 use headway_broker::limits;
@@ -37,7 +38,6 @@ use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{timeout_at, Duration, Instant};
 
 /// Bytes the writer buffers before a write syscall; larger responses go straight out.
@@ -64,13 +64,13 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
             next = next_request(&mut reader, &mut client, ctx) => next,
             _ = handlers::shutting_down(&mut shutdown) => break,
         };
-        let Some((request, permit)) = next else {
+        let Some((request, reserved)) = next else {
             break;
         };
         conn.requests_read.fetch_add(1, Ordering::Relaxed);
         let outcome = handlers::dispatch(ctx, conn, request);
         // Handled: the request's bytes are free (a reply keeps what it needs).
-        drop(permit);
+        drop(reserved);
         match outcome {
             Ok(Reply::Silent) => {}
             Ok(reply) => {
@@ -117,15 +117,14 @@ impl Client {
     }
 }
 
-/// Reads the next request and reserves what it costs (its frame and what decoding it
-/// allocates) from the request budget. `None` when the connection ends: closed by the
-/// client, a bad frame, a body that did not arrive within `request_body_timeout_ms`
-/// of its length prefix, or a request that cannot be decoded safely; each is logged.
+/// Reads the next request, and for a large frame reserves it from the request budget.
+/// `None` when the connection ends: closed by the client, a bad frame, or a body that
+/// did not arrive within `request_body_timeout_ms` of its length prefix; each is logged.
 async fn next_request<R: AsyncRead + Unpin>(
     reader: &mut R,
     client: &mut Client,
     ctx: &Ctx,
-) -> Option<(Request, OwnedSemaphorePermit)> {
+) -> Option<(Request, Option<Reserved>)> {
     let config = ctx.broker.config();
     let peer = client.peer;
     let size = match read_frame_size(reader, config.frame_bytes_max).await {
@@ -140,9 +139,8 @@ async fn next_request<R: AsyncRead + Unpin>(
             return None;
         }
     };
-    let timeout = Duration::from_millis(config.request_body_timeout_ms);
-    let deadline = Instant::now() + timeout;
-    let (frame, mut permit) = match timeout_at(deadline, read_body(reader, size, ctx)).await {
+    let deadline = Instant::now() + Duration::from_millis(config.request_body_timeout_ms);
+    let (frame, reserved) = match timeout_at(deadline, read_body(reader, size, ctx)).await {
         Ok(Ok(body)) => body,
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "connection closed mid-frame");
@@ -162,64 +160,47 @@ async fn next_request<R: AsyncRead + Unpin>(
             return None;
         }
     };
-    let checked = parse_request(frame)
-        .map_err(HandlerError::from)
-        .and_then(|request| Ok((handlers::decoded_bytes(&request)?, request)));
-    let (decoded_bytes, request) = match checked {
-        Ok(checked) => checked,
+    match parse_request(frame) {
+        Ok(request) => {
+            if client.client_id.is_none() {
+                client.client_id = request.header.client_id.as_ref().map(|id| id.to_string());
+            }
+            Some((request, reserved))
+        }
         Err(e) => {
-            client.closing(ctx, &e);
-            return None;
-        }
-    };
-    if client.client_id.is_none() {
-        client.client_id = request.header.client_id.as_ref().map(|id| id.to_string());
-    }
-    // Decoding's allocations are held from the budget like the frame. Waiting for them
-    // while holding the frame counts against the same deadline, so readers that hold
-    // the whole budget between them cannot wait on each other for ever.
-    let budget_max = config.request_bytes_in_flight_max;
-    match timeout_at(deadline, reserve(ctx, decoded_bytes.min(budget_max))).await {
-        Ok(Some(more)) => permit.merge(more),
-        Ok(None) => return None,
-        Err(_) => {
-            ctx.stats
-                .request_body_timeouts
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(%peer, client_id = ?client.client_id, "closing connection: no request budget in time");
-            return None;
+            client.closing(ctx, &e.into());
+            None
         }
     }
-    Some((request, permit))
 }
 
-/// Reads a request body of `size` bytes as it arrives. Its memory is reserved from the
-/// broker-wide request budget in steps: the first [`limits::REQUEST_BODY_STEP_BYTES`],
-/// then twice what the buffer holds, up to `size`. So a client holds budget in
-/// proportion to the bytes it has sent, never for a length prefix alone, and every wait
-/// for the budget is for one step: waiters are served first come, first served without
-/// any of them queueing behind a large one. Returns the body and its reservation.
+/// Reads a request body of `size` bytes as it arrives.
+///
+/// A small body (at most [`limits::REQUEST_SMALL_FRAME_BYTES`]) is read into a buffer
+/// of its size: what a connection holds for one is part of its own bounded cost, so
+/// light clients' requests never wait for the budget. A larger body first has to send
+/// that many bytes; then its whole size is reserved from the broker-wide request budget
+/// at once (see [`crate::request_budget`]: no reader holds part of the budget while it
+/// waits for more) and its buffer grows with what arrives, to at most twice what was
+/// received, never for a length prefix alone.
 async fn read_body<R: AsyncRead + Unpin>(
     reader: &mut R,
     size: usize,
     ctx: &Ctx,
-) -> Result<(Bytes, OwnedSemaphorePermit), FrameError> {
-    let step = size.min(limits::REQUEST_BODY_STEP_BYTES);
-    let mut permit = reserve(ctx, step).await.ok_or(FrameError::Truncated)?;
-    let mut reserved = step;
-    let mut body: Vec<u8> = Vec::with_capacity(step);
+) -> Result<(Bytes, Option<Reserved>), FrameError> {
+    let small = size.min(limits::REQUEST_SMALL_FRAME_BYTES);
+    let mut body = vec![0u8; small];
+    reader.read_exact(&mut body).await.map_err(truncated)?;
+    if size == small {
+        return Ok((Bytes::from(body), None));
+    }
+    let reserved = ctx.stats.request_bytes.reserve(size).await;
     while body.len() < size {
-        if body.len() == reserved {
-            let grown = size.min(reserved * 2);
-            let more = reserve(ctx, grown - reserved)
-                .await
-                .ok_or(FrameError::Truncated)?;
-            permit.merge(more);
-            body.reserve_exact(grown - body.len());
-            reserved = grown;
+        if body.len() == body.capacity() {
+            body.reserve_exact(size.min(body.len() * 2) - body.len());
         }
         let filled = body.len();
-        let upto = reserved.min(filled + limits::REQUEST_BODY_STEP_BYTES);
+        let upto = body.capacity().min(size).min(filled + READ_BYTES);
         body.resize(upto, 0);
         let n = reader.read(&mut body[filled..]).await?;
         body.truncate(filled + n);
@@ -227,21 +208,18 @@ async fn read_body<R: AsyncRead + Unpin>(
             return Err(FrameError::Truncated);
         }
     }
-    Ok((Bytes::from(body), permit))
+    Ok((Bytes::from(body), Some(reserved)))
 }
 
-/// Reserves `bytes` of the broker-wide request budget; `None` once the budget is
-/// closed (never, while the broker runs). A wait is counted.
-async fn reserve(ctx: &Ctx, bytes: usize) -> Option<OwnedSemaphorePermit> {
-    let budget = &ctx.stats.request_bytes;
-    let bytes = bytes as u32;
-    if let Ok(permit) = Arc::clone(budget).try_acquire_many_owned(bytes) {
-        return Some(permit);
+/// Bytes one read into a large body asks for.
+const READ_BYTES: usize = 64 * 1024;
+
+fn truncated(e: std::io::Error) -> FrameError {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        FrameError::Truncated
+    } else {
+        FrameError::Io(e)
     }
-    ctx.stats
-        .request_budget_waits
-        .fetch_add(1, Ordering::Relaxed);
-    Arc::clone(budget).acquire_many_owned(bytes).await.ok()
 }
 
 async fn write_replies(

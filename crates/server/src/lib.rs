@@ -30,6 +30,7 @@ pub mod listener;
 pub mod metrics;
 pub mod outbound;
 pub mod records;
+pub mod request_budget;
 pub mod stats;
 
 pub use listener::{RunningServer, Server, ServerHandle};

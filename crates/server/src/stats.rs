@@ -2,6 +2,7 @@
 //! state the metrics endpoint shows and the tests assert on.
 
 use crate::outbound::{ConnectionBudget, OutboundBudget};
+use crate::request_budget::RequestBudget;
 use headway_broker::read_pool::{ReadPool, ReadShare, ReadStatsSnapshot, ReadVia};
 use headway_broker::{limits, BrokerConfig};
 use std::collections::BTreeMap;
@@ -13,9 +14,8 @@ use tokio::sync::Semaphore;
 /// Broker-wide budgets and the registry of open connections.
 pub struct ServerStats {
     pub outbound: Arc<OutboundBudget>,
-    /// Bytes of request frames being read or handled (`request_bytes_in_flight_max`).
-    pub request_bytes: Arc<Semaphore>,
-    request_bytes_max: usize,
+    /// Bytes of large request frames being read or handled (`request_bytes_in_flight_max`).
+    pub request_bytes: RequestBudget,
     connection_outbound_bytes_max: usize,
     read_pool: Arc<ReadPool>,
     read_cache_first: bool,
@@ -31,8 +31,6 @@ pub struct ServerStats {
     /// Connections closed because a request body did not arrive in
     /// `request_body_timeout_ms`.
     pub request_body_timeouts: AtomicU64,
-    /// Times a reader waited for the request budget.
-    pub request_budget_waits: AtomicU64,
 }
 
 /// One connection's state.
@@ -87,8 +85,7 @@ impl ServerStats {
     pub fn new(config: &BrokerConfig, read_pool: Arc<ReadPool>) -> Arc<ServerStats> {
         Arc::new(ServerStats {
             outbound: OutboundBudget::new(config.outbound_bytes_max),
-            request_bytes: Arc::new(Semaphore::new(config.request_bytes_in_flight_max)),
-            request_bytes_max: config.request_bytes_in_flight_max,
+            request_bytes: RequestBudget::new(config.request_bytes_in_flight_max),
             connection_outbound_bytes_max: config.connection_outbound_bytes_max,
             read_pool,
             read_cache_first: config.read_cache_first,
@@ -99,7 +96,6 @@ impl ServerStats {
             window_full_events: AtomicU64::new(0),
             requests_refused: AtomicU64::new(0),
             request_body_timeouts: AtomicU64::new(0),
-            request_budget_waits: AtomicU64::new(0),
         })
     }
 
@@ -156,13 +152,11 @@ impl ServerStats {
             window_full_events: self.window_full_events.load(Ordering::Relaxed),
             outbound_bytes_held: self.outbound.held(),
             outbound_bytes_max: self.outbound.max(),
-            request_bytes_held: self
-                .request_bytes_max
-                .saturating_sub(self.request_bytes.available_permits()),
-            request_bytes_max: self.request_bytes_max,
+            request_bytes_held: self.request_bytes.held(),
+            request_bytes_max: self.request_bytes.max(),
             requests_refused: self.requests_refused.load(Ordering::Relaxed),
             request_body_timeouts: self.request_body_timeouts.load(Ordering::Relaxed),
-            request_budget_waits: self.request_budget_waits.load(Ordering::Relaxed),
+            request_budget_waits: self.request_bytes.waits.load(Ordering::Relaxed),
             reads: self.read_pool.snapshot(),
         }
     }

@@ -225,7 +225,7 @@ async fn random_frames_after_a_real_header_never_take_the_broker_down() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stalled_bodies_hold_no_budget_and_are_closed_at_the_timeout() {
+async fn stalled_prefixes_hold_no_budget_and_are_closed_at_the_timeout() {
     const STALLED: usize = 8;
     let broker = TestBroker::start_with(|c| {
         c.frame_bytes_max = 100 * 1024 * 1024;
@@ -251,12 +251,10 @@ async fn stalled_bodies_hold_no_budget_and_are_closed_at_the_timeout() {
         s.connections.len() >= STALLED
     })
     .await;
-    // Together they announced 800 MiB, six times the budget; they hold one step each.
+    // Together they announced 800 MiB, six times the budget; none has sent enough to
+    // ask for any of it.
     let held = broker.server.stats.snapshot().request_bytes_held;
-    assert!(
-        held <= STALLED * 64 * 1024,
-        "stalled prefixes hold {held} bytes of the request budget"
-    );
+    assert_eq!(held, 0, "stalled prefixes hold none of the request budget");
     // Everyone else is served at once, not after the stalled ones give up.
     let serving = tokio::time::timeout(
         Duration::from_millis(8_000),
@@ -293,6 +291,104 @@ async fn a_large_frame_is_read_in_steps_and_answered() {
     assert_eq!(id, 1);
     assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
     wait_for(&broker, "the request budget to be free again", |s| {
+        s.request_bytes_held == 0
+    })
+    .await;
+    broker.stop().await;
+}
+
+/// Sends the first `sent` bytes of a `size`-byte produce frame and stops.
+async fn stall_after(broker: &TestBroker, size: usize, sent: usize) -> Client {
+    let mut client = broker.client().await;
+    let mut start = BytesMut::with_capacity(4 + sent);
+    start.put_i32(size as i32);
+    start.extend_from_slice(&frame(0, 9, &[])[4..]);
+    start.resize(4 + sent, 0);
+    client.stream.write_all(&start).await.unwrap();
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_large_frame_holding_the_budget_delays_no_one_else() {
+    // A sends 64 MiB of a 100 MiB frame and stops, holding 100 MiB of the 128 MiB
+    // budget; B sends 16 MiB of another 100 MiB frame and waits for budget that cannot
+    // come until A times out. Small requests never ask the budget, and a 3 MiB produce
+    // fits in what is left: neither waits for A's deadline.
+    let broker = TestBroker::start_with(|c| {
+        c.frame_bytes_max = 100 * 1024 * 1024;
+        c.request_bytes_in_flight_max = 128 * 1024 * 1024;
+        c.request_body_timeout_ms = 20_000;
+        c.log.max_message_bytes = 8 * 1024 * 1024;
+    })
+    .await;
+    create_topic(&mut broker.client().await, TOPIC, 1).await;
+    let a = stall_after(&broker, 100 << 20, 64 << 20).await;
+    wait_for(&broker, "A to hold its frame's budget", |s| {
+        s.request_bytes_held == 100 << 20
+    })
+    .await;
+    let b = stall_after(&broker, 100 << 20, 16 << 20).await;
+    wait_for(&broker, "B to wait for the budget", |s| {
+        s.request_budget_waits >= 1
+    })
+    .await;
+    let others = async {
+        assert_serving(&broker, "beside a budget hog").await;
+        let value = "x".repeat(3 * 1024 * 1024);
+        let mut client = broker.client().await;
+        let response = client
+            .call(9, &produce_request(TOPIC, 0, -1, batch(&[&value])))
+            .await;
+        assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
+    };
+    tokio::time::timeout(Duration::from_millis(15_000), others)
+        .await
+        .expect("small requests and a frame that fits are served before the hog times out");
+    drop((a, b));
+    wait_for(&broker, "the budget to come back", |s| {
+        s.request_bytes_held == 0
+    })
+    .await;
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_frames_sent_together_never_wait_on_each_other() {
+    // Three 48 MiB frames interleaved a MiB at a time against a 128 MiB budget: two fit,
+    // the third waits with nothing held and goes once one of them is handled. With
+    // budget taken in steps they would each hold a part and wait for ever.
+    let broker = TestBroker::start_with(|c| {
+        c.frame_bytes_max = 100 * 1024 * 1024;
+        c.request_bytes_in_flight_max = 128 * 1024 * 1024;
+        c.log.max_message_bytes = 64 * 1024 * 1024;
+    })
+    .await;
+    create_topic(&mut broker.client().await, TOPIC, 1).await;
+    let value = "y".repeat(48 * 1024 * 1024);
+    let whole = request_frame(9, 1, &produce_request(TOPIC, 0, -1, batch(&[&value])));
+    drop(value);
+    let mut senders = Vec::new();
+    for _ in 0..3 {
+        let mut client = broker.client().await;
+        let whole = whole.clone();
+        senders.push(tokio::spawn(async move {
+            for piece in whole.chunks(1 << 20) {
+                client.stream.write_all(piece).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            let (_, response) = client.recv::<ProduceResponse>(9).await;
+            response.responses[0].partition_responses[0].error_code
+        }));
+    }
+    let sending = async {
+        for sender in senders {
+            assert_eq!(sender.await.unwrap(), 0);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(25), sending)
+        .await
+        .expect("all three large produces are answered, none waits on another");
+    wait_for(&broker, "the budget to come back", |s| {
         s.request_bytes_held == 0
     })
     .await;

@@ -137,10 +137,9 @@ pub fn spec(key: ApiKey) -> Option<&'static ApiSpec> {
     APIS.iter().find(|a| a.key == key)
 }
 
-/// Whether `request` is served, and if so whether its handler decodes its body (all
-/// do, but ApiVersions at a version this broker does not know, which it answers
-/// without reading the body).
-fn served(request: &Request) -> Result<bool, HandlerError> {
+/// Checks that `request`'s API and version are served (ApiVersions at any version: it
+/// answers an unknown one itself).
+fn served(request: &Request) -> Result<(), HandlerError> {
     let spec = spec(request.api_key).ok_or(HandlerError::UnsupportedApi(request.api_key))?;
     let version = request.api_version();
     let known = (spec.min_version..=spec.max_version).contains(&version);
@@ -153,17 +152,7 @@ fn served(request: &Request) -> Result<bool, HandlerError> {
             max: spec.max_version,
         });
     }
-    Ok(known)
-}
-
-/// What handling `request` will allocate to decode it, after checking every length and
-/// count in its body against the bytes present. Fails as [`dispatch`] would for a
-/// request that is not served, and for a body that cannot be decoded safely.
-pub fn decoded_bytes(request: &Request) -> Result<usize, HandlerError> {
-    if !served(request)? {
-        return Ok(0);
-    }
-    Ok(request.footprint()?.decoded_bytes)
+    Ok(())
 }
 
 /// Runs the handler for `request` from connection `conn`. The synchronous part runs now.
