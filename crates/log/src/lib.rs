@@ -47,7 +47,7 @@ mod time_index;
 
 pub use batch::{BatchError, BatchHeader};
 pub use config::{LogConfig, APPEND_BYTES_LIMIT, SEGMENT_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};
-pub use error::LogError;
+pub use error::{CorruptBatch, LogError};
 pub use log::{AppendInfo, Log, RecoveryReport, RetentionReport};
 pub use read::ReadSlice;
 pub use sync::SyncSet;
