@@ -11,6 +11,12 @@
 //! reads, syncs and enforces retention, and finally calls [`Log::close`], which syncs
 //! everything and leaves a clean-shutdown marker so the next open can skip the scan.
 //!
+//! Storage errors (`docs/storage-errors.md`): a write that fails (a full disk) is
+//! undone and the append refused with the log unchanged (`LogError::WriteRefused`);
+//! a failed fsync, or an undo that fails, poisons the log for good. Reads of sealed
+//! segments check each batch's CRC and report damage as a [`CorruptBatch`];
+//! [`Log::mark_for_repair`] makes the next open scan and truncate such a segment.
+//!
 //! Thread-safety: a `Log` is a plain value with `&mut self` appends; the broker wraps
 //! it in a mutex and is the partition's single writer. Expensive work is kept out of
 //! that mutex: [`Log::sync_set`] hands out the files to fsync, and [`Log::locate`]

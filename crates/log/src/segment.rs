@@ -163,13 +163,15 @@ impl Segment {
     /// created are removed again and the error is `LogError::WriteRefused`.
     pub fn create(dir: &Path, base_offset: i64) -> Result<Segment, LogError> {
         let paths = SegmentPaths::new(dir, base_offset);
+        // Nothing to undo when the `.log` itself cannot be created (and it may not
+        // be this segment's to remove).
+        let log = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create_new(true)
+            .open(&paths.log)
+            .map_err(LogError::refused("create", &paths.log))?;
         let created = (|| {
-            let log = OpenOptions::new()
-                .read(true)
-                .append(true)
-                .create_new(true)
-                .open(&paths.log)
-                .map_err(LogError::refused("create", &paths.log))?;
             for path in [&paths.index, &paths.time_index] {
                 File::create(path).map_err(LogError::refused("create", path))?;
             }
