@@ -207,6 +207,11 @@ pub struct BrokerConfig {
     /// An idempotent producer idle this long is forgotten (Kafka's
     /// `producer.id.expiration.ms`); if it returns it resets its sequences.
     pub producer_id_expiration_ms: i64,
+    /// Produces are refused (KAFKA_STORAGE_ERROR, retriable) while the data directory's
+    /// filesystem has fewer free bytes than this, so that committed offsets and the
+    /// broker's other small writes still fit; 0 turns the check off
+    /// (`limits::DISK_FREE_BYTES_MIN_DEFAULT`, `docs/storage-errors.md`).
+    pub disk_free_bytes_min: u64,
     pub log: LogDefaults,
 }
 
@@ -236,6 +241,7 @@ impl Default for BrokerConfig {
             group_initial_rebalance_delay_ms: 3_000,
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             producer_id_expiration_ms: 24 * 3600 * 1000,
+            disk_free_bytes_min: limits::DISK_FREE_BYTES_MIN_DEFAULT,
             log: LogDefaults::default(),
         }
     }

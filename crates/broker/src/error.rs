@@ -44,6 +44,17 @@ pub enum BrokerError {
     TransactionsUnsupported,
     #[error("storage error: {0}")]
     Storage(String),
+    /// The data directory's free space is below `disk_free_bytes_min`.
+    #[error("the data directory has {free_bytes} bytes free, below disk_free_bytes_min {min_bytes}: produces resume when space returns")]
+    DiskFree { free_bytes: u64, min_bytes: u64 },
+    /// A stored batch failed its CRC when read back; the segment is marked for repair.
+    #[error("{topic}/{partition}: stored record batch at offset {offset} is corrupt ({detail}); the segment is marked for repair")]
+    CorruptData {
+        topic: String,
+        partition: i32,
+        offset: Offset,
+        detail: String,
+    },
     #[error("partition {topic}/{partition} is shutting down")]
     ShuttingDown { topic: String, partition: i32 },
 }

@@ -163,7 +163,7 @@ impl SharedFlusher {
                 let outcomes = work
                     .into_iter()
                     .map(|(p, set)| {
-                        let outcome = self.sync_one(&p, &set).map_err(|e| e.to_string());
+                        let outcome = self.sync_one(&p, &set);
                         (p, set.log_end_offset, outcome)
                     })
                     .collect();
@@ -185,10 +185,11 @@ impl SharedFlusher {
         }
     }
 
-    fn sync_one(&self, _partition: &Partition, set: &SyncSet) -> std::io::Result<()> {
+    fn sync_one(&self, _partition: &Partition, set: &SyncSet) -> Result<(), String> {
         #[cfg(test)]
-        self.injected_failure(_partition)?;
-        set.sync()
+        self.injected_failure(_partition)
+            .map_err(|e| e.to_string())?;
+        set.sync().map_err(|e| e.to_string())
     }
 
     fn syncfs(&self, dir: &File, _work: &[Work]) -> std::io::Result<()> {

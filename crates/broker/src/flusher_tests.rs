@@ -185,13 +185,18 @@ async fn a_failed_sync_poisons_its_partition_and_not_the_others() {
     // more writes.
     assert_eq!(bad_p.high_watermark(), Offset(0));
     assert!(bad_p.watch().borrow().failed);
-    assert!(bad_p.append(&batch(1, b"more"), MAX).is_err());
+    assert!(bad_p.health().offline, "the failure shows on /metrics");
+    assert!(matches!(
+        bad_p.append(&batch(1, b"more"), MAX),
+        Err(BrokerError::Storage(_))
+    ));
     // The others keep acknowledging in later rounds.
     for p in good.partitions() {
         let end = p.append(&batch(2, b"again"), MAX).unwrap().log_end_offset;
         durable(p, end).await.unwrap();
         assert_eq!(p.high_watermark(), Offset(5));
         assert!(!p.watch().borrow().failed);
+        assert!(!p.health().offline);
     }
     broker.shutdown().await;
 }

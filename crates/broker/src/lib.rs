@@ -15,11 +15,14 @@
 //!   hands out producer ids that stay unique across restarts.
 //! - [`read_pool`] runs reads that may wait for the disk on threads of their own, one
 //!   read per connection at a time; reads of cached data skip it.
+//! - [`DiskSpace`] measures the data directory's free space and refuses produces
+//!   below `disk_free_bytes_min`.
 //! - [`config`] is every setting with its default; [`limits`] is every hard bound.
 //!
 //! Everything here is thread-safe and shared as `Arc`s by the server's connections.
 
 pub mod config;
+mod disk;
 mod error;
 mod flusher;
 pub mod limits;
@@ -31,10 +34,11 @@ mod registry;
 mod topic;
 
 pub use config::{BrokerConfig, FlushPolicy, SyncScope, TopicConfig};
+pub use disk::{DiskSnapshot, DiskSpace};
 pub use error::BrokerError;
 pub use flusher::sync_counters;
 pub use headway_log::{BatchError, Offset};
-pub use partition::{Appended, Partition, PartitionIndex, ReadResult};
+pub use partition::{Appended, Partition, PartitionHealth, PartitionIndex, ReadResult};
 pub use registry::Broker;
 pub use topic::{validate_topic_name, Topic};
 

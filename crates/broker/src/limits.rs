@@ -137,3 +137,18 @@ pub const OUTBOUND_BYTES_MIN: usize = 64 * 1024;
 /// 150 bytes). Past it the producer idle for longest is forgotten; if it comes back
 /// with a later sequence it gets UNKNOWN_PRODUCER_ID and resets, as after expiry.
 pub const PRODUCERS_PER_PARTITION_MAX: usize = 10_000;
+
+/// Free bytes the data directory's filesystem must keep (`disk_free_bytes_min`):
+/// below it, produces are refused with KAFKA_STORAGE_ERROR (retriable: clients retry
+/// until space returns) while the broker's own small writes (committed offsets,
+/// producer-id blocks, topic metadata, shutdown snapshots and markers, index entries)
+/// still find room. Measured every [`DISK_CHECK_INTERVAL_MS`]; between measurements
+/// each produce reserves its size from the last figure, so only other processes'
+/// writes can take the disk below it. 0 turns the check off (a full disk then refuses
+/// writes as they fail, see `docs/storage-errors.md`).
+pub const DISK_FREE_BYTES_MIN_DEFAULT: u64 = 1024 * 1024 * 1024;
+
+/// How often the data directory's free space is measured (one `statvfs(2)` on its own
+/// task, never on the produce path). Produces refused for lack of space are accepted
+/// again at most this long after space returns.
+pub const DISK_CHECK_INTERVAL_MS: u64 = 250;

@@ -16,15 +16,23 @@
 //! see synced data: from the page cache on the caller's thread when every byte is there,
 //! otherwise on the cold-read pool ([`crate::read_pool`]), one read per connection at a
 //! time.
+//!
+//! Storage errors (`docs/storage-errors.md`): an append whose write fails (a full disk)
+//! is undone by the log and refused, and the next append tries again; a failed fsync
+//! takes the partition offline for good ([`Partition::fail`]); a read that finds a
+//! damaged batch in a sealed segment refuses it and marks the segment for repair at
+//! the next start. [`Partition::health`] shows all three.
 
 use crate::flusher::{count_round, SharedFlusher};
 use crate::producer_state::{is_idempotent, ProducerStates, SequenceCheck};
 use crate::read_pool::ReadVia;
 use crate::{BrokerError, FlushPolicy};
 use bytes::Bytes;
-use headway_log::{batch, BatchHeader, Log, LogConfig, Offset, RecoveryReport};
+use headway_log::{
+    batch, BatchHeader, CorruptBatch, Log, LogConfig, LogError, Offset, RecoveryReport,
+};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use tokio::sync::{watch, Notify};
 
@@ -47,6 +55,20 @@ pub struct Appended {
     pub base_offset: Offset,
     pub log_end_offset: Offset,
     pub log_start_offset: Offset,
+}
+
+/// A partition's storage health, for `/metrics`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartitionHealth {
+    /// The log is poisoned (a failed fsync, or a failed write that could not be
+    /// undone): it accepts no writes until the broker restarts.
+    pub offline: bool,
+    /// Appends refused because a write failed and was undone (a full disk).
+    pub write_refusals: u64,
+    /// Reads refused because a stored batch failed its CRC.
+    pub corrupt_reads: u64,
+    /// Segments marked for repair at the next start.
+    pub segments_to_repair: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -86,6 +108,11 @@ pub struct Partition {
     pub(crate) shared: OnceLock<Arc<SharedFlusher>>,
     /// True while the partition waits in the shared flusher's queue.
     pub(crate) queued: AtomicBool,
+    /// The log was poisoned (see [`PartitionHealth::offline`]).
+    offline: AtomicBool,
+    write_refusals: AtomicU64,
+    corrupt_reads: AtomicU64,
+    segments_to_repair: AtomicUsize,
 }
 
 impl Partition {
@@ -97,9 +124,10 @@ impl Partition {
         config: LogConfig,
         flush: FlushPolicy,
     ) -> Result<(Arc<Partition>, RecoveryReport), BrokerError> {
-        let (log, report) =
+        let (mut log, report) =
             Log::open(&dir, config, crate::now_ms()).map_err(BrokerError::from_log)?;
-        let producers = load_producer_states(&dir, &log)?;
+        let producers = load_producer_states(&dir, &mut log)?;
+        let segments_to_repair = log.segments_to_repair();
         let log_start_offset = read_log_start_offset(&dir).unwrap_or(0).clamp(
             report.log_start_offset.value(),
             report.log_end_offset.value(),
@@ -121,6 +149,10 @@ impl Partition {
             me: me.clone(),
             shared: OnceLock::new(),
             queued: AtomicBool::new(false),
+            offline: AtomicBool::new(false),
+            write_refusals: AtomicU64::new(0),
+            corrupt_reads: AtomicU64::new(0),
+            segments_to_repair: AtomicUsize::new(segments_to_repair),
         });
         Ok((partition, report))
     }
@@ -233,7 +265,7 @@ impl Partition {
             let info = slot
                 .log
                 .append(&mut owned, now_ms)
-                .map_err(BrokerError::from_log)?;
+                .map_err(|e| self.append_failed(&slot.log, e))?;
             if let Some(header) = &idempotent {
                 slot.producers
                     .record(header, info.base_offset.value(), now_ms);
@@ -252,6 +284,56 @@ impl Partition {
             log_end_offset,
             log_start_offset: self.log_start_offset(),
         })
+    }
+
+    /// Counts a failed append: refused (the log is unchanged, the next append tries
+    /// again) or one that poisoned the log (the partition is offline).
+    fn append_failed(&self, log: &Log, error: LogError) -> BrokerError {
+        if error.is_refused() {
+            self.write_refusals.fetch_add(1, Ordering::Relaxed);
+        } else if log.is_poisoned() && !self.offline.swap(true, Ordering::AcqRel) {
+            tracing::error!(topic = %self.topic, partition = self.index.0, %error,
+                "a write failed and could not be undone; the partition is offline until restart");
+        }
+        BrokerError::from_log(error)
+    }
+
+    /// The partition's storage health.
+    pub fn health(&self) -> PartitionHealth {
+        PartitionHealth {
+            offline: self.offline.load(Ordering::Acquire) || self.durable.borrow().failed,
+            write_refusals: self.write_refusals.load(Ordering::Relaxed),
+            corrupt_reads: self.corrupt_reads.load(Ordering::Relaxed),
+            segments_to_repair: self.segments_to_repair.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A read found a damaged batch: counts it, marks its segment for repair (once;
+    /// a rare event, so the marker's fsync runs on the caller's thread) and says so.
+    fn corrupt_read(&self, offset: Offset, corrupt: &CorruptBatch) -> BrokerError {
+        self.corrupt_reads.fetch_add(1, Ordering::Relaxed);
+        let marked = self.with_log(|log| {
+            let path = log.segment_path(corrupt.segment_base_offset);
+            let marked = log.mark_for_repair(corrupt.segment_base_offset);
+            self.segments_to_repair
+                .store(log.segments_to_repair(), Ordering::Relaxed);
+            Ok((path, marked))
+        });
+        match marked {
+            Ok((path, Ok(true))) => tracing::error!(topic = %self.topic, partition = self.index.0,
+                path = %path.display(), %corrupt,
+                "stored record batch is corrupt; it is not served and the segment is marked for repair at the next start"),
+            Ok((path, Err(e))) => tracing::error!(topic = %self.topic, partition = self.index.0,
+                path = %path.display(), %corrupt, error = %e,
+                "stored record batch is corrupt; marking the segment for repair failed"),
+            _ => {}
+        }
+        BrokerError::CorruptData {
+            topic: self.topic.to_string(),
+            partition: self.index.0,
+            offset,
+            detail: corrupt.to_string(),
+        }
     }
 
     /// DeleteRecords: makes `offset` (-1: the high watermark) the log start offset.
@@ -380,8 +462,9 @@ impl Partition {
             // Written but not yet synced: nothing to show yet, and not an error.
             return Ok(empty(Bytes::new()));
         }
-        let failed = |e: std::io::Error| {
-            BrokerError::Storage(format!("read {}/{}: {e}", self.topic, self.index.0))
+        let failed = |e: std::io::Error| match CorruptBatch::find(&e) {
+            Some(corrupt) => self.corrupt_read(offset, corrupt),
+            None => BrokerError::Storage(format!("read {}/{}: {e}", self.topic, self.index.0)),
         };
         let records = match via {
             None => tokio::task::spawn_blocking(move || slice.read(max_bytes, high_watermark))
@@ -495,21 +578,24 @@ impl Partition {
             let sync = move || {
                 let outcome = set.sync();
                 count_round(syncs);
-                outcome
+                outcome.map_err(|e| e.to_string())
             };
             match tokio::task::spawn_blocking(sync).await {
                 Ok(Ok(())) => self.publish(synced),
-                Ok(Err(e)) => return self.fail(&e.to_string()),
+                Ok(Err(e)) => return self.fail(&e),
                 Err(e) => return self.fail(&e.to_string()),
             }
         }
     }
 
     /// An fsync failed. After a failed fsync the kernel may have dropped the dirty
-    /// pages, so retrying could acknowledge data that is not on disk: stop instead.
+    /// pages (or marked them clean without writing them), so retrying could
+    /// acknowledge data that is not on disk: stop instead, until an operator restarts
+    /// the broker (`docs/storage-errors.md`). `error` names the file.
     pub(crate) fn fail(&self, error: &str) {
-        tracing::error!(topic = %self.topic, partition = self.index.0, %error,
-            "fsync failed; the partition accepts no more writes");
+        tracing::error!(topic = %self.topic, partition = self.index.0, dir = %self.dir.display(), %error,
+            "fsync failed; the partition is offline and accepts no more writes until restart");
+        self.offline.store(true, Ordering::Release);
         let _ = self.with_log(|log| {
             log.poison();
             Ok(())
@@ -521,7 +607,14 @@ impl Partition {
 /// Rebuilds the idempotent producers' state: the snapshot written at the last clean
 /// shutdown, then every batch after it. Without a usable snapshot, the whole log is
 /// scanned. Blocking.
-fn load_producer_states(dir: &std::path::Path, log: &Log) -> Result<ProducerStates, BrokerError> {
+///
+/// A damaged batch ends the scan there and marks its segment for repair: the log is
+/// repaired at the next start, and producers whose batches lie past the damage get
+/// UNKNOWN_PRODUCER_ID or a sequence error and reset, as after expiry.
+fn load_producer_states(
+    dir: &std::path::Path,
+    log: &mut Log,
+) -> Result<ProducerStates, BrokerError> {
     let end = log.log_end_offset();
     let (mut states, from) = match std::fs::read(dir.join(PRODUCER_SNAPSHOT))
         .ok()
@@ -535,9 +628,24 @@ fn load_producer_states(dir: &std::path::Path, log: &Log) -> Result<ProducerStat
     let mut offset = from;
     while offset < end {
         let slice = log.locate(offset).map_err(BrokerError::from_log)?;
-        let data = slice.read(1024 * 1024, end).map_err(|e| {
-            BrokerError::Storage(format!("scan {} for producer state: {e}", dir.display()))
-        })?;
+        let data = match slice.read(1024 * 1024, end) {
+            Ok(data) => data,
+            Err(e) => match CorruptBatch::find(&e) {
+                Some(corrupt) => {
+                    tracing::error!(dir = %dir.display(), %corrupt,
+                        "stored record batch is corrupt; the segment is marked for repair at the next start");
+                    log.mark_for_repair(corrupt.segment_base_offset)
+                        .map_err(BrokerError::from_log)?;
+                    break;
+                }
+                None => {
+                    return Err(BrokerError::Storage(format!(
+                        "scan {} for producer state: {e}",
+                        dir.display()
+                    )))
+                }
+            },
+        };
         if data.is_empty() {
             break;
         }

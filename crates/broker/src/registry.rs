@@ -5,6 +5,7 @@
 //! blocking threads, so an admin request never blocks a connection's reader.
 
 use crate::config::{BrokerConfig, SyncScope, TopicConfig};
+use crate::disk::{run_disk_checks, DiskSpace};
 use crate::flusher::SharedFlusher;
 use crate::partition::Partition;
 use crate::producer_ids::ProducerIds;
@@ -36,6 +37,8 @@ pub struct Broker {
     read_pool: Arc<ReadPool>,
     /// The broker-wide group commit, with `flush = sync` and a broker sync scope.
     shared_flusher: Option<Arc<SharedFlusher>>,
+    /// The data directory's free space and the produce threshold.
+    disk: Arc<DiskSpace>,
     /// Held for the broker's lifetime: an exclusive lock on `<data_dir>/.lock`, so two
     /// brokers never write the same logs.
     _dir_lock: fs::File,
@@ -67,6 +70,7 @@ impl Broker {
                 .for_each(|p| broker.start_flusher(p));
         }
         tokio::spawn(run_retention(Arc::downgrade(&broker)));
+        tokio::spawn(run_disk_checks(Arc::downgrade(&broker)));
         Ok(broker)
     }
 
@@ -85,6 +89,8 @@ impl Broker {
         })?;
         let cluster_id = load_cluster_id(&data_dir)?;
         let producer_ids = ProducerIds::open(&data_dir)?;
+        let disk = DiskSpace::open(&data_dir, config.disk_free_bytes_min)
+            .map_err(|e| storage("measure free space of", &data_dir, e))?;
         let shared_flusher = match (config.flush, config.sync_scope) {
             (FlushPolicy::Sync, SyncScope::Broker | SyncScope::Syncfs) => Some(
                 SharedFlusher::new(config.sync_scope, &data_dir)
@@ -124,6 +130,7 @@ impl Broker {
             producer_ids,
             read_pool,
             shared_flusher,
+            disk: Arc::new(disk),
             _dir_lock: dir_lock,
         })
     }
@@ -152,6 +159,11 @@ impl Broker {
 
     pub fn producer_ids(&self) -> &ProducerIds {
         &self.producer_ids
+    }
+
+    /// The data directory's free space; produces reserve their size here first.
+    pub fn disk_space(&self) -> &Arc<DiskSpace> {
+        &self.disk
     }
 
     pub fn read_pool(&self) -> &Arc<ReadPool> {

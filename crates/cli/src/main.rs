@@ -119,6 +119,10 @@ struct ServeArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
     #[arg(long, env = "HEADWAY_METRICS_LISTEN")]
     metrics_listen: Option<String>,
+    /// Refuse produces (retriable KAFKA_STORAGE_ERROR) while the data directory's
+    /// filesystem has fewer free bytes than this; 0 turns it off [default: 1073741824].
+    #[arg(long, env = "HEADWAY_DISK_FREE_BYTES_MIN")]
+    disk_free_bytes_min: Option<u64>,
 }
 
 impl ServeArgs {
@@ -162,6 +166,7 @@ impl ServeArgs {
         set!(read_threads_nice = self.read_threads_nice);
         set!(connection_outbound_bytes_max = self.connection_outbound_bytes_max);
         set!(outbound_bytes_max = self.outbound_bytes_max);
+        set!(disk_free_bytes_min = self.disk_free_bytes_min);
         if self.metrics_listen.is_some() {
             config.metrics_listen = self.metrics_listen;
         }

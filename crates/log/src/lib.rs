@@ -11,6 +11,12 @@
 //! reads, syncs and enforces retention, and finally calls [`Log::close`], which syncs
 //! everything and leaves a clean-shutdown marker so the next open can skip the scan.
 //!
+//! Storage errors (`docs/storage-errors.md`): a write that fails (a full disk) is
+//! undone and the append refused with the log unchanged (`LogError::WriteRefused`);
+//! a failed fsync, or an undo that fails, poisons the log for good. Reads of sealed
+//! segments check each batch's CRC and report damage as a [`CorruptBatch`];
+//! [`Log::mark_for_repair`] makes the next open scan and truncate such a segment.
+//!
 //! Thread-safety: a `Log` is a plain value with `&mut self` appends; the broker wraps
 //! it in a mutex and is the partition's single writer. Expensive work is kept out of
 //! that mutex: [`Log::sync_set`] hands out the files to fsync, and [`Log::locate`]
@@ -47,7 +53,7 @@ mod time_index;
 
 pub use batch::{BatchError, BatchHeader};
 pub use config::{LogConfig, APPEND_BYTES_LIMIT, SEGMENT_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};
-pub use error::LogError;
+pub use error::{CorruptBatch, LogError};
 pub use log::{AppendInfo, Log, RecoveryReport, RetentionReport};
 pub use read::ReadSlice;
 pub use sync::SyncSet;

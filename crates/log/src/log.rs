@@ -14,7 +14,7 @@ use crate::recovery;
 use crate::segment::Segment;
 use crate::sync::{Pending, SealedFiles};
 use crate::{LogConfig, LogError, Offset, ReadSlice, SyncSet};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -40,6 +40,8 @@ pub struct RecoveryReport {
     pub truncated_bytes: u64,
     /// Index files (offset or time) that were missing or damaged and rebuilt.
     pub rebuilt_indexes: usize,
+    /// Segments marked for repair (`Log::mark_for_repair`) that were scanned in full.
+    pub repaired_segments: usize,
     pub log_start_offset: Offset,
     pub log_end_offset: Offset,
 }
@@ -63,6 +65,10 @@ pub struct Log {
     /// The most recently sealed segment's files, until a sync made them durable.
     last_sealed: Option<SealedFiles>,
     poisoned: bool,
+    /// Appends refused in a row because a write failed and was undone (a full disk).
+    refused_appends: u64,
+    /// Base offsets of segments marked for repair since the log was opened.
+    repair: BTreeSet<i64>,
 }
 
 impl Log {
@@ -94,6 +100,8 @@ impl Log {
             pending: Pending::default(),
             last_sealed: None,
             poisoned: false,
+            refused_appends: 0,
+            repair: BTreeSet::new(),
         };
         Ok((log, report))
     }
@@ -102,6 +110,10 @@ impl Log {
     /// (`batch::validate_all`). Assigns consecutive offsets, rewriting each batch's
     /// base offset in `batches`, writes them with one write, and updates the indexes.
     /// Rolls first when the active segment is full or too old.
+    ///
+    /// A write that fails (a full disk) is undone and the append fails with
+    /// `LogError::WriteRefused`: the log is unchanged and later appends may succeed.
+    /// Any other I/O failure poisons the log.
     pub fn append(&mut self, batches: &mut [u8], now_ms: i64) -> Result<AppendInfo, LogError> {
         if self.poisoned {
             return Err(LogError::Poisoned {
@@ -121,7 +133,7 @@ impl Log {
         }
         if self.should_roll(batches.len() as u64, offset_count, now_ms) {
             let rolled = self.roll();
-            self.poison_on_error(rolled)?;
+            self.check_write(rolled)?;
         }
         let base_offset = self.log_end_offset;
         assign_offsets(batches, &mut headers, base_offset);
@@ -129,7 +141,12 @@ impl Log {
         let appended = self
             .active_mut()
             .append(batches, &headers, interval, now_ms);
-        self.poison_on_error(appended)?;
+        self.check_write(appended)?;
+        if self.refused_appends > 0 {
+            tracing::info!(dir = %self.dir.display(), refused_appends = self.refused_appends,
+                "appends succeed again");
+            self.refused_appends = 0;
+        }
         self.log_end_offset = base_offset + offset_count;
         self.size_bytes += batches.len() as u64;
         self.pending.wrote_active();
@@ -181,9 +198,15 @@ impl Log {
     /// with the log end offset at this moment. Syncing the set makes every offset below
     /// `SyncSet::log_end_offset` durable.
     pub fn sync_set(&mut self) -> SyncSet {
-        let active_log = self.active().log_file().clone();
+        let active = self
+            .segments
+            .values()
+            .next_back()
+            .expect("a log has a segment");
+        let active_log = (active.log_file(), active.paths().log.as_path());
+        let dir = (&self.dir_file, self.dir.as_path());
         self.pending
-            .take(&active_log, &self.dir_file, Offset(self.log_end_offset))
+            .take(active_log, dir, Offset(self.log_end_offset))
     }
 
     /// Marks the log poisoned: every later append fails with `LogError::Poisoned`.
@@ -192,6 +215,36 @@ impl Log {
             tracing::error!(dir = %self.dir.display(), "log poisoned; it accepts no more writes");
         }
         self.poisoned = true;
+    }
+
+    /// Marks the segment with base offset `segment_base_offset` as damaged (a read
+    /// found a batch in it that fails its CRC): the next open scans it in full and
+    /// truncates it before the damage (`docs/storage-errors.md`). The marker is durable
+    /// when this returns. Returns false when the segment was marked already, or is gone.
+    pub fn mark_for_repair(&mut self, segment_base_offset: i64) -> Result<bool, LogError> {
+        let Some(segment) = self.segments.get(&segment_base_offset) else {
+            return Ok(false);
+        };
+        if self.repair.contains(&segment_base_offset) {
+            return Ok(false);
+        }
+        segment.mark_for_repair()?;
+        self.dir_file
+            .sync_all()
+            .map_err(LogError::io("sync directory", &self.dir))?;
+        self.repair.insert(segment_base_offset);
+        Ok(true)
+    }
+
+    /// Segments marked for repair since the log was opened (and not deleted since).
+    pub fn segments_to_repair(&self) -> usize {
+        self.repair.len()
+    }
+
+    /// The `.log` file of the segment with this base offset (for error reports).
+    pub fn segment_path(&self, segment_base_offset: i64) -> PathBuf {
+        self.dir
+            .join(crate::segment::file_name(segment_base_offset, "log"))
     }
 
     /// Finds where a read at `offset` starts. `log_start_offset <= offset <= log_end_offset`,
@@ -282,6 +335,7 @@ impl Log {
                 .expect("the segment just deleted");
             let size_bytes = segment.size_bytes();
             self.size_bytes -= size_bytes;
+            self.repair.remove(&base_offset);
             self.pending.changed_dir();
             report.deleted_segments += 1;
             report.deleted_bytes += size_bytes;
@@ -307,9 +361,7 @@ impl Log {
         // everything that can be dirty, which by the durability invariant is the
         // last sealed segment and the active one.
         if let Some(sealed) = self.last_sealed.take().filter(|s| !s.is_durable()) {
-            sealed
-                .sync_now(&self.dir_file)
-                .map_err(LogError::io("sync sealed segment in", &self.dir))?;
+            sealed.sync_now(&self.dir_file, &self.dir)?;
         }
         self.active().sync_files()?;
         self.dir_file
@@ -334,9 +386,19 @@ impl Log {
             .expect("a log has a segment")
     }
 
-    fn poison_on_error<T>(&mut self, result: Result<T, LogError>) -> Result<T, LogError> {
-        if result.is_err() {
-            self.poison();
+    /// Passes a write's result on: a refused (undone) write is counted and logged
+    /// once per run of refusals; any other failure poisons the log.
+    fn check_write<T>(&mut self, result: Result<T, LogError>) -> Result<T, LogError> {
+        match &result {
+            Ok(_) => {}
+            Err(e) if e.is_refused() => {
+                if self.refused_appends == 0 {
+                    tracing::warn!(dir = %self.dir.display(), error = %e,
+                        "append refused; the log is unchanged and appends resume once writes succeed");
+                }
+                self.refused_appends += 1;
+            }
+            Err(_) => self.poison(),
         }
         result
     }
@@ -354,16 +416,22 @@ impl Log {
         full || old || last_relative_offset > SEGMENT_OFFSETS_LIMIT
     }
 
-    /// Seals the active segment and starts a new one at the log end offset.
+    /// Seals the active segment and starts a new one at the log end offset. The new
+    /// segment is created before the active one is sealed, so that a write refused on
+    /// the way (a full disk) leaves the log as it was.
     fn roll(&mut self) -> Result<(), LogError> {
         if let Some(previous) = self.last_sealed.take().filter(|s| !s.is_durable()) {
             // Keeps the durability invariant: at most one sealed segment is unsynced.
-            previous
-                .sync_now(&self.dir_file)
-                .map_err(LogError::io("sync sealed segment in", &self.dir))?;
+            previous.sync_now(&self.dir_file, &self.dir)?;
         }
-        let sealed = self.active_mut().seal()?;
         let segment = Segment::create(&self.dir, self.log_end_offset)?;
+        let sealed = match self.active_mut().seal() {
+            Ok(sealed) => sealed,
+            Err(e) => {
+                segment.delete()?;
+                return Err(e);
+            }
+        };
         tracing::debug!(dir = %self.dir.display(), base_offset = self.log_end_offset, "rolled to a new segment");
         self.segments.insert(self.log_end_offset, segment);
         self.pending.sealed(sealed.clone());
@@ -405,3 +473,7 @@ fn assign_offsets(batches: &mut [u8], headers: &mut [BatchHeader], base_offset: 
 #[cfg(test)]
 #[path = "log_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "storage_error_tests.rs"]
+mod storage_error_tests;

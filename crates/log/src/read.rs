@@ -13,10 +13,18 @@
 //! needs is in the page cache (`preadv2` with `RWF_NOWAIT`); it never waits for the
 //! disk, so it may run on an async worker thread. Reads of the tail, which producers
 //! have just written, nearly always succeed this way; the rest go to a thread pool.
+//!
+//! Reads of a sealed segment check every batch they return (CRC-32C and lengths), the
+//! disk-side half of the check every produced batch passed before it was written: a
+//! batch that rotted on disk is never served. The batches before it are returned; a
+//! read that starts at it fails with a [`CorruptBatch`] inside the I/O error. Batches
+//! of the active segment were checked at their append moments before (or by recovery)
+//! and are not checked again, which keeps tail reads at memory speed.
 
+use crate::batch::{self, BatchError, BatchHeader};
 use crate::batch::{declared_total_bytes, BatchIter, LOG_OVERHEAD_BYTES};
 use crate::config::READ_SLACK_BYTES;
-use crate::Offset;
+use crate::{CorruptBatch, Offset};
 use bytes::Bytes;
 use std::fs::File;
 use std::io;
@@ -39,6 +47,9 @@ pub struct ReadSlice {
     index_interval_bytes: u32,
     /// Bytes from the slice's start to the log's end when it was taken.
     behind_bytes: u64,
+    /// Check each returned batch's CRC (the segment is sealed).
+    verify: bool,
+    segment_base_offset: i64,
 }
 
 /// Where the first wanted batch is in a buffer, or how to continue looking.
@@ -73,7 +84,16 @@ impl ReadSlice {
             fetch_offset,
             index_interval_bytes,
             behind_bytes: end_position - start_position,
+            verify: false,
+            segment_base_offset: 0,
         }
+    }
+
+    /// Names the segment (for error reports) and whether returned batches are checked.
+    pub(crate) fn verified(mut self, verify: bool, segment_base_offset: i64) -> ReadSlice {
+        self.verify = verify;
+        self.segment_base_offset = segment_base_offset;
+        self
     }
 
     pub(crate) fn with_behind_bytes(mut self, behind_bytes: u64) -> ReadSlice {
@@ -93,7 +113,9 @@ impl ReadSlice {
     /// Stops before the batch that would take the result past `max_bytes`, except that
     /// the first batch is always returned whole (so a consumer is never stuck on a
     /// batch larger than its limit). Empty when nothing below `limit_offset` remains
-    /// in this segment.
+    /// in this segment. A damaged batch fails the read with a [`CorruptBatch`] inside
+    /// the error when it would be the first batch returned; otherwise the read ends
+    /// before it.
     pub fn read(&self, max_bytes: usize, limit_offset: Offset) -> std::io::Result<Bytes> {
         let read = self.read_with(max_bytes, limit_offset, |file, buf, position| {
             file.read_exact_at(buf, position).map(|()| true)
@@ -137,7 +159,11 @@ impl ReadSlice {
             }
             match seek(&buf, self.fetch_offset.value()) {
                 Seek::Found { at } => {
-                    return Ok(Some(collect(buf, at, max_bytes, limit_offset.value())))
+                    let limits = Limits {
+                        max_bytes,
+                        limit_offset: limit_offset.value(),
+                    };
+                    return self.collect(buf, position, at, limits).map(Some);
                 }
                 Seek::Continue {
                     skipped,
@@ -149,7 +175,8 @@ impl ReadSlice {
                     let left = remaining - skipped as u64;
                     let stuck = skipped == 0 && next <= buf.len();
                     if stuck || (left > 0 && next as u64 > left) {
-                        return Err(corrupt(position + skipped as u64));
+                        let at = position + skipped as u64;
+                        return Err(self.corrupt(at, &buf[skipped..], left));
                     }
                     position += skipped as u64;
                     need = next;
@@ -235,27 +262,71 @@ fn seek(buf: &[u8], fetch_offset: i64) -> Seek {
     }
 }
 
-/// The whole batches from `at` on that fit the limits, as one slice of `buf`.
-fn collect(buf: Vec<u8>, at: usize, max_bytes: usize, limit_offset: i64) -> Bytes {
-    let mut end = at;
-    for (header, bytes) in BatchIter::new(&buf[at..]) {
-        let first = end == at;
-        if header.base_offset >= limit_offset || (!first && end - at + bytes.len() > max_bytes) {
-            break;
-        }
-        end += bytes.len();
-    }
-    // A slice keeps its whole buffer alive; copy out a small result so a slow
-    // consumer's pending response does not pin a mostly unused buffer.
-    if (end - at) * 2 < buf.len() {
-        return Bytes::copy_from_slice(&buf[at..end]);
-    }
-    Bytes::from(buf).slice(at..end)
+/// What one read may return.
+#[derive(Clone, Copy)]
+struct Limits {
+    max_bytes: usize,
+    limit_offset: i64,
 }
 
-fn corrupt(position: u64) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("segment holds no valid record batch at position {position}"),
-    )
+impl ReadSlice {
+    /// The whole batches from `at` on that fit the limits, as one slice of `buf`
+    /// (read from the segment at `position`). With `verify`, stops before the first
+    /// damaged batch, or fails when that is the first one.
+    fn collect(&self, buf: Vec<u8>, position: u64, at: usize, limits: Limits) -> io::Result<Bytes> {
+        let mut end = at;
+        for (header, bytes) in BatchIter::new(&buf[at..]) {
+            let first = end == at;
+            if header.base_offset >= limits.limit_offset
+                || (!first && end - at + bytes.len() > limits.max_bytes)
+            {
+                break;
+            }
+            if self.verify {
+                if let Err(error) = batch::validate(bytes) {
+                    if !first {
+                        break;
+                    }
+                    let at = position + end as u64;
+                    let offsets = (header.base_offset, header.last_offset());
+                    return Err(self.corrupt_batch(at, offsets, error));
+                }
+            }
+            end += bytes.len();
+        }
+        // A slice keeps its whole buffer alive; copy out a small result so a slow
+        // consumer's pending response does not pin a mostly unused buffer.
+        if (end - at) * 2 < buf.len() {
+            return Ok(Bytes::copy_from_slice(&buf[at..end]));
+        }
+        Ok(Bytes::from(buf).slice(at..end))
+    }
+
+    /// `offsets`: the first and last offset the batch's header claims (-1: unknown).
+    fn corrupt_batch(&self, position: u64, offsets: (i64, i64), error: BatchError) -> io::Error {
+        CorruptBatch {
+            segment_base_offset: self.segment_base_offset,
+            position,
+            base_offset: offsets.0,
+            last_offset: offsets.1,
+            error,
+        }
+        .into_io()
+    }
+
+    /// The error for bytes at `position` that do not frame a batch: `rest` starts
+    /// there, `left` bytes of the slice remain from there.
+    fn corrupt(&self, position: u64, rest: &[u8], left: u64) -> io::Error {
+        let (offsets, error) = match BatchHeader::parse(rest) {
+            Ok(header) => {
+                let error = BatchError::LengthMismatch {
+                    declared: header.total_bytes() as i64,
+                    actual: usize::try_from(left).unwrap_or(usize::MAX),
+                };
+                ((header.base_offset, header.last_offset()), error)
+            }
+            Err(error) => ((-1, -1), error),
+        };
+        self.corrupt_batch(position, offsets, error)
+    }
 }

@@ -11,8 +11,15 @@
 //! unacknowledged data (acknowledging any of it needed a sync set that also synced
 //! the segment before it) and is deleted. The repaired segments are synced, because
 //! after a process crash their unsynced bytes may still sit in the page cache only.
+//!
+//! A segment with a `.repair` marker (left by a read that found a damaged batch in it,
+//! or by an operator) is scanned in full whatever the shutdown was: it is truncated
+//! before its first invalid batch, its indexes are rebuilt, and the marker is removed.
 
-use crate::segment::{self, LoadOptions, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::segment::{
+    self, LoadOptions, Segment, SegmentPaths, INDEX_SUFFIX, LOG_SUFFIX, REPAIR_SUFFIX,
+    TIME_INDEX_SUFFIX,
+};
 use crate::{LogConfig, LogError, Offset, RecoveryReport};
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -115,8 +122,12 @@ fn load_segments(
     };
     let mut segments = BTreeMap::new();
     for (i, &base) in bases.iter().enumerate() {
+        let repair = SegmentPaths::new(dir, base).repair;
+        let marked = repair
+            .try_exists()
+            .map_err(LogError::io("check", &repair))?;
         let options = LoadOptions {
-            full_scan: i >= scan_from,
+            full_scan: i >= scan_from || marked,
             sealed: i + 1 < bases.len(),
             index_interval_bytes: config.index_interval_bytes,
             now_ms,
@@ -124,6 +135,14 @@ fn load_segments(
         let (segment, load) = Segment::load(dir, base, options)?;
         report.truncated_bytes += load.truncated_bytes;
         report.rebuilt_indexes += load.rebuilt_indexes;
+        if marked {
+            // The scan synced what it truncated and rebuilt; the directory sync at
+            // the end of the open makes the marker's removal durable.
+            tracing::warn!(path = %segment.paths().log.display(), truncated_bytes = load.truncated_bytes,
+                end_offset = segment.end_offset(), "segment marked for repair was scanned and repaired");
+            std::fs::remove_file(&repair).map_err(LogError::io("remove", &repair))?;
+            report.repaired_segments += 1;
+        }
         segments.insert(base, segment);
     }
     warn_about_gaps(&segments);
@@ -160,8 +179,8 @@ fn warn_about_gaps(segments: &BTreeMap<i64, Segment>) {
     }
 }
 
-/// The base offsets of the directory's segments, ascending. Deletes index files
-/// whose `.log` is gone (left by a crash during retention); ignores other files.
+/// The base offsets of the directory's segments, ascending. Deletes index (and
+/// repair marker) files whose `.log` is gone (left by a crash during retention); ignores other files.
 fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
     let mut logs = Vec::new();
     let mut indexes = Vec::new();
@@ -173,7 +192,7 @@ fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
         };
         match suffix {
             LOG_SUFFIX => logs.push(base),
-            INDEX_SUFFIX | TIME_INDEX_SUFFIX => indexes.push((base, entry.path())),
+            INDEX_SUFFIX | TIME_INDEX_SUFFIX | REPAIR_SUFFIX => indexes.push((base, entry.path())),
             _ => {}
         }
     }

@@ -7,6 +7,12 @@
 //! are its index files open for writing); sealed by the next roll; deleted by
 //! retention. A `Segment` is owned by the `Log` and used under its lock; only its
 //! `Arc<File>` handles escape, to sync sets and read slices.
+//!
+//! Failed writes are undone: an append, a seal or a create that fails part-way (most
+//! often `ENOSPC`) truncates every file it touched back to its previous length, or
+//! removes the files it created, and reports `LogError::WriteRefused`; the segment's
+//! in-memory state changes only after every write succeeded. Only when the undo itself
+//! fails is the error a plain `LogError::Io`, on which the log poisons itself.
 
 #[path = "segment_load.rs"]
 mod load;
@@ -30,6 +36,9 @@ use std::sync::Arc;
 pub(crate) const LOG_SUFFIX: &str = "log";
 pub(crate) const INDEX_SUFFIX: &str = "index";
 pub(crate) const TIME_INDEX_SUFFIX: &str = "timeindex";
+/// An empty file next to a segment: the segment holds a damaged batch and the next
+/// open must scan it in full (and truncate it there) before adopting it.
+pub(crate) const REPAIR_SUFFIX: &str = "repair";
 
 /// `<base offset, 20 digits>.<suffix>`, as Kafka names segment files.
 pub(crate) fn file_name(base_offset: i64, suffix: &str) -> String {
@@ -42,6 +51,7 @@ pub(crate) struct SegmentPaths {
     pub log: PathBuf,
     pub index: PathBuf,
     pub time_index: PathBuf,
+    pub repair: PathBuf,
 }
 
 impl SegmentPaths {
@@ -50,15 +60,19 @@ impl SegmentPaths {
             log: dir.join(file_name(base_offset, LOG_SUFFIX)),
             index: dir.join(file_name(base_offset, INDEX_SUFFIX)),
             time_index: dir.join(file_name(base_offset, TIME_INDEX_SUFFIX)),
+            repair: dir.join(file_name(base_offset, REPAIR_SUFFIX)),
         }
     }
 }
 
-/// The index files of the active segment, open for appending.
+/// The index files of the active segment, open for appending, with their lengths
+/// (what a failed write is truncated back to).
 #[derive(Debug)]
 struct IndexWriters {
     index: Arc<File>,
     time_index: Arc<File>,
+    index_bytes: u64,
+    time_index_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -97,10 +111,43 @@ fn open_for_append(path: &Path, create: bool) -> Result<Arc<File>, LogError> {
     Ok(Arc::new(file))
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Bytes this thread's segment writes may still make; a write past it writes
+    /// what fits and fails with `ENOSPC`, as a full disk does. `None`: no limit.
+    /// Lets tests drive the undo path without filling a disk.
+    pub(crate) static SPACE_LEFT_BYTES: std::cell::Cell<Option<u64>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Appends `bytes` to `file`. On failure, part of them may have been written: the
+/// caller undoes that ([`undo_to`]) before it reports the write as refused.
 fn write_to(file: &File, bytes: &[u8], path: &Path) -> Result<(), LogError> {
     let mut file = file;
+    #[cfg(test)]
+    if let Some(left) = SPACE_LEFT_BYTES.get() {
+        let fits = usize::try_from(left).unwrap_or(usize::MAX).min(bytes.len());
+        SPACE_LEFT_BYTES.set(Some(left - fits as u64));
+        if fits < bytes.len() {
+            file.write_all(&bytes[..fits])
+                .map_err(LogError::refused("write to", path))?;
+            let full = io::Error::from_raw_os_error(libc::ENOSPC);
+            return Err(LogError::refused("write to", path)(full));
+        }
+    }
     file.write_all(bytes)
-        .map_err(LogError::io("write to", path))
+        .map_err(LogError::refused("write to", path))
+}
+
+/// Truncates `file` back to `len` bytes, undoing a write that failed part-way.
+/// A failure here leaves the file's contents unknown: a plain I/O error.
+fn undo_to(file: &File, len: u64, path: &Path) -> Result<(), LogError> {
+    file.set_len(len)
+        .map_err(LogError::io("undo a failed write to", path))
+}
+
+fn file_len(file: &File, path: &Path) -> Result<u64, LogError> {
+    Ok(file.metadata().map_err(LogError::io("stat", path))?.len())
 }
 
 fn remove_if_present(path: &Path) -> io::Result<()> {
@@ -112,20 +159,32 @@ fn remove_if_present(path: &Path) -> io::Result<()> {
 
 impl Segment {
     /// Creates the files of a new, empty, active segment.
+    /// On failure (a full disk: the directory may need a block) the files already
+    /// created are removed again and the error is `LogError::WriteRefused`.
     pub fn create(dir: &Path, base_offset: i64) -> Result<Segment, LogError> {
         let paths = SegmentPaths::new(dir, base_offset);
+        // Nothing to undo when the `.log` itself cannot be created (and it may not
+        // be this segment's to remove).
         let log = OpenOptions::new()
             .read(true)
             .append(true)
             .create_new(true)
             .open(&paths.log)
-            .map_err(LogError::io("create", &paths.log))?;
-        for path in [&paths.index, &paths.time_index] {
-            File::create(path).map_err(LogError::io("create", path))?;
+            .map_err(LogError::refused("create", &paths.log))?;
+        let created = (|| {
+            for path in [&paths.index, &paths.time_index] {
+                File::create(path).map_err(LogError::refused("create", path))?;
+            }
+            let mut segment = Segment::empty(paths.clone(), base_offset, Arc::new(log));
+            segment.open_writers()?;
+            Ok(segment)
+        })();
+        if created.is_err() {
+            for path in [&paths.log, &paths.index, &paths.time_index] {
+                remove_if_present(path).map_err(LogError::io("undo the creation of", path))?;
+            }
         }
-        let mut segment = Segment::empty(paths, base_offset, Arc::new(log));
-        segment.open_writers()?;
-        Ok(segment)
+        created
     }
 
     fn empty(paths: SegmentPaths, base_offset: i64, log_file: Arc<File>) -> Segment {
@@ -146,9 +205,13 @@ impl Segment {
 
     /// Opens the index files for appending: the segment becomes the active one.
     pub fn open_writers(&mut self) -> Result<(), LogError> {
+        let index = open_for_append(&self.paths.index, true)?;
+        let time_index = open_for_append(&self.paths.time_index, true)?;
         self.writers = Some(IndexWriters {
-            index: open_for_append(&self.paths.index, true)?,
-            time_index: open_for_append(&self.paths.time_index, true)?,
+            index_bytes: file_len(&index, &self.paths.index)?,
+            time_index_bytes: file_len(&time_index, &self.paths.time_index)?,
+            index,
+            time_index,
         });
         Ok(())
     }
@@ -200,7 +263,8 @@ impl Segment {
 
     /// Appends batches whose base offsets the log already assigned: one write to the
     /// `.log`, then one write per index file when the batches add entries. The
-    /// in-memory state changes only when every write succeeded.
+    /// in-memory state changes only when every write succeeded; a failed write is
+    /// undone (`LogError::WriteRefused`).
     pub fn append(
         &mut self,
         bytes: &[u8],
@@ -249,48 +313,80 @@ impl Segment {
         (cursor, new, position)
     }
 
-    fn write(&self, bytes: &[u8], new: &[NewEntries]) -> Result<(), LogError> {
+    fn write(&mut self, bytes: &[u8], new: &[NewEntries]) -> Result<(), LogError> {
+        let offsets: Vec<_> = new.iter().filter_map(|n| n.offset).collect();
+        let index_bytes = index::encode_entries(&offsets);
+        let times: Vec<_> = new.iter().filter_map(|n| n.time).collect();
+        let time_index_bytes = time_index::encode_entries(&times);
         let writers = self
             .writers
             .as_ref()
             .expect("only the active segment is appended to");
-        write_to(&self.log_file, bytes, &self.paths.log)?;
-        let offsets: Vec<_> = new.iter().filter_map(|n| n.offset).collect();
-        if !offsets.is_empty() {
-            write_to(
-                &writers.index,
-                &index::encode_entries(&offsets),
-                &self.paths.index,
-            )?;
+        let written = write_to(&self.log_file, bytes, &self.paths.log)
+            .and_then(|()| match index_bytes.is_empty() {
+                true => Ok(()),
+                false => write_to(&writers.index, &index_bytes, &self.paths.index),
+            })
+            .and_then(|()| match time_index_bytes.is_empty() {
+                true => Ok(()),
+                false => write_to(
+                    &writers.time_index,
+                    &time_index_bytes,
+                    &self.paths.time_index,
+                ),
+            });
+        if let Err(e) = written {
+            self.undo_writes()?;
+            return Err(e);
         }
-        let times: Vec<_> = new.iter().filter_map(|n| n.time).collect();
-        if !times.is_empty() {
-            write_to(
-                &writers.time_index,
-                &time_index::encode_entries(&times),
-                &self.paths.time_index,
-            )?;
-        }
+        let writers = self.writers.as_mut().expect("checked above");
+        writers.index_bytes += index_bytes.len() as u64;
+        writers.time_index_bytes += time_index_bytes.len() as u64;
         Ok(())
+    }
+
+    /// Truncates the active segment's three files back to what the segment holds.
+    fn undo_writes(&self) -> Result<(), LogError> {
+        let writers = self
+            .writers
+            .as_ref()
+            .expect("only the active segment is appended to");
+        undo_to(&self.log_file, self.size_bytes, &self.paths.log)?;
+        undo_to(&writers.index, writers.index_bytes, &self.paths.index)?;
+        undo_to(
+            &writers.time_index,
+            writers.time_index_bytes,
+            &self.paths.time_index,
+        )
     }
 
     /// Ends the segment's life as the active one: writes the final time-index entry
     /// and returns the files that must be synced before anything after it is
-    /// acknowledged.
+    /// acknowledged. When the entry cannot be written the segment stays active and
+    /// unchanged (`LogError::WriteRefused`).
     pub fn seal(&mut self) -> Result<SealedFiles, LogError> {
+        let mut cursor = self.cursor.clone();
+        if let Some(entry) = cursor.seal() {
+            let writers = self
+                .writers
+                .as_ref()
+                .expect("only the active segment is sealed");
+            if let Err(e) = write_to(&writers.time_index, &entry.encode(), &self.paths.time_index) {
+                self.undo_writes()?;
+                return Err(e);
+            }
+            self.time_index.push(entry);
+        }
+        self.cursor = cursor;
         let writers = self
             .writers
             .take()
             .expect("only the active segment is sealed");
-        if let Some(entry) = self.cursor.seal() {
-            write_to(&writers.time_index, &entry.encode(), &self.paths.time_index)?;
-            self.time_index.push(entry);
-        }
         self.thin_indexes();
         Ok(SealedFiles::new(vec![
-            self.log_file.clone(),
-            writers.index,
-            writers.time_index,
+            (self.log_file.clone(), self.paths.log.clone()),
+            (writers.index, self.paths.index.clone()),
+            (writers.time_index, self.paths.time_index.clone()),
         ]))
     }
 
@@ -332,6 +428,8 @@ impl Segment {
             true => index_interval_bytes.saturating_mul(SEALED_INDEX_THINNING as u32),
             false => index_interval_bytes,
         };
+        // Batches of the active segment were checked by their append moments ago (or
+        // by recovery); a sealed segment may have rotted on disk since: check them.
         ReadSlice::new(
             self.log_file.clone(),
             start_position,
@@ -339,6 +437,7 @@ impl Segment {
             offset,
             interval,
         )
+        .verified(self.writers.is_none(), self.base_offset)
     }
 
     /// The first batch whose max timestamp is at or after `timestamp_ms`: its base
@@ -372,11 +471,23 @@ impl Segment {
         Ok(found)
     }
 
+    /// Marks the segment for a full scan at the next open (an empty `.repair` file,
+    /// synced with its directory by the caller). Idempotent.
+    pub fn mark_for_repair(&self) -> Result<(), LogError> {
+        let path = &self.paths.repair;
+        let file = File::create(path).map_err(LogError::io("create", path))?;
+        file.sync_all().map_err(LogError::io("sync", path))
+    }
+
     /// Removes the segment's files: the `.log` first, so that a crash in between
     /// leaves only index files without a log, which the next open deletes.
     pub fn delete(&self) -> Result<(), LogError> {
         remove_if_present(&self.paths.log).map_err(LogError::io("delete", &self.paths.log))?;
-        for path in [&self.paths.index, &self.paths.time_index] {
+        for path in [
+            &self.paths.index,
+            &self.paths.time_index,
+            &self.paths.repair,
+        ] {
             remove_if_present(path).map_err(LogError::io("delete", path))?;
         }
         Ok(())

@@ -12,8 +12,9 @@
 //! the previous one. A failed sync must never be retried (the kernel may have
 //! dropped the dirty pages): the owner poisons the log instead.
 
-use crate::Offset;
+use crate::{LogError, Offset};
 use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -22,8 +23,9 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct SyncSet {
     pub log_end_offset: Offset,
-    files: Vec<Arc<File>>,
-    dir: Option<Arc<File>>,
+    /// Each file with its path, which a failure names.
+    files: Vec<(Arc<File>, PathBuf)>,
+    dir: Option<(Arc<File>, PathBuf)>,
     sealed: Vec<Arc<AtomicBool>>,
 }
 
@@ -33,13 +35,15 @@ impl SyncSet {
         self.files.is_empty() && self.dir.is_none()
     }
 
-    /// fdatasync every file (fsync for directories). Blocking.
-    pub fn sync(&self) -> std::io::Result<()> {
-        for file in &self.files {
-            file.sync_data()?;
+    /// fdatasync every file (fsync for directories). Blocking. The error names the
+    /// file whose sync failed; the caller must not retry (see the module doc).
+    pub fn sync(&self) -> Result<(), LogError> {
+        for (file, path) in &self.files {
+            file.sync_data().map_err(LogError::io("fdatasync", path))?;
         }
-        if let Some(dir) = &self.dir {
-            dir.sync_all()?;
+        if let Some((dir, path)) = &self.dir {
+            dir.sync_all()
+                .map_err(LogError::io("fsync directory", path))?;
         }
         for durable in &self.sealed {
             durable.store(true, Ordering::Release);
@@ -65,12 +69,12 @@ impl SyncSet {
 /// The files of a segment sealed by a roll, and whether a sync of them completed.
 #[derive(Debug, Clone)]
 pub(crate) struct SealedFiles {
-    files: Vec<Arc<File>>,
+    files: Vec<(Arc<File>, PathBuf)>,
     durable: Arc<AtomicBool>,
 }
 
 impl SealedFiles {
-    pub fn new(files: Vec<Arc<File>>) -> SealedFiles {
+    pub fn new(files: Vec<(Arc<File>, PathBuf)>) -> SealedFiles {
         SealedFiles {
             files,
             durable: Arc::new(AtomicBool::new(false)),
@@ -82,11 +86,12 @@ impl SealedFiles {
     }
 
     /// Syncs the segment's files and the directory now, on the caller's thread.
-    pub fn sync_now(&self, dir: &File) -> std::io::Result<()> {
-        for file in &self.files {
-            file.sync_data()?;
+    pub fn sync_now(&self, dir: &File, dir_path: &Path) -> Result<(), LogError> {
+        for (file, path) in &self.files {
+            file.sync_data().map_err(LogError::io("fdatasync", path))?;
         }
-        dir.sync_all()?;
+        dir.sync_all()
+            .map_err(LogError::io("fsync directory", dir_path))?;
         self.durable.store(true, Ordering::Release);
         Ok(())
     }
@@ -125,8 +130,8 @@ impl Pending {
     /// Takes everything pending as a set. `active_log` is the active segment's `.log`.
     pub fn take(
         &mut self,
-        active_log: &Arc<File>,
-        dir: &Arc<File>,
+        active_log: (&Arc<File>, &Path),
+        dir: (&Arc<File>, &Path),
         log_end_offset: Offset,
     ) -> SyncSet {
         let mut files = Vec::new();
@@ -136,9 +141,9 @@ impl Pending {
             sealed.push(segment.durable);
         }
         if std::mem::take(&mut self.active_log) {
-            files.push(active_log.clone());
+            files.push((active_log.0.clone(), active_log.1.to_path_buf()));
         }
-        let dir = std::mem::take(&mut self.dir).then(|| dir.clone());
+        let dir = std::mem::take(&mut self.dir).then(|| (dir.0.clone(), dir.1.to_path_buf()));
         SyncSet {
             log_end_offset,
             files,

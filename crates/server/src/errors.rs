@@ -34,7 +34,15 @@ fn response_error(error: &BrokerError) -> ResponseError {
         BrokerError::Sequence(SequenceError::UnknownProducerId { .. }) => R::UnknownProducerId,
         BrokerError::TransactionsUnsupported => R::TransactionalIdAuthorizationFailed,
         BrokerError::InvalidRequest(_) => R::InvalidRequest,
-        BrokerError::Storage(_) => R::KafkaStorageError,
+        // Retriable in every Kafka client (Java's KafkaStorageException is an
+        // InvalidMetadataException; librdkafka refreshes metadata and retries): a
+        // produce refused for a full disk goes through once space returns, within the
+        // client's delivery timeout, without the application seeing an error.
+        BrokerError::Storage(_) | BrokerError::DiskFree { .. } => R::KafkaStorageError,
+        // Not retriable on purpose: Kafka answers a fetch of damaged data with it, and
+        // Java's consumer raises "Encountered corrupt message" to the application
+        // instead of retrying silently at the same offset forever.
+        BrokerError::CorruptData { .. } => R::CorruptMessage,
         // Retriable: the client refreshes metadata and tries again after a restart.
         BrokerError::ShuttingDown { .. } => R::NotLeaderOrFollower,
     }
@@ -87,5 +95,22 @@ mod tests {
             error_code(&BrokerError::MessageTooLarge { size: 2, limit: 1 }),
             10
         );
+    }
+
+    #[test]
+    fn storage_errors_map_to_kafka_codes() {
+        let full = BrokerError::DiskFree {
+            free_bytes: 1,
+            min_bytes: 2,
+        };
+        let corrupt = BrokerError::CorruptData {
+            topic: "t".into(),
+            partition: 0,
+            offset: headway_broker::Offset(7),
+            detail: "crc".into(),
+        };
+        assert_eq!(error_code(&full), 56);
+        assert_eq!(error_code(&BrokerError::Storage("enospc".into())), 56);
+        assert_eq!(error_code(&corrupt), 2);
     }
 }

@@ -9,7 +9,7 @@
 //! than 5 s closes the connection.
 
 use crate::stats::ServerStats;
-use headway_broker::Broker;
+use headway_broker::{Broker, PartitionHealth};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -204,8 +204,32 @@ pub fn render(stats: &ServerStats, broker: &Broker) -> String {
         s.reads.pooled,
     );
 
+    let disk = broker.disk_space().snapshot();
+    gauge(
+        &mut r,
+        "disk_free_bytes",
+        "Free bytes of the data directory's filesystem (last measurement minus what was produced since)",
+        disk.free_bytes,
+    );
+    gauge(
+        &mut r,
+        "disk_free_bytes_min",
+        "Produces are refused below this many free bytes (disk_free_bytes_min; 0: off)",
+        disk.min_bytes,
+    );
+    counter(
+        &mut r,
+        "produces_refused_disk_free",
+        "Produces refused because free space was below disk_free_bytes_min",
+        disk.produces_refused,
+    );
+
     let high_watermark = Family::<Vec<(String, String)>, Gauge>::default();
     let log_start = Family::<Vec<(String, String)>, Gauge>::default();
+    let offline = Family::<Vec<(String, String)>, Gauge>::default();
+    let to_repair = Family::<Vec<(String, String)>, Gauge>::default();
+    let mut totals = PartitionHealth::default();
+    let mut offline_count = 0u64;
     for topic in broker.topics() {
         for p in topic.partitions() {
             let labels = vec![
@@ -218,8 +242,53 @@ pub fn render(stats: &ServerStats, broker: &Broker) -> String {
             log_start
                 .get_or_create(&labels)
                 .set(p.log_start_offset().value());
+            let health = p.health();
+            offline
+                .get_or_create(&labels)
+                .set(i64::from(health.offline));
+            to_repair
+                .get_or_create(&labels)
+                .set(health.segments_to_repair as i64);
+            offline_count += u64::from(health.offline);
+            totals.write_refusals += health.write_refusals;
+            totals.corrupt_reads += health.corrupt_reads;
+            totals.segments_to_repair += health.segments_to_repair;
         }
     }
+    gauge(
+        &mut r,
+        "partitions_offline",
+        "Partitions whose log failed an fsync (or could not undo a failed write) and accept no writes until restart",
+        offline_count,
+    );
+    counter(
+        &mut r,
+        "log_write_refusals",
+        "Appends refused because a write failed (a full disk) and was undone, all partitions",
+        totals.write_refusals,
+    );
+    counter(
+        &mut r,
+        "corrupt_batch_reads",
+        "Reads refused because a stored batch failed its CRC, all partitions",
+        totals.corrupt_reads,
+    );
+    gauge(
+        &mut r,
+        "segments_to_repair",
+        "Segments marked for repair at the next start, all partitions",
+        totals.segments_to_repair as u64,
+    );
+    r.register(
+        "partition_offline",
+        "1 when the partition's log failed an fsync and accepts no writes until restart",
+        offline,
+    );
+    r.register(
+        "partition_segments_to_repair",
+        "Segments of the partition marked for repair at the next start (a stored batch failed its CRC)",
+        to_repair,
+    );
     r.register(
         "partition_high_watermark",
         "Offset below which records are durable and readable",

@@ -41,23 +41,6 @@ fn greedy_fetch() -> FetchRequest {
     fetch_every_partition(TOPIC, PARTITIONS, 500, 1, 50 << 20, 50 << 20)
 }
 
-/// `GET /metrics` over a plain TCP connection; the body of a 200 answer.
-async fn scrape(addr: SocketAddr) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nhost: test\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = String::new();
-    tokio::time::timeout(DEADLINE, stream.read_to_string(&mut answer))
-        .await
-        .expect("metrics answered in time")
-        .unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_holds_at_most_its_outbound_budget() {
     let broker = TestBroker::start_with(|c| {

@@ -5,6 +5,11 @@
 //! partition's group commit in the connection's writer, so later pipelined requests
 //! are appended while this one waits, and share its fsync.
 //!
+//! Storage errors: a produce is refused with KAFKA_STORAGE_ERROR (retriable) when the
+//! data directory is below `disk_free_bytes_min` or when its write fails and is undone
+//! (a full disk); nothing of it stays in the log, and a retry succeeds once space
+//! returns. A partition taken offline by a failed fsync answers the same code.
+//!
 //! Versions: advertised from 0 because librdkafka enables compression only when the
 //! broker's Produce range covers its old feature probes (Kafka 4.x does the same), but
 //! only v3+ (message format v2) is served: a v0-v2 request closes the connection with
@@ -13,7 +18,7 @@
 
 use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
 use crate::errors::code_and_message;
-use headway_broker::{Appended, BrokerError, Partition};
+use headway_broker::{Appended, BrokerError, DiskSpace, Partition};
 use headway_protocol::kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
 };
@@ -60,6 +65,7 @@ pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> 
                 index: p.index,
                 appended: if valid_acks {
                     append(
+                        ctx.broker.disk_space(),
                         topic.as_deref(),
                         &topic_data.name,
                         p.index,
@@ -85,6 +91,7 @@ pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> 
 }
 
 fn append(
+    disk: &DiskSpace,
     topic: Option<&headway_broker::Topic>,
     name: &TopicName,
     index: i32,
@@ -97,6 +104,9 @@ fn append(
     let topic = topic.ok_or_else(unknown)?;
     let partition = topic.partition(index).ok_or_else(unknown)?;
     let records = records.ok_or(BrokerError::MissingRecords)?;
+    // Below `disk_free_bytes_min` the produce is refused (retriable) before it is
+    // written, so the broker's own small writes keep finding room.
+    disk.reserve(records.len())?;
     let appended = partition.append(records, topic.config().max_message_bytes)?;
     Ok((Arc::clone(partition), appended))
 }

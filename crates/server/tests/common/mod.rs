@@ -341,3 +341,20 @@ pub fn values_of(records: &Bytes) -> Vec<(i64, String)> {
         })
         .collect()
 }
+
+/// `GET /metrics` over a plain TCP connection; the body of a 200 answer.
+pub async fn scrape(addr: SocketAddr) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nhost: test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(DEADLINE, stream.read_to_string(&mut answer))
+        .await
+        .expect("metrics answered in time")
+        .unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
