@@ -154,7 +154,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     }
     producer.flush().await?;
     let stats = producer.stats();
-    progress.finish(stats.records_acked, bytes, stats.records_failed);
+    progress.finish(stats.records_acked, bytes, Some(stats.records_failed));
     for lane in stats
         .lanes
         .iter()
