@@ -234,10 +234,21 @@ fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     runtime.block_on(async move {
         tracing::info!(data_dir = %config.data_dir.display(), flush = %config.flush,
             sync_scope = %config.sync_scope, "starting");
+        let listen = config.listen.clone();
+        // Tried before the data directory is opened (and created), so that a busy or
+        // wrong address leaves nothing behind. The trial listener is closed at once;
+        // the server binds the same address below.
+        drop(
+            tokio::net::TcpListener::bind(&listen)
+                .await
+                .with_context(|| format!("listening on {listen}"))?,
+        );
         let broker = Broker::open(config)
             .await
             .context("opening the data directory")?;
-        let server = Server::bind(broker).await.context("binding the listener")?;
+        let server = Server::bind(broker)
+            .await
+            .with_context(|| format!("listening on {listen}"))?;
         // Signal handlers are installed before the ready line, so a signal sent as soon
         // as the line appears is handled rather than killing the process.
         let signals = Signals::install()?;
