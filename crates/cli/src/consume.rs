@@ -134,6 +134,8 @@ impl Source {
 }
 
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
+    // First, so that a signal sent while the consumer starts ends it cleanly too.
+    let stop = crate::Signals::install()?.stop_flag();
     let pieces = parse_format(&args.format)?;
     let cluster = Cluster::connect(&args.bootstrap, ClientConfig::default())
         .await
@@ -178,7 +180,6 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut progress = Progress::new("consumed", !args.quiet);
     let (mut records, mut bytes) = (0u64, 0u64);
-    let stop = crate::Signals::install()?.stop_flag();
     // Ends at the count, at the end (-e), on SIGINT or SIGTERM, or when stdout closes
     // (a reader such as `head` exits): each is a normal end, with a final commit.
     let ended = async {
