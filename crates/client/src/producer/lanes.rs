@@ -153,6 +153,12 @@ impl LaneSet {
         }
     }
 
+    /// Drops the partition queues, so that each partition task ends once it has sent
+    /// what it holds (the tasks keep this set alive, the set keeps their queues open).
+    pub(crate) fn close(&self) {
+        self.partitions.lock().expect("partitions lock").clear();
+    }
+
     /// Ordered or idempotent: each partition's batches go one at a time, in order.
     fn serial(&self) -> bool {
         self.config.ordered || self.idempotent()

@@ -347,6 +347,7 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         self.tasks.iter().for_each(|t| t.abort());
+        self.inner.lanes.close();
     }
 }
 
