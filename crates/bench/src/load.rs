@@ -407,6 +407,8 @@ pub async fn producers(
 /// acks=all and a linger of 1 ms, the client's defaults otherwise.
 pub async fn stream_producer(bootstrap: &str) -> anyhow::Result<Arc<Producer>> {
     let config = ProducerConfig {
+        // The lab measures lanes and deflection as they were: not idempotent.
+        idempotent: false,
         acks: -1,
         linger: Duration::from_millis(1),
         ..ProducerConfig::default()

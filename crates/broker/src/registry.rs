@@ -110,9 +110,15 @@ impl Broker {
             }
             let (topic, reports) = Topic::load(entry.path(), &config.log, config.flush)?;
             for (p, r) in reports.iter().enumerate() {
-                if !r.clean_shutdown || r.truncated_bytes > 0 || r.rebuilt_indexes > 0 {
+                // Cutting a torn tail is worth a warning; a recovery that kept every
+                // byte (after a crash, or with indexes rebuilt) is routine.
+                if r.truncated_bytes > 0 {
                     tracing::warn!(topic = %name, partition = p, clean = r.clean_shutdown,
                         truncated_bytes = r.truncated_bytes, rebuilt_indexes = r.rebuilt_indexes,
+                        log_end_offset = r.log_end_offset.value(), "recovered partition");
+                } else if !r.clean_shutdown || r.rebuilt_indexes > 0 {
+                    tracing::info!(topic = %name, partition = p, clean = r.clean_shutdown,
+                        rebuilt_indexes = r.rebuilt_indexes,
                         log_end_offset = r.log_end_offset.value(), "recovered partition");
                 }
             }

@@ -134,6 +134,8 @@ impl Source {
 }
 
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
+    // First, so that a signal sent while the consumer starts ends it cleanly too.
+    let stop = crate::Signals::install()?.stop_flag();
     let pieces = parse_format(&args.format)?;
     let cluster = Cluster::connect(&args.bootstrap, ClientConfig::default())
         .await
@@ -178,35 +180,39 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut progress = Progress::new("consumed", !args.quiet);
     let (mut records, mut bytes) = (0u64, 0u64);
-    let interrupted = tokio::signal::ctrl_c();
-    tokio::pin!(interrupted);
-    while args.count.is_none_or(|c| records < c) {
-        let record = match source.try_next() {
-            Some(r) => r,
-            None => {
-                out.flush()?;
-                if args.exit_at_end && source.caught_up() {
-                    break;
+    // Ends at the count, at the end (-e), on SIGINT or SIGTERM, or when stdout closes
+    // (a reader such as `head` exits): each is a normal end, with a final commit.
+    let ended = async {
+        while args.count.is_none_or(|c| records < c) && !stop.raised() {
+            let record = match source.try_next() {
+                Some(r) => r,
+                None => {
+                    out.flush()?;
+                    if args.exit_at_end && source.caught_up() {
+                        break;
+                    }
+                    tokio::select! {
+                        r = source.next() => r,
+                        _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                        _ = stop.wait() => break,
+                    }
                 }
-                tokio::select! {
-                    r = source.next() => r,
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
-                    _ = &mut interrupted => break,
-                }
-            }
-        };
-        records += 1;
-        bytes += record.value.as_ref().map_or(0, |v| v.len() as u64);
-        render(&mut out, &pieces, &record)?;
-        progress.tick(records, bytes);
+            };
+            records += 1;
+            bytes += record.value.as_ref().map_or(0, |v| v.len() as u64);
+            render(&mut out, &pieces, &record)?;
+            progress.tick(records, bytes);
+        }
+        out.flush()
     }
-    out.flush()?;
+    .await;
+    crate::ignore_closed_stdout(ended)?;
     if let Source::Group(group) = source {
         group
             .close()
             .await
             .context("committing and leaving the group")?;
     }
-    progress.finish(records, bytes, 0);
+    progress.finish(records, bytes, None);
     Ok(())
 }

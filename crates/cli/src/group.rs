@@ -4,6 +4,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use headway_client::{ClientConfig, Cluster, LATEST};
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::sync::Arc;
 
 #[derive(Args)]
@@ -41,6 +42,7 @@ pub async fn run(args: GroupArgs) -> anyhow::Result<()> {
 }
 
 async fn list(cluster: &Arc<Cluster>) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
     let groups = cluster.list_groups().await?;
     let width = groups
         .iter()
@@ -48,15 +50,19 @@ async fn list(cluster: &Arc<Cluster>) -> anyhow::Result<()> {
         .max()
         .unwrap_or(5)
         .max(5);
-    println!("{:width$}  {:20}  PROTOCOL-TYPE", "GROUP", "STATE");
+    writeln!(out, "{:width$}  {:20}  PROTOCOL-TYPE", "GROUP", "STATE")?;
     for g in groups {
-        println!("{:width$}  {:20}  {}", g.group_id, g.state, g.protocol_type);
+        writeln!(
+            out,
+            "{:width$}  {:20}  {}",
+            g.group_id, g.state, g.protocol_type
+        )?;
     }
     Ok(())
 }
 
 /// Prints rows as left-aligned columns.
-fn table(rows: &[Vec<String>]) {
+fn table(out: &mut impl Write, rows: &[Vec<String>]) -> std::io::Result<()> {
     let columns = rows.first().map_or(0, Vec::len);
     let widths: Vec<usize> = (0..columns)
         .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
@@ -67,21 +73,29 @@ fn table(rows: &[Vec<String>]) {
             .zip(&widths)
             .map(|(cell, w)| format!("{cell:w$}"))
             .collect();
-        println!("{}", cells.join("  ").trim_end());
+        writeln!(out, "{}", cells.join("  ").trim_end())?;
     }
+    Ok(())
 }
 
 async fn describe(cluster: &Arc<Cluster>, group: &str) -> anyhow::Result<()> {
     let description = cluster.describe_group(group).await?;
     let committed = cluster.committed_offsets(group).await?;
-    println!(
+    // Kafka describes a group it does not know as Dead with no members; one that only
+    // has committed offsets left is Empty.
+    if description.state == "Dead" && committed.is_empty() {
+        anyhow::bail!("group {group} does not exist");
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
         "group {}: {}, protocol {}/{}, {} members",
         description.group_id,
         description.state,
         description.protocol_type,
         description.protocol,
         description.members.len()
-    );
+    )?;
     let mut owner: BTreeMap<(String, i32), String> = BTreeMap::new();
     let mut rows = vec![vec![
         "MEMBER".into(),
@@ -114,8 +128,8 @@ async fn describe(cluster: &Arc<Cluster>, group: &str) -> anyhow::Result<()> {
             assignment.join(" "),
         ]);
     }
-    println!();
-    table(&rows);
+    writeln!(out)?;
+    table(&mut out, &rows)?;
     let mut partitions: BTreeMap<(String, i32), Option<i64>> =
         owner.keys().map(|k| (k.clone(), None)).collect();
     for (t, p, offset) in committed {
@@ -145,7 +159,7 @@ async fn describe(cluster: &Arc<Cluster>, group: &str) -> anyhow::Result<()> {
                 .unwrap_or_else(|| "-".into()),
         ]);
     }
-    println!();
-    table(&rows);
+    writeln!(out)?;
+    table(&mut out, &rows)?;
     Ok(())
 }

@@ -178,6 +178,9 @@ impl ServeArgs {
 fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // stdout closed by its reader (`headway ... | head`): the reader has what it
+        // wanted, so this is a normal end.
+        Err(e) if closed_stdout(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // `{:#}` prints the chain of causes on one line, without a backtrace.
             eprintln!("headway: {e:#}");
@@ -186,8 +189,27 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// True when `e` comes from writing to a stdout whose reader went away.
+fn closed_stdout(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Turns a write error from a closed stdout into a normal end.
+pub(crate) fn ignore_closed_stdout(written: std::io::Result<()>) -> std::io::Result<()> {
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 fn run() -> anyhow::Result<()> {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("HEADWAY_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
@@ -217,10 +239,21 @@ fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     runtime.block_on(async move {
         tracing::info!(data_dir = %config.data_dir.display(), flush = %config.flush,
             sync_scope = %config.sync_scope, "starting");
+        let listen = config.listen.clone();
+        // Tried before the data directory is opened (and created), so that a busy or
+        // wrong address leaves nothing behind. The trial listener is closed at once;
+        // the server binds the same address below.
+        drop(
+            tokio::net::TcpListener::bind(&listen)
+                .await
+                .with_context(|| format!("listening on {listen}"))?,
+        );
         let broker = Broker::open(config)
             .await
             .context("opening the data directory")?;
-        let server = Server::bind(broker).await.context("binding the listener")?;
+        let server = Server::bind(broker)
+            .await
+            .with_context(|| format!("listening on {listen}"))?;
         // Signal handlers are installed before the ready line, so a signal sent as soon
         // as the line appears is handled rather than killing the process.
         let signals = Signals::install()?;
@@ -239,13 +272,13 @@ fn serve(config: BrokerConfig) -> anyhow::Result<()> {
 }
 
 /// SIGTERM and SIGINT (Ctrl-C) both start a clean shutdown.
-struct Signals {
+pub(crate) struct Signals {
     terminate: tokio::signal::unix::Signal,
     interrupt: tokio::signal::unix::Signal,
 }
 
 impl Signals {
-    fn install() -> std::io::Result<Signals> {
+    pub(crate) fn install() -> std::io::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
         Ok(Signals {
             terminate: signal(SignalKind::terminate())?,
@@ -257,6 +290,45 @@ impl Signals {
         tokio::select! {
             _ = self.terminate.recv() => {}
             _ = self.interrupt.recv() => {}
+        }
+    }
+}
+
+impl Signals {
+    /// A flag raised by the first signal, for loops that check it between records.
+    pub(crate) fn stop_flag(self) -> StopFlag {
+        let flag = StopFlag::default();
+        let raise = flag.clone();
+        tokio::spawn(async move {
+            self.wait().await;
+            raise
+                .raised
+                .store(true, std::sync::atomic::Ordering::Release);
+            raise.notify.notify_waiters();
+        });
+        flag
+    }
+}
+
+#[derive(Clone, Default)]
+pub(crate) struct StopFlag {
+    raised: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    notify: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl StopFlag {
+    pub(crate) fn raised(&self) -> bool {
+        self.raised.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Resolves once the flag is raised.
+    pub(crate) async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.raised() {
+                return;
+            }
+            notified.await;
         }
     }
 }

@@ -26,9 +26,13 @@ pub struct ProduceArgs {
     /// Size in bytes of each generated record's value.
     #[arg(long, default_value_t = 100)]
     size: usize,
-    /// Split each stdin line at the first SEP into key and value.
+    /// Split each stdin line at the first SEP into key and value; with a second SEP,
+    /// the part after it is headers, `k1=v1,k2=v2` (KEY SEP VALUE SEP HEADERS).
     #[arg(long, short = 'K', value_name = "SEP")]
     key_separator: Option<String>,
+    /// Add a header to every record, KEY=VALUE (repeatable).
+    #[arg(long = "header", short = 'H', value_name = "KEY=VALUE", value_parser = parse_header)]
+    headers: Vec<(String, String)>,
     /// Write every record to this partition (default: by key hash, or rotating).
     #[arg(long, short = 'p')]
     partition: Option<i32>,
@@ -56,9 +60,23 @@ pub struct ProduceArgs {
     /// Seal a batch at this many bytes [default: 131072].
     #[arg(long)]
     batch_bytes: Option<usize>,
+    /// Without a producer id and sequence numbers: a batch retried after a lost
+    /// answer may be stored twice (idempotence is on by default with --acks all).
+    #[arg(long)]
+    no_idempotence: bool,
+    /// How long a batch may take, retries included, before it fails, in ms [default: 120000].
+    #[arg(long)]
+    delivery_timeout_ms: Option<u64>,
     /// No progress lines (the summary is still printed).
     #[arg(long, short = 'q')]
     quiet: bool,
+}
+
+fn parse_header(header: &str) -> Result<(String, String), String> {
+    header
+        .split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("a header is KEY=VALUE, not {header:?}"))
 }
 
 fn parse_acks(acks: &str) -> anyhow::Result<i16> {
@@ -97,25 +115,50 @@ impl ProduceArgs {
                 .linger_ms
                 .map_or(defaults.linger, Duration::from_millis),
             batch_bytes_max: self.batch_bytes.unwrap_or(defaults.batch_bytes_max),
+            idempotent: !self.no_idempotence,
+            delivery_timeout: self
+                .delivery_timeout_ms
+                .map_or(defaults.delivery_timeout, Duration::from_millis),
             ..defaults
         })
     }
 
     fn record(&self, line: &str) -> Record {
-        let (key, value) = match self
-            .key_separator
-            .as_deref()
-            .and_then(|sep| line.split_once(sep))
-        {
-            Some((key, value)) => (Some(Bytes::copy_from_slice(key.as_bytes())), value),
+        let mut headers = self.headers();
+        let (key, value) = match self.key_separator.as_deref() {
+            Some(sep) => match line.split_once(sep) {
+                Some((key, rest)) => {
+                    let value = match rest.split_once(sep) {
+                        Some((value, extra)) => {
+                            headers.extend(extra.split(',').filter(|h| !h.is_empty()).map(|h| {
+                                let (k, v) = h.split_once('=').unwrap_or((h, ""));
+                                (k.to_string(), Some(Bytes::copy_from_slice(v.as_bytes())))
+                            }));
+                            value
+                        }
+                        None => rest,
+                    };
+                    (Some(Bytes::copy_from_slice(key.as_bytes())), value)
+                }
+                None => (None, line),
+            },
             None => (None, line),
         };
         Record {
             key,
             value: Some(Bytes::copy_from_slice(value.as_bytes())),
+            headers,
             partition: self.partition,
             ..Record::default()
         }
+    }
+
+    /// The `-H` headers, as every record carries them.
+    fn headers(&self) -> Vec<(String, Option<Bytes>)> {
+        self.headers
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(Bytes::copy_from_slice(v.as_bytes()))))
+            .collect()
     }
 }
 
@@ -135,6 +178,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         for _ in 0..count {
             let record = Record {
                 value: Some(value.clone()),
+                headers: args.headers(),
                 partition: args.partition,
                 ..Record::default()
             };
@@ -154,7 +198,11 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     }
     producer.flush().await?;
     let stats = producer.stats();
-    progress.finish(stats.records_acked, bytes, stats.records_failed);
+    progress.finish(
+        stats.records_acked,
+        stats.bytes_acked,
+        Some(stats.records_failed),
+    );
     for lane in stats
         .lanes
         .iter()

@@ -52,15 +52,17 @@ impl Progress {
         )
     }
 
-    /// The final summary line (always printed).
-    pub fn finish(&self, records: u64, bytes: u64, errors: u64) {
+    /// The final summary line (always printed): what succeeded, and, when given, how
+    /// many records failed.
+    pub fn finish(&self, records: u64, bytes: u64, failed: Option<u64>) {
         let mut err = std::io::stderr().lock();
         if self.enabled && self.terminal {
             let _ = writeln!(err);
         }
+        let failed = failed.map_or(String::new(), |n| format!(", {n} failed"));
         let _ = writeln!(
             err,
-            "{} in {:.2} s, {errors} errors",
+            "{} in {:.2} s{failed}",
             self.line(records, bytes),
             self.started.elapsed().as_secs_f64()
         );

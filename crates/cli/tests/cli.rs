@@ -19,16 +19,15 @@ struct Broker {
 
 impl Broker {
     fn start() -> Broker {
+        Broker::start_on("127.0.0.1:0")
+    }
+
+    /// `headway serve --listen LISTEN`, once it says where it listens.
+    fn start_on(listen: &str) -> Broker {
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new(BIN)
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--default-partitions",
-                "3",
-                "--data-dir",
-            ])
+            .args(["serve", "--listen", listen, "--default-partitions", "3"])
+            .arg("--data-dir")
             .arg(dir.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -41,7 +40,7 @@ impl Broker {
         let addr = line
             .trim()
             .strip_prefix("headway listening on ")
-            .expect("listening line")
+            .unwrap_or_else(|| panic!("no listening line: {line:?}"))
             .to_string();
         Broker {
             child,
@@ -241,4 +240,30 @@ fn consume_with_a_group_resumes_from_its_commits() {
         String::from_utf8_lossy(&second.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&second.stdout).lines().count(), 0);
+}
+
+#[test]
+fn a_busy_address_is_named_and_leaves_no_data_directory() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_arg = data.to_str().unwrap();
+    let failed = run(&["serve", "--listen", &addr, "--data-dir", data_arg], "");
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("listening on {addr}")), "{stderr}");
+    assert!(!data.exists(), "the data directory was created: {stderr}");
+    // Log lines carry no colour codes when stderr is not a terminal.
+    assert!(!stderr.contains('\u{1b}'), "{stderr}");
+}
+
+#[test]
+fn listen_accepts_a_host_name() {
+    let broker = Broker::start_on("localhost:0");
+    assert!(
+        broker.addr.ends_with(|c: char| c.is_ascii_digit()),
+        "{}",
+        broker.addr
+    );
 }

@@ -40,6 +40,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Heartbeat, 3, 4),
     (ApiKey::LeaveGroup, 3, 4),
     (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::InitProducerId, 0, 4),
 ];
 
 /// Largest answer accepted; a larger length means a corrupt stream.
@@ -243,6 +244,7 @@ fn api_name(key: ApiKey) -> &'static str {
         ApiKey::Heartbeat => "Heartbeat",
         ApiKey::LeaveGroup => "LeaveGroup",
         ApiKey::OffsetCommit => "OffsetCommit",
+        ApiKey::InitProducerId => "InitProducerId",
         _ => "ApiVersions",
     }
 }

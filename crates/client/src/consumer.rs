@@ -176,6 +176,24 @@ impl Consumer {
         }
     }
 
+    /// Waits until a record is buffered (without taking it).
+    pub async fn readable(&self) {
+        loop {
+            let data = self.inner.data.notified();
+            if !self
+                .inner
+                .shared
+                .lock()
+                .expect("consumer lock")
+                .chunks
+                .is_empty()
+            {
+                return;
+            }
+            data.await;
+        }
+    }
+
     /// The next buffered record, if any.
     pub fn try_next(&self) -> Option<ConsumedRecord> {
         let mut shared = self.inner.shared.lock().expect("consumer lock");

@@ -1,13 +1,19 @@
 //! A consumer group member: subscribes to topics, takes part in rebalances (classic
-//! protocol, range assignment when it leads), reads its partitions through the
-//! credit-window [`Consumer`], and commits what was consumed.
+//! protocol, eager, range assignment when it leads), reads its partitions through the
+//! credit-window [`Consumer`], and commits what it handed to the application.
 //!
 //! A background task owns the membership: join (with the MEMBER_ID_REQUIRED round),
-//! sync, then heartbeats every third of the session timeout and commits every
-//! `auto_commit` interval. When a heartbeat says the group is rebalancing, the task
-//! commits, drops the partition consumer and joins again. [`GroupConsumer::next`]
-//! reads from whichever partition consumer the current generation has. Each member
+//! sync, then, until the group rebalances, a heartbeat every `heartbeat_interval` and,
+//! on a timer of its own, a commit every `auto_commit`. When a heartbeat (or a commit)
+//! says the group is rebalancing, the member *revokes* its partitions: it stops handing
+//! out records, commits what was handed out, then rejoins (eager protocol). Each member
 //! talks to the coordinator over a connection of its own (see `one_generation`).
+//!
+//! What is committed is exactly what the application received: a record counts as
+//! consumed when [`GroupConsumer::next`] or [`GroupConsumer::try_next`] returns it, and
+//! only records of the current generation's consumer are ever returned. Records that
+//! consumer prefetched but did not hand out are dropped with it at a revocation; the
+//! next owner starts at the commit, so they are read again, never skipped.
 
 use crate::cluster::{Cluster, EARLIEST, LATEST};
 use crate::connection::Connection;
@@ -39,6 +45,10 @@ use tokio::sync::Notify;
 pub struct GroupConfig {
     pub session_timeout: Duration,
     pub rebalance_timeout: Duration,
+    /// How often the member heartbeats (at most a third of the session timeout is used),
+    /// which is also how soon it learns that the group rebalances.
+    pub heartbeat_interval: Duration,
+    /// How often what was consumed is committed, on its own timer.
     pub auto_commit: Duration,
     /// Where to start in a partition the group has no committed offset for.
     pub reset: StartOffset,
@@ -49,6 +59,7 @@ impl Default for GroupConfig {
         GroupConfig {
             session_timeout: Duration::from_secs(45),
             rebalance_timeout: Duration::from_secs(60),
+            heartbeat_interval: Duration::from_secs(3),
             auto_commit: Duration::from_secs(5),
             reset: StartOffset::Latest,
         }
@@ -62,13 +73,55 @@ fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
 
-/// Next offset to consume, per partition, of the current generation.
+/// Next offset per partition of the current generation.
 type Positions = HashMap<(Arc<str>, i32), i64>;
 
+/// What the application has been handed, and what the coordinator has accepted.
+#[derive(Default)]
+struct Delivery {
+    /// The current generation's consumer; `None` between a revocation and the next
+    /// assignment, when nothing is handed out.
+    consumer: Option<Arc<Consumer>>,
+    /// Next offset to hand out, per assigned partition.
+    positions: Positions,
+    /// The positions last accepted by the coordinator (or fetched from it).
+    committed: Positions,
+    /// Member id and generation the positions belong to ("" and -1 before the first).
+    member: (String, i32),
+}
+
 struct Shared {
-    consumer: Mutex<Option<Arc<Consumer>>>,
-    positions: Mutex<Positions>,
+    delivery: Mutex<Delivery>,
     changed: Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Delivery> {
+        self.delivery.lock().expect("group lock")
+    }
+
+    /// Stops handing out records and returns what must be committed (the positions,
+    /// with the membership they belong to), or `None` when the last commit covers them.
+    fn revoke(&self) -> Option<(Positions, String, i32)> {
+        let pending = {
+            let mut d = self.lock();
+            d.consumer = None;
+            (d.positions != d.committed).then(|| {
+                let (member_id, generation) = d.member.clone();
+                (d.positions.clone(), member_id, generation)
+            })
+        };
+        self.changed.notify_waiters();
+        pending
+    }
+
+    /// Records a commit the coordinator accepted.
+    fn committed(&self, positions: Positions) {
+        let mut d = self.lock();
+        for (key, offset) in positions {
+            d.committed.insert(key, offset);
+        }
+    }
 }
 
 pub struct GroupConsumer {
@@ -76,7 +129,6 @@ pub struct GroupConsumer {
     membership: tokio::task::JoinHandle<()>,
     cluster: Arc<Cluster>,
     group: String,
-    member: Arc<Mutex<(String, i32)>>,
 }
 
 impl GroupConsumer {
@@ -92,11 +144,12 @@ impl GroupConsumer {
             cluster.topic(t).await?;
         }
         let shared = Arc::new(Shared {
-            consumer: Mutex::new(None),
-            positions: Mutex::new(HashMap::new()),
+            delivery: Mutex::new(Delivery {
+                member: (String::new(), -1),
+                ..Delivery::default()
+            }),
             changed: Notify::new(),
         });
-        let member = Arc::new(Mutex::new((String::new(), -1)));
         let membership = Membership {
             cluster: Arc::clone(&cluster),
             group: group.to_string(),
@@ -104,14 +157,12 @@ impl GroupConsumer {
             consumer_config,
             config,
             shared: Arc::clone(&shared),
-            member: Arc::clone(&member),
         };
         Ok(GroupConsumer {
             shared,
             membership: tokio::spawn(membership.run()),
             cluster,
             group: group.to_string(),
-            member,
         })
     }
 
@@ -119,71 +170,65 @@ impl GroupConsumer {
     pub async fn next(&self) -> ConsumedRecord {
         loop {
             let changed = self.shared.changed.notified();
-            let consumer = self.shared.consumer.lock().expect("group lock").clone();
-            let record = match consumer {
+            if let Some(r) = self.try_next() {
+                return r;
+            }
+            let consumer = self.shared.lock().consumer.clone();
+            match consumer {
                 Some(c) => tokio::select! {
-                    r = c.next() => Some(r),
-                    _ = changed => None,
+                    _ = c.readable() => {}
+                    _ = changed => {}
                 },
-                None => {
-                    changed.await;
-                    None
-                }
-            };
-            if let Some(r) = record {
-                let mut positions = self.shared.positions.lock().expect("group lock");
-                // Only positions of the current generation's partitions are kept.
-                if let Some(p) = positions.get_mut(&(Arc::clone(&r.topic), r.partition)) {
-                    *p = (*p).max(r.offset + 1);
-                    return r;
-                }
+                None => changed.await,
             }
         }
+    }
+
+    /// The next buffered record, if any, without waiting.
+    pub fn try_next(&self) -> Option<ConsumedRecord> {
+        // Under the group lock, so that a revocation sees either the record handed out
+        // and its position moved, or neither.
+        let mut d = self.shared.lock();
+        let r = d.consumer.as_ref()?.try_next()?;
+        let position = d
+            .positions
+            .get_mut(&(Arc::clone(&r.topic), r.partition))
+            .expect("the consumer reads only the assigned partitions");
+        *position = r.offset + 1;
+        Some(r)
     }
 
     /// True when this member holds partitions and has consumed each to the end seen
     /// in its latest fetch.
     pub fn caught_up(&self) -> bool {
-        let consumer = self.shared.consumer.lock().expect("group lock").clone();
+        let consumer = self.shared.lock().consumer.clone();
         consumer.is_some_and(|c| c.caught_up())
-    }
-
-    /// The next buffered record, if any, without waiting.
-    pub fn try_next(&self) -> Option<ConsumedRecord> {
-        let consumer = self.shared.consumer.lock().expect("group lock").clone()?;
-        let r = consumer.try_next()?;
-        let mut positions = self.shared.positions.lock().expect("group lock");
-        let p = positions.get_mut(&(Arc::clone(&r.topic), r.partition))?;
-        *p = (*p).max(r.offset + 1);
-        Some(r)
     }
 
     /// The member id and generation of the current membership ("" and -1 before it).
     pub fn membership(&self) -> (String, i32) {
-        self.member.lock().expect("group lock").clone()
+        self.shared.lock().member.clone()
     }
 
-    /// Commits what was consumed, then leaves the group. If the group is already
-    /// rebalancing (another member left first), the commit is tried again once this
-    /// member is out, as a commit outside any membership, which the coordinator accepts
-    /// when no member is left; otherwise the next owner of these partitions starts at
-    /// the last accepted commit (at least once).
+    /// Stops handing out records, commits what was handed out, then leaves the group.
+    /// If the commit is refused (the group is completing a rebalance), it is tried
+    /// again once this member is out, as a commit outside any membership, which the
+    /// coordinator accepts when no member is left; otherwise the next owner of these
+    /// partitions starts at the last accepted commit (at least once).
     pub async fn close(self) -> Result<(), ClientError> {
         self.membership.abort();
-        let (member_id, generation) = self.membership();
+        let pending = self.shared.revoke();
+        let (member_id, _) = self.membership();
         if member_id.is_empty() {
             return Ok(());
         }
         let coordinator = self.cluster.coordinator(&self.group).await?;
-        let positions = self.shared.positions.lock().expect("group lock").clone();
-        let committed = commit(
-            &coordinator,
-            &self.group,
-            &member_id,
-            generation,
-            &positions,
-        )
-        .await;
+        let committed = match &pending {
+            Some((positions, member_id, generation)) => {
+                commit(&coordinator, &self.group, member_id, *generation, positions).await
+            }
+            None => Ok(()),
+        };
         // v3+ names leaving members in `members` (the client speaks LeaveGroup 3-4).
         let leave = LeaveGroupRequest::default()
             .with_group_id(GroupId(str_bytes(&self.group)))
@@ -194,10 +239,9 @@ impl GroupConsumer {
             .request(&leave)
             .await
             .and_then(|r| check(r.error_code, None));
-        if let Err(e) = committed {
-            if let Err(again) = commit(&coordinator, &self.group, "", -1, &positions).await {
-                tracing::warn!(group = %self.group, first = %e, error = %again,
-                    "offsets not committed at close: the group's next member starts at its last commit");
+        if let (Err(e), Some((positions, ..))) = (committed, &pending) {
+            if let Err(again) = commit(&coordinator, &self.group, "", -1, positions).await {
+                warn_not_committed(&self.group, positions, &format!("{e}; then {again}"));
             }
         }
         left
@@ -210,6 +254,18 @@ impl Drop for GroupConsumer {
     }
 }
 
+/// The one warning for offsets the coordinator did not take: it names the partitions
+/// whose records after the last commit the next owner will read again.
+fn warn_not_committed(group: &str, positions: &Positions, error: &str) {
+    let mut partitions: Vec<String> = positions
+        .iter()
+        .map(|((t, p), o)| format!("{t}/{p}@{o}"))
+        .collect();
+    partitions.sort();
+    tracing::warn!(group, error, partitions = %partitions.join(","),
+        "offsets not committed: the next owner of these partitions starts at their last commit");
+}
+
 struct Membership {
     cluster: Arc<Cluster>,
     group: String,
@@ -217,7 +273,6 @@ struct Membership {
     consumer_config: ConsumerConfig,
     config: GroupConfig,
     shared: Arc<Shared>,
-    member: Arc<Mutex<(String, i32)>>,
 }
 
 /// A generation's outcome: this member's id, the generation, its partitions.
@@ -227,12 +282,25 @@ struct Generation {
     assigned: Vec<(String, Vec<i32>)>,
 }
 
+/// True for the answers that mean "this generation is over: rejoin".
+fn rebalancing(e: &ClientError) -> bool {
+    matches!(e, ClientError::Broker { code, .. } if [
+        ResponseError::RebalanceInProgress.code(),
+        ResponseError::IllegalGeneration.code(),
+        ResponseError::UnknownMemberId.code(),
+    ].contains(code))
+}
+
 impl Membership {
     async fn run(self) {
         let mut member_id = String::new();
         let mut backoff = self.cluster.config().retry_backoff;
         loop {
-            match self.one_generation(&mut member_id).await {
+            let outcome = self.one_generation(&mut member_id).await;
+            // Whatever ended the generation, nothing more is handed out from it, and
+            // what was handed out is committed before this member rejoins.
+            self.revoke_and_commit().await;
+            match outcome {
                 Ok(()) => backoff = self.cluster.config().retry_backoff,
                 Err(e) => {
                     tracing::warn!(group = %self.group, error = %e, "group membership failed; joining again");
@@ -240,12 +308,35 @@ impl Membership {
                     backoff = (backoff * 2).min(self.cluster.config().retry_backoff_max);
                 }
             }
-            *self.shared.consumer.lock().expect("group lock") = None;
-            self.shared.changed.notify_waiters();
         }
     }
 
-    /// Joins, consumes until the group rebalances, commits. `member_id` is kept across
+    async fn revoke_and_commit(&self) {
+        let Some((positions, member_id, generation)) = self.shared.revoke() else {
+            return;
+        };
+        let outcome = async {
+            let coordinator = self.cluster.coordinator(&self.group).await?;
+            commit(
+                &coordinator,
+                &self.group,
+                &member_id,
+                generation,
+                &positions,
+            )
+            .await
+        }
+        .await;
+        match outcome {
+            Ok(()) => {
+                tracing::debug!(group = %self.group, generation, "committed before rejoining");
+                self.shared.committed(positions);
+            }
+            Err(e) => warn_not_committed(&self.group, &positions, &e.to_string()),
+        }
+    }
+
+    /// Joins, consumes until the group rebalances. `member_id` is kept across
     /// generations and cleared when the coordinator no longer knows it.
     async fn one_generation(&self, member_id: &mut String) -> Result<(), ClientError> {
         // A connection of this member's own: a JoinGroup waits at the coordinator until
@@ -262,8 +353,7 @@ impl Membership {
             }
             other => other?,
         };
-        *self.member.lock().expect("group lock") = (joined.member_id.clone(), joined.generation);
-        let positions = self.start_positions(&coordinator, &joined.assigned).await?;
+        let (positions, committed) = self.start_positions(&coordinator, &joined.assigned).await?;
         let assignment = positions
             .iter()
             .map(|((t, p), offset)| (t.to_string(), *p, StartOffset::At(*offset)))
@@ -276,54 +366,84 @@ impl Membership {
             )
             .await?,
         );
-        *self.shared.positions.lock().expect("group lock") = positions;
-        *self.shared.consumer.lock().expect("group lock") = Some(consumer);
+        {
+            let mut d = self.shared.lock();
+            d.member = (joined.member_id.clone(), joined.generation);
+            d.positions = positions;
+            // Partitions started from the reset policy differ from `committed`, so
+            // the first commit records where they started: a later owner starts there
+            // too, not at a newer "latest".
+            d.committed = committed;
+            d.consumer = Some(consumer);
+        }
         self.shared.changed.notify_waiters();
-        self.heartbeat_until_rebalance(&coordinator, &joined).await
+        self.heartbeat_and_commit(&coordinator, &joined).await
     }
 
-    async fn heartbeat_until_rebalance(
+    /// Heartbeats and commits, each on its own timer, until the group rebalances.
+    async fn heartbeat_and_commit(
         &self,
         coordinator: &Connection,
         joined: &Generation,
     ) -> Result<(), ClientError> {
-        let interval = self.config.session_timeout / 3;
-        let mut last_commit = tokio::time::Instant::now();
+        let start = tokio::time::Instant::now();
+        let period = self
+            .config
+            .heartbeat_interval
+            .min(self.config.session_timeout / 3);
+        let mut heartbeats = tokio::time::interval_at(start + period, period);
+        let mut commits =
+            tokio::time::interval_at(start + self.config.auto_commit, self.config.auto_commit);
+        for timer in [&mut heartbeats, &mut commits] {
+            timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        }
         loop {
-            tokio::time::sleep(interval).await;
-            if last_commit.elapsed() >= self.config.auto_commit {
-                let positions = self.shared.positions.lock().expect("group lock").clone();
-                commit(
-                    coordinator,
-                    &self.group,
-                    &joined.member_id,
-                    joined.generation,
-                    &positions,
-                )
-                .await?;
-                last_commit = tokio::time::Instant::now();
+            let outcome = tokio::select! {
+                _ = heartbeats.tick() => self.heartbeat(coordinator, joined).await,
+                _ = commits.tick() => self.commit_consumed(coordinator, joined).await,
+            };
+            match outcome {
+                Err(e) if rebalancing(&e) => return Ok(()),
+                other => other?,
             }
-            let heartbeat = HeartbeatRequest::default()
-                .with_group_id(GroupId(str_bytes(&self.group)))
-                .with_generation_id(joined.generation)
-                .with_member_id(str_bytes(&joined.member_id));
-            let code = coordinator.request(&heartbeat).await?.error_code;
-            if code == ResponseError::RebalanceInProgress.code() {
-                let positions = self.shared.positions.lock().expect("group lock").clone();
-                // A commit during a rebalance may be refused; the next owner then
-                // starts at the last commit that went through (at least once).
-                let _ = commit(
-                    coordinator,
-                    &self.group,
-                    &joined.member_id,
-                    joined.generation,
-                    &positions,
-                )
-                .await;
+        }
+    }
+
+    async fn heartbeat(
+        &self,
+        coordinator: &Connection,
+        joined: &Generation,
+    ) -> Result<(), ClientError> {
+        let heartbeat = HeartbeatRequest::default()
+            .with_group_id(GroupId(str_bytes(&self.group)))
+            .with_generation_id(joined.generation)
+            .with_member_id(str_bytes(&joined.member_id));
+        check(coordinator.request(&heartbeat).await?.error_code, None)
+    }
+
+    /// Commits the positions handed out since the last commit, if any.
+    async fn commit_consumed(
+        &self,
+        coordinator: &Connection,
+        joined: &Generation,
+    ) -> Result<(), ClientError> {
+        let positions = {
+            let d = self.shared.lock();
+            if d.positions == d.committed {
                 return Ok(());
             }
-            check(code, None)?;
-        }
+            d.positions.clone()
+        };
+        commit(
+            coordinator,
+            &self.group,
+            &joined.member_id,
+            joined.generation,
+            &positions,
+        )
+        .await?;
+        self.shared.committed(positions);
+        Ok(())
     }
 
     async fn join(
@@ -422,12 +542,13 @@ impl Membership {
             .collect()
     }
 
-    /// Committed offsets of the assigned partitions, or the reset position.
+    /// Where each assigned partition starts (its committed offset, or the reset
+    /// position), and the committed offsets among them.
     async fn start_positions(
         &self,
         coordinator: &Connection,
         assigned: &[(String, Vec<i32>)],
-    ) -> Result<Positions, ClientError> {
+    ) -> Result<(Positions, Positions), ClientError> {
         let request = OffsetFetchRequest::default()
             .with_group_id(GroupId(str_bytes(&self.group)))
             .with_topics(Some(
@@ -453,10 +574,15 @@ impl Membership {
             .filter(|(_, offset)| *offset >= 0)
             .collect();
         let mut positions = HashMap::new();
+        let mut fetched = HashMap::new();
         for (topic, partitions) in assigned {
             for p in partitions {
+                let key = (Arc::from(topic.as_str()), *p);
                 let offset = match committed.get(&(topic.clone(), *p)) {
-                    Some(offset) => *offset,
+                    Some(offset) => {
+                        fetched.insert(key.clone(), *offset);
+                        *offset
+                    }
                     None => match self.config.reset {
                         StartOffset::Earliest => {
                             self.cluster.list_offset(topic, *p, EARLIEST).await?
@@ -465,10 +591,10 @@ impl Membership {
                         StartOffset::At(offset) => offset,
                     },
                 };
-                positions.insert((Arc::from(topic.as_str()), *p), offset);
+                positions.insert(key, offset);
             }
         }
-        Ok(positions)
+        Ok((positions, fetched))
     }
 }
 

@@ -142,6 +142,7 @@ async fn run_with_slow_lane(
     batches: usize,
 ) -> headway_client::ProducerStats {
     let config = ProducerConfig {
+        idempotent: false,
         lanes: 4,
         lane_in_flight_max: 1,
         deflect,

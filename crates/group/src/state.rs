@@ -695,10 +695,13 @@ impl Groups {
             };
         }
         group.check_member(member_id, instance, generation_id)?;
+        // A member of the current generation may commit while the group prepares a
+        // rebalance: that is when an eager consumer commits what it consumed before it
+        // rejoins and gives its partitions up (Kafka accepts these commits too). Once
+        // every member has rejoined (CompletingRebalance) the generation is about to
+        // change and a commit could land after the new owner fetched its offsets.
         match group.state {
-            GroupState::PreparingRebalance | GroupState::CompletingRebalance => {
-                Err(GroupError::RebalanceInProgress)
-            }
+            GroupState::CompletingRebalance => Err(GroupError::RebalanceInProgress),
             _ => Ok(()),
         }
     }
@@ -1133,6 +1136,39 @@ mod tests {
         let mut ja = join(&mut groups, join_req(&a, None, &["range"]), 12_500);
         let ra = ja.try_recv().unwrap();
         assert_eq!((ra.generation_id, ra.members.len()), (gen + 1, 1));
+    }
+
+    #[test]
+    fn members_commit_while_the_group_prepares_a_rebalance_not_while_it_completes() {
+        let mut groups = Groups::new(delayed());
+        let (a, b, gen) = two_member_group(&mut groups);
+        // C joins: the group prepares a rebalance; A and B may still commit what they
+        // consumed in their generation before they rejoin.
+        let (_c, mut jc) = join_new(&mut groups, &["range"], 1_000);
+        assert_eq!(
+            groups.get("g").unwrap().state,
+            GroupState::PreparingRebalance
+        );
+        assert_eq!(groups.check_commit("g", &a, None, gen), Ok(()));
+        assert_eq!(
+            groups.check_commit("g", &a, None, gen - 1),
+            Err(GroupError::IllegalGeneration)
+        );
+        let mut ja = join(&mut groups, join_req(&a, None, &["range"]), 1_100);
+        let mut jb = join(&mut groups, join_req(&b, None, &["range"]), 1_200);
+        let (ra, _, _) = (
+            ja.try_recv().unwrap(),
+            jb.try_recv().unwrap(),
+            jc.try_recv().unwrap(),
+        );
+        assert_eq!(
+            groups.get("g").unwrap().state,
+            GroupState::CompletingRebalance
+        );
+        assert_eq!(
+            groups.check_commit("g", &a, None, ra.generation_id),
+            Err(GroupError::RebalanceInProgress)
+        );
     }
 
     #[test]

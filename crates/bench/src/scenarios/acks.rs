@@ -99,6 +99,8 @@ pub async fn run(ctx: &Ctx, args: &AcksArgs) -> anyhow::Result<Report> {
         load::create_topic(ctx.bootstrap(), &topic, args.partitions).await?;
         let batch_bytes_max = ProducerConfig::default().batch_bytes_max;
         let config = ProducerConfig {
+            // The lab measures lanes and deflection as they were: not idempotent.
+            idempotent: false,
             acks,
             linger: Duration::from_millis(args.linger_ms),
             lanes: if producers == 1 { 4 } else { 1 },

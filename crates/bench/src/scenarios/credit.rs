@@ -106,6 +106,8 @@ pub async fn run(ctx: &Ctx, args: &CreditArgs) -> anyhow::Result<Report> {
         .unwrap_or(if ctx.common.quick { 3 } else { 64 });
     let messages = backlog_mb * 1_000_000 / args.size.max(1) as u64;
     let prefill_config = ProducerConfig {
+        // The lab measures lanes and deflection as they were: not idempotent.
+        idempotent: false,
         acks: 1,
         batch_bytes_max: args.batch_bytes,
         ..ProducerConfig::default()

@@ -88,6 +88,8 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
     let evict = backlog_messages > 0 && !evict_dirs.is_empty();
     let prefill_s = if backlog_messages > 0 {
         let config = ProducerConfig {
+            // The lab measures lanes and deflection as they were: not idempotent.
+            idempotent: false,
             acks: 1,
             ..ProducerConfig::default()
         };

@@ -93,6 +93,8 @@ pub async fn run(ctx: &Ctx, args: &SlowLaneArgs) -> anyhow::Result<Report> {
             lane_delays[args.slow_lane] = Duration::from_millis(args.lane_delay_ms);
         }
         let config = ProducerConfig {
+            // The lab measures lanes and deflection as they were: not idempotent.
+            idempotent: false,
             acks,
             lanes: args.lanes,
             deflect,

@@ -106,6 +106,8 @@ pub async fn run(ctx: &Ctx, args: &StuckConsumerArgs) -> anyhow::Result<Report> 
     let backlog_messages = backlog_mb * MIB / size as u64;
     let prefill_s = if backlog_messages > 0 {
         let config = ProducerConfig {
+            // The lab measures lanes and deflection as they were: not idempotent.
+            idempotent: false,
             acks: 1,
             ..ProducerConfig::default()
         };

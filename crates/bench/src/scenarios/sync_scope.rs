@@ -314,6 +314,8 @@ async fn interference_run(
     let light_topic = load::topic_name("sync-scope", "light");
     load::create_topic(bootstrap, &light_topic, 1).await?;
     let light_config = ProducerConfig {
+        // The lab measures lanes and deflection as they were: not idempotent.
+        idempotent: false,
         acks: -1,
         linger: Duration::from_millis(args.linger_ms),
         ..ProducerConfig::default()
@@ -326,6 +328,8 @@ async fn interference_run(
         let heavy_topic = load::topic_name("sync-scope", "heavy");
         load::create_topic(bootstrap, &heavy_topic, 1).await?;
         let config = ProducerConfig {
+            // The lab measures lanes and deflection as they were: not idempotent.
+            idempotent: false,
             acks: -1,
             linger: Duration::from_millis(args.linger_ms),
             batch_bytes_max: args.heavy_batch_bytes,
@@ -397,6 +401,8 @@ async fn scale_run(
     load::create_topic(bootstrap, &topic, partitions).await?;
     let batch_bytes_max = ProducerConfig::default().batch_bytes_max;
     let config = ProducerConfig {
+        // The lab measures lanes and deflection as they were: not idempotent.
+        idempotent: false,
         acks: -1,
         linger: Duration::from_millis(args.linger_ms),
         buffer_bytes_max: (BUFFER_BYTES_TOTAL / args.producers.max(1)).max(2 * batch_bytes_max),

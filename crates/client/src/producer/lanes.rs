@@ -8,13 +8,25 @@
 //! time) is charged to the lane the batch was meant for. Without deflection the
 //! dispatcher always waits for the chosen lane: one slow lane then paces every batch,
 //! which the seed experiment of the Embarcadero client shows and the lab measures.
+//!
+//! Retries: a batch that fails with a retriable error (a lost connection, a broker
+//! that is restarting, a leader change) is sent again with exponential backoff until
+//! `delivery_timeout` after it was opened; only then does it fail. Each cause is
+//! logged at most once per [`WARN_INTERVAL`], with how often it recurred meanwhile.
+//!
+//! Serial partitions: when the producer is ordered or idempotent, each partition has a
+//! queue and a task of its own that sends its batches one at a time, on the partition's
+//! lane, retrying each until it is answered before the next one goes. A partition's
+//! batches, retries included, thus reach the broker in order; with idempotence each
+//! batch carries the producer id and its sequence numbers, so a retry of a batch the
+//! broker already stored is recognised as a duplicate and not stored twice.
 
 use super::{encode_batch, Counters, Outcome, ProducerConfig};
 use crate::cluster::Cluster;
 use crate::connection::Connection;
 use crate::error::{check, ClientError};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ProduceRequest, TopicName};
+use kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -22,11 +34,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
+/// Least time between two WARN lines about one cause of retries or failures.
+pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
+
 pub(crate) struct SealedBatch {
     pub topic: Arc<str>,
     pub partition: i32,
     pub records: Vec<kafka_protocol::records::Record>,
     pub bytes: usize,
+    /// Key and value bytes of its records, as counted in the summary.
+    pub payload_bytes: u64,
+    /// When the batch was opened: its delivery deadline counts from here.
+    pub created: Instant,
     pub outcome: watch::Sender<Outcome>,
 }
 
@@ -97,6 +116,21 @@ pub(crate) struct LaneSet {
     buffer: Arc<Semaphore>,
     nodes: Mutex<HashMap<i32, Arc<Vec<Arc<Lane>>>>>,
     next: AtomicUsize,
+    /// The queue of each serial partition (see the module comment). Unbounded in
+    /// count, bounded in bytes: every batch in it holds its share of the producer's
+    /// buffer (`buffer_bytes_max`) until it is answered.
+    partitions: Mutex<HashMap<(Arc<str>, i32), PartitionQueue>>,
+    idempotence: tokio::sync::Mutex<Idempotence>,
+    warnings: Mutex<HashMap<String, (Instant, u64)>>,
+}
+
+type PartitionQueue = mpsc::UnboundedSender<SealedBatch>;
+
+/// The producer id and epoch the broker gave, and the next sequence per partition.
+#[derive(Default)]
+struct Idempotence {
+    producer: Option<(i64, i16)>,
+    sequences: HashMap<(Arc<str>, i32), i32>,
 }
 
 impl LaneSet {
@@ -113,7 +147,26 @@ impl LaneSet {
             buffer,
             nodes: Mutex::new(HashMap::new()),
             next: AtomicUsize::new(0),
+            partitions: Mutex::new(HashMap::new()),
+            idempotence: tokio::sync::Mutex::new(Idempotence::default()),
+            warnings: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Drops the partition queues, so that each partition task ends once it has sent
+    /// what it holds (the tasks keep this set alive, the set keeps their queues open).
+    pub(crate) fn close(&self) {
+        self.partitions.lock().expect("partitions lock").clear();
+    }
+
+    /// Ordered or idempotent: each partition's batches go one at a time, in order.
+    fn serial(&self) -> bool {
+        self.config.ordered || self.idempotent()
+    }
+
+    /// Idempotence needs acks=all (as in the Java client, where it is then implied).
+    fn idempotent(&self) -> bool {
+        self.config.idempotent && self.config.acks == -1
     }
 
     pub(crate) fn stats(&self) -> Vec<LaneStats> {
@@ -159,11 +212,16 @@ impl LaneSet {
         Arc::clone(lanes)
     }
 
-    /// Takes sealed batches in order and starts each on a lane.
+    /// Takes sealed batches in order and starts each on a lane (or queues it on its
+    /// partition's own task when serial).
     pub(crate) async fn dispatch(self: Arc<Self>, mut sealed: mpsc::Receiver<SealedBatch>) {
         while let Some(batch) = sealed.recv().await {
-            let node = match self.cluster.leader(&batch.topic, batch.partition).await {
-                Ok((node, _)) => node,
+            if self.serial() {
+                self.queue_on_partition(batch);
+                continue;
+            }
+            let node = match self.leader_node(&batch).await {
+                Ok(node) => node,
                 Err(e) => {
                     self.finish(batch, Err(e));
                     continue;
@@ -176,18 +234,173 @@ impl LaneSet {
         }
     }
 
+    fn queue_on_partition(self: &Arc<Self>, batch: SealedBatch) {
+        let mut partitions = self.partitions.lock().expect("partitions lock");
+        let key = (Arc::clone(&batch.topic), batch.partition);
+        let queue = partitions.entry(key).or_insert_with(|| {
+            let (queue, batches) = mpsc::unbounded_channel();
+            tokio::spawn(Arc::clone(self).partition_loop(batches));
+            queue
+        });
+        if let Err(mpsc::error::SendError(batch)) = queue.send(batch) {
+            self.finish(batch, Err(ClientError::Closed));
+        }
+    }
+
+    /// Sends one partition's batches one at a time, each retried until answered.
+    async fn partition_loop(self: Arc<Self>, mut batches: mpsc::UnboundedReceiver<SealedBatch>) {
+        while let Some(mut batch) = batches.recv().await {
+            let result = match self.payload(&mut batch).await {
+                Ok(payload) => {
+                    let result = self.deliver_serial(&batch, &payload).await;
+                    if result.is_err() && self.idempotent() {
+                        // The broker may or may not hold this batch: later sequences of
+                        // the partition would not follow on. A new producer id starts
+                        // every partition at sequence 0 again.
+                        *self.idempotence.lock().await = Idempotence::default();
+                    }
+                    result
+                }
+                Err(e) => Err(e),
+            };
+            self.finish(batch, result);
+        }
+    }
+
+    async fn deliver_serial(
+        &self,
+        batch: &SealedBatch,
+        payload: &bytes::Bytes,
+    ) -> Result<i64, ClientError> {
+        self.until_deadline(batch, || async {
+            let node = self.leader_node(batch).await?;
+            let lanes = self.lanes_for(node);
+            let (lane, slot) = self.choose(&lanes, batch.partition).await;
+            lane.batches.fetch_add(1, Ordering::Relaxed);
+            let result = self.produce_once(&lane, batch, payload).await;
+            drop(slot);
+            result
+        })
+        .await
+    }
+
+    /// The node leading the batch's partition, from metadata (refreshed, with retries,
+    /// until the batch's deadline when the broker is unreachable).
+    async fn leader_node(&self, batch: &SealedBatch) -> Result<i32, ClientError> {
+        self.until_deadline(batch, || async {
+            let meta = self.cluster.topic(&batch.topic).await?;
+            let node = *meta.leaders.get(batch.partition as usize).ok_or_else(|| {
+                ClientError::UnknownTopic(format!("{}/{}", batch.topic, batch.partition))
+            })?;
+            if self.cluster.broker_addr(node).is_none() {
+                self.cluster.invalidate(&batch.topic);
+                return Err(ClientError::from_code(
+                    kafka_protocol::ResponseError::LeaderNotAvailable.code(),
+                    None,
+                ));
+            }
+            Ok(node)
+        })
+        .await
+    }
+
+    /// Runs `attempt` until it succeeds, fails for good, or the batch's delivery
+    /// deadline would pass during the next backoff.
+    async fn until_deadline<T, F, Fut>(
+        &self,
+        batch: &SealedBatch,
+        mut attempt: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        let deadline = batch.created + self.config.delivery_timeout;
+        let mut backoff = self.cluster.config().retry_backoff;
+        loop {
+            match attempt().await {
+                Err(e) if e.is_retriable() && Instant::now() + backoff < deadline => {
+                    self.warn_limited(&e, "retrying");
+                    if matches!(e, ClientError::Broker { .. }) {
+                        self.cluster.invalidate(&batch.topic);
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(self.cluster.config().retry_backoff_max);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One WARN line per cause per [`WARN_INTERVAL`], saying how often it recurred.
+    fn warn_limited(&self, e: &ClientError, what: &str) {
+        let cause = match e {
+            ClientError::Connection { addr, .. } => format!("connection to {addr}"),
+            ClientError::Broker { name, .. } => name.clone(),
+            other => other.to_string(),
+        };
+        let mut warnings = self.warnings.lock().expect("warnings lock");
+        let now = Instant::now();
+        let (last, count) = warnings
+            .entry(format!("{what} {cause}"))
+            .or_insert((now, 0));
+        *count += 1;
+        if *count == 1 || now.duration_since(*last) >= WARN_INTERVAL {
+            tracing::warn!(error = %e, times = *count, "produce: {what}");
+            *last = now;
+            *count = 0;
+        }
+    }
+
+    /// The batch's bytes; for an idempotent producer with its producer id and
+    /// sequence numbers (taken here, in the partition's order).
+    async fn payload(&self, batch: &mut SealedBatch) -> Result<bytes::Bytes, ClientError> {
+        if self.idempotent() {
+            let mut idempotence = self.idempotence.lock().await;
+            let (producer_id, epoch) = match idempotence.producer {
+                Some(p) => p,
+                None => {
+                    let p = self.init_producer_id(batch).await?;
+                    idempotence.producer = Some(p);
+                    p
+                }
+            };
+            let key = (Arc::clone(&batch.topic), batch.partition);
+            let sequence = idempotence.sequences.entry(key).or_insert(0);
+            for (i, r) in batch.records.iter_mut().enumerate() {
+                r.producer_id = producer_id;
+                r.producer_epoch = epoch;
+                r.sequence = sequence.wrapping_add(i as i32);
+            }
+            *sequence = sequence.wrapping_add(batch.records.len() as i32);
+        }
+        encode_batch(&batch.records, self.config.compression)
+    }
+
+    async fn init_producer_id(&self, batch: &SealedBatch) -> Result<(i64, i16), ClientError> {
+        let request = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(i32::MAX);
+        self.until_deadline(batch, || async {
+            let response = self.cluster.any_broker().await?.request(&request).await?;
+            check(response.error_code, None)?;
+            Ok((response.producer_id.0, response.producer_epoch))
+        })
+        .await
+    }
+
     async fn choose(
         &self,
         lanes: &[Arc<Lane>],
         partition: i32,
     ) -> (Arc<Lane>, OwnedSemaphorePermit) {
         let n = lanes.len();
-        let start = if self.config.ordered {
+        let start = if self.serial() {
             partition as usize % n
         } else {
             self.next.fetch_add(1, Ordering::Relaxed) % n
         };
-        let deflect = self.config.deflect && !self.config.ordered;
+        let deflect = self.config.deflect && !self.serial();
         let tries = if deflect { n } else { 1 };
         for k in 0..tries {
             let lane = &lanes[(start + k) % n];
@@ -216,22 +429,34 @@ impl LaneSet {
         (lane, slot.expect("lane semaphores are never closed"))
     }
 
+    /// Sends a batch on the lane chosen by the dispatcher, holding its slot through
+    /// any retries.
     async fn send(
         self: Arc<Self>,
         lane: Arc<Lane>,
         slot: OwnedSemaphorePermit,
-        batch: SealedBatch,
+        mut batch: SealedBatch,
     ) {
-        if !lane.delay.is_zero() {
-            tokio::time::sleep(lane.delay).await;
-        }
-        let result = self.produce(&lane, &batch).await;
+        let result = match self.payload(&mut batch).await {
+            Ok(payload) => {
+                self.until_deadline(&batch, || self.produce_once(&lane, &batch, &payload))
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         drop(slot);
         self.finish(batch, result);
     }
 
-    async fn produce(&self, lane: &Lane, batch: &SealedBatch) -> Result<i64, ClientError> {
-        let payload = encode_batch(&batch.records, self.config.compression)?;
+    async fn produce_once(
+        &self,
+        lane: &Lane,
+        batch: &SealedBatch,
+        payload: &bytes::Bytes,
+    ) -> Result<i64, ClientError> {
+        if !lane.delay.is_zero() {
+            tokio::time::sleep(lane.delay).await;
+        }
         let request = ProduceRequest::default()
             .with_acks(self.config.acks)
             .with_timeout_ms(self.cluster.config().request_timeout.as_millis() as i32)
@@ -239,35 +464,35 @@ impl LaneSet {
                 .with_name(TopicName(StrBytes::from_string(batch.topic.to_string())))
                 .with_partition_data(vec![PartitionProduceData::default()
                     .with_index(batch.partition)
-                    .with_records(Some(payload))])]);
-        self.cluster
-            .retry(|| async {
-                let connection = lane
-                    .connection(&self.cluster, self.config.lane_in_flight_max)
-                    .await?;
-                if self.config.acks == 0 {
-                    connection.send_without_answer(&request).await?;
-                    return Ok(-1);
-                }
-                let response = connection.request(&request).await?;
-                let p = response
-                    .responses
-                    .first()
-                    .and_then(|t| t.partition_responses.first())
-                    .ok_or_else(|| ClientError::Protocol("empty Produce answer".into()))?;
-                check(p.error_code, p.error_message.as_deref())?;
-                Ok(p.base_offset)
-            })
-            .await
+                    .with_records(Some(payload.clone()))])]);
+        let connection = lane
+            .connection(&self.cluster, self.config.lane_in_flight_max)
+            .await?;
+        if self.config.acks == 0 {
+            connection.send_without_answer(&request).await?;
+            return Ok(-1);
+        }
+        let response = connection.request(&request).await?;
+        let p = response
+            .responses
+            .first()
+            .and_then(|t| t.partition_responses.first())
+            .ok_or_else(|| ClientError::Protocol("empty Produce answer".into()))?;
+        check(p.error_code, p.error_message.as_deref())?;
+        Ok(p.base_offset)
     }
 
     fn finish(&self, batch: SealedBatch, result: Result<i64, ClientError>) {
         let records = batch.records.len() as u64;
         let c = &self.counters;
         match &result {
-            Ok(_) => c.records_acked.fetch_add(records, Ordering::Relaxed),
+            Ok(_) => {
+                c.bytes_acked
+                    .fetch_add(batch.payload_bytes, Ordering::Relaxed);
+                c.records_acked.fetch_add(records, Ordering::Relaxed)
+            }
             Err(e) => {
-                tracing::warn!(topic = %batch.topic, partition = batch.partition, error = %e, "batch failed");
+                self.warn_limited(e, "batches failed");
                 c.records_failed.fetch_add(records, Ordering::Relaxed)
             }
         };

@@ -7,12 +7,17 @@
 //! the partition leader (see [`lanes`]) and sends the batch there. The batch's memory
 //! returns to the buffer when its answer arrives.
 //!
-//! Ordering: with `ordered = false` (the default) batches round-robin over lanes and
-//! deflect from full lanes, so batches of one partition may overtake each other. With
-//! `ordered = true` a partition always uses the same lane (partition index modulo lane
-//! count) and deflection is off, so a partition's batches stay in order, as on one Kafka
-//! connection: retries after a connection failure can still reorder, as with any
-//! non-idempotent Kafka producer.
+//! Idempotence and ordering: by default the producer is idempotent (as the Java
+//! client): it takes a producer id from the broker and numbers each partition's
+//! records, so a batch sent again after a lost answer is stored once. An idempotent or
+//! `ordered` producer sends each partition's batches one at a time on the partition's
+//! lane (partition index modulo lane count), retries included, so they stay in order;
+//! other partitions go on meanwhile. With `idempotent = false` and `ordered = false`
+//! batches round-robin over lanes and deflect from full lanes, so batches of one
+//! partition may overtake each other (the lab's lane scenarios run this way).
+//!
+//! Failures: retriable errors and lost connections are retried with backoff until
+//! `delivery_timeout` after the batch was opened (see [`lanes`]).
 
 mod lanes;
 
@@ -64,6 +69,11 @@ pub struct ProducerConfig {
     pub ordered: bool,
     /// Bytes of records buffered or in flight; `send` waits beyond it.
     pub buffer_bytes_max: usize,
+    /// Producer id and sequence numbers on every batch, so the broker stores a batch
+    /// sent twice once. Needs acks=all (ignored otherwise); implies per-partition order.
+    pub idempotent: bool,
+    /// How long a batch may take, retries included, before it fails.
+    pub delivery_timeout: Duration,
     /// Lab and test hook: lane `i` sleeps `lane_delays[i]` before sending each batch,
     /// holding its in-flight slot, like a slow link.
     pub lane_delays: Vec<Duration>,
@@ -81,6 +91,8 @@ impl Default for ProducerConfig {
             deflect: true,
             ordered: false,
             buffer_bytes_max: 64 * 1024 * 1024,
+            idempotent: true,
+            delivery_timeout: Duration::from_secs(120),
             lane_delays: Vec::new(),
         }
     }
@@ -115,6 +127,8 @@ impl Delivery {
 #[derive(Debug, Clone, Default)]
 pub struct ProducerStats {
     pub records_acked: u64,
+    /// Key and value bytes of the acknowledged records.
+    pub bytes_acked: u64,
     pub records_failed: u64,
     pub batches: u64,
     /// Times `send` had to wait for buffer memory.
@@ -125,12 +139,14 @@ pub struct ProducerStats {
 struct OpenBatch {
     records: Vec<kafka_protocol::records::Record>,
     bytes: usize,
+    payload_bytes: u64,
     created: Instant,
     outcome: watch::Sender<Outcome>,
 }
 
 pub(crate) struct Counters {
     records_acked: AtomicU64,
+    bytes_acked: AtomicU64,
     records_failed: AtomicU64,
     batches: AtomicU64,
     buffer_full_events: AtomicU64,
@@ -182,6 +198,7 @@ impl Producer {
         }
         let counters = Arc::new(Counters {
             records_acked: AtomicU64::new(0),
+            bytes_acked: AtomicU64::new(0),
             records_failed: AtomicU64::new(0),
             batches: AtomicU64::new(0),
             buffer_full_events: AtomicU64::new(0),
@@ -274,10 +291,13 @@ impl Producer {
         let batch = open.entry(key.clone()).or_insert_with(|| OpenBatch {
             records: Vec::new(),
             bytes: 0,
+            payload_bytes: 0,
             created: Instant::now(),
             outcome: watch::channel(None).0,
         });
         let offset_delta = batch.records.len() as i64;
+        batch.payload_bytes += (record.key.as_ref().map_or(0, Bytes::len)
+            + record.value.as_ref().map_or(0, Bytes::len)) as u64;
         batch.records.push(to_wire(record, offset_delta));
         batch.bytes += bytes;
         let delivery = Delivery {
@@ -315,6 +335,7 @@ impl Producer {
         let c = &self.inner.counters;
         ProducerStats {
             records_acked: c.records_acked.load(Ordering::Relaxed),
+            bytes_acked: c.bytes_acked.load(Ordering::Relaxed),
             records_failed: c.records_failed.load(Ordering::Relaxed),
             batches: c.batches.load(Ordering::Relaxed),
             buffer_full_events: c.buffer_full_events.load(Ordering::Relaxed),
@@ -326,6 +347,7 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         self.tasks.iter().for_each(|t| t.abort());
+        self.inner.lanes.close();
     }
 }
 
@@ -375,6 +397,8 @@ fn seal(inner: &Inner, topic: Arc<str>, partition: i32, batch: OpenBatch) -> Sea
         partition,
         records: batch.records,
         bytes: batch.bytes,
+        payload_bytes: batch.payload_bytes,
+        created: batch.created,
         outcome: batch.outcome,
     }
 }
