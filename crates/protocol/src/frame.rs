@@ -26,8 +26,8 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     }
 }
 
-/// Reads and checks a frame's 4-byte length. Split from [`read_frame_body`] so the
-/// caller can reserve memory for the body before reading it.
+/// Reads and checks a frame's 4-byte length, so the caller can decide how to read
+/// and account for the body.
 pub async fn read_frame_size<R: AsyncRead + Unpin>(
     reader: &mut R,
     frame_bytes_max: usize,
@@ -51,8 +51,10 @@ pub async fn read_frame_size<R: AsyncRead + Unpin>(
     Ok(Some(size as usize))
 }
 
-/// Reads a frame body of `size` bytes (as returned by [`read_frame_size`]).
-pub async fn read_frame_body<R: AsyncRead + Unpin>(
+/// Reads a frame body of `size` bytes (as returned by [`read_frame_size`]) into a
+/// buffer of that size. The broker's connections read bodies as they arrive instead
+/// (`crates/server/src/connection.rs`); this is for peers that trust their sender.
+async fn read_frame_body<R: AsyncRead + Unpin>(
     reader: &mut R,
     size: usize,
 ) -> Result<BytesMut, FrameError> {

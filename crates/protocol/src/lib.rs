@@ -22,7 +22,7 @@ mod response;
 pub mod shape;
 mod shapes;
 
-pub use frame::{read_frame, read_frame_body, read_frame_size, FrameError};
+pub use frame::{read_frame, read_frame_size, FrameError};
 pub use kafka_protocol;
 pub use request::{decode_body, parse_request, ProtocolError, Request, DECODED_BYTES_MAX};
 pub use response::{encode_response, EncodeError};

@@ -208,20 +208,25 @@ fn versions(api_key: ApiKey) -> Vec<i16> {
         .collect()
 }
 
+/// The versions the decoder knows for `message`, the oldest being the table's.
+fn decodable_versions(message: &Message) -> Vec<i16> {
+    let versions = versions(message.api_key);
+    assert_eq!(
+        versions.first(),
+        Some(&message.min_version),
+        "{:?}",
+        message.api_key
+    );
+    versions
+}
+
 const UNLIMITED: usize = usize::MAX;
 
 #[test]
 fn generated_bodies_decode_to_the_last_byte() {
     let mut rng = rng();
     for message in MESSAGES {
-        let versions = versions(message.api_key);
-        assert_eq!(
-            versions.first(),
-            Some(&message.min_version),
-            "{:?}",
-            message.api_key
-        );
-        for &version in &versions {
+        for version in decodable_versions(message) {
             for _ in 0..100 {
                 let body = generate(&mut rng, message, version);
                 let what = format!("{:?} v{version} {body:?}", message.api_key);
@@ -249,14 +254,7 @@ fn damaged_bodies_never_allocate_beyond_the_footprint() {
     let mut rng = rng();
     let (mut accepted, mut refused) = (0u64, 0u64);
     for message in MESSAGES {
-        let versions = versions(message.api_key);
-        assert_eq!(
-            versions.first(),
-            Some(&message.min_version),
-            "{:?}",
-            message.api_key
-        );
-        for &version in &versions {
+        for version in decodable_versions(message) {
             for _ in 0..300 {
                 let mut body = generate(&mut rng, message, version);
                 let at = rng.u64(..body.len() as u64 + 1) as usize;

@@ -199,20 +199,14 @@ async fn read_body<R: AsyncRead + Unpin>(
         if body.len() == body.capacity() {
             body.reserve_exact(size.min(body.len() * 2) - body.len());
         }
-        let filled = body.len();
-        let upto = body.capacity().min(size).min(filled + READ_BYTES);
-        body.resize(upto, 0);
-        let n = reader.read(&mut body[filled..]).await?;
-        body.truncate(filled + n);
-        if n == 0 {
+        // Straight into the spare capacity (no zeroing), never past the frame's end.
+        let left = (size - body.len()) as u64;
+        if (&mut *reader).take(left).read_buf(&mut body).await? == 0 {
             return Err(FrameError::Truncated);
         }
     }
     Ok((Bytes::from(body), Some(reserved)))
 }
-
-/// Bytes one read into a large body asks for.
-const READ_BYTES: usize = 64 * 1024;
 
 fn truncated(e: std::io::Error) -> FrameError {
     if e.kind() == std::io::ErrorKind::UnexpectedEof {

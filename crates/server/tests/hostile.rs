@@ -109,6 +109,27 @@ async fn send_each(broker: &TestBroker, frames: &[BytesMut]) {
     }
 }
 
+/// Waits until every request's bytes are back in the budget, then stops the broker.
+async fn stop_with_budget_free(broker: TestBroker) {
+    wait_for(&broker, "the request budget to be free again", |s| {
+        s.request_bytes_held == 0
+    })
+    .await;
+    broker.stop().await;
+}
+
+/// A broker taking frames up to 100 MiB against a 128 MiB request budget, and records
+/// up to `max_message_bytes`.
+async fn large_frame_broker(body_timeout_ms: u64, max_message_bytes: usize) -> TestBroker {
+    TestBroker::start_with(|c| {
+        c.frame_bytes_max = 100 * 1024 * 1024;
+        c.request_bytes_in_flight_max = 128 * 1024 * 1024;
+        c.request_body_timeout_ms = body_timeout_ms;
+        c.log.max_message_bytes = max_message_bytes;
+    })
+    .await
+}
+
 /// A fresh client still gets every kind of answer: versions, a produce, a fetch.
 async fn assert_serving(broker: &TestBroker, value: &str) {
     let mut client = broker.client().await;
@@ -217,22 +238,13 @@ async fn random_frames_after_a_real_header_never_take_the_broker_down() {
     }
     send_each(&broker, &frames).await;
     assert_serving(&broker, "after random frames").await;
-    wait_for(&broker, "the request budget to be free again", |s| {
-        s.request_bytes_held == 0
-    })
-    .await;
-    broker.stop().await;
+    stop_with_budget_free(broker).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_prefixes_hold_no_budget_and_are_closed_at_the_timeout() {
     const STALLED: usize = 8;
-    let broker = TestBroker::start_with(|c| {
-        c.frame_bytes_max = 100 * 1024 * 1024;
-        c.request_bytes_in_flight_max = 128 * 1024 * 1024;
-        c.request_body_timeout_ms = 10_000;
-    })
-    .await;
+    let broker = large_frame_broker(10_000, 1_048_588).await;
     create_topic(&mut broker.client().await, TOPIC, 1).await;
     // Each announces a 100 MiB frame; half send nothing more, half send a few bytes
     // of body and stop (a slow-loris).
@@ -274,9 +286,9 @@ async fn stalled_prefixes_hold_no_budget_and_are_closed_at_the_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_large_frame_is_read_in_steps_and_answered() {
+async fn a_large_frame_trickling_in_is_read_as_it_arrives_and_answered() {
     // A produce of about 3 MiB arrives in pieces; the broker grows its buffer as the
-    // bytes come and answers it.
+    // bytes come and answers it, and the budget it held comes back.
     let broker = TestBroker::start_with(|c| c.log.max_message_bytes = 8 * 1024 * 1024).await;
     create_topic(&mut broker.client().await, TOPIC, 1).await;
     let value = "x".repeat(3 * 1024 * 1024);
@@ -290,11 +302,7 @@ async fn a_large_frame_is_read_in_steps_and_answered() {
     let (id, response) = client.recv::<ProduceResponse>(9).await;
     assert_eq!(id, 1);
     assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
-    wait_for(&broker, "the request budget to be free again", |s| {
-        s.request_bytes_held == 0
-    })
-    .await;
-    broker.stop().await;
+    stop_with_budget_free(broker).await;
 }
 
 /// Sends the first `sent` bytes of a `size`-byte produce frame and stops.
@@ -314,13 +322,7 @@ async fn a_stalled_large_frame_holding_the_budget_delays_no_one_else() {
     // budget; B sends 16 MiB of another 100 MiB frame and waits for budget that cannot
     // come until A times out. Small requests never ask the budget, and a 3 MiB produce
     // fits in what is left: neither waits for A's deadline.
-    let broker = TestBroker::start_with(|c| {
-        c.frame_bytes_max = 100 * 1024 * 1024;
-        c.request_bytes_in_flight_max = 128 * 1024 * 1024;
-        c.request_body_timeout_ms = 20_000;
-        c.log.max_message_bytes = 8 * 1024 * 1024;
-    })
-    .await;
+    let broker = large_frame_broker(20_000, 8 * 1024 * 1024).await;
     create_topic(&mut broker.client().await, TOPIC, 1).await;
     let a = stall_after(&broker, 100 << 20, 64 << 20).await;
     wait_for(&broker, "A to hold its frame's budget", |s| {
@@ -345,11 +347,7 @@ async fn a_stalled_large_frame_holding_the_budget_delays_no_one_else() {
         .await
         .expect("small requests and a frame that fits are served before the hog times out");
     drop((a, b));
-    wait_for(&broker, "the budget to come back", |s| {
-        s.request_bytes_held == 0
-    })
-    .await;
-    broker.stop().await;
+    stop_with_budget_free(broker).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,12 +355,7 @@ async fn large_frames_sent_together_never_wait_on_each_other() {
     // Three 48 MiB frames interleaved a MiB at a time against a 128 MiB budget: two fit,
     // the third waits with nothing held and goes once one of them is handled. With
     // budget taken in steps they would each hold a part and wait for ever.
-    let broker = TestBroker::start_with(|c| {
-        c.frame_bytes_max = 100 * 1024 * 1024;
-        c.request_bytes_in_flight_max = 128 * 1024 * 1024;
-        c.log.max_message_bytes = 64 * 1024 * 1024;
-    })
-    .await;
+    let broker = large_frame_broker(30_000, 64 * 1024 * 1024).await;
     create_topic(&mut broker.client().await, TOPIC, 1).await;
     let value = "y".repeat(48 * 1024 * 1024);
     let whole = request_frame(9, 1, &produce_request(TOPIC, 0, -1, batch(&[&value])));
@@ -388,9 +381,5 @@ async fn large_frames_sent_together_never_wait_on_each_other() {
     tokio::time::timeout(Duration::from_secs(25), sending)
         .await
         .expect("all three large produces are answered, none waits on another");
-    wait_for(&broker, "the budget to come back", |s| {
-        s.request_bytes_held == 0
-    })
-    .await;
-    broker.stop().await;
+    stop_with_budget_free(broker).await;
 }
