@@ -189,7 +189,11 @@ impl SharedFlusher {
         #[cfg(test)]
         self.injected_failure(_partition)
             .map_err(|e| e.to_string())?;
-        set.sync().map_err(|e| e.to_string())
+        let start = std::time::Instant::now();
+        let synced = set.sync().map_err(|e| e.to_string());
+        let histogram = crate::timings::timings().sync(set.bytes);
+        crate::timings::observe(histogram, start.elapsed());
+        synced
     }
 
     fn syncfs(&self, dir: &File, _work: &[Work]) -> std::io::Result<()> {

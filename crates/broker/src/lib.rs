@@ -31,6 +31,7 @@ pub mod producer_ids;
 pub mod producer_state;
 pub mod read_pool;
 mod registry;
+pub mod timings;
 mod topic;
 
 pub use config::{BrokerConfig, FlushPolicy, SyncScope, TopicConfig};

@@ -26,6 +26,7 @@
 use crate::flusher::{count_round, SharedFlusher};
 use crate::producer_state::{is_idempotent, ProducerStates, SequenceCheck};
 use crate::read_pool::ReadVia;
+use crate::timings;
 use crate::{BrokerError, FlushPolicy};
 use bytes::Bytes;
 use headway_log::{
@@ -76,6 +77,8 @@ pub struct ReadResult {
     pub records: Bytes,
     pub high_watermark: Offset,
     pub log_start_offset: Offset,
+    /// The read ran on the read threads (not from the page cache on the caller's thread).
+    pub pooled: bool,
 }
 
 /// What the partition's mutex guards: the log and, checked and updated in the same
@@ -442,11 +445,13 @@ impl Partition {
     ) -> Result<ReadResult, BrokerError> {
         let high_watermark = self.high_watermark();
         let log_start_offset = self.log_start_offset();
-        let empty = |records| ReadResult {
+        let result = |records, pooled| ReadResult {
             records,
             high_watermark,
             log_start_offset,
+            pooled,
         };
+        let empty = |records| result(records, false);
         if offset < log_start_offset {
             return Err(BrokerError::OffsetOutOfRange {
                 offset,
@@ -466,10 +471,11 @@ impl Partition {
             Some(corrupt) => self.corrupt_read(offset, corrupt),
             None => BrokerError::Storage(format!("read {}/{}: {e}", self.topic, self.index.0)),
         };
-        let records = match via {
+        let (records, pooled) = match via {
             None => tokio::task::spawn_blocking(move || slice.read(max_bytes, high_watermark))
                 .await
                 .map_err(|e| BrokerError::Storage(format!("read task failed: {e}")))?
+                .map(|records| (records, false))
                 .map_err(failed)?,
             Some(via) => {
                 let tail = slice.behind_bytes() <= via.tail_bytes;
@@ -482,7 +488,7 @@ impl Partition {
                 match cached {
                     Some(records) => {
                         via.pool.stats().cached.fetch_add(1, Ordering::Relaxed);
-                        records
+                        (records, false)
                     }
                     None => {
                         let _turn = match &via.share {
@@ -493,16 +499,18 @@ impl Partition {
                             }
                             None => None,
                         };
-                        via.pool
+                        let records = via
+                            .pool
                             .run(move || slice.read(max_bytes, high_watermark))
                             .await
                             .map_err(|e| BrokerError::Storage(e.to_string()))?
-                            .map_err(failed)?
+                            .map_err(failed)?;
+                        (records, true)
                     }
                 }
             }
         };
-        Ok(empty(records))
+        Ok(result(records, pooled))
     }
 
     /// The first offset whose batch has a timestamp at or after `timestamp_ms`,
@@ -576,7 +584,9 @@ impl Partition {
             let synced = set.log_end_offset;
             let syncs = set.file_count();
             let sync = move || {
+                let start = std::time::Instant::now();
                 let outcome = set.sync();
+                timings::observe(timings::timings().sync(set.bytes), start.elapsed());
                 count_round(syncs);
                 outcome.map_err(|e| e.to_string())
             };

@@ -149,7 +149,7 @@ impl Log {
         }
         self.log_end_offset = base_offset + offset_count;
         self.size_bytes += batches.len() as u64;
-        self.pending.wrote_active();
+        self.pending.wrote_active(batches.len() as u64);
         Ok(AppendInfo {
             base_offset: Offset(base_offset),
             last_offset: Offset(self.log_end_offset - 1),
@@ -207,6 +207,11 @@ impl Log {
         let dir = (&self.dir_file, self.dir.as_path());
         self.pending
             .take(active_log, dir, Offset(self.log_end_offset))
+    }
+
+    /// Bytes appended since the last [`Log::sync_set`]: what the next sync writes.
+    pub fn unsynced_bytes(&self) -> u64 {
+        self.pending.bytes()
     }
 
     /// Marks the log poisoned: every later append fails with `LogError::Poisoned`.

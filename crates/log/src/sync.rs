@@ -23,6 +23,8 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct SyncSet {
     pub log_end_offset: Offset,
+    /// Bytes appended since the previous set (what this sync writes back, at most).
+    pub bytes: u64,
     /// Each file with its path, which a failure names.
     files: Vec<(Arc<File>, PathBuf)>,
     dir: Option<(Arc<File>, PathBuf)>,
@@ -103,14 +105,22 @@ impl SealedFiles {
 #[derive(Debug, Default)]
 pub(crate) struct Pending {
     active_log: bool,
+    /// Bytes appended since the last set was taken.
+    bytes: u64,
     sealed: Vec<SealedFiles>,
     dir: bool,
 }
 
 impl Pending {
-    /// Bytes were appended to the active segment's `.log`.
-    pub fn wrote_active(&mut self) {
+    /// `bytes` were appended to the active segment's `.log`.
+    pub fn wrote_active(&mut self, bytes: u64) {
         self.active_log = true;
+        self.bytes += bytes;
+    }
+
+    /// Bytes appended since the last set was taken.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// Files were created or deleted in the directory.
@@ -146,6 +156,7 @@ impl Pending {
         let dir = std::mem::take(&mut self.dir).then(|| (dir.0.clone(), dir.1.to_path_buf()));
         SyncSet {
             log_end_offset,
+            bytes: std::mem::take(&mut self.bytes),
             files,
             dir,
             sealed,

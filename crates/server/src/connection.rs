@@ -24,7 +24,7 @@
 //! queued have been written; that is what Kafka does, since the client could not parse
 //! any answer.
 
-use crate::handlers::{self, Ctx, HandlerError, Outgoing, Reply};
+use crate::handlers::{self, Arrival, Ctx, HandlerError, Outgoing, Reply, ReplyTiming};
 use crate::request_budget::Reserved;
 use crate::stats::Connection;
 use bytes::Bytes;
@@ -33,6 +33,7 @@ use headway_protocol::{parse_request, read_frame_size, FrameError, Request};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::Poll;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::OwnedWriteHalf;
@@ -42,6 +43,9 @@ use tokio::time::{timeout_at, Duration, Instant};
 
 /// Bytes the writer buffers before a write syscall; larger responses go straight out.
 const WRITE_BUFFER_BYTES: usize = 16 * 1024;
+/// Timed replies written into the buffer before the writer flushes anyway, so their
+/// timings stay few even when a client keeps the queue from ever emptying.
+const UNFLUSHED_TIMINGS_MAX: usize = 64;
 
 pub async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
     let conn = ctx.stats.opened(peer);
@@ -64,11 +68,11 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
             next = next_request(&mut reader, &mut client, ctx) => next,
             _ = handlers::shutting_down(&mut shutdown) => break,
         };
-        let Some((request, reserved)) = next else {
+        let Some((request, reserved, arrival)) = next else {
             break;
         };
         conn.requests_read.fetch_add(1, Ordering::Relaxed);
-        let outcome = handlers::dispatch(ctx, conn, request);
+        let outcome = handlers::dispatch(ctx, conn, request, arrival);
         // Handled: the request's bytes are free (a reply keeps what it needs).
         drop(reserved);
         match outcome {
@@ -124,7 +128,7 @@ async fn next_request<R: AsyncRead + Unpin>(
     reader: &mut R,
     client: &mut Client,
     ctx: &Ctx,
-) -> Option<(Request, Option<Reserved>)> {
+) -> Option<(Request, Option<Reserved>, Arrival)> {
     let config = ctx.broker.config();
     let peer = client.peer;
     let size = match read_frame_size(reader, config.frame_bytes_max).await {
@@ -139,7 +143,8 @@ async fn next_request<R: AsyncRead + Unpin>(
             return None;
         }
     };
-    let deadline = Instant::now() + Duration::from_millis(config.request_body_timeout_ms);
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(config.request_body_timeout_ms);
     let (frame, reserved) = match timeout_at(deadline, read_body(reader, size, ctx)).await {
         Ok(Ok(body)) => body,
         Ok(Err(e)) => {
@@ -160,12 +165,16 @@ async fn next_request<R: AsyncRead + Unpin>(
             return None;
         }
     };
+    let arrival = Arrival {
+        started: started.into_std(),
+        read: started.elapsed(),
+    };
     match parse_request(frame) {
         Ok(request) => {
             if client.client_id.is_none() {
                 client.client_id = request.header.client_id.as_ref().map(|id| id.to_string());
             }
-            Some((request, reserved))
+            Some((request, reserved, arrival))
         }
         Err(e) => {
             client.closing(ctx, &e.into());
@@ -208,6 +217,16 @@ async fn read_body<R: AsyncRead + Unpin>(
     Ok((Bytes::from(body), Some(reserved)))
 }
 
+/// Flushes the writer's buffer and completes the timing of the replies it held.
+async fn flush(
+    out: &mut BufWriter<OwnedWriteHalf>,
+    unflushed: &mut Vec<ReplyTiming>,
+) -> std::io::Result<()> {
+    out.flush().await?;
+    unflushed.drain(..).for_each(|timing| timing.written());
+    Ok(())
+}
+
 fn truncated(e: std::io::Error) -> FrameError {
     if e.kind() == std::io::ErrorKind::UnexpectedEof {
         FrameError::Truncated
@@ -222,19 +241,39 @@ async fn write_replies(
     conn: Arc<Connection>,
 ) {
     let mut out = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
+    // Replies in the buffer whose timing completes at the next flush.
+    let mut unflushed: Vec<ReplyTiming> = Vec::new();
     while let Some(reply) = queued.recv().await {
-        let Outgoing { frame, reserved } = match reply {
+        let Outgoing {
+            frame,
+            reserved,
+            timing,
+        } = match reply {
             Reply::Ready(frame) => Outgoing {
                 frame,
                 reserved: None,
+                timing: None,
             },
-            Reply::Pending(future) => match future.await {
-                Ok(outgoing) => outgoing,
-                Err(e) => {
-                    tracing::error!(peer = %conn.peer, error = %e, "closing connection: response not encodable");
-                    break;
+            Reply::Pending(mut future) => {
+                let outgoing = match futures::poll!(&mut future) {
+                    Poll::Ready(outgoing) => outgoing,
+                    Poll::Pending => {
+                        // Earlier replies must not wait in the buffer for this one (a
+                        // later sync, a long poll): send them now.
+                        if flush(&mut out, &mut unflushed).await.is_err() {
+                            return;
+                        }
+                        future.await
+                    }
+                };
+                match outgoing {
+                    Ok(outgoing) => outgoing,
+                    Err(e) => {
+                        tracing::error!(peer = %conn.peer, error = %e, "closing connection: response not encodable");
+                        break;
+                    }
                 }
-            },
+            }
             Reply::Silent => continue,
         };
         if out.write_all(&frame).await.is_err() {
@@ -244,10 +283,12 @@ async fn write_replies(
         conn.bytes_written
             .fetch_add(frame.len() as u64, Ordering::Relaxed);
         drop((frame, reserved));
+        unflushed.extend(timing);
         conn.in_flight.fetch_sub(1, Ordering::Relaxed);
         conn.responses_written.fetch_add(1, Ordering::Relaxed);
-        // Flush when nothing else is ready, so pipelined replies share a syscall.
-        if queued.is_empty() && out.flush().await.is_err() {
+        // Flush when nothing else is queued, so pipelined replies share a syscall.
+        let due = queued.is_empty() || unflushed.len() >= UNFLUSHED_TIMINGS_MAX;
+        if due && flush(&mut out, &mut unflushed).await.is_err() {
             return;
         }
     }

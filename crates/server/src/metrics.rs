@@ -95,6 +95,22 @@ fn counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
 pub fn render(stats: &ServerStats, broker: &Broker) -> String {
     let s = stats.snapshot();
     let mut r = Registry::with_prefix("headway");
+    let t = headway_broker::timings::timings();
+    r.register(
+        "produce_stage_seconds",
+        "Where produce acknowledgements spend their time, by stage and request size (docs/latency.md)",
+        t.produce.clone(),
+    );
+    r.register(
+        "fetch_stage_seconds",
+        "Where fetches spend their time, by stage and kind: tail or catch_up (docs/latency.md)",
+        t.fetch.clone(),
+    );
+    r.register(
+        "sync_seconds",
+        "Duration of one partition's sync by the flusher, by the bytes it carried",
+        t.sync.clone(),
+    );
     let open = s.connections.len() as u64;
     gauge(&mut r, "connections", "Open client connections", open);
     counter(

@@ -16,12 +16,13 @@
 //! clients to send full fetch requests.
 //! v13+ names topics by id; earlier versions by name.
 
-use super::{pending_reserved, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending_with, ApiSpec, Arrival, Ctx, HandlerError, Reply, ReplyTiming};
 use crate::errors::error_code;
 use crate::outbound::Reservation;
 use crate::stats::Connection;
 use bytes::Bytes;
 use headway_broker::read_pool::ReadVia;
+use headway_broker::timings;
 use headway_broker::{limits, BrokerError, Offset, Partition};
 use headway_protocol::kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, PartitionData,
@@ -59,6 +60,7 @@ pub fn handle(
     ctx: &Arc<Ctx>,
     conn: &Arc<Connection>,
     request: &Request,
+    arrival: Arrival,
 ) -> Result<Reply, HandlerError> {
     let body: FetchRequest = decode_body(request)?;
     let by_id = request.api_version() >= TOPIC_IDS_MIN_VERSION;
@@ -72,14 +74,34 @@ pub fn handle(
     let max_bytes = (body.max_bytes.max(0) as usize).min(limits::FETCH_RESPONSE_BYTES_MAX);
     let min_bytes = body.min_bytes.max(0) as usize;
     let (ctx, conn) = (Arc::clone(ctx), Arc::clone(conn));
-    pending_reserved(request, async move {
-        let (responses, reserved) =
-            long_poll(&ctx, &conn, &topics, wait, min_bytes, max_bytes).await;
+    pending_with(request, async move {
+        let polled = long_poll(&ctx, &conn, &topics, wait, min_bytes, max_bytes).await;
+        let stages = timings::timings().fetch(polled.catch_up);
+        timings::observe(&stages.wait, polled.waited);
+        timings::observe(&stages.read, polled.read);
+        let timing = ReplyTiming {
+            started: arrival.started,
+            ready: std::time::Instant::now(),
+            reply: &stages.reply,
+            total: &stages.total,
+        };
         let body = FetchResponse::default()
             .with_session_id(0)
-            .with_responses(responses);
-        (body, reserved)
+            .with_responses(polled.responses);
+        (body, Some(polled.reserved), Some(timing))
     })
+}
+
+/// A long poll's answer, with its outbound reservation and where its time went.
+struct Polled {
+    responses: Vec<FetchableTopicResponse>,
+    reserved: Reservation,
+    /// Time spent waiting for data.
+    waited: Duration,
+    /// Time spent reading.
+    read: Duration,
+    /// Some read went to the read threads.
+    catch_up: bool,
 }
 
 fn resolve(
@@ -130,8 +152,9 @@ async fn long_poll(
     wait: Duration,
     min_bytes: usize,
     max_bytes: usize,
-) -> (Vec<FetchableTopicResponse>, Option<Reservation>) {
+) -> Polled {
     let deadline = Instant::now() + wait;
+    let (mut waited, mut read, mut catch_up) = (Duration::ZERO, Duration::ZERO, false);
     let mut watches: Vec<_> = topics
         .iter()
         .flat_map(|t| t.partitions.iter())
@@ -146,12 +169,23 @@ async fn long_poll(
         });
         let mut reserved = conn.outbound.reserve(max_bytes).await;
         let budget = reserved.bytes();
-        let (responses, bytes, errors) = read_all(topics, max_bytes.min(budget), &conn.reads).await;
-        if bytes >= min_bytes || errors || Instant::now() >= deadline || *shutdown.borrow() {
-            reserved.shrink_to(bytes);
-            return (responses, Some(reserved));
+        let reading = Instant::now();
+        let all = read_all(topics, max_bytes.min(budget), &conn.reads).await;
+        read += reading.elapsed();
+        catch_up |= all.pooled;
+        let done = all.bytes >= min_bytes || all.errors;
+        if done || Instant::now() >= deadline || *shutdown.borrow() {
+            reserved.shrink_to(all.bytes);
+            return Polled {
+                responses: all.responses,
+                reserved,
+                waited,
+                read,
+                catch_up,
+            };
         }
         drop(reserved);
+        let waiting = Instant::now();
         let any_change = async {
             if watches.is_empty() {
                 std::future::pending::<()>().await;
@@ -164,24 +198,33 @@ async fn long_poll(
             _ = tokio::time::sleep_until(deadline) => {}
             _ = shutdown.changed() => {}
         }
+        waited += waiting.elapsed();
     }
 }
 
-/// Reads every wanted partition once. Returns the responses, the bytes of records in
-/// them, and whether any partition had an error (which ends a long poll at once).
-async fn read_all(
-    topics: &[WantedTopic],
-    max_bytes: usize,
-    via: &ReadVia,
-) -> (Vec<FetchableTopicResponse>, usize, bool) {
+/// One read of every wanted partition.
+struct ReadAll {
+    responses: Vec<FetchableTopicResponse>,
+    /// Bytes of records in the responses.
+    bytes: usize,
+    /// Some partition had an error (which ends a long poll at once).
+    errors: bool,
+    /// Some read went to the read threads.
+    pooled: bool,
+}
+
+/// Reads every wanted partition once.
+async fn read_all(topics: &[WantedTopic], max_bytes: usize, via: &ReadVia) -> ReadAll {
     let mut total = 0usize;
     let mut errors = false;
+    let mut pooled = false;
     let mut responses = Vec::with_capacity(topics.len());
     for topic in topics {
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for wanted in &topic.partitions {
             let remaining = max_bytes.saturating_sub(total);
-            let data = read_one(wanted, remaining, total == 0, via).await;
+            let (data, from_pool) = read_one(wanted, remaining, total == 0, via).await;
+            pooled |= from_pool;
             errors |= data.error_code != 0;
             total += data.records.as_ref().map_or(0, Bytes::len);
             partitions.push(data);
@@ -193,19 +236,33 @@ async fn read_all(
                 .with_partitions(partitions),
         );
     }
-    (responses, total, errors)
+    ReadAll {
+        responses,
+        bytes: total,
+        errors,
+        pooled,
+    }
 }
 
-async fn read_one(wanted: &Wanted, remaining: usize, first: bool, via: &ReadVia) -> PartitionData {
+/// Reads one partition; also says whether the read went to the read threads.
+async fn read_one(
+    wanted: &Wanted,
+    remaining: usize,
+    first: bool,
+    via: &ReadVia,
+) -> (PartitionData, bool) {
     let base = PartitionData::default()
         .with_partition_index(wanted.index)
         .with_preferred_read_replica(BrokerId(-1));
     let partition = match &wanted.partition {
         Ok(p) => p,
-        Err(e) => return error_data(base, e),
+        Err(e) => return (error_data(base, e), false),
     };
     if remaining == 0 {
-        return offsets(base, partition).with_records(Some(Bytes::new()));
+        return (
+            offsets(base, partition).with_records(Some(Bytes::new())),
+            false,
+        );
     }
     match partition
         .read_via(wanted.offset, wanted.max_bytes.min(remaining), via)
@@ -218,15 +275,20 @@ async fn read_one(wanted: &Wanted, remaining: usize, first: bool, via: &ReadVia)
             } else {
                 read.records
             };
-            base.with_high_watermark(read.high_watermark.value())
+            let data = base
+                .with_high_watermark(read.high_watermark.value())
                 .with_last_stable_offset(read.high_watermark.value())
                 .with_log_start_offset(read.log_start_offset.value())
-                .with_records(Some(records))
+                .with_records(Some(records));
+            (data, read.pooled)
         }
-        Err(e @ BrokerError::OffsetOutOfRange { .. }) => offsets(base, partition)
-            .with_error_code(error_code(&e))
-            .with_records(Some(Bytes::new())),
-        Err(e) => error_data(base, &e),
+        Err(e @ BrokerError::OffsetOutOfRange { .. }) => (
+            offsets(base, partition)
+                .with_error_code(error_code(&e))
+                .with_records(Some(Bytes::new())),
+            false,
+        ),
+        Err(e) => (error_data(base, &e), false),
     }
 }
 

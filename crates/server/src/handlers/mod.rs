@@ -32,6 +32,7 @@ use crate::outbound::Reservation;
 use crate::stats::{Connection, ServerStats};
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use headway_broker::timings::{self, Histogram};
 use headway_broker::Broker;
 use headway_group::GroupCoordinator;
 use headway_protocol::kafka_protocol::messages::ApiKey;
@@ -39,6 +40,7 @@ use headway_protocol::kafka_protocol::protocol::{Encodable, HeaderVersion};
 use headway_protocol::{encode_response, EncodeError, ProtocolError, Request};
 use std::future::Future;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// An API this broker serves and the versions it serves.
@@ -112,6 +114,35 @@ pub enum Reply {
 pub struct Outgoing {
     pub frame: Bytes,
     pub reserved: Option<Reservation>,
+    /// Stage histograms the writer completes once the frame is on the socket.
+    pub timing: Option<ReplyTiming>,
+}
+
+/// When a request arrived: its length prefix was read at `started`, its last byte
+/// `read` later.
+#[derive(Clone, Copy, Debug)]
+pub struct Arrival {
+    pub started: Instant,
+    pub read: Duration,
+}
+
+/// What the writer records for a timed reply ([`headway_broker::timings`]): the
+/// `reply` stage from `ready` (the response's data was there) to the frame written,
+/// and the `total` from the request's arrival.
+pub struct ReplyTiming {
+    pub started: Instant,
+    pub ready: Instant,
+    pub reply: &'static Histogram,
+    pub total: &'static Histogram,
+}
+
+impl ReplyTiming {
+    /// The frame was handed to the socket now.
+    pub fn written(&self) {
+        let now = Instant::now();
+        timings::observe(self.reply, now - self.ready);
+        timings::observe(self.total, now - self.started);
+    }
 }
 
 /// Why a connection must be closed. Kafka closes the connection on these rather than
@@ -155,16 +186,18 @@ fn served(request: &Request) -> Result<(), HandlerError> {
     Ok(())
 }
 
-/// Runs the handler for `request` from connection `conn`. The synchronous part runs now.
+/// Runs the handler for `request` from connection `conn`, which arrived as `arrival`
+/// says. The synchronous part runs now.
 pub fn dispatch(
     ctx: &Arc<Ctx>,
     conn: &Arc<Connection>,
     request: Request,
+    arrival: Arrival,
 ) -> Result<Reply, HandlerError> {
     served(&request)?;
     match request.api_key {
-        ApiKey::Produce => produce::handle(ctx, &request),
-        ApiKey::Fetch => fetch::handle(ctx, conn, &request),
+        ApiKey::Produce => produce::handle(ctx, &request, arrival),
+        ApiKey::Fetch => fetch::handle(ctx, conn, &request, arrival),
         ApiKey::ListOffsets => list_offsets::handle(ctx, &request),
         ApiKey::Metadata => metadata::handle(ctx, &request),
         ApiKey::ApiVersions => api_versions::handle(ctx, &request),
@@ -209,28 +242,25 @@ where
     R: Encodable + HeaderVersion,
     F: Future<Output = R> + Send + 'static,
 {
-    let (version, correlation_id) = (request.api_version(), request.correlation_id());
-    Ok(Reply::Pending(Box::pin(async move {
-        let body = future.await;
-        let frame = encode_response(version, correlation_id, &body)?;
-        Ok(Outgoing {
-            frame,
-            reserved: None,
-        })
-    })))
+    pending_with(request, async move { (future.await, None, None) })
 }
 
-/// [`pending`] for a response that holds outbound bytes until it is written.
-pub fn pending_reserved<R, F>(request: &Request, future: F) -> Result<Reply, HandlerError>
+/// [`pending`] for a response that may hold outbound bytes until it is written, and
+/// may be timed ([`ReplyTiming`]).
+pub fn pending_with<R, F>(request: &Request, future: F) -> Result<Reply, HandlerError>
 where
     R: Encodable + HeaderVersion,
-    F: Future<Output = (R, Option<Reservation>)> + Send + 'static,
+    F: Future<Output = (R, Option<Reservation>, Option<ReplyTiming>)> + Send + 'static,
 {
     let (version, correlation_id) = (request.api_version(), request.correlation_id());
     Ok(Reply::Pending(Box::pin(async move {
-        let (body, reserved) = future.await;
+        let (body, reserved, timing) = future.await;
         let frame = encode_response(version, correlation_id, &body)?;
-        Ok(Outgoing { frame, reserved })
+        Ok(Outgoing {
+            frame,
+            reserved,
+            timing,
+        })
     })))
 }
 

@@ -16,8 +16,9 @@
 //! a log line, and a v2 request carrying message-format v0/v1 batches gets
 //! UNSUPPORTED_FOR_MESSAGE_FORMAT.
 
-use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending_with, ApiSpec, Arrival, Ctx, HandlerError, Reply, ReplyTiming};
 use crate::errors::code_and_message;
+use headway_broker::timings::{self, ProduceStages};
 use headway_broker::{Appended, BrokerError, DiskSpace, Partition};
 use headway_protocol::kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
@@ -27,6 +28,7 @@ use headway_protocol::kafka_protocol::messages::{
 };
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
+use std::time::Instant;
 
 pub const API: ApiSpec = ApiSpec {
     key: ApiKey::Produce,
@@ -41,9 +43,11 @@ const MESSAGE_FORMAT_V2_MIN_VERSION: i16 = 3;
 struct Outcome {
     index: i32,
     appended: Result<(Arc<Partition>, Appended), BrokerError>,
+    /// When the append returned.
+    at: Instant,
 }
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(ctx: &Arc<Ctx>, request: &Request, arrival: Arrival) -> Result<Reply, HandlerError> {
     if request.api_version() < MESSAGE_FORMAT_V2_MIN_VERSION {
         return Err(HandlerError::UnsupportedVersion {
             api_key: ApiKey::Produce,
@@ -55,15 +59,24 @@ pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> 
     let body: ProduceRequest = decode_body(request)?;
     let acks = body.acks;
     let valid_acks = matches!(acks, -1..=1);
+    let largest = body
+        .topic_data
+        .iter()
+        .flat_map(|t| t.partition_data.iter())
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+        .max()
+        .unwrap_or(0);
+    let stages = timings::timings().produce(largest);
+    timings::observe(&stages.read, arrival.read);
     let mut topics = Vec::with_capacity(body.topic_data.len());
     for topic_data in body.topic_data {
         let topic = ctx.broker.topic(&topic_data.name);
         let outcomes: Vec<Outcome> = topic_data
             .partition_data
             .into_iter()
-            .map(|p| Outcome {
-                index: p.index,
-                appended: if valid_acks {
+            .map(|p| {
+                let start = Instant::now();
+                let appended = if valid_acks {
                     append(
                         ctx.broker.disk_space(),
                         topic.as_deref(),
@@ -73,7 +86,14 @@ pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> 
                     )
                 } else {
                     Err(BrokerError::InvalidRequiredAcks(acks))
-                },
+                };
+                let at = Instant::now();
+                timings::observe(&stages.append, at - start);
+                Outcome {
+                    index: p.index,
+                    appended,
+                    at,
+                }
             })
             .collect();
         topics.push((topic_data.name, outcomes));
@@ -81,12 +101,19 @@ pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> 
     if acks == 0 {
         return Ok(Reply::Silent);
     }
-    pending(request, async move {
+    pending_with(request, async move {
         let mut responses = Vec::with_capacity(topics.len());
         for (name, outcomes) in topics {
-            responses.push(topic_response(name, outcomes).await);
+            responses.push(topic_response(name, outcomes, stages).await);
         }
-        ProduceResponse::default().with_responses(responses)
+        let timing = ReplyTiming {
+            started: arrival.started,
+            ready: Instant::now(),
+            reply: &stages.reply,
+            total: &stages.total,
+        };
+        let body = ProduceResponse::default().with_responses(responses);
+        (body, None, Some(timing))
     })
 }
 
@@ -111,14 +138,19 @@ fn append(
     Ok((Arc::clone(partition), appended))
 }
 
-async fn topic_response(name: TopicName, outcomes: Vec<Outcome>) -> TopicProduceResponse {
+async fn topic_response(
+    name: TopicName,
+    outcomes: Vec<Outcome>,
+    stages: &ProduceStages,
+) -> TopicProduceResponse {
     let mut partitions = Vec::with_capacity(outcomes.len());
     for outcome in outcomes {
         let durable = match outcome.appended {
-            Ok((partition, appended)) => partition
-                .wait_durable(appended.log_end_offset)
-                .await
-                .map(|_| appended),
+            Ok((partition, appended)) => {
+                let durable = partition.wait_durable(appended.log_end_offset).await;
+                timings::observe(&stages.durable, outcome.at.elapsed());
+                durable.map(|_| appended)
+            }
             Err(e) => Err(e),
         };
         let response = PartitionProduceResponse::default()

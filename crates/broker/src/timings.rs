@@ -1,0 +1,148 @@
+//! Where the time of an acknowledgement and of a fetch goes: one histogram per stage,
+//! so that a slow tail can be pinned on a stage (`docs/latency.md`).
+//!
+//! Stages of a produce with acks=1/all, for each partition it writes:
+//! - `read`: from the frame's length prefix to its last byte (the request's own upload);
+//! - `append`: `Partition::append` (validation, the partition's mutex, the page-cache write);
+//! - `durable`: from the append to the high watermark covering it (waiting for the sync
+//!   in progress, if any, then for the sync that carries it);
+//! - `reply`: from the last partition durable to the response written to the socket
+//!   (the writer's turn, encoding, earlier replies of the connection, the write itself);
+//! - `total`: from the length prefix to the response written.
+//!
+//! Stages of a fetch: `wait` (the long poll: until data arrived, or `max_wait_ms`),
+//! `read` (the reads from the log), `reply` and `total` as for produce.
+//!
+//! A sync (`sync`): one flusher sync of one partition (fdatasync of its files), labelled
+//! by the bytes it carried.
+//!
+//! Produce stages are labelled by the request's size, fetch stages by whether a read
+//! went to the read threads (a catch-up read) or not (the tail), so a light client's
+//! tail is not averaged away by a heavy one's. The histograms are process-wide, as the
+//! sync counters are (`crate::sync_counters`); `/metrics` shows them as
+//! `headway_produce_stage_seconds`, `headway_fetch_stage_seconds` and
+//! `headway_sync_seconds`.
+
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::exponential_buckets;
+pub use prometheus_client::metrics::histogram::Histogram;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+/// A produce request partition of at most this many bytes counts as small.
+pub const SMALL_REQUEST_BYTES: usize = 64 * 1024;
+/// A sync carrying at most this many bytes counts as small.
+pub const SMALL_SYNC_BYTES: u64 = 256 * 1024;
+
+/// Label pairs of one histogram.
+pub type Labels = Vec<(&'static str, &'static str)>;
+/// Histograms by labels, as `/metrics` encodes them.
+pub type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
+
+/// 25 µs to 3.3 s, doubling.
+fn new_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(25e-6, 2.0, 18))
+}
+
+/// One produce size class's stages.
+#[derive(Clone)]
+pub struct ProduceStages {
+    pub read: Histogram,
+    pub append: Histogram,
+    pub durable: Histogram,
+    pub reply: Histogram,
+    pub total: Histogram,
+}
+
+/// One fetch kind's stages.
+#[derive(Clone)]
+pub struct FetchStages {
+    pub wait: Histogram,
+    pub read: Histogram,
+    pub reply: Histogram,
+    pub total: Histogram,
+}
+
+/// Every stage histogram of the process.
+pub struct Timings {
+    pub produce: Histograms,
+    pub fetch: Histograms,
+    pub sync: Histograms,
+    produce_small: ProduceStages,
+    produce_large: ProduceStages,
+    fetch_tail: FetchStages,
+    fetch_catch_up: FetchStages,
+    sync_small: Histogram,
+    sync_large: Histogram,
+}
+
+fn get(family: &Histograms, labels: &[(&'static str, &'static str)]) -> Histogram {
+    family.get_or_create(&labels.to_vec()).clone()
+}
+
+impl Timings {
+    fn new() -> Timings {
+        let produce = Histograms::new_with_constructor(new_histogram as fn() -> Histogram);
+        let fetch = Histograms::new_with_constructor(new_histogram as fn() -> Histogram);
+        let sync = Histograms::new_with_constructor(new_histogram as fn() -> Histogram);
+        let produce_stages = |size| ProduceStages {
+            read: get(&produce, &[("stage", "read"), ("size", size)]),
+            append: get(&produce, &[("stage", "append"), ("size", size)]),
+            durable: get(&produce, &[("stage", "durable"), ("size", size)]),
+            reply: get(&produce, &[("stage", "reply"), ("size", size)]),
+            total: get(&produce, &[("stage", "total"), ("size", size)]),
+        };
+        let fetch_stages = |kind| FetchStages {
+            wait: get(&fetch, &[("stage", "wait"), ("kind", kind)]),
+            read: get(&fetch, &[("stage", "read"), ("kind", kind)]),
+            reply: get(&fetch, &[("stage", "reply"), ("kind", kind)]),
+            total: get(&fetch, &[("stage", "total"), ("kind", kind)]),
+        };
+        Timings {
+            produce_small: produce_stages("small"),
+            produce_large: produce_stages("large"),
+            fetch_tail: fetch_stages("tail"),
+            fetch_catch_up: fetch_stages("catch_up"),
+            sync_small: get(&sync, &[("size", "small")]),
+            sync_large: get(&sync, &[("size", "large")]),
+            produce,
+            fetch,
+            sync,
+        }
+    }
+
+    /// The stages of a produce carrying `bytes` for its largest partition.
+    pub fn produce(&self, bytes: usize) -> &ProduceStages {
+        match bytes <= SMALL_REQUEST_BYTES {
+            true => &self.produce_small,
+            false => &self.produce_large,
+        }
+    }
+
+    /// The stages of a fetch; `catch_up` when one of its reads went to the read threads.
+    pub fn fetch(&self, catch_up: bool) -> &FetchStages {
+        match catch_up {
+            true => &self.fetch_catch_up,
+            false => &self.fetch_tail,
+        }
+    }
+
+    /// The histogram for a sync that carried `bytes`.
+    pub fn sync(&self, bytes: u64) -> &Histogram {
+        match bytes <= SMALL_SYNC_BYTES {
+            true => &self.sync_small,
+            false => &self.sync_large,
+        }
+    }
+}
+
+/// The process's stage histograms.
+pub fn timings() -> &'static Timings {
+    static TIMINGS: LazyLock<Timings> = LazyLock::new(Timings::new);
+    &TIMINGS
+}
+
+/// Records `elapsed` in `histogram`, in seconds.
+pub fn observe(histogram: &Histogram, elapsed: Duration) {
+    histogram.observe(elapsed.as_secs_f64());
+}
