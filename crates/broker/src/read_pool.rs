@@ -167,6 +167,7 @@ fn lower_priority(nice: i32) {
     if nice == 0 {
         return;
     }
+
     // SAFETY: plain system calls on the calling thread's own id.
     let result = unsafe {
         let tid = libc::gettid();

@@ -116,10 +116,13 @@ impl Segment {
         let adoptable = !options.full_scan && segment.size_bytes <= u64::from(u32::MAX);
         if let (true, Some(oi), Some(ti)) = (adoptable, &offset_index, &time_index) {
             if segment.adopt(oi.clone(), ti.clone())? {
+                super::without_readahead(&segment.log_file);
                 return Ok((segment, LoadReport::default()));
             }
         }
         let report = segment.rebuild(offset_index, time_index, options)?;
+        // Scanned with the kernel's readahead; served without it.
+        super::without_readahead(&segment.log_file);
         Ok((segment, report))
     }
 
