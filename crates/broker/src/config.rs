@@ -189,6 +189,16 @@ pub struct BrokerConfig {
     /// CPU priority (nice value, 0..=19) of the read threads: catching up uses the CPU
     /// the tail readers and producers leave.
     pub read_threads_nice: i32,
+    /// Highest rate of catch-up reads on the read threads, bytes per second; the rate
+    /// adapts between the lowest and this to the latency of syncs (`docs/sync.md`).
+    pub bulk_read_bytes_per_sec_max: u64,
+    /// Lowest rate of catch-up reads, bytes per second.
+    pub bulk_read_bytes_per_sec_min: u64,
+    /// Syncs slower than this (ms) cut the catch-up read rate.
+    pub sync_latency_target_ms: u64,
+    /// With `flush = sync`: bytes a partition may have appended and not yet handed to a
+    /// sync before its producers are read no further until the sync in progress ends.
+    pub partition_unsynced_bytes_max: u64,
     /// Bytes of fetch responses one connection may hold before they are written to its
     /// socket. A client that does not read its socket holds at most this much.
     pub connection_outbound_bytes_max: usize,
@@ -235,6 +245,10 @@ impl Default for BrokerConfig {
             read_cache_first: true,
             read_tail_bytes: limits::READ_TAIL_BYTES_DEFAULT,
             read_threads_nice: limits::READ_THREADS_NICE_DEFAULT,
+            bulk_read_bytes_per_sec_max: limits::BULK_READ_BYTES_PER_SEC_MAX_DEFAULT,
+            bulk_read_bytes_per_sec_min: limits::BULK_READ_BYTES_PER_SEC_MIN_DEFAULT,
+            sync_latency_target_ms: limits::SYNC_LATENCY_TARGET_MS_DEFAULT,
+            partition_unsynced_bytes_max: limits::PARTITION_UNSYNCED_BYTES_MAX_DEFAULT,
             connection_outbound_bytes_max: limits::CONNECTION_OUTBOUND_BYTES_MAX_DEFAULT,
             outbound_bytes_max: limits::OUTBOUND_BYTES_MAX_DEFAULT,
             metrics_listen: None,
@@ -248,6 +262,16 @@ impl Default for BrokerConfig {
 }
 
 impl BrokerConfig {
+    /// The bulk-read budget's settings.
+    pub fn bulk_budget(&self) -> crate::bulk_budget::BudgetConfig {
+        crate::bulk_budget::BudgetConfig {
+            min_bytes_per_sec: self.bulk_read_bytes_per_sec_min as f64,
+            max_bytes_per_sec: self.bulk_read_bytes_per_sec_max as f64,
+            target: std::time::Duration::from_millis(self.sync_latency_target_ms),
+            interval: std::time::Duration::from_millis(limits::BULK_BUDGET_INTERVAL_MS),
+        }
+    }
+
     /// Checks relations between settings that serde cannot.
     pub fn validate(&self) -> Result<(), String> {
         if self.default_partitions < 1 || self.default_partitions > limits::PARTITIONS_PER_TOPIC_MAX
@@ -269,6 +293,17 @@ impl BrokerConfig {
                 "read_threads_nice must be 0..=19, not {}",
                 self.read_threads_nice
             ));
+        }
+        if self.bulk_read_bytes_per_sec_min == 0
+            || self.bulk_read_bytes_per_sec_min > self.bulk_read_bytes_per_sec_max
+        {
+            return Err(format!(
+                "need 0 < bulk_read_bytes_per_sec_min ({}) <= bulk_read_bytes_per_sec_max ({})",
+                self.bulk_read_bytes_per_sec_min, self.bulk_read_bytes_per_sec_max
+            ));
+        }
+        if self.partition_unsynced_bytes_max == 0 {
+            return Err("partition_unsynced_bytes_max must be above 0".into());
         }
         if self.connection_outbound_bytes_max < limits::OUTBOUND_BYTES_MIN
             || self.outbound_bytes_max < self.connection_outbound_bytes_max

@@ -191,8 +191,7 @@ impl SharedFlusher {
             .map_err(|e| e.to_string())?;
         let start = std::time::Instant::now();
         let synced = set.sync().map_err(|e| e.to_string());
-        let histogram = crate::timings::timings().sync(set.bytes);
-        crate::timings::observe(histogram, start.elapsed());
+        crate::timings::synced(set.bytes, start.elapsed());
         synced
     }
 

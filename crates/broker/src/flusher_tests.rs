@@ -236,3 +236,65 @@ async fn partitions_added_later_join_the_shared_flusher() {
     }
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_past_its_unsynced_bound_holds_its_producer_until_a_sync_takes_the_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, _) = Partition::open(
+        dir.path().join("0"),
+        "t".into(),
+        PartitionIndex(0),
+        LogConfig::default(),
+        FlushPolicy::Sync,
+    )
+    .unwrap();
+    let one = batch(10, &[7u8; 50]);
+    p.bound_unsynced(one.len() as u64 + 1);
+    // The flusher is not running yet: appends pile up unsynced.
+    p.append(&one, MAX).unwrap();
+    assert_eq!(p.unsynced_bytes(), one.len() as u64);
+    assert!(!p.over_unsynced_bound());
+    let end = p.append(&one, MAX).unwrap().log_end_offset;
+    assert_eq!(p.unsynced_bytes(), 2 * one.len() as u64);
+    assert!(p.over_unsynced_bound());
+    let mut held = Box::pin(p.wait_unsynced_within_bound());
+    assert!(
+        futures::poll!(held.as_mut()).is_pending(),
+        "nothing synced: the producer waits"
+    );
+    p.start_flusher();
+    tokio::time::timeout(DEADLINE, held)
+        .await
+        .expect("the sync took the bytes and released the producer");
+    assert!(!p.over_unsynced_bound());
+    durable(&p, end).await.unwrap();
+    // A shared flusher's round takes the bytes the same way.
+    p.append(&one, MAX).unwrap();
+    p.append(&one, MAX).unwrap();
+    assert!(p.over_unsynced_bound());
+    let set = p.take_sync_set().expect("unsynced appends");
+    assert_eq!(set.bytes, 2 * one.len() as u64);
+    assert_eq!(p.unsynced_bytes(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_bound_nothing_holds_producers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, _) = Partition::open(
+        dir.path().join("0"),
+        "t".into(),
+        PartitionIndex(0),
+        LogConfig::default(),
+        FlushPolicy::Interval(Duration::from_secs(3600)),
+    )
+    .unwrap();
+    p.bound_unsynced(1);
+    for _ in 0..3 {
+        p.append(&batch(10, b"v"), MAX).unwrap();
+    }
+    assert!(p.unsynced_bytes() > 1);
+    assert!(
+        !p.over_unsynced_bound(),
+        "the bound applies to flush = sync only"
+    );
+}

@@ -21,6 +21,7 @@
 //!
 //! Everything here is thread-safe and shared as `Arc`s by the server's connections.
 
+pub mod bulk_budget;
 pub mod config;
 mod disk;
 mod error;

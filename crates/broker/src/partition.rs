@@ -116,6 +116,10 @@ pub struct Partition {
     write_refusals: AtomicU64,
     corrupt_reads: AtomicU64,
     segments_to_repair: AtomicUsize,
+    /// Bytes appended and not yet handed to a sync (`Log::unsynced_bytes`).
+    unsynced: AtomicU64,
+    /// The bound on `unsynced` past which producers wait (`partition_unsynced_bytes_max`).
+    unsynced_max: AtomicU64,
 }
 
 impl Partition {
@@ -156,6 +160,8 @@ impl Partition {
             write_refusals: AtomicU64::new(0),
             corrupt_reads: AtomicU64::new(0),
             segments_to_repair: AtomicUsize::new(segments_to_repair),
+            unsynced: AtomicU64::new(0),
+            unsynced_max: AtomicU64::new(u64::MAX),
         });
         Ok((partition, report))
     }
@@ -183,6 +189,46 @@ impl Partition {
         }
     }
 
+    /// Bounds the bytes appended and not yet handed to a sync (`flush = sync` only):
+    /// see [`Partition::over_unsynced_bound`].
+    pub fn bound_unsynced(&self, bytes: u64) {
+        if self.flush == FlushPolicy::Sync {
+            self.unsynced_max.store(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes appended and not yet handed to a sync.
+    pub fn unsynced_bytes(&self) -> u64 {
+        self.unsynced.load(Ordering::Acquire)
+    }
+
+    /// True when more bytes wait for a sync than the partition's bound: the producer
+    /// that appended last should wait ([`Partition::wait_unsynced_within_bound`])
+    /// before it appends again, so that no sync carries more than about the bound.
+    pub fn over_unsynced_bound(&self) -> bool {
+        self.unsynced_bytes() > self.unsynced_max.load(Ordering::Relaxed)
+    }
+
+    /// Waits until the bytes waiting for a sync are within the bound again: a sync took
+    /// them and finished. Returns at once when the log failed or closed.
+    pub async fn wait_unsynced_within_bound(&self) {
+        let mut rx = self.durable.subscribe();
+        while self.over_unsynced_bound() && !self.closed.load(Ordering::Acquire) {
+            if rx.borrow_and_update().failed || rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Takes the log's sync set and notes that nothing waits for a sync any more.
+    fn sync_set(&self) -> Result<headway_log::SyncSet, BrokerError> {
+        self.with_log(|log| {
+            let set = log.sync_set();
+            self.unsynced.store(log.unsynced_bytes(), Ordering::Release);
+            Ok(set)
+        })
+    }
+
     /// Asks for a sync of what was just appended: wakes this partition's flusher, or
     /// queues the partition on the shared one (once until its next round).
     fn request_sync(&self) {
@@ -204,7 +250,7 @@ impl Partition {
         if self.closed.load(Ordering::Acquire) || self.durable.borrow().failed {
             return None;
         }
-        let set = self.with_log(|log| Ok(log.sync_set())).ok()?;
+        let set = self.sync_set().ok()?;
         (!set.is_empty()).then_some(set)
     }
 
@@ -273,6 +319,8 @@ impl Partition {
                 slot.producers
                     .record(header, info.base_offset.value(), now_ms);
             }
+            self.unsynced
+                .store(slot.log.unsynced_bytes(), Ordering::Release);
             Ok((info.base_offset, info.log_end_offset, true))
         })?;
         let (base_offset, log_end_offset, written) = appended;
@@ -501,7 +549,7 @@ impl Partition {
                         };
                         let records = via
                             .pool
-                            .run(move || slice.read(max_bytes, high_watermark))
+                            .run_bulk(move || slice.read(max_bytes, high_watermark))
                             .await
                             .map_err(|e| BrokerError::Storage(e.to_string()))?
                             .map_err(failed)?;
@@ -575,7 +623,7 @@ impl Partition {
             if self.closed.load(Ordering::Acquire) {
                 return;
             }
-            let Ok(set) = self.with_log(|log| Ok(log.sync_set())) else {
+            let Ok(set) = self.sync_set() else {
                 return;
             };
             if set.is_empty() {
@@ -586,7 +634,7 @@ impl Partition {
             let sync = move || {
                 let start = std::time::Instant::now();
                 let outcome = set.sync();
-                timings::observe(timings::timings().sync(set.bytes), start.elapsed());
+                timings::synced(set.bytes, start.elapsed());
                 count_round(syncs);
                 outcome.map_err(|e| e.to_string())
             };

@@ -22,6 +22,7 @@
 //! slow down, and the tail readers and producers keep the CPU; when the CPU is idle,
 //! catching up runs at full speed.
 
+use crate::bulk_budget::{BudgetConfig, BudgetSnapshot, BulkBudget};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -34,6 +35,8 @@ pub struct ReadPool {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     threads: usize,
     stats: Arc<ReadStats>,
+    /// The rate its reads may take ([`crate::bulk_budget`]).
+    budget: BulkBudget,
 }
 
 /// What the read path did, for metrics and tests.
@@ -81,7 +84,7 @@ pub struct PoolClosed;
 impl ReadPool {
     /// Starts `threads` threads (at least one), each at CPU priority `nice` (0 leaves
     /// the process's priority; raising it never needs privileges).
-    pub fn new(threads: usize, nice: i32) -> Arc<ReadPool> {
+    pub fn new(threads: usize, nice: i32, budget: BudgetConfig) -> Arc<ReadPool> {
         let threads = threads.max(1);
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
@@ -101,7 +104,26 @@ impl ReadPool {
             jobs: Mutex::new(Some(tx)),
             threads,
             stats,
+            budget: BulkBudget::new(budget),
         })
+    }
+
+    /// Runs a read of about `bytes` bytes on a pool thread once the bulk budget admits
+    /// it, charges the budget with what it read, and returns it.
+    pub async fn run_bulk<E: Send + 'static>(
+        &self,
+        read: impl FnOnce() -> Result<bytes::Bytes, E> + Send + 'static,
+    ) -> Result<Result<bytes::Bytes, E>, PoolClosed> {
+        self.budget.admit().await;
+        let result = self.run(read).await?;
+        if let Ok(records) = &result {
+            self.budget.charge(records.len());
+        }
+        Ok(result)
+    }
+
+    pub fn budget(&self) -> BudgetSnapshot {
+        self.budget.snapshot()
     }
 
     /// Runs `read` on a pool thread and waits for its result.
@@ -167,7 +189,6 @@ fn lower_priority(nice: i32) {
     if nice == 0 {
         return;
     }
-
     // SAFETY: plain system calls on the calling thread's own id.
     let result = unsafe {
         let tid = libc::gettid();
@@ -184,9 +205,13 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn test_budget() -> BudgetConfig {
+        crate::BrokerConfig::default().bulk_budget()
+    }
+
     #[tokio::test]
     async fn reads_run_on_the_pool_threads_and_return_their_results() {
-        let pool = ReadPool::new(2, 0);
+        let pool = ReadPool::new(2, 0, test_budget());
         let name = pool
             .run(|| std::thread::current().name().map(str::to_string))
             .await
@@ -199,7 +224,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_pool_queues_in_arrival_order() {
-        let pool = ReadPool::new(1, 0);
+        let pool = ReadPool::new(1, 0, test_budget());
         let (release, gate) = std::sync::mpsc::channel::<()>();
         let order = Arc::new(Mutex::new(Vec::new()));
         let blocker = {

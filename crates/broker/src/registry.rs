@@ -125,7 +125,11 @@ impl Broker {
             topics.insert(name, topic);
         }
         tracing::info!(topics = topics.len(), data_dir = %data_dir.display(), "data directory loaded");
-        let read_pool = ReadPool::new(config.read_threads, config.read_threads_nice);
+        let read_pool = ReadPool::new(
+            config.read_threads,
+            config.read_threads_nice,
+            config.bulk_budget(),
+        );
         Ok(Broker {
             config,
             cluster_id,
@@ -144,6 +148,7 @@ impl Broker {
     /// Starts group commit for a new or loaded partition: its own flusher, or the
     /// broker's shared one (`sync_scope`).
     fn start_flusher(&self, partition: &Arc<Partition>) {
+        partition.bound_unsynced(self.config.partition_unsynced_bytes_max);
         match &self.shared_flusher {
             Some(flusher) => partition.join_shared_flusher(flusher),
             None => partition.start_flusher(),

@@ -142,6 +142,15 @@ pub fn timings() -> &'static Timings {
     &TIMINGS
 }
 
+/// A flusher synced `bytes` in `elapsed`: recorded, and a small sync feeds the bulk
+/// budget's latency signal ([`crate::bulk_budget::SMALL_SYNCS`]).
+pub fn synced(bytes: u64, elapsed: Duration) {
+    observe(timings().sync(bytes), elapsed);
+    if bytes <= SMALL_SYNC_BYTES {
+        crate::bulk_budget::SMALL_SYNCS.note(elapsed);
+    }
+}
+
 /// Records `elapsed` in `histogram`, in seconds.
 pub fn observe(histogram: &Histogram, elapsed: Duration) {
     histogram.observe(elapsed.as_secs_f64());

@@ -63,6 +63,7 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
         client_id: None,
     };
     let mut shutdown = ctx.shutdown.clone();
+    let mut hold = Vec::new();
     loop {
         let next = tokio::select! {
             next = next_request(&mut reader, &mut client, ctx) => next,
@@ -72,9 +73,20 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
             break;
         };
         conn.requests_read.fetch_add(1, Ordering::Relaxed);
-        let outcome = handlers::dispatch(ctx, conn, request, arrival);
+        let outcome = handlers::dispatch(ctx, conn, request, arrival, &mut hold);
         // Handled: the request's bytes are free (a reply keeps what it needs).
+        let large = reserved.is_some();
         drop(reserved);
+        // A producer past a partition's unsynced bound is read no further until that
+        // partition's sync caught up.
+        for partition in hold.drain(..) {
+            ctx.stats.unsynced_holds.fetch_add(1, Ordering::Relaxed);
+            partition.wait_unsynced_within_bound().await;
+        }
+        if large {
+            // A heavy client does not keep this worker thread from other connections.
+            tokio::task::yield_now().await;
+        }
         match outcome {
             Ok(Reply::Silent) => {}
             Ok(reply) => {

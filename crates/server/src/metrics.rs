@@ -189,6 +189,12 @@ pub fn render(stats: &ServerStats, broker: &Broker) -> String {
         "Times a connection waited for the request budget",
         s.request_budget_waits,
     );
+    counter(
+        &mut r,
+        "unsynced_holds",
+        "Times a producer waited because a partition had more than partition_unsynced_bytes_max unsynced",
+        s.unsynced_holds,
+    );
     gauge(
         &mut r,
         "read_threads",
@@ -218,6 +224,25 @@ pub fn render(stats: &ServerStats, broker: &Broker) -> String {
         "reads_pooled",
         "Fetch reads sent to the read threads",
         s.reads.pooled,
+    );
+    let budget = broker.read_pool().budget();
+    gauge(
+        &mut r,
+        "bulk_read_rate_bytes",
+        "Current rate of catch-up reads, bytes/s: adapts to sync latency (docs/sync.md)",
+        budget.rate_bytes_per_sec as u64,
+    );
+    counter(
+        &mut r,
+        "bulk_read_rate_decreases",
+        "Times syncs slower than sync_latency_target_ms halved the catch-up read rate",
+        budget.decreases,
+    );
+    counter(
+        &mut r,
+        "bulk_read_waits",
+        "Catch-up reads that waited for the bulk-read budget",
+        budget.waits,
     );
 
     let disk = broker.disk_space().snapshot();

@@ -31,6 +31,9 @@ pub struct ServerStats {
     /// Connections closed because a request body did not arrive in
     /// `request_body_timeout_ms`.
     pub request_body_timeouts: AtomicU64,
+    /// Times a producer's connection waited because a partition it wrote had more
+    /// unsynced bytes than `partition_unsynced_bytes_max`.
+    pub unsynced_holds: AtomicU64,
 }
 
 /// One connection's state.
@@ -78,6 +81,7 @@ pub struct StatsSnapshot {
     pub requests_refused: u64,
     pub request_body_timeouts: u64,
     pub request_budget_waits: u64,
+    pub unsynced_holds: u64,
     pub reads: ReadStatsSnapshot,
 }
 
@@ -96,6 +100,7 @@ impl ServerStats {
             window_full_events: AtomicU64::new(0),
             requests_refused: AtomicU64::new(0),
             request_body_timeouts: AtomicU64::new(0),
+            unsynced_holds: AtomicU64::new(0),
         })
     }
 
@@ -157,6 +162,7 @@ impl ServerStats {
             requests_refused: self.requests_refused.load(Ordering::Relaxed),
             request_body_timeouts: self.request_body_timeouts.load(Ordering::Relaxed),
             request_budget_waits: self.request_bytes.waits.load(Ordering::Relaxed),
+            unsynced_holds: self.unsynced_holds.load(Ordering::Relaxed),
             reads: self.read_pool.snapshot(),
         }
     }

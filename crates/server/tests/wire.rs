@@ -299,3 +299,38 @@ async fn metadata_auto_creates_and_topic_ids_resolve_in_fetch() {
     assert_eq!(response.topics[0].error_code, 17, "INVALID_TOPIC_EXCEPTION");
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_ready_before_a_long_poll_are_sent_before_the_poll_ends() {
+    let broker = TestBroker::start().await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "answered", 1).await;
+    create_topic(&mut client, "quiet", 1).await;
+    // A short long poll (the writer waits on it while the broker reads what follows),
+    // a produce, and a fetch that waits up to 20 s for data that never comes: the
+    // first two answers must not wait in the connection's writer for the third.
+    let short = client.send(12, &fetch_request("quiet", 0, 300, 1)).await;
+    let produced = client
+        .send(9, &produce_request("answered", 0, -1, batch(&["a"])))
+        .await;
+    let long = client.send(12, &fetch_request("quiet", 0, 20_000, 1)).await;
+    let first_two = async {
+        let (got_short, _) = client.recv::<FetchResponse>(12).await;
+        let (got_produced, answer) = client.recv::<ProduceResponse>(9).await;
+        (got_short, got_produced, answer)
+    };
+    let (got_short, got_produced, answer) =
+        tokio::time::timeout(std::time::Duration::from_secs(10), first_two)
+            .await
+            .expect("the first two answers arrive while the last fetch still waits");
+    assert_eq!((got_short, got_produced), (short, produced));
+    assert_eq!(partition_response(&answer).error_code, 0);
+    let (got, fetched) = client.recv::<FetchResponse>(12).await;
+    assert_eq!(got, long);
+    let records = fetched.responses[0].partitions[0].records.as_ref();
+    assert!(
+        records.is_none_or(|r| r.is_empty()),
+        "the last fetch found nothing: it waited for its max_wait_ms"
+    );
+    broker.stop().await;
+}

@@ -33,7 +33,7 @@ use crate::stats::{Connection, ServerStats};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use headway_broker::timings::{self, Histogram};
-use headway_broker::Broker;
+use headway_broker::{Broker, Partition};
 use headway_group::GroupCoordinator;
 use headway_protocol::kafka_protocol::messages::ApiKey;
 use headway_protocol::kafka_protocol::protocol::{Encodable, HeaderVersion};
@@ -187,16 +187,19 @@ fn served(request: &Request) -> Result<(), HandlerError> {
 }
 
 /// Runs the handler for `request` from connection `conn`, which arrived as `arrival`
-/// says. The synchronous part runs now.
+/// says. The synchronous part runs now. A produce that leaves partitions with more
+/// unsynced bytes than their bound puts them in `hold`: the connection reads nothing
+/// more until their syncs caught up ([`Partition::wait_unsynced_within_bound`]).
 pub fn dispatch(
     ctx: &Arc<Ctx>,
     conn: &Arc<Connection>,
     request: Request,
     arrival: Arrival,
+    hold: &mut Vec<Arc<Partition>>,
 ) -> Result<Reply, HandlerError> {
     served(&request)?;
     match request.api_key {
-        ApiKey::Produce => produce::handle(ctx, &request, arrival),
+        ApiKey::Produce => produce::handle(ctx, &request, arrival, hold),
         ApiKey::Fetch => fetch::handle(ctx, conn, &request, arrival),
         ApiKey::ListOffsets => list_offsets::handle(ctx, &request),
         ApiKey::Metadata => metadata::handle(ctx, &request),

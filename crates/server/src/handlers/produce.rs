@@ -47,7 +47,12 @@ struct Outcome {
     at: Instant,
 }
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request, arrival: Arrival) -> Result<Reply, HandlerError> {
+pub fn handle(
+    ctx: &Arc<Ctx>,
+    request: &Request,
+    arrival: Arrival,
+    hold: &mut Vec<Arc<Partition>>,
+) -> Result<Reply, HandlerError> {
     if request.api_version() < MESSAGE_FORMAT_V2_MIN_VERSION {
         return Err(HandlerError::UnsupportedVersion {
             api_key: ApiKey::Produce,
@@ -89,6 +94,11 @@ pub fn handle(ctx: &Arc<Ctx>, request: &Request, arrival: Arrival) -> Result<Rep
                 };
                 let at = Instant::now();
                 timings::observe(&stages.append, at - start);
+                if let Ok((partition, _)) = &appended {
+                    if partition.over_unsynced_bound() {
+                        hold.push(Arc::clone(partition));
+                    }
+                }
                 Outcome {
                     index: p.index,
                     appended,

@@ -1,0 +1,324 @@
+//! The budget of bulk reads: catch-up reads take what the disk can spare and no more.
+//!
+//! Reads on the read threads (consumers catching up on data behind the tail) pass a
+//! token bucket whose rate adapts to the latency of the work that must stay fast, the
+//! way a congestion controller adapts a sending rate: the flushers report how long
+//! each small sync took ([`SMALL_SYNCS`]); every `interval` the controller looks at
+//! the slowest one of the interval. Above `target` the rate halves (never below `min`),
+//! otherwise it grows by a twentieth of `max` (never above `max`). A catch-up consumer
+//! therefore reads at full speed on a quiet disk, and slows down while its reads make
+//! light producers' syncs (and with them the acknowledgements and every tail
+//! consumer's data) wait.
+//!
+//! The bucket allows a debt: a read is admitted once the bucket is not in debt and is
+//! charged with what it read afterwards, so a large read is never starved by small
+//! ones, and the debt it leaves makes the next read wait. The controller is plain code
+//! over the time it is given ([`Controller`]); [`BulkBudget`] is the shell that reads
+//! the clock and sleeps.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The latency signal: the slowest sync noted since it was last taken.
+#[derive(Debug, Default)]
+pub struct SyncSignal {
+    max_us: AtomicU64,
+    count: AtomicU64,
+}
+
+impl SyncSignal {
+    pub const fn new() -> SyncSignal {
+        SyncSignal {
+            max_us: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// A sync took `elapsed`.
+    pub fn note(&self, elapsed: Duration) {
+        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.max_us.fetch_max(us, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The slowest sync since the last call, if there was one.
+    pub fn take(&self) -> Option<Duration> {
+        let count = self.count.swap(0, Ordering::Relaxed);
+        let max = self.max_us.swap(0, Ordering::Relaxed);
+        (count > 0).then(|| Duration::from_micros(max))
+    }
+}
+
+/// The process's small syncs (see [`crate::timings::SMALL_SYNC_BYTES`]), noted by
+/// every flusher and taken by the budget.
+pub static SMALL_SYNCS: SyncSignal = SyncSignal::new();
+
+/// The budget's settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BudgetConfig {
+    /// The lowest rate, in bytes per second: catching up always progresses.
+    pub min_bytes_per_sec: f64,
+    /// The highest rate, and the rate on a quiet disk.
+    pub max_bytes_per_sec: f64,
+    /// The slowest small sync per interval that counts as fast.
+    pub target: Duration,
+    /// How often the rate is adjusted.
+    pub interval: Duration,
+}
+
+/// The token bucket and its rate controller, over time given by the caller.
+#[derive(Debug)]
+pub struct Controller {
+    config: BudgetConfig,
+    rate: f64,
+    /// Bytes that may be read now; negative when in debt.
+    tokens: f64,
+    refilled: Instant,
+    adjusted: Instant,
+    decreases: u64,
+    increases: u64,
+}
+
+impl Controller {
+    /// A controller at full rate with a full bucket at `now`.
+    pub fn new(config: BudgetConfig, now: Instant) -> Controller {
+        let mut controller = Controller {
+            config,
+            rate: config.max_bytes_per_sec,
+            tokens: 0.0,
+            refilled: now,
+            adjusted: now,
+            decreases: 0,
+            increases: 0,
+        };
+        controller.tokens = controller.burst();
+        controller
+    }
+
+    /// The bucket's size: one interval's worth at the current rate.
+    fn burst(&self) -> f64 {
+        self.rate * self.config.interval.as_secs_f64()
+    }
+
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    /// Times the rate was cut and raised.
+    pub fn adjustments(&self) -> (u64, u64) {
+        (self.decreases, self.increases)
+    }
+
+    /// Whether an interval has passed since the last adjustment.
+    pub fn due(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.adjusted) >= self.config.interval
+    }
+
+    /// Adjusts the rate to the interval's slowest small sync (`None`: no sync ran,
+    /// which is no sign of trouble).
+    pub fn adjust(&mut self, now: Instant, slowest_sync: Option<Duration>) {
+        self.refill(now);
+        self.adjusted = now;
+        let config = &self.config;
+        if slowest_sync.is_some_and(|s| s > config.target) {
+            self.rate = (self.rate / 2.0).max(config.min_bytes_per_sec);
+            self.decreases += 1;
+        } else if self.rate < config.max_bytes_per_sec {
+            let step = config.max_bytes_per_sec / 20.0;
+            self.rate = (self.rate + step).min(config.max_bytes_per_sec);
+            self.increases += 1;
+        }
+        self.tokens = self.tokens.min(self.burst());
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.refilled = now;
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst());
+    }
+
+    /// How long a read must wait before it may start at `now` (zero: go).
+    pub fn wait(&mut self, now: Instant) -> Duration {
+        self.refill(now);
+        match self.tokens >= 0.0 {
+            true => Duration::ZERO,
+            false => Duration::from_secs_f64(-self.tokens / self.rate),
+        }
+    }
+
+    /// A read of `bytes` was done.
+    pub fn charge(&mut self, bytes: usize) {
+        self.tokens -= bytes as f64;
+    }
+}
+
+/// A snapshot of the budget, for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BudgetSnapshot {
+    pub rate_bytes_per_sec: f64,
+    pub decreases: u64,
+    pub increases: u64,
+    /// Reads that had to wait for the budget.
+    pub waits: u64,
+}
+
+/// The broker's bulk-read budget: the [`Controller`] behind a mutex, fed by the
+/// flushers' small syncs.
+pub struct BulkBudget {
+    controller: Mutex<Controller>,
+    waits: AtomicU64,
+}
+
+impl BulkBudget {
+    pub fn new(config: BudgetConfig) -> BulkBudget {
+        BulkBudget {
+            controller: Mutex::new(Controller::new(config, Instant::now())),
+            waits: AtomicU64::new(0),
+        }
+    }
+
+    /// Waits until a bulk read may start.
+    pub async fn admit(&self) {
+        let mut waited = false;
+        loop {
+            let wait = {
+                let now = Instant::now();
+                let mut controller = self.controller.lock().expect("bulk budget lock");
+                if controller.due(now) {
+                    controller.adjust(now, SMALL_SYNCS.take());
+                }
+                controller.wait(now)
+            };
+            if wait.is_zero() {
+                return;
+            }
+            if !waited {
+                waited = true;
+                self.waits.fetch_add(1, Ordering::Relaxed);
+            }
+            // Short naps, so that a rate raised meanwhile takes effect.
+            tokio::time::sleep(wait.min(Duration::from_millis(20))).await;
+        }
+    }
+
+    /// A bulk read of `bytes` was done.
+    pub fn charge(&self, bytes: usize) {
+        self.controller
+            .lock()
+            .expect("bulk budget lock")
+            .charge(bytes);
+    }
+
+    pub fn snapshot(&self) -> BudgetSnapshot {
+        let controller = self.controller.lock().expect("bulk budget lock");
+        let (decreases, increases) = controller.adjustments();
+        BudgetSnapshot {
+            rate_bytes_per_sec: controller.rate(),
+            decreases,
+            increases,
+            waits: self.waits.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: f64 = 1024.0 * 1024.0;
+
+    fn config() -> BudgetConfig {
+        BudgetConfig {
+            min_bytes_per_sec: 16.0 * MIB,
+            max_bytes_per_sec: 1024.0 * MIB,
+            target: Duration::from_millis(10),
+            interval: Duration::from_millis(100),
+        }
+    }
+
+    #[test]
+    fn the_rate_halves_while_syncs_are_slow_and_stops_at_the_minimum() {
+        let start = Instant::now();
+        let mut c = Controller::new(config(), start);
+        assert_eq!(c.rate(), 1024.0 * MIB);
+        let slow = Some(Duration::from_millis(40));
+        c.adjust(start + Duration::from_millis(100), slow);
+        assert_eq!(c.rate(), 512.0 * MIB);
+        c.adjust(start + Duration::from_millis(200), slow);
+        assert_eq!(c.rate(), 256.0 * MIB);
+        for i in 3..20 {
+            c.adjust(start + Duration::from_millis(100 * i), slow);
+        }
+        assert_eq!(c.rate(), 16.0 * MIB);
+        assert_eq!(c.adjustments().0, 19);
+    }
+
+    #[test]
+    fn the_rate_grows_back_in_steps_while_syncs_are_fast_or_absent() {
+        let start = Instant::now();
+        let mut c = Controller::new(config(), start);
+        for i in 1..=10 {
+            c.adjust(
+                start + Duration::from_millis(100 * i),
+                Some(Duration::from_secs(1)),
+            );
+        }
+        assert_eq!(c.rate(), 16.0 * MIB);
+        c.adjust(
+            start + Duration::from_millis(1100),
+            Some(Duration::from_millis(2)),
+        );
+        assert_eq!(c.rate(), 16.0 * MIB + 1024.0 * MIB / 20.0);
+        c.adjust(start + Duration::from_millis(1200), None);
+        assert_eq!(c.rate(), 16.0 * MIB + 2.0 * 1024.0 * MIB / 20.0);
+        for i in 13..60 {
+            c.adjust(start + Duration::from_millis(100 * i), None);
+        }
+        assert_eq!(c.rate(), 1024.0 * MIB, "never above the maximum");
+    }
+
+    #[test]
+    fn a_read_in_debt_waits_for_the_debt_at_the_current_rate() {
+        let start = Instant::now();
+        let mut c = Controller::new(config(), start);
+        for i in 1..=10 {
+            c.adjust(
+                start + Duration::from_millis(100 * i),
+                Some(Duration::from_secs(1)),
+            );
+        }
+        let now = start + Duration::from_secs(1);
+        assert_eq!(c.wait(now), Duration::ZERO, "a full bucket admits at once");
+        // 16 MiB/s with a bucket of 1.6 MiB: a 17.6 MiB read leaves 16 MiB of debt.
+        c.charge((17.6 * MIB) as usize);
+        let wait = c.wait(now);
+        assert!(
+            wait > Duration::from_millis(990) && wait <= Duration::from_millis(1000),
+            "{wait:?}"
+        );
+        assert_eq!(c.wait(now + Duration::from_secs(1)), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_bucket_never_holds_more_than_one_interval_at_the_current_rate() {
+        let start = Instant::now();
+        let mut c = Controller::new(config(), start);
+        // An hour idle does not let a burst of an hour's worth through.
+        let later = start + Duration::from_secs(3600);
+        assert_eq!(c.wait(later), Duration::ZERO);
+        c.charge((102.4 * MIB) as usize + 1024 * 1024);
+        assert!(c.wait(later) > Duration::ZERO);
+    }
+
+    #[test]
+    fn the_signal_is_the_slowest_sync_since_it_was_last_taken() {
+        let signal = SyncSignal::new();
+        assert_eq!(signal.take(), None, "no sync, no signal");
+        signal.note(Duration::from_millis(3));
+        signal.note(Duration::from_millis(30));
+        signal.note(Duration::from_millis(1));
+        assert_eq!(signal.take(), Some(Duration::from_millis(30)));
+        assert_eq!(signal.take(), None);
+    }
+}
