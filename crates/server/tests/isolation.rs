@@ -199,3 +199,58 @@ async fn tail_reads_come_from_the_cache_and_catching_up_from_the_read_threads() 
         broker.stop().await;
     }
 }
+
+/// The count of a histogram series on `/metrics`, 0 when the series is absent.
+fn histogram_count(metrics: &str, series: &str) -> u64 {
+    let prefix = format!("{series} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledgements_and_fetches_are_timed_by_stage_on_metrics() {
+    let broker = TestBroker::start_with(|c| c.metrics_listen = Some("127.0.0.1:0".into())).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "timed", 1).await;
+    let response = client
+        .call(9, &produce_request("timed", 0, -1, batch(&["a", "b"])))
+        .await;
+    assert_eq!(partition_response(&response).error_code, 0);
+    let fetched = client.call(12, &fetch_request("timed", 0, 0, 1)).await;
+    assert_eq!(fetched.responses[0].partitions[0].high_watermark, 2);
+    // The fetch's timing completes once its answer is flushed: scrape until it shows.
+    let metrics_addr = broker.server.metrics_addr.unwrap();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let metrics = loop {
+        let metrics = scrape(metrics_addr).await;
+        let fetch_total = "headway_fetch_stage_seconds_count{stage=\"total\",kind=\"tail\"}";
+        if histogram_count(&metrics, fetch_total) >= 1 {
+            break metrics;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{metrics}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    // Histograms are process-wide (other tests add to them): at least this test's.
+    for stage in ["read", "append", "durable", "reply", "total"] {
+        let series =
+            format!("headway_produce_stage_seconds_count{{stage=\"{stage}\",size=\"small\"}}");
+        assert!(
+            histogram_count(&metrics, &series) >= 1,
+            "{series} in:\n{metrics}"
+        );
+    }
+    let syncs = "headway_sync_seconds_count{size=\"small\"}";
+    assert!(histogram_count(&metrics, syncs) >= 1, "{metrics}");
+    for line in [
+        "headway_bulk_read_rate_bytes ",
+        "headway_unsynced_holds_total ",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(line)),
+            "{line} in:\n{metrics}"
+        );
+    }
+    broker.stop().await;
+}
