@@ -3,7 +3,7 @@
 //! Reads on the read threads (consumers catching up on data behind the tail) pass a
 //! token bucket whose rate adapts to the latency of the work that must stay fast, the
 //! way a congestion controller adapts a sending rate: the flushers report how long
-//! each small sync took ([`SMALL_SYNCS`]); every `interval` the controller looks at
+//! each small sync took (`Timings::small_syncs` of the broker); every `interval` the controller looks at
 //! the slowest one of the interval. Above `target` the rate halves (never below `min`),
 //! otherwise it grows by a twentieth of `max` (never above `max`). A catch-up consumer
 //! therefore reads at full speed on a quiet disk, and slows down while its reads make
@@ -16,8 +16,9 @@
 //! over the time it is given ([`Controller`]); [`BulkBudget`] is the shell that reads
 //! the clock and sleeps.
 
+use crate::timings::Timings;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The latency signal: the slowest sync noted since it was last taken.
@@ -49,10 +50,6 @@ impl SyncSignal {
         (count > 0).then(|| Duration::from_micros(max))
     }
 }
-
-/// The process's small syncs (see [`crate::timings::SMALL_SYNC_BYTES`]), noted by
-/// every flusher and taken by the budget.
-pub static SMALL_SYNCS: SyncSignal = SyncSignal::new();
 
 /// The budget's settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -168,13 +165,16 @@ pub struct BudgetSnapshot {
 pub struct BulkBudget {
     controller: Mutex<Controller>,
     waits: AtomicU64,
+    /// Where the flushers report their small syncs.
+    timings: Arc<Timings>,
 }
 
 impl BulkBudget {
-    pub fn new(config: BudgetConfig) -> BulkBudget {
+    pub fn new(config: BudgetConfig, timings: Arc<Timings>) -> BulkBudget {
         BulkBudget {
             controller: Mutex::new(Controller::new(config, Instant::now())),
             waits: AtomicU64::new(0),
+            timings,
         }
     }
 
@@ -186,7 +186,7 @@ impl BulkBudget {
                 let now = Instant::now();
                 let mut controller = self.controller.lock().expect("bulk budget lock");
                 if controller.due(now) {
-                    controller.adjust(now, SMALL_SYNCS.take());
+                    controller.adjust(now, self.timings.small_syncs.take());
                 }
                 controller.wait(now)
             };

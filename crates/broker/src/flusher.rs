@@ -185,13 +185,13 @@ impl SharedFlusher {
         }
     }
 
-    fn sync_one(&self, _partition: &Partition, set: &SyncSet) -> Result<(), String> {
+    fn sync_one(&self, partition: &Partition, set: &SyncSet) -> Result<(), String> {
         #[cfg(test)]
-        self.injected_failure(_partition)
+        self.injected_failure(partition)
             .map_err(|e| e.to_string())?;
         let start = std::time::Instant::now();
         let synced = set.sync().map_err(|e| e.to_string());
-        crate::timings::synced(set.bytes, start.elapsed());
+        partition.synced(set.bytes, start.elapsed());
         synced
     }
 

@@ -268,13 +268,29 @@ async fn a_partition_past_its_unsynced_bound_holds_its_producer_until_a_sync_tak
         .expect("the sync took the bytes and released the producer");
     assert!(!p.over_unsynced_bound());
     durable(&p, end).await.unwrap();
-    // A shared flusher's round takes the bytes the same way.
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_round_takes_a_partitions_unsynced_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, _) = Partition::open(
+        dir.path().join("0"),
+        "t".into(),
+        PartitionIndex(0),
+        LogConfig::default(),
+        FlushPolicy::Sync,
+    )
+    .unwrap();
+    let one = batch(10, &[7u8; 50]);
+    p.bound_unsynced(one.len() as u64 + 1);
     p.append(&one, MAX).unwrap();
     p.append(&one, MAX).unwrap();
     assert!(p.over_unsynced_bound());
+    // What a shared flusher's round does (the partition has no flusher of its own).
     let set = p.take_sync_set().expect("unsynced appends");
     assert_eq!(set.bytes, 2 * one.len() as u64);
     assert_eq!(p.unsynced_bytes(), 0);
+    assert!(!p.over_unsynced_bound());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,7 +26,7 @@
 use crate::flusher::{count_round, SharedFlusher};
 use crate::producer_state::{is_idempotent, ProducerStates, SequenceCheck};
 use crate::read_pool::ReadVia;
-use crate::timings;
+use crate::timings::Timings;
 use crate::{BrokerError, FlushPolicy};
 use bytes::Bytes;
 use headway_log::{
@@ -120,6 +120,9 @@ pub struct Partition {
     unsynced: AtomicU64,
     /// The bound on `unsynced` past which producers wait (`partition_unsynced_bytes_max`).
     unsynced_max: AtomicU64,
+    /// The broker's histograms, where the flusher records its syncs (none for a
+    /// partition outside a broker, such as the group coordinator's offsets log).
+    timings: OnceLock<Arc<Timings>>,
 }
 
 impl Partition {
@@ -162,6 +165,7 @@ impl Partition {
             segments_to_repair: AtomicUsize::new(segments_to_repair),
             unsynced: AtomicU64::new(0),
             unsynced_max: AtomicU64::new(u64::MAX),
+            timings: OnceLock::new(),
         });
         Ok((partition, report))
     }
@@ -194,6 +198,18 @@ impl Partition {
     pub fn bound_unsynced(&self, bytes: u64) {
         if self.flush == FlushPolicy::Sync {
             self.unsynced_max.store(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Records this partition's syncs in `timings` (a broker's), from now on.
+    pub fn time_syncs(&self, timings: &Arc<Timings>) {
+        let _ = self.timings.set(Arc::clone(timings));
+    }
+
+    /// Records a sync of `bytes` that took `elapsed`.
+    pub(crate) fn synced(&self, bytes: u64, elapsed: std::time::Duration) {
+        if let Some(timings) = self.timings.get() {
+            timings.synced(bytes, elapsed);
         }
     }
 
@@ -631,10 +647,11 @@ impl Partition {
             }
             let synced = set.log_end_offset;
             let syncs = set.file_count();
+            let me = Arc::clone(&self);
             let sync = move || {
                 let start = std::time::Instant::now();
                 let outcome = set.sync();
-                timings::synced(set.bytes, start.elapsed());
+                me.synced(set.bytes, start.elapsed());
                 count_round(syncs);
                 outcome.map_err(|e| e.to_string())
             };

@@ -23,6 +23,7 @@
 //! catching up runs at full speed.
 
 use crate::bulk_budget::{BudgetConfig, BudgetSnapshot, BulkBudget};
+use crate::timings::Timings;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -84,7 +85,14 @@ pub struct PoolClosed;
 impl ReadPool {
     /// Starts `threads` threads (at least one), each at CPU priority `nice` (0 leaves
     /// the process's priority; raising it never needs privileges).
-    pub fn new(threads: usize, nice: i32, budget: BudgetConfig) -> Arc<ReadPool> {
+    /// Starts `threads` threads; their catch-up reads follow `budget`, adapting to the
+    /// small syncs reported in `timings`.
+    pub fn new(
+        threads: usize,
+        nice: i32,
+        budget: BudgetConfig,
+        timings: Arc<Timings>,
+    ) -> Arc<ReadPool> {
         let threads = threads.max(1);
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
@@ -104,7 +112,7 @@ impl ReadPool {
             jobs: Mutex::new(Some(tx)),
             threads,
             stats,
-            budget: BulkBudget::new(budget),
+            budget: BulkBudget::new(budget, timings),
         })
     }
 
@@ -211,7 +219,7 @@ mod tests {
 
     #[tokio::test]
     async fn reads_run_on_the_pool_threads_and_return_their_results() {
-        let pool = ReadPool::new(2, 0, test_budget());
+        let pool = ReadPool::new(2, 0, test_budget(), Arc::default());
         let name = pool
             .run(|| std::thread::current().name().map(str::to_string))
             .await
@@ -224,7 +232,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_pool_queues_in_arrival_order() {
-        let pool = ReadPool::new(1, 0, test_budget());
+        let pool = ReadPool::new(1, 0, test_budget(), Arc::default());
         let (release, gate) = std::sync::mpsc::channel::<()>();
         let order = Arc::new(Mutex::new(Vec::new()));
         let blocker = {

@@ -10,6 +10,7 @@ use crate::flusher::SharedFlusher;
 use crate::partition::Partition;
 use crate::producer_ids::ProducerIds;
 use crate::read_pool::ReadPool;
+use crate::timings::Timings;
 use crate::topic::{sync_dir, validate_topic_name, Topic};
 use crate::{limits, BrokerError, FlushPolicy};
 use serde::{Deserialize, Serialize};
@@ -35,6 +36,8 @@ pub struct Broker {
     producer_ids: ProducerIds,
     /// Threads for reads that may wait for the disk (see [`crate::read_pool`]).
     read_pool: Arc<ReadPool>,
+    /// Where acknowledgements, fetches and syncs spend their time.
+    timings: Arc<Timings>,
     /// The broker-wide group commit, with `flush = sync` and a broker sync scope.
     shared_flusher: Option<Arc<SharedFlusher>>,
     /// The data directory's free space and the produce threshold.
@@ -125,10 +128,12 @@ impl Broker {
             topics.insert(name, topic);
         }
         tracing::info!(topics = topics.len(), data_dir = %data_dir.display(), "data directory loaded");
+        let timings = Arc::new(Timings::new());
         let read_pool = ReadPool::new(
             config.read_threads,
             config.read_threads_nice,
             config.bulk_budget(),
+            Arc::clone(&timings),
         );
         Ok(Broker {
             config,
@@ -139,6 +144,7 @@ impl Broker {
             closed: AtomicBool::new(false),
             producer_ids,
             read_pool,
+            timings,
             shared_flusher,
             disk: Arc::new(disk),
             _dir_lock: dir_lock,
@@ -149,6 +155,7 @@ impl Broker {
     /// broker's shared one (`sync_scope`).
     fn start_flusher(&self, partition: &Arc<Partition>) {
         partition.bound_unsynced(self.config.partition_unsynced_bytes_max);
+        partition.time_syncs(&self.timings);
         match &self.shared_flusher {
             Some(flusher) => partition.join_shared_flusher(flusher),
             None => partition.start_flusher(),
@@ -175,6 +182,11 @@ impl Broker {
     /// The data directory's free space; produces reserve their size here first.
     pub fn disk_space(&self) -> &Arc<DiskSpace> {
         &self.disk
+    }
+
+    /// The stage histograms ([`crate::timings`]).
+    pub fn timings(&self) -> &Arc<Timings> {
+        &self.timings
     }
 
     pub fn read_pool(&self) -> &Arc<ReadPool> {

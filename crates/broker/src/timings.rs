@@ -18,15 +18,15 @@
 //!
 //! Produce stages are labelled by the request's size, fetch stages by whether a read
 //! went to the read threads (a catch-up read) or not (the tail), so a light client's
-//! tail is not averaged away by a heavy one's. The histograms are process-wide, as the
-//! sync counters are (`crate::sync_counters`); `/metrics` shows them as
-//! `headway_produce_stage_seconds`, `headway_fetch_stage_seconds` and
-//! `headway_sync_seconds`.
+//! tail is not averaged away by a heavy one's. Each broker has its own ([`Timings`],
+//! `Broker::timings`); `/metrics` shows them as `headway_produce_stage_seconds`,
+//! `headway_fetch_stage_seconds` and `headway_sync_seconds`. The slowest small sync is
+//! also the latency signal of the catch-up read budget ([`Timings::small_syncs`]).
 
+use crate::bulk_budget::SyncSignal;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::exponential_buckets;
 pub use prometheus_client::metrics::histogram::Histogram;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 /// A produce request partition of at most this many bytes counts as small.
@@ -63,7 +63,7 @@ pub struct FetchStages {
     pub total: Histogram,
 }
 
-/// Every stage histogram of the process.
+/// Every stage histogram of one broker.
 pub struct Timings {
     pub produce: Histograms,
     pub fetch: Histograms,
@@ -74,14 +74,22 @@ pub struct Timings {
     fetch_catch_up: FetchStages,
     sync_small: Histogram,
     sync_large: Histogram,
+    /// The slowest small sync since the bulk-read budget last looked.
+    pub small_syncs: SyncSignal,
 }
 
 fn get(family: &Histograms, labels: &[(&'static str, &'static str)]) -> Histogram {
     family.get_or_create(&labels.to_vec()).clone()
 }
 
+impl Default for Timings {
+    fn default() -> Timings {
+        Timings::new()
+    }
+}
+
 impl Timings {
-    fn new() -> Timings {
+    pub fn new() -> Timings {
         let produce = Histograms::new_with_constructor(new_histogram as fn() -> Histogram);
         let fetch = Histograms::new_with_constructor(new_histogram as fn() -> Histogram);
         let sync = Histograms::new_with_constructor(new_histogram as fn() -> Histogram);
@@ -105,6 +113,7 @@ impl Timings {
             fetch_catch_up: fetch_stages("catch_up"),
             sync_small: get(&sync, &[("size", "small")]),
             sync_large: get(&sync, &[("size", "large")]),
+            small_syncs: SyncSignal::new(),
             produce,
             fetch,
             sync,
@@ -127,27 +136,16 @@ impl Timings {
         }
     }
 
-    /// The histogram for a sync that carried `bytes`.
-    pub fn sync(&self, bytes: u64) -> &Histogram {
+    /// A flusher synced `bytes` in `elapsed`: recorded, and a small sync feeds the
+    /// bulk-read budget's latency signal.
+    pub fn synced(&self, bytes: u64, elapsed: Duration) {
         match bytes <= SMALL_SYNC_BYTES {
-            true => &self.sync_small,
-            false => &self.sync_large,
+            true => {
+                observe(&self.sync_small, elapsed);
+                self.small_syncs.note(elapsed);
+            }
+            false => observe(&self.sync_large, elapsed),
         }
-    }
-}
-
-/// The process's stage histograms.
-pub fn timings() -> &'static Timings {
-    static TIMINGS: LazyLock<Timings> = LazyLock::new(Timings::new);
-    &TIMINGS
-}
-
-/// A flusher synced `bytes` in `elapsed`: recorded, and a small sync feeds the bulk
-/// budget's latency signal ([`crate::bulk_budget::SMALL_SYNCS`]).
-pub fn synced(bytes: u64, elapsed: Duration) {
-    observe(timings().sync(bytes), elapsed);
-    if bytes <= SMALL_SYNC_BYTES {
-        crate::bulk_budget::SMALL_SYNCS.note(elapsed);
     }
 }
 

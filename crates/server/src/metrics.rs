@@ -95,7 +95,7 @@ fn counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
 pub fn render(stats: &ServerStats, broker: &Broker) -> String {
     let s = stats.snapshot();
     let mut r = Registry::with_prefix("headway");
-    let t = headway_broker::timings::timings();
+    let t = broker.timings();
     r.register(
         "produce_stage_seconds",
         "Where produce acknowledgements spend their time, by stage and request size (docs/latency.md)",

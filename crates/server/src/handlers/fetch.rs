@@ -76,14 +76,14 @@ pub fn handle(
     let (ctx, conn) = (Arc::clone(ctx), Arc::clone(conn));
     pending_with(request, async move {
         let polled = long_poll(&ctx, &conn, &topics, wait, min_bytes, max_bytes).await;
-        let stages = timings::timings().fetch(polled.catch_up);
+        let stages = ctx.broker.timings().fetch(polled.catch_up);
         timings::observe(&stages.wait, polled.waited);
         timings::observe(&stages.read, polled.read);
         let timing = ReplyTiming {
             started: arrival.started,
             ready: std::time::Instant::now(),
-            reply: &stages.reply,
-            total: &stages.total,
+            reply: stages.reply.clone(),
+            total: stages.total.clone(),
         };
         let body = FetchResponse::default()
             .with_session_id(0)

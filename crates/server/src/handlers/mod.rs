@@ -132,16 +132,16 @@ pub struct Arrival {
 pub struct ReplyTiming {
     pub started: Instant,
     pub ready: Instant,
-    pub reply: &'static Histogram,
-    pub total: &'static Histogram,
+    pub reply: Histogram,
+    pub total: Histogram,
 }
 
 impl ReplyTiming {
     /// The frame was handed to the socket now.
     pub fn written(&self) {
         let now = Instant::now();
-        timings::observe(self.reply, now - self.ready);
-        timings::observe(self.total, now - self.started);
+        timings::observe(&self.reply, now - self.ready);
+        timings::observe(&self.total, now - self.started);
     }
 }
 

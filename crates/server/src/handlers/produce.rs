@@ -71,7 +71,7 @@ pub fn handle(
         .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
         .max()
         .unwrap_or(0);
-    let stages = timings::timings().produce(largest);
+    let stages = ctx.broker.timings().produce(largest).clone();
     timings::observe(&stages.read, arrival.read);
     let mut topics = Vec::with_capacity(body.topic_data.len());
     for topic_data in body.topic_data {
@@ -114,13 +114,13 @@ pub fn handle(
     pending_with(request, async move {
         let mut responses = Vec::with_capacity(topics.len());
         for (name, outcomes) in topics {
-            responses.push(topic_response(name, outcomes, stages).await);
+            responses.push(topic_response(name, outcomes, &stages).await);
         }
         let timing = ReplyTiming {
             started: arrival.started,
             ready: Instant::now(),
-            reply: &stages.reply,
-            total: &stages.total,
+            reply: stages.reply,
+            total: stages.total,
         };
         let body = ProduceResponse::default().with_responses(responses);
         (body, None, Some(timing))
