@@ -15,6 +15,10 @@
 //!    proxy (`--delay-ms` each way) and a stuck client that sends one Fetch from offset 0
 //!    and never reads its socket.
 //!
+//! The first tenth of each phase is warm-up, left out of the percentiles; the neighbours
+//! (writer, readers) start when it ends, so that all they do is measured (a 1 GiB cold
+//! replay can take less than the warm-up).
+//!
 //! The backlog sits in the light topic, not a topic of its own: a consumer catching up
 //! is a reader of the same stream that fell behind or restarted from an old offset, so
 //! it reads old segments of the very partition the tail readers and the light producer
@@ -34,8 +38,11 @@
 use super::stuck_consumer::{connect_stuck, spawn_stuck};
 use super::{
     caught_up, disturber, evict_backlog, fast_consumers, measure, replay_seconds, with_lag,
+    ConsumerSpec,
 };
 use crate::latency::LatencySummary;
+use crate::latency::Recorder;
+use crate::load::ConsumerMeter;
 use crate::load::{self, Load, Reading, Run, STAMP_BYTES};
 use crate::report::{ConsumerReport, Fairness, Rate, RunReport, SeriesPoint};
 use crate::{Ctx, Report};
@@ -173,14 +180,16 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
             eviction_notes.push(note);
             evicted_before = Some(evicted);
         }
-        let mut consumers = if args.librdkafka {
+        let consumers = if args.librdkafka {
             Vec::new()
         } else {
             fast_consumers(ctx.bootstrap(), &light, args.fast).await?
         };
+        // The neighbours of phase 3, connected now and started when the warm-up ends.
+        let mut late = Vec::new();
         let mut stuck = None;
         if phase == "catch-up" {
-            consumers.push(
+            late.push(
                 disturber(
                     ctx.bootstrap(),
                     &light,
@@ -191,7 +200,7 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
                 .await?,
             );
             let proxied = proxy.addr.to_string();
-            consumers.push(disturber(&proxied, &light, "slow", "slow", StartOffset::Latest).await?);
+            late.push(disturber(&proxied, &light, "slow", "slow", StartOffset::Latest).await?);
             stuck = Some(connect_stuck(ctx.bootstrap()).await?);
         }
         let mut producers = Vec::new();
@@ -224,7 +233,17 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
             ctx.broker_pid(),
             warmup,
         );
-        let stuck = stuck.map(|s| spawn_stuck(s, &light, 1, 1, "stuck".into()));
+        let late: Vec<_> = late
+            .into_iter()
+            .map(|spec| tokio::spawn(late_reader(spec, Arc::clone(&run), warmup)))
+            .collect();
+        let stuck = stuck.map(|s| {
+            let topic = light.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(warmup).await;
+                spawn_stuck(s, &topic, 1, 1, "stuck".into())
+            })
+        });
         let heavy_task = heavy_producer.map(|p| {
             let writer_size = args.writer_size.max(STAMP_BYTES);
             let load = Load {
@@ -237,15 +256,24 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
             tokio::spawn(write_heavy(p, load, ctx.broker_pid(), warmup, per_phase))
         });
         // When the catch-up consumer has read what the light topic held as the phase
-        // started: the time its cold replay took.
+        // started: the time its cold replay took, from its start after the warm-up.
         let watcher = (phase == "catch-up")
             .then(|| tokio::spawn(caught_up(Arc::clone(&run), "catch-up", in_light)));
-        let results = measure(&run, producers, consumers, per_phase, None).await;
-        let replay_s = replay_seconds(watcher).await;
-        let stuck_json = stuck.map(|(stats, task)| {
-            task.abort();
-            stats.json()
-        });
+        let mut results = measure(&run, producers, consumers, per_phase, None).await;
+        for reader in late {
+            results.push(reader.await.context("catch-up phase reader")?);
+        }
+        let replay_s = replay_seconds(watcher)
+            .await
+            .map(|s| (s - warmup.as_secs_f64()).max(1e-3));
+        let stuck_json = match stuck {
+            Some(task) => {
+                let (stats, task) = task.await.context("stuck client")?;
+                task.abort();
+                Some(stats.json())
+            }
+            None => None,
+        };
         let heavy_json = match heavy_task {
             Some(task) => Some(task.await.context("writer task")?),
             None => None,
@@ -359,8 +387,21 @@ async fn writer_producer(bootstrap: &str) -> anyhow::Result<Arc<headway_client::
     Ok(load::producers(bootstrap, 1, &config).await?.remove(0))
 }
 
-/// Runs the writer for `time` in a run of its own (so that its acknowledgements stay
-/// out of the light producer's latency) and returns its figures.
+/// A neighbour that starts reading when the phase's warm-up is over, so that all it
+/// does lands in the measured part of the phase.
+async fn late_reader(
+    spec: ConsumerSpec,
+    run: Arc<Run>,
+    warmup: Duration,
+) -> (Arc<ConsumerMeter>, Recorder) {
+    tokio::time::sleep_until((run.origin + warmup).into()).await;
+    let meter = run.meter.consumer(&spec.name, spec.role, spec.measured);
+    load::consume(spec.consumer, run, meter, spec.work).await
+}
+
+/// Runs the writer from the end of the phase's warm-up to the end of the phase (`time`)
+/// in a run of its own (so that its acknowledgements stay out of the light producer's
+/// latency) and returns its figures.
 async fn write_heavy(
     producer: Arc<headway_client::Producer>,
     load: Load,
@@ -369,9 +410,17 @@ async fn write_heavy(
     time: Duration,
 ) -> serde_json::Value {
     let (size, count_max) = (load.size, load.count_max);
-    let run = Run::new("noisy-neighbour", "writer", Reading::Each, pid, warmup);
+    tokio::time::sleep(warmup).await;
+    let run = Run::new(
+        "noisy-neighbour",
+        "writer",
+        Reading::Each,
+        pid,
+        Duration::ZERO,
+    );
     let task = tokio::spawn(load::produce(producer, load, Arc::clone(&run)));
-    run.progress(Instant::now() + time, None).await;
+    run.progress(Instant::now() + time.saturating_sub(warmup), None)
+        .await;
     let abort = task.abort_handle();
     if tokio::time::timeout(WRITER_FINISH_MAX, task).await.is_err() {
         tracing::warn!("the writer was still waiting for acknowledgements; stopped it");
