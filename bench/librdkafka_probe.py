@@ -62,9 +62,14 @@ def produce(args, origin, ready, go, out):
         elapsed = time.monotonic() - start
         if elapsed >= args.duration:
             break
-        due = sent / args.rate
-        if due > elapsed:
-            p.poll(min(due - elapsed, 0.05))
+        wait = sent / args.rate - elapsed
+        if wait > 0:
+            # poll() counts whole milliseconds and returns at once below one: sleep
+            # through short waits rather than spin a core the broker needs.
+            if wait >= 0.002:
+                p.poll(min(wait - 0.001, 0.05))
+            else:
+                time.sleep(wait)
             continue
         try:
             p.produce(args.topic, struct.pack(">Q", now_us()) + pad, on_delivery=delivered)
