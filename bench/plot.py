@@ -16,7 +16,8 @@ import os
 import sys
 
 ORDER = ["headway", "kafka", "kafka-fsync", "nats"]
-COLORS = {"headway": "#1b7837", "kafka": "#2166ac", "kafka-fsync": "#67a9cf", "nats": "#b2182b"}
+COLORS = {"headway": "#1b7837", "kafka": "#2166ac", "kafka-fsync": "#67a9cf", "nats": "#b2182b",
+          "headway-librdkafka": "#5aae61", "kafka-librdkafka": "#4393c3"}
 
 
 def load(directory):
@@ -278,10 +279,53 @@ def parallelism_section(by_label, closing):
     return "## parallelism (seed 003)\n\nA spike drained by consumers that each process a message with fixed work; time from the first send to the last message processed.\n\n" + table(header, rows)
 
 
+def noisy_neighbour_section(by_label, closing):
+    labels = labels_of(by_label)
+    header = [
+        "broker (clients)",
+        "publish p99 quiet / writer / catch-up ms",
+        "writer / quiet",
+        "catch-up / quiet",
+        "fast e2e p99 quiet / writer / catch-up ms",
+        "writer / quiet",
+        "catch-up / quiet",
+        "writer MB/s",
+        "catch-up replay MB/s",
+    ]
+    rows = []
+    for label in labels:
+        s = by_label[label]["summary"]
+        ph = {p["phase"]: p for p in s["phases"]}
+        three = ["quiet", "writer", "catch-up"]
+        writer = s.get("writer") or {}
+        catch = s.get("catch_up") or {}
+        replay = catch.get("replay_mb_per_s")
+        rows.append([
+            label,
+            " / ".join(fmt(ph[p]["publish_p99_ms"], 2) for p in three),
+            fmt(s["publish_p99_writer_over_quiet"], 2),
+            fmt(s["publish_p99_catch_up_over_quiet"], 2),
+            " / ".join(fmt(ph[p]["e2e_p99_ms"], 2) for p in three),
+            fmt(s["e2e_p99_writer_over_quiet"], 2),
+            fmt(s["e2e_p99_catch_up_over_quiet"], 2),
+            fmt(writer.get("mb_per_s"), 0),
+            (fmt(replay, 0) + ("" if catch.get("replay_finished") else " (not done)")) if replay is not None else "-",
+        ])
+        closing.append(
+            f"**noisy-neighbour, {label}**: publish p99 beside the writer {fmt(s['publish_p99_writer_over_quiet'], 2)}x "
+            f"quiet (target at most 2), fast consumers' p99 beside the readers {fmt(s['e2e_p99_catch_up_over_quiet'], 2)}x "
+            f"(target at most 1.1); writer {fmt(writer.get('mb_per_s'), 0)} MB/s, replay {fmt(replay, 0)} MB/s"
+        )
+    return ("## noisy-neighbour\n\nA light producer (2,000 msg/s of 1 KiB, acks=all) and three tail consumers: quiet, beside a "
+            "full-speed writer on another topic, and beside a cold catch-up reader, a 200 ms-delayed reader and a stuck one. "
+            "Ratios are p99 with the neighbour over quiet.\n\n" + table(header, rows))
+
+
 SECTIONS = [
     ("acks", acks_section),
     ("slow-consumer", slow_consumer_section),
     ("stuck-consumer", stuck_consumer_section),
+    ("noisy-neighbour", noisy_neighbour_section),
     ("slow-lane", slow_lane_section),
     ("credit", credit_section),
     ("parallelism", parallelism_section),
@@ -448,6 +492,29 @@ def plots(reports, directory):
             ax.grid(alpha=0.3)
         axes[-1, 0].set_xlabel("second of the run")
         save(fig, "stuck-consumer-latency.png")
+
+    if "noisy-neighbour" in reports:
+        by_label = reports["noisy-neighbour"]
+        labels = labels_of(by_label)
+        fig, axes = plt.subplots(len(labels), 2, figsize=(12, 2.4 * len(labels)), squeeze=False)
+        for row, l in zip(axes, labels):
+            offset = 0
+            for run in by_label[l]["runs"]:
+                pts = [p for p in run["series"] if p["publish_p99_ms"] > 0 or p["e2e_p99_ms"] > 0]
+                for ax, key in [(row[0], "publish_p99_ms"), (row[1], "e2e_p99_ms")]:
+                    ax.plot([offset + p["t"] for p in pts if p[key] > 0], [p[key] for p in pts if p[key] > 0],
+                            label=run["name"])
+                    ax.axvline(offset, color="grey", linewidth=0.5)
+                offset += int(run["duration_s"]) + 1
+            for ax, what in [(row[0], "publish p99 ms"), (row[1], "fast e2e p99 ms")]:
+                ax.set_yscale("log")
+                ax.set_ylabel(what)
+                ax.set_title(f"noisy-neighbour, {l}: {what} per second", fontsize=9)
+                ax.legend(fontsize=7)
+                ax.grid(alpha=0.3)
+        for ax in axes[-1]:
+            ax.set_xlabel("second (phases back to back)")
+        save(fig, "noisy-neighbour.png")
 
     if "slow-lane" in reports:
         by_label = reports["slow-lane"]

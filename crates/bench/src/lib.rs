@@ -3,8 +3,8 @@
 //! shape of the OpenMessaging Benchmark's.
 //!
 //! - [`scenarios`]: one module per scenario (`acks`, `slow-consumer`, `stuck-consumer`,
-//!   `slow-lane`, `credit`, `parallelism`), each a function from its arguments to a
-//!   [`Report`].
+//!   `slow-lane`, `credit`, `parallelism`, `noisy-neighbour`), each a function from its
+//!   arguments to a [`Report`].
 //! - [`load`]: producer and consumer tasks, stamped messages, the progress line, and
 //!   the run bookkeeping every scenario shares.
 //! - [`latency`]: HDR histograms, run-wide and per second.
@@ -58,6 +58,9 @@ pub enum BenchCommand {
     Credit(scenarios::credit::CreditArgs),
     /// A spike drained by few heavy or many light consumers (seed 003).
     Parallelism(scenarios::parallelism::ParallelismArgs),
+    /// Light producer and tail consumers alone, beside a full-speed writer, and beside a
+    /// cold catch-up reader, a delayed reader and a stuck one (docs/bench.md).
+    NoisyNeighbour(scenarios::noisy_neighbour::NoisyNeighbourArgs),
     /// Group commit per partition or per broker: interference and scale (docs/sync.md).
     SyncScope(scenarios::sync_scope::SyncScopeArgs),
     /// Run the delay proxy on its own (used for the NATS comparison).
@@ -253,6 +256,10 @@ async fn run_command(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Credit(a) => {
             let ctx = Ctx::open(a.common.clone())?;
             scenarios::credit::run(&ctx, &a).await.map(drop)
+        }
+        BenchCommand::NoisyNeighbour(a) => {
+            let ctx = Ctx::open(a.common.clone())?;
+            scenarios::noisy_neighbour::run(&ctx, &a).await.map(drop)
         }
         BenchCommand::Parallelism(a) => {
             let ctx = Ctx::open(a.common.clone())?;

@@ -604,6 +604,26 @@ pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> anyh
     }
 }
 
+/// A backlog of `count` messages for catch-up readers, written with acks=1 (none when
+/// `count` is 0); returns the seconds it took.
+pub async fn prefill_backlog(
+    bootstrap: &str,
+    topic: &str,
+    count: u64,
+    size: usize,
+) -> anyhow::Result<f64> {
+    if count == 0 {
+        return Ok(0.0);
+    }
+    let config = ProducerConfig {
+        // The lab measures lanes and deflection as they were: not idempotent.
+        idempotent: false,
+        acks: 1,
+        ..ProducerConfig::default()
+    };
+    prefill(bootstrap, topic, count, size, config).await
+}
+
 /// Writes `count` messages of `size` bytes as fast as possible (a backlog to read later),
 /// printing progress; returns the seconds it took.
 pub async fn prefill(

@@ -105,6 +105,16 @@ fn check_report(report: &Value, scenario: &str) {
     assert!(report["summary"].is_object());
 }
 
+/// The roles of a run's consumers.
+fn roles(run: &Value) -> Vec<&str> {
+    run["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["role"].as_str().unwrap())
+        .collect()
+}
+
 #[test]
 fn acks_quick() {
     let r = run_quick("acks", &[]);
@@ -120,12 +130,7 @@ fn slow_consumer_quick() {
     assert_eq!(r["runs"].as_array().unwrap().len(), 2);
     number(&r["summary"], "fast_e2e_p99_ms_without");
     number(&r["summary"], "fast_p99_with_over_without");
-    let roles: Vec<&str> = r["runs"][1]["consumers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["role"].as_str().unwrap())
-        .collect();
+    let roles = roles(&r["runs"][1]);
     assert!(
         roles.contains(&"slow") && roles.contains(&"catch-up"),
         "{roles:?}"
@@ -247,4 +252,54 @@ fn sync_scope_quick() {
         number(case, "p99_ms");
         number(case, "rounds_per_s");
     }
+}
+
+#[test]
+fn noisy_neighbour_quick() {
+    let r = run_quick("noisy-neighbour", &[]);
+    let runs = r["runs"].as_array().unwrap();
+    let names: Vec<&str> = runs.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["quiet", "writer", "catch-up"]);
+    let s = &r["summary"];
+    assert_eq!(s["clients"], "headway");
+    for key in [
+        "publish_p99_writer_over_quiet",
+        "publish_p99_catch_up_over_quiet",
+        "e2e_p99_writer_over_quiet",
+        "e2e_p99_catch_up_over_quiet",
+        "backlog_mb",
+        "prefill_s",
+        "evicted_files",
+    ] {
+        number(s, key);
+    }
+    let phases = s["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 3);
+    for phase in phases {
+        for key in [
+            "publish_p50_ms",
+            "publish_p99_ms",
+            "publish_p999_ms",
+            "publish_max_ms",
+            "e2e_p50_ms",
+            "e2e_p99_ms",
+        ] {
+            number(phase, key);
+        }
+    }
+    // The writer wrote into its own topic, in phase 2 only.
+    assert!(number(&s["writer"], "messages") > 0.0, "{s}");
+    number(&s["writer"], "mb_per_s");
+    assert!(runs[0]["extra"]["writer"].is_null());
+    // Phase 3 has the catch-up, delayed and stuck readers beside the fast ones.
+    let roles = roles(&runs[2]);
+    assert!(
+        roles.contains(&"fast") && roles.contains(&"slow") && roles.contains(&"catch-up"),
+        "{roles:?}"
+    );
+    assert!(number(&runs[2]["extra"]["stuck"], "requests_written") >= 1.0);
+    assert_eq!(s["evicted"], true);
+    number(&s["catch_up"], "replay_mb_per_s");
+    number(&s["catch_up"], "read_fraction");
+    assert!(!runs[2]["series"].as_array().unwrap().is_empty());
 }

@@ -19,14 +19,14 @@
 //! The figure that matters: the fast consumers' end-to-end p99 in run 2 divided by run
 //! 1 (1.0 means the slow ones cost the others nothing), and the producer's rate in both.
 
-use super::{fast_consumers, measure, ConsumerSpec};
-use crate::load::{self, Load, Reading, Run, Work};
-use crate::proxy::{Proxy, ProxyConfig};
+use super::{
+    caught_up, disturber, evict_backlog, fast_consumers, measure, replay_seconds, with_lag,
+};
+use crate::load::{self, Load, Reading, Run};
 use crate::{Ctx, Report};
 use clap::{ArgAction, Args};
-use headway_client::{ConsumerConfig, ProducerConfig, StartOffset};
+use headway_client::StartOffset;
 use serde_json::json;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,12 +44,8 @@ pub struct SlowConsumerArgs {
     /// Message size in bytes (seed 001 used 1 KiB; smaller did not reproduce it).
     #[arg(long, default_value_t = 1024)]
     pub size: usize,
-    /// Delay the proxy adds to each chunk in each direction, in ms.
-    #[arg(long, default_value_t = 200)]
-    pub delay_ms: u64,
-    /// Bytes the proxy holds per direction.
-    #[arg(long, default_value_t = 256 * 1024)]
-    pub proxy_buffer_bytes: usize,
+    #[command(flatten)]
+    pub readers: super::ReaderArgs,
     /// Add a consumer that reads the topic from offset 0 at full speed.
     #[arg(long, default_value_t = true, action = ArgAction::Set)]
     pub catch_up: bool,
@@ -57,12 +53,6 @@ pub struct SlowConsumerArgs {
     /// with --quick 4].
     #[arg(long)]
     pub backlog_mb: Option<u64>,
-    /// Directory holding the broker's data (repeatable): after the prefill and before
-    /// run 2, its files are written back and dropped from the page cache, so that the
-    /// catch-up consumer reads cold data. A broker started by the scenario has its data
-    /// directory added without asking.
-    #[arg(long)]
-    pub evict_dir: Vec<PathBuf>,
     /// Partitions of the topic.
     #[arg(long, default_value_t = 1)]
     pub partitions: i32,
@@ -83,29 +73,15 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
     } else {
         0
     };
-    let mut evict_dirs = args.evict_dir.clone();
-    evict_dirs.extend(ctx.target.data_dir());
+    let evict_dirs = args.readers.evict_dirs(ctx);
     let evict = backlog_messages > 0 && !evict_dirs.is_empty();
-    let prefill_s = if backlog_messages > 0 {
-        let config = ProducerConfig {
-            // The lab measures lanes and deflection as they were: not idempotent.
-            idempotent: false,
-            acks: 1,
-            ..ProducerConfig::default()
-        };
-        load::prefill(ctx.bootstrap(), &topic, backlog_messages, args.size, config).await?
-    } else {
-        0.0
-    };
+    let prefill_s =
+        load::prefill_backlog(ctx.bootstrap(), &topic, backlog_messages, args.size).await?;
     let mut eviction_notes = Vec::new();
     if evict {
         // Writes the backlog back now, so that its write-back does not land in run 1.
-        let evicted = crate::evict::evict_dirs_async(evict_dirs.clone()).await?;
-        eprintln!(
-            "[slow-consumer] {}",
-            evicted.describe("evicted after the prefill")
-        );
-        eviction_notes.push(evicted.describe("after the prefill"));
+        let (_, note) = evict_backlog("slow-consumer", &evict_dirs, "after the prefill").await?;
+        eviction_notes.push(note);
     }
     // What is left of the budget, less a second for the eviction before run 2.
     let per_run = budget
@@ -120,14 +96,7 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
     } else {
         per_run.mul_f64(WARMUP_FRACTION)
     };
-    let proxy = Proxy::start(ProxyConfig {
-        upstream: ctx.bootstrap().to_string(),
-        delay: Duration::from_millis(args.delay_ms),
-        buffer_bytes: args.proxy_buffer_bytes,
-        kafka: true,
-        ..ProxyConfig::default()
-    })
-    .await?;
+    let proxy = args.readers.proxy(ctx.bootstrap()).await?;
     let mut report = ctx.report(
         "slow-consumer",
         vec![format!(
@@ -139,8 +108,8 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
             args.size,
             args.partitions,
             args.fast,
-            args.delay_ms,
-            args.proxy_buffer_bytes / 1024,
+            args.readers.delay_ms,
+            args.readers.proxy_buffer_bytes / 1024,
             if !args.catch_up {
                 "none".into()
             } else if evict {
@@ -171,45 +140,26 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
         if with_slow && evict {
             // Run 1 left the backlog where it was; this pass also writes back what run 1
             // wrote, so the catch-up consumer starts on cold data.
-            let evicted = crate::evict::evict_dirs_async(evict_dirs.clone()).await?;
-            eprintln!(
-                "[slow-consumer] {}",
-                evicted.describe("evicted before run 2")
-            );
-            eviction_notes.push(evicted.describe("before run 2"));
+            let (evicted, note) =
+                evict_backlog("slow-consumer", &evict_dirs, "before run 2").await?;
+            eviction_notes.push(note);
             evicted_before_run = Some(evicted);
         }
         let mut consumers = fast_consumers(ctx.bootstrap(), &topic, args.fast).await?;
         if with_slow {
-            consumers.push(ConsumerSpec {
-                name: "slow".into(),
-                role: "slow",
-                measured: false,
-                consumer: load::consumer(
-                    &proxy.addr.to_string(),
-                    &topic,
-                    None,
-                    StartOffset::Latest,
-                    ConsumerConfig::default(),
-                )
-                .await?,
-                work: Work::default(),
-            });
+            let proxied = proxy.addr.to_string();
+            consumers.push(disturber(&proxied, &topic, "slow", "slow", StartOffset::Latest).await?);
             if args.catch_up {
-                consumers.push(ConsumerSpec {
-                    name: "catch-up".into(),
-                    role: "catch-up",
-                    measured: false,
-                    consumer: load::consumer(
+                consumers.push(
+                    disturber(
                         ctx.bootstrap(),
                         &topic,
-                        None,
+                        "catch-up",
+                        "catch-up",
                         StartOffset::Earliest,
-                        ConsumerConfig::default(),
                     )
                     .await?,
-                    work: Work::default(),
-                });
+                );
             }
         }
         let producer = load::stream_producer(ctx.bootstrap()).await?;
@@ -237,31 +187,16 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
         let watcher = (with_slow && args.catch_up)
             .then(|| tokio::spawn(caught_up(Arc::clone(&run), "catch-up", read_before)));
         let results = measure(&run, loads, consumers, per_run, None).await;
-        if let Some(watcher) = watcher {
-            caught_up_s = tokio::time::timeout(Duration::from_secs(1), watcher)
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .flatten();
+        if watcher.is_some() {
+            caught_up_s = replay_seconds(watcher).await;
             replayed = read_before;
         }
         let published = run.meter.published.load(Ordering::Relaxed);
-        let results = results
-            .into_iter()
-            .map(|(meter, recorder)| {
-                let read = meter.messages.load(Ordering::Relaxed);
-                let lag = match meter.role.as_str() {
-                    "catch-up" => read_before + published,
-                    _ => published,
-                }
-                .saturating_sub(read);
-                (meter, recorder, Some(lag))
-            })
-            .collect();
+        let results = with_lag(results, read_before, published);
         read_before += published;
         let params = json!({
             "with_slow": with_slow, "fast": args.fast, "rate": args.rate, "size": args.size,
-            "delay_ms": args.delay_ms, "catch_up": with_slow && args.catch_up,
+            "delay_ms": args.readers.delay_ms, "catch_up": with_slow && args.catch_up,
             "partitions": args.partitions,
         });
         report.runs.push(run.report(params, results, json!({})));
@@ -316,11 +251,7 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
         "evicted_files": evicted.files,
         "evicted_bytes": evicted.bytes,
     });
-    report.notes.extend(
-        eviction_notes
-            .into_iter()
-            .map(|n| format!("backlog eviction {n}")),
-    );
+    report.notes.extend(eviction_notes);
     let catch_up = report.runs[1]
         .consumers
         .iter()
@@ -358,20 +289,4 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
     );
     drop(proxy);
     ctx.finish(report)
-}
-
-/// Seconds from the run's start until consumer `name` has read `messages`; `None` if the
-/// run stops first.
-async fn caught_up(run: Arc<Run>, name: &'static str, messages: u64) -> Option<f64> {
-    loop {
-        if let Some(meter) = run.meter.find(name) {
-            if meter.messages.load(Ordering::Relaxed) >= messages {
-                return Some(run.origin.elapsed().as_secs_f64());
-            }
-        }
-        if run.stopped() {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }

@@ -25,7 +25,6 @@ use crate::load::{self, Load, Reading, Run};
 use crate::{Ctx, Report};
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Args;
-use headway_client::ProducerConfig;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, RequestHeader, TopicName};
 use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
@@ -104,17 +103,7 @@ pub async fn run(ctx: &Ctx, args: &StuckConsumerArgs) -> anyhow::Result<Report> 
     let topic = load::topic_name("stuck-consumer", "stream");
     load::create_topic(ctx.bootstrap(), &topic, args.partitions).await?;
     let backlog_messages = backlog_mb * MIB / size as u64;
-    let prefill_s = if backlog_messages > 0 {
-        let config = ProducerConfig {
-            // The lab measures lanes and deflection as they were: not idempotent.
-            idempotent: false,
-            acks: 1,
-            ..ProducerConfig::default()
-        };
-        load::prefill(ctx.bootstrap(), &topic, backlog_messages, size, config).await?
-    } else {
-        0.0
-    };
+    let prefill_s = load::prefill_backlog(ctx.bootstrap(), &topic, backlog_messages, size).await?;
     // Each run produces `count` messages: --produce-mb at least, more when --duration
     // leaves room for longer runs.
     let share_s = match ctx.common.duration {
@@ -184,15 +173,7 @@ pub async fn run(ctx: &Ctx, args: &StuckConsumerArgs) -> anyhow::Result<Report> 
         let mut stuck: Vec<(Arc<StuckStats>, JoinHandle<()>)> = sockets
             .into_iter()
             .map(|(name, stream)| {
-                let stats = Arc::new(StuckStats::new(name));
-                let task = tokio::spawn(write_fetches(
-                    stream,
-                    topic.clone(),
-                    args.partitions,
-                    args.stuck_requests,
-                    Arc::clone(&stats),
-                ));
-                (stats, task)
+                spawn_stuck(stream, &topic, args.partitions, args.stuck_requests, name)
             })
             .collect();
         let guard = Arc::new(Guard::new(run.origin));
@@ -338,7 +319,7 @@ struct StuckSummary {
 }
 
 /// What one stuck client did.
-struct StuckStats {
+pub(crate) struct StuckStats {
     name: String,
     requests_written: AtomicU64,
     bytes_written: AtomicU64,
@@ -359,7 +340,7 @@ impl StuckStats {
         }
     }
 
-    fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         json!({
             "name": self.name,
             "requests_written": self.requests_written.load(Ordering::Relaxed),
@@ -370,9 +351,30 @@ impl StuckStats {
     }
 }
 
+/// Makes a connected client stuck: it writes `requests` Fetch requests for every
+/// partition of `topic` (`partitions` of them) from offset 0 and never reads an answer,
+/// until the task is aborted.
+pub(crate) fn spawn_stuck(
+    stream: TcpStream,
+    topic: &str,
+    partitions: i32,
+    requests: u64,
+    name: String,
+) -> (Arc<StuckStats>, JoinHandle<()>) {
+    let stats = Arc::new(StuckStats::new(name));
+    let task = tokio::spawn(write_fetches(
+        stream,
+        topic.to_string(),
+        partitions,
+        requests,
+        Arc::clone(&stats),
+    ));
+    (stats, task)
+}
+
 /// Connects with a small receive buffer, set before connecting so that the window the
 /// client advertises stays small from the first packet.
-async fn connect_stuck(bootstrap: &str) -> anyhow::Result<TcpStream> {
+pub(crate) async fn connect_stuck(bootstrap: &str) -> anyhow::Result<TcpStream> {
     let addr = tokio::net::lookup_host(bootstrap)
         .await?
         .next()
