@@ -1,7 +1,8 @@
-//! The budget of bulk reads: catch-up reads take what the disk can spare and no more.
+//! The budget of bulk work: catching up and heavy writing take what the disk can spare
+//! and no more.
 //!
-//! Reads on the read threads (consumers catching up on data behind the tail) pass a
-//! token bucket whose rate adapts to the latency of the work that must stay fast, the
+//! Reads on the read threads (consumers catching up on data behind the tail) and
+//! produce requests larger than 8 KiB (heavy writers) pass one token bucket whose rate adapts to the latency of the work that must stay fast, the
 //! way a congestion controller adapts a sending rate: the flushers report how long
 //! each small sync took (`Timings::small_syncs` of the broker); every `interval` the controller looks at
 //! the slowest one of the interval. Above `target` the rate halves (never below `min`),
@@ -160,7 +161,7 @@ pub struct BudgetSnapshot {
     pub waits: u64,
 }
 
-/// The broker's bulk-read budget: the [`Controller`] behind a mutex, fed by the
+/// The broker's bulk budget: the [`Controller`] behind a mutex, fed by the
 /// flushers' small syncs.
 pub struct BulkBudget {
     controller: Mutex<Controller>,
@@ -178,7 +179,7 @@ impl BulkBudget {
         }
     }
 
-    /// Waits until a bulk read may start.
+    /// Waits until bulk work may start.
     pub async fn admit(&self) {
         let mut waited = false;
         loop {
@@ -202,7 +203,7 @@ impl BulkBudget {
         }
     }
 
-    /// A bulk read of `bytes` was done.
+    /// Bulk work of `bytes` (read or written) was done.
     pub fn charge(&self, bytes: usize) {
         self.controller
             .lock()

@@ -189,12 +189,13 @@ pub struct BrokerConfig {
     /// CPU priority (nice value, 0..=19) of the read threads: catching up uses the CPU
     /// the tail readers and producers leave.
     pub read_threads_nice: i32,
-    /// Highest rate of catch-up reads on the read threads, bytes per second; the rate
+    /// Highest rate of bulk work (catch-up reads and produces larger than 8 KiB),
+    /// bytes per second; the rate
     /// adapts between the lowest and this to the latency of syncs (`docs/sync.md`).
-    pub bulk_read_bytes_per_sec_max: u64,
-    /// Lowest rate of catch-up reads, bytes per second.
-    pub bulk_read_bytes_per_sec_min: u64,
-    /// Syncs slower than this (ms) cut the catch-up read rate.
+    pub bulk_bytes_per_sec_max: u64,
+    /// Lowest rate of bulk work, bytes per second.
+    pub bulk_bytes_per_sec_min: u64,
+    /// Small syncs slower than this (ms) cut the bulk rate.
     pub sync_latency_target_ms: u64,
     /// With `flush = sync`: bytes a partition may have appended and not yet handed to a
     /// sync before its producers are read no further until the sync in progress ends.
@@ -245,8 +246,8 @@ impl Default for BrokerConfig {
             read_cache_first: true,
             read_tail_bytes: limits::READ_TAIL_BYTES_DEFAULT,
             read_threads_nice: limits::READ_THREADS_NICE_DEFAULT,
-            bulk_read_bytes_per_sec_max: limits::BULK_READ_BYTES_PER_SEC_MAX_DEFAULT,
-            bulk_read_bytes_per_sec_min: limits::BULK_READ_BYTES_PER_SEC_MIN_DEFAULT,
+            bulk_bytes_per_sec_max: limits::BULK_BYTES_PER_SEC_MAX_DEFAULT,
+            bulk_bytes_per_sec_min: limits::BULK_BYTES_PER_SEC_MIN_DEFAULT,
             sync_latency_target_ms: limits::SYNC_LATENCY_TARGET_MS_DEFAULT,
             partition_unsynced_bytes_max: limits::PARTITION_UNSYNCED_BYTES_MAX_DEFAULT,
             connection_outbound_bytes_max: limits::CONNECTION_OUTBOUND_BYTES_MAX_DEFAULT,
@@ -262,11 +263,11 @@ impl Default for BrokerConfig {
 }
 
 impl BrokerConfig {
-    /// The bulk-read budget's settings.
+    /// The bulk budget's settings.
     pub fn bulk_budget(&self) -> crate::bulk_budget::BudgetConfig {
         crate::bulk_budget::BudgetConfig {
-            min_bytes_per_sec: self.bulk_read_bytes_per_sec_min as f64,
-            max_bytes_per_sec: self.bulk_read_bytes_per_sec_max as f64,
+            min_bytes_per_sec: self.bulk_bytes_per_sec_min as f64,
+            max_bytes_per_sec: self.bulk_bytes_per_sec_max as f64,
             target: std::time::Duration::from_millis(self.sync_latency_target_ms),
             interval: std::time::Duration::from_millis(limits::BULK_BUDGET_INTERVAL_MS),
         }
@@ -294,12 +295,12 @@ impl BrokerConfig {
                 self.read_threads_nice
             ));
         }
-        if self.bulk_read_bytes_per_sec_min == 0
-            || self.bulk_read_bytes_per_sec_min > self.bulk_read_bytes_per_sec_max
+        if self.bulk_bytes_per_sec_min == 0
+            || self.bulk_bytes_per_sec_min > self.bulk_bytes_per_sec_max
         {
             return Err(format!(
-                "need 0 < bulk_read_bytes_per_sec_min ({}) <= bulk_read_bytes_per_sec_max ({})",
-                self.bulk_read_bytes_per_sec_min, self.bulk_read_bytes_per_sec_max
+                "need 0 < bulk_bytes_per_sec_min ({}) <= bulk_bytes_per_sec_max ({})",
+                self.bulk_bytes_per_sec_min, self.bulk_bytes_per_sec_max
             ));
         }
         if self.partition_unsynced_bytes_max == 0 {

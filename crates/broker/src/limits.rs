@@ -110,20 +110,20 @@ pub const READ_TAIL_BYTES_DEFAULT: u64 = 8 * 1024 * 1024;
 /// CPU time that tail reads and produces leave over.
 pub const READ_THREADS_NICE_DEFAULT: i32 = 10;
 
-/// Highest and lowest rate of bulk reads, catch-up reads on the read threads, in
-/// bytes per second (`bulk_read_bytes_per_sec_max`, `bulk_read_bytes_per_sec_min`).
+/// Highest and lowest rate of bulk work, catch-up reads on the read threads and
+/// produce requests larger than 8 KiB together, in bytes per second (`bulk_bytes_per_sec_max`, `bulk_bytes_per_sec_min`).
 /// The rate starts at the highest and halves while syncs are slower than
 /// [`SYNC_LATENCY_TARGET_MS_DEFAULT`] (`crate::bulk_budget`); it never drops below the
 /// lowest, so catching up always progresses.
-pub const BULK_READ_BYTES_PER_SEC_MAX_DEFAULT: u64 = 1024 * 1024 * 1024;
-pub const BULK_READ_BYTES_PER_SEC_MIN_DEFAULT: u64 = 16 * 1024 * 1024;
+pub const BULK_BYTES_PER_SEC_MAX_DEFAULT: u64 = 1024 * 1024 * 1024;
+pub const BULK_BYTES_PER_SEC_MIN_DEFAULT: u64 = 16 * 1024 * 1024;
 
 /// The slowest small sync per interval that counts as fast (`sync_latency_target_ms`):
-/// above it, bulk reads are cut back. A quiet disk syncs 4 KiB in well under a
+/// above it, bulk work is cut back. A quiet disk syncs 4 KiB in well under a
 /// millisecond here (`docs/sync.md`).
 pub const SYNC_LATENCY_TARGET_MS_DEFAULT: u64 = 10;
 
-/// How often the bulk-read rate is adjusted.
+/// How often the bulk rate is adjusted.
 pub const BULK_BUDGET_INTERVAL_MS: u64 = 100;
 
 /// Bytes a partition may have appended and not yet handed to a sync

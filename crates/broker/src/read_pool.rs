@@ -22,8 +22,7 @@
 //! slow down, and the tail readers and producers keep the CPU; when the CPU is idle,
 //! catching up runs at full speed.
 
-use crate::bulk_budget::{BudgetConfig, BudgetSnapshot, BulkBudget};
-use crate::timings::Timings;
+use crate::bulk_budget::BulkBudget;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -36,8 +35,8 @@ pub struct ReadPool {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     threads: usize,
     stats: Arc<ReadStats>,
-    /// The rate its reads may take ([`crate::bulk_budget`]).
-    budget: BulkBudget,
+    /// The rate bulk work may take ([`crate::bulk_budget`]), shared with large produces.
+    budget: Arc<BulkBudget>,
 }
 
 /// What the read path did, for metrics and tests.
@@ -85,14 +84,8 @@ pub struct PoolClosed;
 impl ReadPool {
     /// Starts `threads` threads (at least one), each at CPU priority `nice` (0 leaves
     /// the process's priority; raising it never needs privileges).
-    /// Starts `threads` threads; their catch-up reads follow `budget`, adapting to the
-    /// small syncs reported in `timings`.
-    pub fn new(
-        threads: usize,
-        nice: i32,
-        budget: BudgetConfig,
-        timings: Arc<Timings>,
-    ) -> Arc<ReadPool> {
+    /// Starts `threads` threads; their catch-up reads pass `budget`.
+    pub fn new(threads: usize, nice: i32, budget: Arc<BulkBudget>) -> Arc<ReadPool> {
         let threads = threads.max(1);
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
@@ -112,7 +105,7 @@ impl ReadPool {
             jobs: Mutex::new(Some(tx)),
             threads,
             stats,
-            budget: BulkBudget::new(budget, timings),
+            budget,
         })
     }
 
@@ -128,10 +121,6 @@ impl ReadPool {
             self.budget.charge(records.len());
         }
         Ok(result)
-    }
-
-    pub fn budget(&self) -> BudgetSnapshot {
-        self.budget.snapshot()
     }
 
     /// Runs `read` on a pool thread and waits for its result.
@@ -213,13 +202,14 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn test_budget() -> BudgetConfig {
-        crate::BrokerConfig::default().bulk_budget()
+    fn test_budget() -> Arc<BulkBudget> {
+        let config = crate::BrokerConfig::default().bulk_budget();
+        Arc::new(BulkBudget::new(config, Arc::default()))
     }
 
     #[tokio::test]
     async fn reads_run_on_the_pool_threads_and_return_their_results() {
-        let pool = ReadPool::new(2, 0, test_budget(), Arc::default());
+        let pool = ReadPool::new(2, 0, test_budget());
         let name = pool
             .run(|| std::thread::current().name().map(str::to_string))
             .await
@@ -232,7 +222,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_pool_queues_in_arrival_order() {
-        let pool = ReadPool::new(1, 0, test_budget(), Arc::default());
+        let pool = ReadPool::new(1, 0, test_budget());
         let (release, gate) = std::sync::mpsc::channel::<()>();
         let order = Arc::new(Mutex::new(Vec::new()));
         let blocker = {

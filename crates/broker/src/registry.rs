@@ -4,6 +4,7 @@
 //! Creations and deletions are serialized by an async mutex and do their disk work on
 //! blocking threads, so an admin request never blocks a connection's reader.
 
+use crate::bulk_budget::BulkBudget;
 use crate::config::{BrokerConfig, SyncScope, TopicConfig};
 use crate::disk::{run_disk_checks, DiskSpace};
 use crate::flusher::SharedFlusher;
@@ -36,6 +37,8 @@ pub struct Broker {
     producer_ids: ProducerIds,
     /// Threads for reads that may wait for the disk (see [`crate::read_pool`]).
     read_pool: Arc<ReadPool>,
+    /// The rate catch-up reads and large produces may take together.
+    bulk: Arc<BulkBudget>,
     /// Where acknowledgements, fetches and syncs spend their time.
     timings: Arc<Timings>,
     /// The broker-wide group commit, with `flush = sync` and a broker sync scope.
@@ -129,11 +132,11 @@ impl Broker {
         }
         tracing::info!(topics = topics.len(), data_dir = %data_dir.display(), "data directory loaded");
         let timings = Arc::new(Timings::new());
+        let bulk = Arc::new(BulkBudget::new(config.bulk_budget(), Arc::clone(&timings)));
         let read_pool = ReadPool::new(
             config.read_threads,
             config.read_threads_nice,
-            config.bulk_budget(),
-            Arc::clone(&timings),
+            Arc::clone(&bulk),
         );
         Ok(Broker {
             config,
@@ -144,6 +147,7 @@ impl Broker {
             closed: AtomicBool::new(false),
             producer_ids,
             read_pool,
+            bulk,
             timings,
             shared_flusher,
             disk: Arc::new(disk),
@@ -182,6 +186,12 @@ impl Broker {
     /// The data directory's free space; produces reserve their size here first.
     pub fn disk_space(&self) -> &Arc<DiskSpace> {
         &self.disk
+    }
+
+    /// The budget of bulk work ([`crate::bulk_budget`]): catch-up reads and large
+    /// produces.
+    pub fn bulk_budget(&self) -> &Arc<BulkBudget> {
+        &self.bulk
     }
 
     /// The stage histograms ([`crate::timings`]).

@@ -110,15 +110,15 @@ struct ServeArgs {
     /// Nice value (0-19) of the read threads, so catching up uses spare CPU [default: 10].
     #[arg(long, env = "HEADWAY_READ_THREADS_NICE")]
     read_threads_nice: Option<i32>,
-    /// Highest rate of catch-up reads, bytes/s; it adapts down to
-    /// --bulk-read-bytes-per-sec-min while syncs are slower than --sync-latency-target-ms
+    /// Highest rate of bulk work (catch-up reads, produces over 8 KiB), bytes/s; it adapts down to
+    /// --bulk-bytes-per-sec-min while syncs are slower than --sync-latency-target-ms
     /// [default: 1073741824].
-    #[arg(long, env = "HEADWAY_BULK_READ_BYTES_PER_SEC_MAX")]
-    bulk_read_bytes_per_sec_max: Option<u64>,
-    /// Lowest rate of catch-up reads, bytes/s [default: 16777216].
-    #[arg(long, env = "HEADWAY_BULK_READ_BYTES_PER_SEC_MIN")]
-    bulk_read_bytes_per_sec_min: Option<u64>,
-    /// Syncs slower than this cut the catch-up read rate, in ms [default: 10].
+    #[arg(long, env = "HEADWAY_BULK_BYTES_PER_SEC_MAX")]
+    bulk_bytes_per_sec_max: Option<u64>,
+    /// Lowest rate of bulk work, bytes/s [default: 16777216].
+    #[arg(long, env = "HEADWAY_BULK_BYTES_PER_SEC_MIN")]
+    bulk_bytes_per_sec_min: Option<u64>,
+    /// Small syncs slower than this cut the bulk rate, in ms [default: 10].
     #[arg(long, env = "HEADWAY_SYNC_LATENCY_TARGET_MS")]
     sync_latency_target_ms: Option<u64>,
     /// With --flush sync: bytes a partition may have appended and not yet handed to a
@@ -179,8 +179,8 @@ impl ServeArgs {
         set!(read_cache_first = self.read_cache_first);
         set!(read_tail_bytes = self.read_tail_bytes);
         set!(read_threads_nice = self.read_threads_nice);
-        set!(bulk_read_bytes_per_sec_max = self.bulk_read_bytes_per_sec_max);
-        set!(bulk_read_bytes_per_sec_min = self.bulk_read_bytes_per_sec_min);
+        set!(bulk_bytes_per_sec_max = self.bulk_bytes_per_sec_max);
+        set!(bulk_bytes_per_sec_min = self.bulk_bytes_per_sec_min);
         set!(sync_latency_target_ms = self.sync_latency_target_ms);
         set!(partition_unsynced_bytes_max = self.partition_unsynced_bytes_max);
         set!(connection_outbound_bytes_max = self.connection_outbound_bytes_max);

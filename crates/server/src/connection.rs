@@ -29,6 +29,7 @@ use crate::request_budget::Reserved;
 use crate::stats::Connection;
 use bytes::Bytes;
 use headway_broker::limits;
+use headway_protocol::kafka_protocol::messages::ApiKey;
 use headway_protocol::{parse_request, read_frame_size, FrameError, Request};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -73,9 +74,18 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
             break;
         };
         conn.requests_read.fetch_add(1, Ordering::Relaxed);
-        let outcome = handlers::dispatch(ctx, conn, request, arrival, &mut hold);
-        // Handled: the request's bytes are free (a reply keeps what it needs).
+        // A large produce is bulk work: it waits for the bulk budget, which shrinks
+        // while small syncs are slow (`docs/sync.md`), and is charged with its size.
         let large = reserved.is_some();
+        let bulk = (large && request.api_key == ApiKey::Produce).then(|| request.body.len());
+        if bulk.is_some() {
+            ctx.broker.bulk_budget().admit().await;
+        }
+        let outcome = handlers::dispatch(ctx, conn, request, arrival, &mut hold);
+        if let Some(bytes) = bulk {
+            ctx.broker.bulk_budget().charge(bytes);
+        }
+        // Handled: the request's bytes are free (a reply keeps what it needs).
         drop(reserved);
         // A producer past a partition's unsynced bound is read no further until that
         // partition's sync caught up.

@@ -225,23 +225,23 @@ pub fn render(stats: &ServerStats, broker: &Broker) -> String {
         "Fetch reads sent to the read threads",
         s.reads.pooled,
     );
-    let budget = broker.read_pool().budget();
+    let budget = broker.bulk_budget().snapshot();
     gauge(
         &mut r,
-        "bulk_read_rate_bytes",
-        "Current rate of catch-up reads, bytes/s: adapts to sync latency (docs/sync.md)",
+        "bulk_rate_bytes",
+        "Current rate of bulk work (catch-up reads and large produces), bytes/s: adapts to sync latency (docs/sync.md)",
         budget.rate_bytes_per_sec as u64,
     );
     counter(
         &mut r,
-        "bulk_read_rate_decreases",
-        "Times syncs slower than sync_latency_target_ms halved the catch-up read rate",
+        "bulk_rate_decreases",
+        "Times syncs slower than sync_latency_target_ms halved the bulk rate",
         budget.decreases,
     );
     counter(
         &mut r,
-        "bulk_read_waits",
-        "Catch-up reads that waited for the bulk-read budget",
+        "bulk_waits",
+        "Catch-up reads and large produces that waited for the bulk budget",
         budget.waits,
     );
 
