@@ -195,8 +195,9 @@ pub struct BrokerConfig {
     pub bulk_bytes_per_sec_max: u64,
     /// Lowest rate of bulk work, bytes per second.
     pub bulk_bytes_per_sec_min: u64,
-    /// Small syncs slower than this (ms) cut the bulk rate.
-    pub sync_latency_target_ms: u64,
+    /// Light work (small syncs, small produces' waits for durability) slower than this
+    /// (ms) cuts the bulk rate.
+    pub light_latency_target_ms: u64,
     /// With `flush = sync`: bytes a partition may have appended and not yet handed to a
     /// sync before its producers are read no further until the sync in progress ends.
     pub partition_unsynced_bytes_max: u64,
@@ -248,7 +249,7 @@ impl Default for BrokerConfig {
             read_threads_nice: limits::READ_THREADS_NICE_DEFAULT,
             bulk_bytes_per_sec_max: limits::BULK_BYTES_PER_SEC_MAX_DEFAULT,
             bulk_bytes_per_sec_min: limits::BULK_BYTES_PER_SEC_MIN_DEFAULT,
-            sync_latency_target_ms: limits::SYNC_LATENCY_TARGET_MS_DEFAULT,
+            light_latency_target_ms: limits::LIGHT_LATENCY_TARGET_MS_DEFAULT,
             partition_unsynced_bytes_max: limits::PARTITION_UNSYNCED_BYTES_MAX_DEFAULT,
             connection_outbound_bytes_max: limits::CONNECTION_OUTBOUND_BYTES_MAX_DEFAULT,
             outbound_bytes_max: limits::OUTBOUND_BYTES_MAX_DEFAULT,
@@ -268,7 +269,7 @@ impl BrokerConfig {
         crate::bulk_budget::BudgetConfig {
             min_bytes_per_sec: self.bulk_bytes_per_sec_min as f64,
             max_bytes_per_sec: self.bulk_bytes_per_sec_max as f64,
-            target: std::time::Duration::from_millis(self.sync_latency_target_ms),
+            target: std::time::Duration::from_millis(self.light_latency_target_ms),
             interval: std::time::Duration::from_millis(limits::BULK_BUDGET_INTERVAL_MS),
         }
     }

@@ -112,16 +112,17 @@ pub const READ_THREADS_NICE_DEFAULT: i32 = 10;
 
 /// Highest and lowest rate of bulk work, catch-up reads on the read threads and
 /// produce requests larger than 8 KiB together, in bytes per second (`bulk_bytes_per_sec_max`, `bulk_bytes_per_sec_min`).
-/// The rate starts at the highest and halves while syncs are slower than
-/// [`SYNC_LATENCY_TARGET_MS_DEFAULT`] (`crate::bulk_budget`); it never drops below the
+/// The rate starts at the highest and halves while light work is slower than
+/// [`LIGHT_LATENCY_TARGET_MS_DEFAULT`] (`crate::bulk_budget`); it never drops below the
 /// lowest, so catching up always progresses.
 pub const BULK_BYTES_PER_SEC_MAX_DEFAULT: u64 = 1024 * 1024 * 1024;
 pub const BULK_BYTES_PER_SEC_MIN_DEFAULT: u64 = 16 * 1024 * 1024;
 
-/// The slowest small sync per interval that counts as fast (`sync_latency_target_ms`):
-/// above it, bulk work is cut back. A quiet disk syncs 4 KiB in well under a
-/// millisecond here (`docs/sync.md`).
-pub const SYNC_LATENCY_TARGET_MS_DEFAULT: u64 = 10;
+/// The slowest light work per interval that counts as fast (`light_latency_target_ms`):
+/// a small sync, or a small produce's wait from its append to its data being durable
+/// (which is at most about two syncs). Above it, bulk work is cut back. A quiet disk
+/// syncs 4 KiB in well under a millisecond here (`docs/sync.md`).
+pub const LIGHT_LATENCY_TARGET_MS_DEFAULT: u64 = 5;
 
 /// How often the bulk rate is adjusted.
 pub const BULK_BUDGET_INTERVAL_MS: u64 = 100;

@@ -3,6 +3,8 @@
 //!
 //! Stages of a produce with acks=1/all, for each partition it writes:
 //! - `read`: from the frame's length prefix to its last byte (the request's own upload);
+//! - `handle`: from the last byte to the append (decoding, the bulk budget for a large
+//!   request, and any time the thread handling the connection did not run);
 //! - `append`: `Partition::append` (validation, the partition's mutex, the page-cache write);
 //! - `durable`: from the append to the high watermark covering it (waiting for the sync
 //!   in progress, if any, then for the sync that carries it);
@@ -21,9 +23,9 @@
 //! tail is not averaged away by a heavy one's. Each broker has its own ([`Timings`],
 //! `Broker::timings`); `/metrics` shows them as `headway_produce_stage_seconds`,
 //! `headway_fetch_stage_seconds` and `headway_sync_seconds`. The slowest small sync is
-//! also the latency signal of the catch-up read budget ([`Timings::small_syncs`]).
+//! also part of the bulk budget's latency signal ([`Timings::light_latency`]).
 
-use crate::bulk_budget::SyncSignal;
+use crate::bulk_budget::LatencySignal;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::exponential_buckets;
 pub use prometheus_client::metrics::histogram::Histogram;
@@ -48,6 +50,7 @@ fn new_histogram() -> Histogram {
 #[derive(Clone)]
 pub struct ProduceStages {
     pub read: Histogram,
+    pub handle: Histogram,
     pub append: Histogram,
     pub durable: Histogram,
     pub reply: Histogram,
@@ -74,8 +77,9 @@ pub struct Timings {
     fetch_catch_up: FetchStages,
     sync_small: Histogram,
     sync_large: Histogram,
-    /// The slowest small sync since the bulk-read budget last looked.
-    pub small_syncs: SyncSignal,
+    /// The slowest light work (a small sync, a small produce's wait to be durable)
+    /// since the bulk budget last looked.
+    pub light_latency: LatencySignal,
 }
 
 fn get(family: &Histograms, labels: &[(&'static str, &'static str)]) -> Histogram {
@@ -95,6 +99,7 @@ impl Timings {
         let sync = Histograms::new_with_constructor(new_histogram as fn() -> Histogram);
         let produce_stages = |size| ProduceStages {
             read: get(&produce, &[("stage", "read"), ("size", size)]),
+            handle: get(&produce, &[("stage", "handle"), ("size", size)]),
             append: get(&produce, &[("stage", "append"), ("size", size)]),
             durable: get(&produce, &[("stage", "durable"), ("size", size)]),
             reply: get(&produce, &[("stage", "reply"), ("size", size)]),
@@ -113,7 +118,7 @@ impl Timings {
             fetch_catch_up: fetch_stages("catch_up"),
             sync_small: get(&sync, &[("size", "small")]),
             sync_large: get(&sync, &[("size", "large")]),
-            small_syncs: SyncSignal::new(),
+            light_latency: LatencySignal::new(),
             produce,
             fetch,
             sync,
@@ -137,12 +142,12 @@ impl Timings {
     }
 
     /// A flusher synced `bytes` in `elapsed`: recorded, and a small sync feeds the
-    /// bulk-read budget's latency signal.
+    /// bulk budget's latency signal.
     pub fn synced(&self, bytes: u64, elapsed: Duration) {
         match bytes <= SMALL_SYNC_BYTES {
             true => {
                 observe(&self.sync_small, elapsed);
-                self.small_syncs.note(elapsed);
+                self.light_latency.note(elapsed);
             }
             false => observe(&self.sync_large, elapsed),
         }

@@ -111,16 +111,17 @@ struct ServeArgs {
     #[arg(long, env = "HEADWAY_READ_THREADS_NICE")]
     read_threads_nice: Option<i32>,
     /// Highest rate of bulk work (catch-up reads, produces over 8 KiB), bytes/s; it adapts down to
-    /// --bulk-bytes-per-sec-min while syncs are slower than --sync-latency-target-ms
+    /// --bulk-bytes-per-sec-min while light work is slower than --light-latency-target-ms
     /// [default: 1073741824].
     #[arg(long, env = "HEADWAY_BULK_BYTES_PER_SEC_MAX")]
     bulk_bytes_per_sec_max: Option<u64>,
     /// Lowest rate of bulk work, bytes/s [default: 16777216].
     #[arg(long, env = "HEADWAY_BULK_BYTES_PER_SEC_MIN")]
     bulk_bytes_per_sec_min: Option<u64>,
-    /// Small syncs slower than this cut the bulk rate, in ms [default: 10].
-    #[arg(long, env = "HEADWAY_SYNC_LATENCY_TARGET_MS")]
-    sync_latency_target_ms: Option<u64>,
+    /// Small syncs and small produces' waits for durability slower than this cut the bulk
+    /// rate, in ms [default: 5].
+    #[arg(long, env = "HEADWAY_LIGHT_LATENCY_TARGET_MS")]
+    light_latency_target_ms: Option<u64>,
     /// With --flush sync: bytes a partition may have appended and not yet handed to a
     /// sync; a producer past it waits for the sync in progress [default: 8388608].
     #[arg(long, env = "HEADWAY_PARTITION_UNSYNCED_BYTES_MAX")]
@@ -181,7 +182,7 @@ impl ServeArgs {
         set!(read_threads_nice = self.read_threads_nice);
         set!(bulk_bytes_per_sec_max = self.bulk_bytes_per_sec_max);
         set!(bulk_bytes_per_sec_min = self.bulk_bytes_per_sec_min);
-        set!(sync_latency_target_ms = self.sync_latency_target_ms);
+        set!(light_latency_target_ms = self.light_latency_target_ms);
         set!(partition_unsynced_bytes_max = self.partition_unsynced_bytes_max);
         set!(connection_outbound_bytes_max = self.connection_outbound_bytes_max);
         set!(outbound_bytes_max = self.outbound_bytes_max);

@@ -28,7 +28,7 @@ use crate::handlers::{self, Arrival, Ctx, HandlerError, Outgoing, Reply, ReplyTi
 use crate::request_budget::Reserved;
 use crate::stats::Connection;
 use bytes::Bytes;
-use headway_broker::limits;
+use headway_broker::{limits, Partition};
 use headway_protocol::kafka_protocol::messages::ApiKey;
 use headway_protocol::{parse_request, read_frame_size, FrameError, Request};
 use std::net::SocketAddr;
@@ -64,8 +64,19 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
         client_id: None,
     };
     let mut shutdown = ctx.shutdown.clone();
-    let mut hold = Vec::new();
+    let mut hold: Vec<Arc<Partition>> = Vec::new();
+    let mut large = false;
     loop {
+        // A producer past a partition's unsynced bound is read no further until that
+        // partition's sync caught up (its answer is queued already).
+        for partition in hold.drain(..) {
+            ctx.stats.unsynced_holds.fetch_add(1, Ordering::Relaxed);
+            partition.wait_unsynced_within_bound().await;
+        }
+        if std::mem::take(&mut large) {
+            // A heavy client does not keep this worker thread from other connections.
+            tokio::task::yield_now().await;
+        }
         let next = tokio::select! {
             next = next_request(&mut reader, &mut client, ctx) => next,
             _ = handlers::shutting_down(&mut shutdown) => break,
@@ -76,27 +87,26 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
         conn.requests_read.fetch_add(1, Ordering::Relaxed);
         // A large produce is bulk work: it waits for the bulk budget, which shrinks
         // while small syncs are slow (`docs/sync.md`), and is charged with its size.
-        let large = reserved.is_some();
+        large = reserved.is_some();
         let bulk = (large && request.api_key == ApiKey::Produce).then(|| request.body.len());
-        if bulk.is_some() {
-            ctx.broker.bulk_budget().admit().await;
-        }
-        let outcome = handlers::dispatch(ctx, conn, request, arrival, &mut hold);
+        let outcome = match bulk {
+            None => handlers::dispatch(ctx, conn, request, arrival, &mut hold),
+            Some(_) => {
+                ctx.broker.bulk_budget().admit().await;
+                match dispatch_on_bulk_thread(ctx, conn, request, arrival).await {
+                    Some((outcome, held)) => {
+                        hold = held;
+                        outcome
+                    }
+                    None => break,
+                }
+            }
+        };
         if let Some(bytes) = bulk {
             ctx.broker.bulk_budget().charge(bytes);
         }
         // Handled: the request's bytes are free (a reply keeps what it needs).
         drop(reserved);
-        // A producer past a partition's unsynced bound is read no further until that
-        // partition's sync caught up.
-        for partition in hold.drain(..) {
-            ctx.stats.unsynced_holds.fetch_add(1, Ordering::Relaxed);
-            partition.wait_unsynced_within_bound().await;
-        }
-        if large {
-            // A heavy client does not keep this worker thread from other connections.
-            tokio::task::yield_now().await;
-        }
         match outcome {
             Ok(Reply::Silent) => {}
             Ok(reply) => {
@@ -125,6 +135,26 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
     }
     drop(replies);
     let _ = writer.await;
+}
+
+/// Handles a large produce on one of the broker's bulk threads (the read threads, at a
+/// lower CPU priority): its CRC checks, copy and page-cache write do not occupy a worker
+/// thread that light connections need. `None` when the broker is shutting down.
+async fn dispatch_on_bulk_thread(
+    ctx: &Arc<Ctx>,
+    conn: &Arc<Connection>,
+    request: Request,
+    arrival: Arrival,
+) -> Option<(Result<Reply, HandlerError>, Vec<Arc<Partition>>)> {
+    let (ctx, conn) = (Arc::clone(ctx), Arc::clone(conn));
+    let pool = Arc::clone(ctx.broker.read_pool());
+    pool.run(move || {
+        let mut hold = Vec::new();
+        let outcome = handlers::dispatch(&ctx, &conn, request, arrival, &mut hold);
+        (outcome, hold)
+    })
+    .await
+    .ok()
 }
 
 /// Who is on the other end, for the log line that closes a connection.

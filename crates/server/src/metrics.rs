@@ -235,7 +235,7 @@ pub fn render(stats: &ServerStats, broker: &Broker) -> String {
     counter(
         &mut r,
         "bulk_rate_decreases",
-        "Times syncs slower than sync_latency_target_ms halved the bulk rate",
+        "Times light work slower than light_latency_target_ms halved the bulk rate",
         budget.decreases,
     );
     counter(

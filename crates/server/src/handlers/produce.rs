@@ -18,7 +18,7 @@
 
 use super::{pending_with, ApiSpec, Arrival, Ctx, HandlerError, Reply, ReplyTiming};
 use crate::errors::code_and_message;
-use headway_broker::timings::{self, ProduceStages};
+use headway_broker::timings::{self, ProduceStages, Timings};
 use headway_broker::{Appended, BrokerError, DiskSpace, Partition};
 use headway_protocol::kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
@@ -72,8 +72,11 @@ pub fn handle(
         .max()
         .unwrap_or(0);
     let stages = ctx.broker.timings().produce(largest).clone();
+    // A light producer's wait for durability is part of the bulk budget's signal.
+    let light = (largest <= timings::SMALL_REQUEST_BYTES).then(|| Arc::clone(ctx.broker.timings()));
     timings::observe(&stages.read, arrival.read);
     let mut topics = Vec::with_capacity(body.topic_data.len());
+    let mut first = true;
     for topic_data in body.topic_data {
         let topic = ctx.broker.topic(&topic_data.name);
         let outcomes: Vec<Outcome> = topic_data
@@ -81,6 +84,11 @@ pub fn handle(
             .into_iter()
             .map(|p| {
                 let start = Instant::now();
+                if first {
+                    first = false;
+                    let read = arrival.started + arrival.read;
+                    timings::observe(&stages.handle, start.saturating_duration_since(read));
+                }
                 let appended = if valid_acks {
                     append(
                         ctx.broker.disk_space(),
@@ -114,7 +122,7 @@ pub fn handle(
     pending_with(request, async move {
         let mut responses = Vec::with_capacity(topics.len());
         for (name, outcomes) in topics {
-            responses.push(topic_response(name, outcomes, &stages).await);
+            responses.push(topic_response(name, outcomes, &stages, light.as_deref()).await);
         }
         let timing = ReplyTiming {
             started: arrival.started,
@@ -152,13 +160,18 @@ async fn topic_response(
     name: TopicName,
     outcomes: Vec<Outcome>,
     stages: &ProduceStages,
+    light: Option<&Timings>,
 ) -> TopicProduceResponse {
     let mut partitions = Vec::with_capacity(outcomes.len());
     for outcome in outcomes {
         let durable = match outcome.appended {
             Ok((partition, appended)) => {
                 let durable = partition.wait_durable(appended.log_end_offset).await;
-                timings::observe(&stages.durable, outcome.at.elapsed());
+                let waited = outcome.at.elapsed();
+                timings::observe(&stages.durable, waited);
+                if let Some(light) = light {
+                    light.light_latency.note(waited);
+                }
                 durable.map(|_| appended)
             }
             Err(e) => Err(e),
