@@ -2,7 +2,7 @@
 //! and no more.
 //!
 //! Reads on the read threads (consumers catching up on data behind the tail) and
-//! produce requests larger than 8 KiB (heavy writers) pass one token bucket whose rate
+//! produce requests larger than 64 KiB (heavy writers) pass one token bucket whose rate
 //! adapts to the latency of the work that must stay fast, the way a congestion
 //! controller adapts a sending rate. The broker notes that latency in its
 //! [`LatencySignal`] (`Timings::light_latency`): every small sync, and every small

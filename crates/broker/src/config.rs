@@ -177,8 +177,9 @@ pub struct BrokerConfig {
     /// past it the connection is closed.
     pub request_body_timeout_ms: u64,
     pub connections_max: usize,
-    /// Threads for reads that may wait for the disk (cold reads). Reads of data in the
-    /// page cache do not use them.
+    /// Threads for bulk work: reads that may wait for the disk (cold reads) and the
+    /// appends of produce requests over 64 KiB. Reads of data in the page cache do not
+    /// use them.
     pub read_threads: usize,
     /// Try the page cache first (`RWF_NOWAIT`) and read on the caller's thread when
     /// every byte is there; `false` sends every fetch read to the read threads.
@@ -189,7 +190,7 @@ pub struct BrokerConfig {
     /// CPU priority (nice value, 0..=19) of the read threads: catching up uses the CPU
     /// the tail readers and producers leave.
     pub read_threads_nice: i32,
-    /// Highest rate of bulk work (catch-up reads and produces larger than 8 KiB),
+    /// Highest rate of bulk work (catch-up reads and produces larger than 64 KiB),
     /// bytes per second; the rate
     /// adapts between the lowest and this to the latency of syncs (`docs/sync.md`).
     pub bulk_bytes_per_sec_max: u64,

@@ -21,6 +21,11 @@
 //! at a time, so when the CPU is busy its reads, and with them its whole fetch loop,
 //! slow down, and the tail readers and producers keep the CPU; when the CPU is idle,
 //! catching up runs at full speed.
+//!
+//! Bulk work: catch-up reads pass the broker's bulk budget first ([`ReadPool::run_bulk`],
+//! `crate::bulk_budget`). The server also runs produce requests larger than 64 KiB here
+//! (decoding, CRC checks, the append), so that heavy writers take the CPU light
+//! connections leave, like catching up does.
 
 use crate::bulk_budget::BulkBudget;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

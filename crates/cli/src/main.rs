@@ -96,7 +96,8 @@ struct ServeArgs {
     /// Default max.message.bytes of topics [default: 1048588].
     #[arg(long, env = "HEADWAY_MAX_MESSAGE_BYTES")]
     max_message_bytes: Option<usize>,
-    /// Threads for fetch reads that wait for the disk [default: 8].
+    /// Bulk threads: fetch reads that wait for the disk, appends of produce requests over
+    /// 64 KiB [default: 8].
     #[arg(long, env = "HEADWAY_READ_THREADS")]
     read_threads: Option<usize>,
     /// Serve reads of cached data on the connection's thread, sending only reads that
@@ -110,7 +111,7 @@ struct ServeArgs {
     /// Nice value (0-19) of the read threads, so catching up uses spare CPU [default: 10].
     #[arg(long, env = "HEADWAY_READ_THREADS_NICE")]
     read_threads_nice: Option<i32>,
-    /// Highest rate of bulk work (catch-up reads, produces over 8 KiB), bytes/s; it adapts down to
+    /// Highest rate of bulk work (catch-up reads, produces over 64 KiB), bytes/s; it adapts down to
     /// --bulk-bytes-per-sec-min while light work is slower than --light-latency-target-ms
     /// [default: 1073741824].
     #[arg(long, env = "HEADWAY_BULK_BYTES_PER_SEC_MAX")]

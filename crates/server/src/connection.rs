@@ -86,9 +86,10 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
         };
         conn.requests_read.fetch_add(1, Ordering::Relaxed);
         // A large produce is bulk work: it waits for the bulk budget, which shrinks
-        // while small syncs are slow (`docs/sync.md`), and is charged with its size.
+        // while light work is slow (`docs/sync.md`), and is charged with its size.
         large = reserved.is_some();
-        let bulk = (large && request.api_key == ApiKey::Produce).then(|| request.body.len());
+        let heavy = request.body.len() > limits::BULK_PRODUCE_BYTES_MIN;
+        let bulk = (heavy && request.api_key == ApiKey::Produce).then(|| request.body.len());
         let outcome = match bulk {
             None => handlers::dispatch(ctx, conn, request, arrival, &mut hold),
             Some(_) => {
