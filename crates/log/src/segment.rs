@@ -117,9 +117,9 @@ fn open_for_append(path: &Path, create: bool) -> Result<Arc<File>, LogError> {
 /// read it in one call. Readahead would add up to `read_ahead_kb` (often several MiB)
 /// of reads the fetch did not ask for, queued on the disk in front of the flushers'
 /// syncs: measured on a virtio disk, a cold 1 GiB sequential read raised the p99 of a
-/// 4 KiB append plus `fdatasync` beside it from 0.4 ms to 3.9 ms with readahead, and to
-/// 0.9 ms without, while reading faster (`docs/sync.md`). Advice only: a failure is
-/// ignored.
+/// 4 KiB append plus `fdatasync` beside it from 0.4 ms to 5.5-6.0 ms with readahead,
+/// and to 1.6-2.2 ms without, while reading three times faster
+/// (`bench/results/disk-contention.md`). Advice only: a failure is ignored.
 pub(crate) fn without_readahead(file: &File) {
     use std::os::fd::AsRawFd;
     // SAFETY: the descriptor is open for the duration of the call; the advice changes
