@@ -53,7 +53,7 @@ pub struct ReadStats {
     pub running: AtomicUsize,
     /// Reads served from the page cache on the caller's thread.
     pub cached: AtomicU64,
-    /// Reads that went to the pool.
+    /// Fetch reads that went to the pool.
     pub pooled: AtomicU64,
 }
 
@@ -114,13 +114,14 @@ impl ReadPool {
         })
     }
 
-    /// Runs a read of about `bytes` bytes on a pool thread once the bulk budget admits
-    /// it, charges the budget with what it read, and returns it.
+    /// Runs a fetch's read on a pool thread once the bulk budget admits it, charges the
+    /// budget with what it read, and returns it. Counted in `pooled`.
     pub async fn run_bulk<E: Send + 'static>(
         &self,
         read: impl FnOnce() -> Result<bytes::Bytes, E> + Send + 'static,
     ) -> Result<Result<bytes::Bytes, E>, PoolClosed> {
         self.budget.admit().await;
+        self.stats.pooled.fetch_add(1, Ordering::Relaxed);
         let result = self.run(read).await?;
         if let Ok(records) = &result {
             self.budget.charge(records.len());
@@ -128,7 +129,8 @@ impl ReadPool {
         Ok(result)
     }
 
-    /// Runs `read` on a pool thread and waits for its result.
+    /// Runs `read` (any bulk job: a read, a large produce's append) on a pool thread and
+    /// waits for its result.
     pub async fn run<T: Send + 'static>(
         &self,
         read: impl FnOnce() -> T + Send + 'static,
@@ -145,7 +147,6 @@ impl ReadPool {
             let jobs = self.jobs.lock().expect("read queue lock");
             let sender = jobs.as_ref().ok_or(PoolClosed)?;
             self.stats.queued.fetch_add(1, Ordering::Relaxed);
-            self.stats.pooled.fetch_add(1, Ordering::Relaxed);
             if sender.send(job).is_err() {
                 self.stats.queued.fetch_sub(1, Ordering::Relaxed);
                 return Err(PoolClosed);
@@ -220,6 +221,12 @@ mod tests {
             .await
             .unwrap();
         assert!(name.unwrap().starts_with("headway-read-"));
+        assert_eq!(pool.snapshot().pooled, 0, "a plain job is not a fetch read");
+        let read = pool
+            .run_bulk(|| Ok::<_, ()>(bytes::Bytes::from_static(b"records")))
+            .await
+            .unwrap();
+        assert_eq!(read.unwrap(), "records");
         assert_eq!(pool.snapshot().pooled, 1);
         pool.close();
         assert!(pool.run(|| ()).await.is_err());
