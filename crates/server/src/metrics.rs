@@ -229,7 +229,7 @@ pub fn render(stats: &ServerStats, broker: &Broker) -> String {
     gauge(
         &mut r,
         "bulk_rate_bytes",
-        "Current rate of bulk work (catch-up reads and large produces), bytes/s: adapts to sync latency (docs/sync.md)",
+        "Current rate of bulk work (catch-up reads and large produces), bytes/s: adapts to the latency of light work (docs/sync.md)",
         budget.rate_bytes_per_sec as u64,
     );
     counter(
