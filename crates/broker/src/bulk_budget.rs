@@ -244,6 +244,16 @@ mod tests {
         }
     }
 
+    /// Ten slow intervals from `start`: 1 GiB/s halves to the 16 MiB/s minimum.
+    fn cut_to_minimum(c: &mut Controller, start: Instant) {
+        for i in 1..=10 {
+            c.adjust(
+                start + Duration::from_millis(100 * i),
+                Some(Duration::from_secs(1)),
+            );
+        }
+    }
+
     #[test]
     fn the_rate_halves_while_syncs_are_slow_and_stops_at_the_minimum() {
         let start = Instant::now();
@@ -265,12 +275,7 @@ mod tests {
     fn the_rate_grows_back_in_steps_while_syncs_are_fast_or_absent() {
         let start = Instant::now();
         let mut c = Controller::new(config(), start);
-        for i in 1..=10 {
-            c.adjust(
-                start + Duration::from_millis(100 * i),
-                Some(Duration::from_secs(1)),
-            );
-        }
+        cut_to_minimum(&mut c, start);
         assert_eq!(c.rate(), 16.0 * MIB);
         c.adjust(
             start + Duration::from_millis(1100),
@@ -290,12 +295,7 @@ mod tests {
     fn a_read_in_debt_waits_for_the_debt_at_the_current_rate() {
         let start = Instant::now();
         let mut c = Controller::new(config(), start);
-        for i in 1..=10 {
-            c.adjust(
-                start + Duration::from_millis(100 * i),
-                Some(Duration::from_secs(1)),
-            );
-        }
+        cut_to_minimum(&mut c, start);
         let now = start + Duration::from_secs(1);
         assert_eq!(c.wait(now), Duration::ZERO, "a full bucket admits at once");
         // 16 MiB/s with a bucket of 1.6 MiB: a 17.6 MiB read leaves 16 MiB of debt.

@@ -237,17 +237,23 @@ async fn partitions_added_later_join_the_shared_flusher() {
     broker.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partition_past_its_unsynced_bound_holds_its_producer_until_a_sync_takes_the_bytes() {
-    let dir = tempfile::tempdir().unwrap();
+/// A partition of its own in `dir`, with no flusher started.
+fn lone_partition(dir: &tempfile::TempDir, flush: FlushPolicy) -> Arc<Partition> {
     let (p, _) = Partition::open(
         dir.path().join("0"),
         "t".into(),
         PartitionIndex(0),
         LogConfig::default(),
-        FlushPolicy::Sync,
+        flush,
     )
     .unwrap();
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_past_its_unsynced_bound_holds_its_producer_until_a_sync_takes_the_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = lone_partition(&dir, FlushPolicy::Sync);
     let one = batch(10, &[7u8; 50]);
     p.bound_unsynced(one.len() as u64 + 1);
     // The flusher is not running yet: appends pile up unsynced.
@@ -273,14 +279,7 @@ async fn a_partition_past_its_unsynced_bound_holds_its_producer_until_a_sync_tak
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_round_takes_a_partitions_unsynced_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let (p, _) = Partition::open(
-        dir.path().join("0"),
-        "t".into(),
-        PartitionIndex(0),
-        LogConfig::default(),
-        FlushPolicy::Sync,
-    )
-    .unwrap();
+    let p = lone_partition(&dir, FlushPolicy::Sync);
     let one = batch(10, &[7u8; 50]);
     p.bound_unsynced(one.len() as u64 + 1);
     p.append(&one, MAX).unwrap();
@@ -296,14 +295,7 @@ async fn a_shared_round_takes_a_partitions_unsynced_bytes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_bound_nothing_holds_producers() {
     let dir = tempfile::tempdir().unwrap();
-    let (p, _) = Partition::open(
-        dir.path().join("0"),
-        "t".into(),
-        PartitionIndex(0),
-        LogConfig::default(),
-        FlushPolicy::Interval(Duration::from_secs(3600)),
-    )
-    .unwrap();
+    let p = lone_partition(&dir, FlushPolicy::Interval(Duration::from_secs(3600)));
     p.bound_unsynced(1);
     for _ in 0..3 {
         p.append(&batch(10, b"v"), MAX).unwrap();

@@ -71,9 +71,10 @@ pub fn handle(
         .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
         .max()
         .unwrap_or(0);
-    let stages = ctx.broker.timings().produce(largest).clone();
+    let histograms = Arc::clone(ctx.broker.timings());
+    let stages = histograms.produce(largest);
     // A light producer's wait for durability is part of the bulk budget's signal.
-    let light = (largest <= timings::SMALL_REQUEST_BYTES).then(|| Arc::clone(ctx.broker.timings()));
+    let light = largest <= timings::SMALL_REQUEST_BYTES;
     timings::observe(&stages.read, arrival.read);
     let mut topics = Vec::with_capacity(body.topic_data.len());
     let mut first = true;
@@ -120,15 +121,17 @@ pub fn handle(
         return Ok(Reply::Silent);
     }
     pending_with(request, async move {
+        let stages = histograms.produce(largest);
+        let light = light.then_some(&*histograms);
         let mut responses = Vec::with_capacity(topics.len());
         for (name, outcomes) in topics {
-            responses.push(topic_response(name, outcomes, &stages, light.as_deref()).await);
+            responses.push(topic_response(name, outcomes, stages, light).await);
         }
         let timing = ReplyTiming {
             started: arrival.started,
             ready: Instant::now(),
-            reply: stages.reply,
-            total: stages.total,
+            reply: stages.reply.clone(),
+            total: stages.total.clone(),
         };
         let body = ProduceResponse::default().with_responses(responses);
         (body, None, Some(timing))
