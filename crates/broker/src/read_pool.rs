@@ -25,7 +25,9 @@
 //! Bulk work: catch-up reads pass the broker's bulk budget first ([`ReadPool::run_bulk`],
 //! `crate::bulk_budget`). The server also runs produce requests larger than 64 KiB here
 //! (decoding, CRC checks, the append), so that heavy writers take the CPU light
-//! connections leave, like catching up does.
+//! connections leave, like catching up does. A connection's reader waits for its large
+//! produce as its writer waits for its fetch's read, so the queue holds at most two jobs
+//! per connection.
 
 use crate::bulk_budget::BulkBudget;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
