@@ -128,7 +128,7 @@ pub const BULK_BYTES_PER_SEC_MIN_DEFAULT: u64 = 16 * 1024 * 1024;
 /// a small sync, or a small produce's wait from its append to its data being durable
 /// (which is at most about two syncs). Above it, bulk work is cut back. A quiet disk
 /// syncs 4 KiB in well under a millisecond here (`docs/sync.md`).
-pub const LIGHT_LATENCY_TARGET_MS_DEFAULT: u64 = 5;
+pub const LIGHT_LATENCY_TARGET_MS_DEFAULT: u64 = 3;
 
 /// How often the bulk rate is adjusted.
 pub const BULK_BUDGET_INTERVAL_MS: u64 = 100;
