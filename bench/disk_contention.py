@@ -48,7 +48,7 @@ def drop_from_cache(path):
     os.close(fd)
 
 
-def cold_read(path, seconds, rate_mib, readahead, out):
+def cold_read(path, seconds, rate_mib, readahead, out, read_bytes=MIB):
     fd = os.open(path, os.O_RDONLY)
     if not readahead:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
@@ -56,11 +56,11 @@ def cold_read(path, seconds, rate_mib, readahead, out):
     offset, reads = 0, 0
     start = time.monotonic()
     while time.monotonic() - start < seconds and offset < size:
-        os.pread(fd, MIB, offset)
-        offset += MIB
+        os.pread(fd, read_bytes, offset)
+        offset += read_bytes
         reads += 1
         if rate_mib:
-            ahead = start + reads / rate_mib - time.monotonic()
+            ahead = start + reads * read_bytes / MIB / rate_mib - time.monotonic()
             if ahead > 0:
                 time.sleep(ahead)
     os.close(fd)
@@ -80,9 +80,9 @@ def run_case(directory, big, seconds, reader):
     )
     procs = [writer]
     if reader is not None:
-        rate, readahead = reader
+        rate, readahead, read_bytes = reader
         procs.append(
-            multiprocessing.Process(target=cold_read, args=(big, seconds, rate, readahead, reads))
+            multiprocessing.Process(target=cold_read, args=(big, seconds, rate, readahead, reads, read_bytes))
         )
     for p in procs:
         p.start()
@@ -117,10 +117,12 @@ def main():
             f.write(chunk)
     cases = [
         ("alone", None),
-        ("beside a cold read, readahead on", (0, True)),
-        ("beside a cold read, readahead off", (0, False)),
-        ("beside a cold read, readahead on, 200 MiB/s", (200, True)),
-        ("beside a cold read, readahead on, 50 MiB/s", (50, True)),
+        ("beside a cold read, readahead on", (0, True, MIB)),
+        ("beside a cold read, readahead off", (0, False, MIB)),
+        ("beside a cold read, readahead off, 256 KiB reads", (0, False, 256 * 1024)),
+        ("beside a cold read, readahead off, 128 KiB reads", (0, False, 128 * 1024)),
+        ("beside a cold read, readahead on, 200 MiB/s", (200, True, MIB)),
+        ("beside a cold read, readahead on, 50 MiB/s", (50, True, MIB)),
     ]
     rows = []
     try:

@@ -26,6 +26,15 @@ pub(crate) const SCAN_CHUNK_BYTES: usize = 1 << 20;
 /// usually cover about one `index_interval_bytes`.
 pub(crate) const SHORT_WALK_CHUNK_BYTES: usize = 64 << 10;
 
+/// Most bytes one blocking read asks the disk for at a time: a fetch from cold data
+/// (a consumer catching up) is read in requests this large, one after another, so
+/// that a light producer's sync on the same disk waits behind at most one of them.
+/// Beside a cold 1 GiB read on this machine's disk, 4 KiB appends with `fdatasync` had
+/// a p99 of 1.4-2.2 ms with 1 MiB reads, 0.8-1.1 ms with 256 KiB reads and 0.7-0.9 ms
+/// with 128 KiB reads, while the reader got 0.78-1.1, 0.62-0.81 and 0.52-0.68 GB/s
+/// (`bench/results/disk-contention.md`).
+pub(crate) const DISK_READ_BYTES_MAX: usize = 256 << 10;
+
 /// Bytes read past `index_interval_bytes + max_bytes`, so that the walk from the
 /// index entry usually ends on a batch boundary inside the buffer.
 pub(crate) const READ_SLACK_BYTES: usize = 4096;

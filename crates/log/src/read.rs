@@ -23,7 +23,7 @@
 
 use crate::batch::{self, BatchError, BatchHeader};
 use crate::batch::{declared_total_bytes, BatchIter, LOG_OVERHEAD_BYTES};
-use crate::config::READ_SLACK_BYTES;
+use crate::config::{DISK_READ_BYTES_MAX, READ_SLACK_BYTES};
 use crate::{CorruptBatch, Offset};
 use bytes::Bytes;
 use std::fs::File;
@@ -118,7 +118,7 @@ impl ReadSlice {
     /// before it.
     pub fn read(&self, max_bytes: usize, limit_offset: Offset) -> std::io::Result<Bytes> {
         let read = self.read_with(max_bytes, limit_offset, |file, buf, position| {
-            file.read_exact_at(buf, position).map(|()| true)
+            read_exact_at_in_steps(file, buf, position).map(|()| true)
         })?;
         Ok(read.expect("a blocking read always completes"))
     }
@@ -195,6 +195,17 @@ impl ReadSlice {
     pub fn len_bytes(&self) -> u64 {
         self.end_position - self.start_position
     }
+}
+
+/// Fills `buf` from `position` in reads of at most [`DISK_READ_BYTES_MAX`], so that the
+/// disk never has one large read of ours in front of another's small sync.
+fn read_exact_at_in_steps(file: &File, buf: &mut [u8], position: u64) -> io::Result<()> {
+    let mut at = position;
+    for step in buf.chunks_mut(DISK_READ_BYTES_MAX) {
+        file.read_exact_at(step, at)?;
+        at += step.len() as u64;
+    }
+    Ok(())
 }
 
 /// Whether `preadv2(RWF_NOWAIT)` works for these files; cleared the first time the
@@ -328,5 +339,32 @@ impl ReadSlice {
             Err(error) => ((-1, -1), error),
         };
         self.corrupt_batch(position, offsets, error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_read_in_steps_fills_the_buffer_as_one_read_would() {
+        let mut file = tempfile::tempfile().expect("temp file");
+        // Not a multiple of the step, so the last step is short.
+        let data: Vec<u8> = (0..DISK_READ_BYTES_MAX * 2 + 1234)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        file.write_all(&data).expect("write");
+        let position = 777;
+        let mut buf = vec![0u8; data.len() - position];
+        read_exact_at_in_steps(&file, &mut buf, position as u64).expect("read");
+        assert!(
+            buf == data[position..],
+            "the bytes read differ from the file's"
+        );
+        let mut past_end = vec![0u8; 10];
+        let end = data.len() as u64 - 5;
+        let error = read_exact_at_in_steps(&file, &mut past_end, end).expect_err("short read");
+        assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
     }
 }
