@@ -73,7 +73,8 @@ def acks_section(by_label, closing):
             cases.setdefault((c["producers"], c["size"], c["acks"]), {})[label] = c
     header = ["case"]
     for label in labels:
-        header += [f"{label} max msg/s", f"{label} MB/s", f"{label} paced p50 / p99 ms"]
+        header += [f"{label} max msg/s", f"{label} MB/s", f"{label} paced p50 / p99 ms",
+                   f"{label} paced p99 beside a writer ms (writer MB/s)"]
     if "headway" in labels and "kafka" in labels:
         header += ["headway/kafka msg/s", "headway/kafka p99"]
     rows = []
@@ -84,12 +85,14 @@ def acks_section(by_label, closing):
         for label in labels:
             c = per.get(label)
             if not c:
-                row += ["-", "-", "-"]
+                row += ["-", "-", "-", "-"]
                 continue
+            beside = c.get("paced-beside-writer")
             row += [
                 fmt(c["max-rate"]["publish_msgs_per_s"], 0),
                 fmt(c["max-rate"]["publish_mb_per_s"]),
                 f'{fmt(c["paced"]["publish_p50_ms"], 2)} / {fmt(c["paced"]["publish_p99_ms"], 2)}',
+                f'{fmt(beside["publish_p99_ms"], 2)} ({fmt(beside["writer_mb_per_s"], 0)})' if beside else "-",
             ]
         if "headway" in per and "kafka" in per:
             t = ratio(per["headway"]["max-rate"]["publish_msgs_per_s"], per["kafka"]["max-rate"]["publish_msgs_per_s"])

@@ -118,10 +118,24 @@ fn roles(run: &Value) -> Vec<&str> {
 #[test]
 fn acks_quick() {
     let r = run_quick("acks", &[]);
-    assert_eq!(r["runs"].as_array().unwrap().len(), 24);
-    assert_eq!(r["summary"]["cases"].as_array().unwrap().len(), 12);
-    number(&r["summary"]["cases"][0], "max-rate.publish_msgs_per_s");
-    number(&r["summary"]["cases"][0], "paced.publish_p99_ms");
+    // Two runs per case, and a third beside the writer for the 4 acks=all cases.
+    assert_eq!(r["runs"].as_array().unwrap().len(), 28);
+    let cases = r["summary"]["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 12);
+    number(&cases[0], "max-rate.publish_msgs_per_s");
+    number(&cases[0], "paced.publish_p99_ms");
+    for case in cases {
+        let beside = case.get("paced-beside-writer");
+        assert_eq!(beside.is_some(), case["acks"] == "all", "{case}");
+        if let Some(beside) = beside {
+            number(beside, "publish_p99_ms");
+            assert!(number(beside, "writer_mb_per_s") > 0.0, "{case}");
+            number(case, "publish_p99_beside_writer_over_paced");
+        }
+    }
+    let writer_runs = r["runs"].as_array().unwrap().iter();
+    let writer_runs = writer_runs.filter(|run| run["params"]["writer"] == true);
+    assert_eq!(writer_runs.count(), 4);
 }
 
 #[test]

@@ -6,11 +6,16 @@
 //!   the queue, as in any closed-loop test at saturation.
 //! - *paced*: the same producers send `--rate` messages per second in all, for latency
 //!   at a load every broker sustains (the 2,000 msg/s of the design brief's figures).
+//! - *paced beside a writer* (acks=all cases, unless `--beside-writer false`): the paced
+//!   run again while a heavy writer ([`super::heavy_writer`]) sends 16 KiB messages as
+//!   fast as the broker takes them to another topic, as brokers run beside other work.
+//!   The figure that matters: its publish p99 over the paced run's.
 //!
 //! One producer uses the client's default 4 lanes; 128 producers use one lane each
 //! (128 connections, like the 128 clients of the seed). One consumer reads every
 //! partition from the end, for the consume rate and end-to-end latency.
 
+use super::heavy_writer::HeavyWriter;
 use super::{measure, without_lag, ConsumerSpec};
 use crate::load::{self, Load, Reading, Run, Work};
 use crate::{Ctx, Report};
@@ -42,13 +47,47 @@ pub struct AcksArgs {
     /// Benchmark's Kafka driver uses 1).
     #[arg(long, default_value_t = 1)]
     pub linger_ms: u64,
+    /// Run each acks=all case's paced run a second time beside a heavy writer.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub beside_writer: bool,
+    /// Most the heavy writer writes per run, in MiB [default: 2048; with --quick 16].
+    #[arg(long)]
+    pub writer_mb_max: Option<u64>,
 }
 
 /// Client memory for records, shared by all producers of a case, so that 128
 /// producers at full speed do not buffer 128 times the default.
 const BUFFER_BYTES_TOTAL: usize = 32 * 1024 * 1024;
-/// Time a case needs besides its two runs (topic, connections, drain), estimated.
+/// Time a case needs besides its runs (topic, connections, drain), estimated.
 const CASE_OVERHEAD: Duration = Duration::from_millis(700);
+/// The heavy writer's message size.
+const WRITER_SIZE: usize = 16 * 1024;
+
+/// The runs of one case: at max rate, paced, and paced beside a heavy writer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    MaxRate,
+    Paced,
+    PacedBesideWriter,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::MaxRate => "max-rate",
+            Phase::Paced => "paced",
+            Phase::PacedBesideWriter => "paced-beside-writer",
+        }
+    }
+
+    /// The runs of a case with `acks`.
+    fn of_case(acks: i16, beside_writer: bool) -> &'static [Phase] {
+        match beside_writer && acks == -1 {
+            true => &[Phase::MaxRate, Phase::Paced, Phase::PacedBesideWriter],
+            false => &[Phase::MaxRate, Phase::Paced],
+        }
+    }
+}
 
 fn parse_acks(acks: &str) -> anyhow::Result<i16> {
     match acks {
@@ -69,10 +108,21 @@ pub async fn run(ctx: &Ctx, args: &AcksArgs) -> anyhow::Result<Report> {
             }
         }
     }
+    let runs: usize = cases
+        .iter()
+        .map(|c| Phase::of_case(c.3, args.beside_writer).len())
+        .sum();
     let per_run = budget
         .saturating_sub(CASE_OVERHEAD * cases.len() as u32)
-        .div_f64(2.0 * cases.len() as f64)
+        .div_f64(runs as f64)
         .max(Duration::from_millis(400));
+    let writer_mb_max = args
+        .writer_mb_max
+        .unwrap_or(if ctx.common.quick { 16 } else { 2048 });
+    let writer_topic = load::topic_name("acks", "writer");
+    if runs > 2 * cases.len() {
+        load::create_topic(ctx.bootstrap(), &writer_topic, 1).await?;
+    }
     // The first tenth of each run stays out of the percentiles (connections and a JVM
     // broker's JIT settling); the series still shows it.
     let warmup = if ctx.common.quick {
@@ -83,12 +133,19 @@ pub async fn run(ctx: &Ctx, args: &AcksArgs) -> anyhow::Result<Report> {
     let mut report = ctx.report(
         "acks",
         vec![format!(
-            "each case: {:.1} s at max rate, then {:.1} s paced at {} msg/s in all; \
+            "each case: {:.1} s at max rate, then {:.1} s paced at {} msg/s in all{}; \
              {} partitions; linger {} ms; 1 producer has 4 lanes, 128 producers 1 lane each; \
              the first tenth of each run is warm-up, left out of the percentiles",
             per_run.as_secs_f64(),
             per_run.as_secs_f64(),
             args.rate,
+            match args.beside_writer {
+                true => format!(
+                    ", then with acks=all paced again beside a writer of {WRITER_SIZE} B \
+                     messages at max rate (acks=all, up to {writer_mb_max} MiB, another topic)"
+                ),
+                false => String::new(),
+            },
             args.partitions,
             args.linger_ms
         )],
@@ -109,11 +166,28 @@ pub async fn run(ctx: &Ctx, args: &AcksArgs) -> anyhow::Result<Report> {
         };
         let clients = load::producers(ctx.bootstrap(), producers, &config).await?;
         let mut case = json!({"acks": acks_name, "size": size, "producers": producers});
-        for (phase, rate) in [("max-rate", None), ("paced", Some(args.rate))] {
+        for &phase in Phase::of_case(acks, args.beside_writer) {
+            let rate = (phase != Phase::MaxRate).then_some(args.rate);
             let name = format!(
-                "acks={acks_name} {size}B x{producers} {}",
-                rate.map_or("max rate".into(), |r| format!("{r:.0} msg/s"))
+                "acks={acks_name} {size}B x{producers} {}{}",
+                rate.map_or("max rate".into(), |r| format!("{r:.0} msg/s")),
+                match phase {
+                    Phase::PacedBesideWriter => " beside a writer",
+                    _ => "",
+                }
             );
+            let writer = match phase {
+                Phase::PacedBesideWriter => Some(
+                    HeavyWriter::connect(
+                        ctx.bootstrap(),
+                        &writer_topic,
+                        WRITER_SIZE,
+                        writer_mb_max,
+                    )
+                    .await?,
+                ),
+                _ => None,
+            };
             let consumer = load::consumer(
                 ctx.bootstrap(),
                 &topic,
@@ -143,13 +217,21 @@ pub async fn run(ctx: &Ctx, args: &AcksArgs) -> anyhow::Result<Report> {
                 consumer,
                 work: Work::default(),
             }];
+            let writer =
+                writer.map(|w| tokio::spawn(w.write("acks", ctx.broker_pid(), warmup, per_run)));
             let results = measure(&run, loads, consumers, per_run, None).await;
+            let writer_json = match writer {
+                Some(task) => task.await?,
+                None => serde_json::Value::Null,
+            };
             let params = json!({
-                "acks": acks_name, "size": size, "producers": producers, "phase": phase,
-                "rate": rate, "partitions": args.partitions, "linger_ms": args.linger_ms,
+                "acks": acks_name, "size": size, "producers": producers,
+                "phase": phase.name(), "rate": rate, "partitions": args.partitions,
+                "linger_ms": args.linger_ms, "writer": writer_json.is_object(),
             });
-            let r = run.report(params, without_lag(results), json!({}));
-            case[phase] = json!({
+            let extra = json!({ "writer": writer_json });
+            let r = run.report(params, without_lag(results), extra);
+            case[phase.name()] = json!({
                 "publish_msgs_per_s": r.publish.msgs_per_s,
                 "publish_mb_per_s": r.publish.mb_per_s,
                 "publish_p50_ms": r.publish_latency_ms.p50,
@@ -157,8 +239,15 @@ pub async fn run(ctx: &Ctx, args: &AcksArgs) -> anyhow::Result<Report> {
                 "e2e_p50_ms": r.e2e_latency_ms.p50,
                 "e2e_p99_ms": r.e2e_latency_ms.p99,
                 "errors": r.publish_errors,
+                "writer_mb_per_s": writer_json["mb_per_s"],
             });
             report.runs.push(r);
+        }
+        let paced_p99 = |phase: Phase| case[phase.name()]["publish_p99_ms"].as_f64();
+        if let (Some(beside), Some(alone)) =
+            (paced_p99(Phase::PacedBesideWriter), paced_p99(Phase::Paced))
+        {
+            case["publish_p99_beside_writer_over_paced"] = json!(beside / alone.max(1e-3));
         }
         summary.push(case);
     }

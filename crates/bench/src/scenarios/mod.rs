@@ -4,6 +4,7 @@
 
 pub mod acks;
 pub mod credit;
+pub mod heavy_writer;
 pub mod noisy_neighbour;
 pub mod parallelism;
 pub mod slow_consumer;

@@ -35,6 +35,7 @@
 //! `bench/librdkafka_probe.py` (confluent-kafka, one process per client) run with the
 //! repository's `.venv`; the disturbers stay this process's.
 
+use super::heavy_writer::HeavyWriter;
 use super::stuck_consumer::{connect_stuck, spawn_stuck};
 use super::{
     caught_up, disturber, evict_backlog, fast_consumers, measure, replay_seconds, with_lag,
@@ -48,14 +49,14 @@ use crate::report::{ConsumerReport, Fairness, Rate, RunReport, SeriesPoint};
 use crate::{Ctx, Report};
 use anyhow::Context;
 use clap::Args;
-use headway_client::{ProducerConfig, StartOffset};
+use headway_client::StartOffset;
 use serde::Deserialize;
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 #[derive(Args, Debug, Clone)]
@@ -99,11 +100,6 @@ pub struct NoisyNeighbourArgs {
 const PHASES: [&str; 3] = ["quiet", "writer", "catch-up"];
 /// Share of each phase that is warm-up, left out of the percentiles.
 const WARMUP_FRACTION: f64 = 0.1;
-/// The writer's batches: large, as a bulk loader's are (under Kafka's 1 MiB default
-/// message.max.bytes).
-const WRITER_BATCH_BYTES: usize = 512 * 1024;
-/// How long the writer may take, after its time, for its last acknowledgements.
-const WRITER_FINISH_MAX: Duration = Duration::from_secs(30);
 /// How long the probe may take to connect its clients, and after its time to report.
 const PROBE_START_MAX: Duration = Duration::from_secs(60);
 const PROBE_FINISH_MAX: Duration = Duration::from_secs(60);
@@ -214,8 +210,9 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
             };
             producers.push((load::stream_producer(ctx.bootstrap()).await?, load));
         }
-        let heavy_producer = if phase == "writer" {
-            Some(writer_producer(ctx.bootstrap()).await?)
+        let heavy_writer = if phase == "writer" {
+            let w = HeavyWriter::connect(ctx.bootstrap(), &heavy, args.writer_size, writer_mb_max);
+            Some(w.await?)
         } else {
             None
         };
@@ -244,16 +241,9 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
                 spawn_stuck(s, &topic, 1, 1, "stuck".into())
             })
         });
-        let heavy_task = heavy_producer.map(|p| {
-            let writer_size = args.writer_size.max(STAMP_BYTES);
-            let load = Load {
-                topic: heavy.clone(),
-                size: writer_size,
-                rate: None,
-                count_max: Some(writer_mb_max * MIB / writer_size as u64),
-                round_robin: None,
-            };
-            tokio::spawn(write_heavy(p, load, ctx.broker_pid(), warmup, per_phase))
+        let heavy_task = heavy_writer.map(|w| {
+            let write = w.write("noisy-neighbour", ctx.broker_pid(), warmup, per_phase);
+            tokio::spawn(write)
         });
         // When the catch-up consumer has read what the light topic held as the phase
         // started: the time its cold replay took, from its start after the warm-up.
@@ -375,18 +365,6 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
     ctx.finish(report)
 }
 
-/// The full-speed writer: acks=all, large batches, not idempotent (as the lab's other
-/// producers).
-async fn writer_producer(bootstrap: &str) -> anyhow::Result<Arc<headway_client::Producer>> {
-    let config = ProducerConfig {
-        idempotent: false,
-        acks: -1,
-        batch_bytes_max: WRITER_BATCH_BYTES,
-        ..ProducerConfig::default()
-    };
-    Ok(load::producers(bootstrap, 1, &config).await?.remove(0))
-}
-
 /// A neighbour that starts reading when the phase's warm-up is over, so that all it
 /// does lands in the measured part of the phase.
 async fn late_reader(
@@ -397,53 +375,6 @@ async fn late_reader(
     tokio::time::sleep_until((run.origin + warmup).into()).await;
     let meter = run.meter.consumer(&spec.name, spec.role, spec.measured);
     load::consume(spec.consumer, run, meter, spec.work).await
-}
-
-/// Runs the writer from the end of the phase's warm-up to the end of the phase (`time`)
-/// in a run of its own (so that its acknowledgements stay out of the light producer's
-/// latency) and returns its figures.
-async fn write_heavy(
-    producer: Arc<headway_client::Producer>,
-    load: Load,
-    pid: Option<u32>,
-    warmup: Duration,
-    time: Duration,
-) -> serde_json::Value {
-    let (size, count_max) = (load.size, load.count_max);
-    tokio::time::sleep(warmup).await;
-    let run = Run::new(
-        "noisy-neighbour",
-        "writer",
-        Reading::Each,
-        pid,
-        Duration::ZERO,
-    );
-    let task = tokio::spawn(load::produce(producer, load, Arc::clone(&run)));
-    run.progress(Instant::now() + time.saturating_sub(warmup), None)
-        .await;
-    let abort = task.abort_handle();
-    if tokio::time::timeout(WRITER_FINISH_MAX, task).await.is_err() {
-        tracing::warn!("the writer was still waiting for acknowledgements; stopped it");
-        abort.abort();
-    }
-    let r = run.report(json!({}), Vec::new(), json!({}));
-    json!({
-        "size": size,
-        "messages": r.publish.messages,
-        "msgs_per_s": r.publish.msgs_per_s,
-        "mb_per_s": r.publish.mb_per_s,
-        "errors": r.publish_errors,
-        // It stopped at --writer-mb-max before the phase's end: its MB/s, over the whole
-        // phase, is then below what it could write.
-        "limit_reached": count_max.is_some_and(|max| r.publish.messages >= max),
-        "publish_p50_ms": r.publish_latency_ms.p50,
-        "publish_p99_ms": r.publish_latency_ms.p99,
-        "series_mb_per_s": r
-            .series
-            .iter()
-            .map(|p| p.publish_msgs_per_s * size as f64 / 1e6)
-            .collect::<Vec<_>>(),
-    })
 }
 
 /// The catch-up consumer's figures: its rate over the phase and, if it got through the
