@@ -36,6 +36,7 @@
 //! - `batch`: the v2 batch header; `config`: settings and size limits; `error`.
 
 pub mod batch;
+pub mod compaction;
 mod config;
 mod error;
 mod index;
@@ -43,6 +44,7 @@ mod indexing;
 #[allow(clippy::module_inception)]
 mod log;
 mod read;
+pub mod records;
 mod recovery;
 mod scan;
 mod segment;

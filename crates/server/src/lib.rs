@@ -29,7 +29,6 @@ pub mod handlers;
 pub mod listener;
 pub mod metrics;
 pub mod outbound;
-pub mod records;
 pub mod request_budget;
 pub mod stats;
 

@@ -5,8 +5,8 @@
 
 use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
 use crate::errors::error_code;
-use crate::records;
 use headway_broker::{BrokerError, Offset, Partition};
+use headway_log::records;
 use headway_protocol::kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };

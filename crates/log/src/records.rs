@@ -1,5 +1,7 @@
-//! Reading the records inside a stored batch, for the one place the broker needs them:
-//! ListOffsets by time, which answers with the first record at or after a timestamp.
+//! Reading the records inside a stored batch, where the broker needs them: ListOffsets
+//! by time, which answers with the first record at or after a timestamp, and the
+//! cleaner of compacted topics ([`crate::compaction`]), which keeps the latest record
+//! of each key.
 //!
 //! A stored batch is whatever a producer sent with a valid CRC: its record count, its
 //! records' lengths and header counts, and (compressed) how large it inflates to are the
@@ -14,7 +16,7 @@
 //! length, attributes (int8), timestamp delta (varlong), offset delta, key length, key,
 //! value length, value, header count, headers.
 
-use headway_log::batch::{BatchHeader, BATCH_HEADER_BYTES};
+use crate::batch::{BatchHeader, BATCH_HEADER_BYTES};
 use std::io::{self, Read};
 
 /// Bytes of decompressed record data one lookup reads before it settles for the
@@ -30,14 +32,7 @@ pub fn first_record_at(batch: &[u8], timestamp: i64) -> Option<(i64, i64)> {
     let end = header.total_bytes().min(batch.len());
     let data = batch.get(BATCH_HEADER_BYTES..end)?;
     let log_append_time = header.attributes & 0x08 != 0;
-    let records: Box<dyn Read + '_> = match header.compression() {
-        0 => Box::new(data),
-        1 => Box::new(flate2::read::GzDecoder::new(data)),
-        2 => snappy(data)?,
-        3 => Box::new(lz4::Decoder::new(data).ok()?),
-        4 => Box::new(zstd::stream::read::Decoder::new(data).ok()?),
-        _ => return None,
-    };
+    let records = inflate(header.compression(), data)?;
     let mut records = io::BufReader::new(records.take(RECORDS_SCAN_BYTES_MAX));
     for _ in 0..header.records_count.max(0) {
         let (offset_delta, timestamp_delta) = next_record(&mut records).ok()??;
@@ -52,6 +47,20 @@ pub fn first_record_at(batch: &[u8], timestamp: i64) -> Option<(i64, i64)> {
         }
     }
     None
+}
+
+/// The records of a batch's data (what follows its header), inflated as they are read
+/// when the batch is compressed; `None` for an unknown codec or a malformed stream
+/// start. Unbounded: callers read it through `take`.
+pub fn inflate(codec: u8, data: &[u8]) -> Option<Box<dyn Read + '_>> {
+    Some(match codec {
+        0 => Box::new(data),
+        1 => Box::new(flate2::read::GzDecoder::new(data)),
+        2 => snappy(data)?,
+        3 => Box::new(lz4::Decoder::new(data).ok()?),
+        4 => Box::new(zstd::stream::read::Decoder::new(data).ok()?),
+        _ => return None,
+    })
 }
 
 /// Reads one record's offset and timestamp deltas and skips the rest of it. `None` at a
@@ -80,6 +89,71 @@ fn next_record(records: &mut impl Read) -> io::Result<Option<(i32, i64)>> {
         return Ok(None); // the data ended inside the record
     }
     Ok(Some((offset_delta, timestamp_delta)))
+}
+
+/// One record of a batch's inflated data, as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    /// The record's bytes, its length prefix included. Its offset and timestamp are
+    /// deltas from the batch header's, so a rewritten batch that keeps that header's
+    /// base offset and base timestamp keeps these bytes as they are.
+    pub raw: &'a [u8],
+    pub offset_delta: i32,
+    pub timestamp_delta: i64,
+    pub key: Option<&'a [u8]>,
+    /// The value is null: on a compacted topic, a tombstone for the key.
+    pub value_is_null: bool,
+}
+
+/// Splits a batch's inflated record data into its records, checking every length
+/// against what is left; `None` when the data is malformed (a length past the end, a
+/// record whose fields do not fill it exactly, bytes after the last record).
+pub fn split_records(mut data: &[u8]) -> Option<Vec<RecordRef<'_>>> {
+    let mut records = Vec::new();
+    while !data.is_empty() {
+        let start = data;
+        let length = usize::try_from(varint(&mut data).ok()??).ok()?;
+        let prefix = start.len() - data.len();
+        let mut body = data.get(..length)?;
+        let raw = &start[..prefix + length];
+        data = &data[length..];
+        let _attributes = take(&mut body, 1)?;
+        let timestamp_delta = varint(&mut body).ok()??;
+        let offset_delta = i32::try_from(varint(&mut body).ok()??).ok()?;
+        let key = nullable(&mut body)?;
+        let value = nullable(&mut body)?;
+        let headers = varint(&mut body).ok()??;
+        for _ in 0..headers.max(0) {
+            nullable(&mut body)??; // a header's key is never null
+            nullable(&mut body)?;
+        }
+        if headers < 0 || !body.is_empty() {
+            return None;
+        }
+        records.push(RecordRef {
+            raw,
+            offset_delta,
+            timestamp_delta,
+            key,
+            value_is_null: value.is_none(),
+        });
+    }
+    Some(records)
+}
+
+/// The next `n` bytes of `data`.
+fn take<'a>(data: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    let taken = data.get(..n)?;
+    *data = &data[n..];
+    Some(taken)
+}
+
+/// A varint length and that many bytes; `Some(None)` for length -1 (null).
+fn nullable<'a>(data: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
+    match varint(data).ok()?? {
+        -1 => Some(None),
+        n => Some(Some(take(data, usize::try_from(n).ok()?)?)),
+    }
 }
 
 /// A zigzag varint of up to 64 bits; `None` when it runs past 10 bytes.
