@@ -116,12 +116,33 @@ pub fn retain_records(
         .copy_from_slice(&max_timestamp.to_be_bytes());
     let count = i32::try_from(kept.len()).expect("fewer records than the batch held");
     out[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&count.to_be_bytes());
-    let length = i32::try_from(out.len() - LOG_OVERHEAD_BYTES)
-        .map_err(|_| CompactionError::Compress("the rewritten batch is too large".into()))?;
-    out[8..12].copy_from_slice(&length.to_be_bytes());
-    let crc = crc32c::crc32c(&out[ATTRIBUTES_OFFSET..]);
-    out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    seal_header(&mut out)?;
     Ok(Retained::Rewritten(out))
+}
+
+/// `batch` with no records left: its header alone, with its base offset, last offset
+/// delta and producer fields. The cleaner keeps such a batch where the last offset of a
+/// segment or the last sequence of a producer must stay in the log; clients skip it.
+pub fn emptied(batch: &[u8]) -> Result<Vec<u8>, CompactionError> {
+    BatchHeader::parse(batch)?;
+    let mut out = batch[..BATCH_HEADER_BYTES].to_vec();
+    let attributes = i16::from_be_bytes([out[ATTRIBUTES_OFFSET], out[ATTRIBUTES_OFFSET + 1]]);
+    // No records, nothing compressed.
+    let attributes = attributes & !0x07;
+    out[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
+    out[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&0i32.to_be_bytes());
+    seal_header(&mut out)?;
+    Ok(out)
+}
+
+/// Sets a rebuilt batch's length and CRC from its bytes.
+fn seal_header(batch: &mut [u8]) -> Result<(), CompactionError> {
+    let length = i32::try_from(batch.len() - LOG_OVERHEAD_BYTES)
+        .map_err(|_| CompactionError::Compress("the rewritten batch is too large".into()))?;
+    batch[8..12].copy_from_slice(&length.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
+    batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
 }
 
 /// The batch's records, inflated, at most [`RECORDS_SCAN_BYTES_MAX`] of them.

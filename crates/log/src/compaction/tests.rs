@@ -171,6 +171,23 @@ fn java_framed_snappy_is_written_back_java_framed() {
 }
 
 #[test]
+fn an_emptied_batch_keeps_its_offsets_and_producer_and_holds_no_records() {
+    for codec in CODECS {
+        let original = batch(codec, 300, &specs());
+        let empty = emptied(&original).expect("a valid header");
+        let header = validate(&empty).expect("a valid batch, CRC included");
+        assert_eq!((header.base_offset, header.last_offset()), (300, 304));
+        assert_eq!((header.producer_id, header.producer_epoch), (7, 1));
+        assert_eq!((header.records_count, header.compression()), (0, 0));
+        assert_eq!(empty.len(), BATCH_HEADER_BYTES);
+        assert!(
+            decoded(&empty).is_empty(),
+            "{codec:?}: a decoder sees no records"
+        );
+    }
+}
+
+#[test]
 fn control_batches_stay_whole() {
     let mut control = batch(Compression::None, 0, &specs());
     control[ATTRIBUTES_OFFSET + 1] |= 0x20;
