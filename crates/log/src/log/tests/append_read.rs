@@ -235,15 +235,7 @@ fn cached_reads_return_what_blocking_reads_return_or_give_up() {
     sync.sync().unwrap();
     for entry in std::fs::read_dir(dir.path()).unwrap() {
         let file = std::fs::File::open(entry.unwrap().path()).unwrap();
-        // SAFETY: a plain advice call on a descriptor `file` keeps open.
-        unsafe {
-            libc::posix_fadvise(
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                0,
-                0,
-                libc::POSIX_FADV_DONTNEED,
-            )
-        };
+        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed);
     }
     let slice = log.locate(Offset(0)).unwrap();
     let cold = slice.read_cached(1 << 20, end).unwrap();
