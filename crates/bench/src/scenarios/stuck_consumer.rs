@@ -1,4 +1,4 @@
-//! `stuck-consumer` (issue 7): does a client that never reads its socket cost the
+//! `stuck-consumer`: does a client that never reads its socket cost the
 //! others anything, or grow the broker's memory?
 //!
 //! A producer writes `--rate` messages per second of `--size` bytes (acks=all) to a
