@@ -208,7 +208,7 @@ def stuck_consumer_section(by_label, closing):
             f"producer {fmt(s.get('publish_with_over_without'), 3)}x; broker RSS max {fmt(s.get('broker_rss_mib_max_with'), 0)} MiB "
             f"(target under 256) while {fmt(s.get('produced_mb_with'), 0)} MiB were produced"
         )
-    return ("## stuck-consumer (issue 7)\n\nFast consumers and the producer without and with clients that send fetches "
+    return ("## stuck-consumer\n\nFast consumers and the producer without and with clients that send fetches "
             "(NATS: subscribe) and never read their socket; the broker's peak resident memory in each run. \"blocked\": stuck "
             "clients whose writes the broker stopped accepting.\n\n" + table(header, rows))
 

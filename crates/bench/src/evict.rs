@@ -103,16 +103,8 @@ fn evict_file(path: &Path) -> std::io::Result<(u64, bool)> {
 
 #[cfg(target_os = "linux")]
 fn on_tmpfs(file: &std::fs::File) -> bool {
-    use std::os::fd::AsRawFd;
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    let mut stat = std::mem::MaybeUninit::<libc::statfs>::uninit();
-    // SAFETY: fstatfs fills the struct it is given for an open descriptor.
-    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), stat.as_mut_ptr()) };
-    // SAFETY: initialised by fstatfs when it returns 0. The type of `f_type` differs
-    // between architectures, hence the cast.
-    #[allow(clippy::unnecessary_cast)]
-    let tmpfs = rc == 0 && unsafe { stat.assume_init() }.f_type as i64 == TMPFS_MAGIC;
-    tmpfs
+    const TMPFS_MAGIC: rustix::fs::FsWord = 0x0102_1994;
+    rustix::fs::fstatfs(file).is_ok_and(|stat| stat.f_type == TMPFS_MAGIC)
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -122,15 +114,12 @@ fn on_tmpfs(_file: &std::fs::File) -> bool {
 
 #[cfg(target_os = "linux")]
 fn drop_cached(file: &std::fs::File) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: the descriptor is open for the duration of the call; posix_fadvise only
-    // gives the kernel advice about it.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::from_raw_os_error(rc))
-    }
+    Ok(rustix::fs::fadvise(
+        file,
+        0,
+        None,
+        rustix::fs::Advice::DontNeed,
+    )?)
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -49,7 +49,7 @@ pub enum BenchCommand {
     /// proxy and a catch-up consumer (seed 001).
     SlowConsumer(scenarios::slow_consumer::SlowConsumerArgs),
     /// Fast consumers' end-to-end latency, the producer's rate and the broker's memory
-    /// with and without clients that send fetches and never read their socket (issue 7).
+    /// with and without clients that send fetches and never read their socket.
     StuckConsumer(scenarios::stuck_consumer::StuckConsumerArgs),
     /// A producer with 12 lanes, one slowed per batch, with deflection on and off (seed 000).
     SlowLane(scenarios::slow_lane::SlowLaneArgs),

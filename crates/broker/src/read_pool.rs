@@ -194,13 +194,9 @@ fn lower_priority(nice: i32) {
     if nice == 0 {
         return;
     }
-    // SAFETY: plain system calls on the calling thread's own id.
-    let result = unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice)
-    };
-    if result != 0 {
-        tracing::warn!(nice, error = %std::io::Error::last_os_error(),
+    let tid = rustix::thread::gettid();
+    if let Err(error) = rustix::process::setpriority_process(Some(tid), nice) {
+        tracing::warn!(nice, error = %std::io::Error::from(error),
             "could not lower the read threads' priority");
     }
 }

@@ -476,9 +476,4 @@ fn assign_offsets(batches: &mut [u8], headers: &mut [BatchHeader], base_offset: 
 }
 
 #[cfg(test)]
-#[path = "log_tests.rs"]
 mod tests;
-
-#[cfg(test)]
-#[path = "storage_error_tests.rs"]
-mod storage_error_tests;

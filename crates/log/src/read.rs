@@ -26,9 +26,9 @@ use crate::batch::{declared_total_bytes, BatchIter, LOG_OVERHEAD_BYTES};
 use crate::config::{DISK_READ_BYTES_MAX, READ_SLACK_BYTES};
 use crate::{CorruptBatch, Offset};
 use bytes::Bytes;
+use rustix::io::{Errno, ReadWriteFlags};
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -220,34 +220,25 @@ fn read_exact_at_cached(file: &File, buf: &mut [u8], position: u64) -> io::Resul
     }
     let mut done = 0;
     while done < buf.len() {
-        let rest = &mut buf[done..];
-        let iov = libc::iovec {
-            iov_base: rest.as_mut_ptr().cast(),
-            iov_len: rest.len(),
-        };
-        let Ok(offset) = libc::off_t::try_from(position + done as u64) else {
+        let position = position + done as u64;
+        // rustix reads `u64::MAX` as "the file's own position": past `i64::MAX` no
+        // positional read is possible, and the blocking read reports that properly.
+        if i64::try_from(position).is_err() {
             return Ok(false);
-        };
-        // SAFETY: `iov` describes `rest`, a live, writable buffer of `iov_len` bytes
-        // that nothing else touches during the call; `file` keeps the descriptor open.
-        let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
-        match n {
+        }
+        let mut iov = [io::IoSliceMut::new(&mut buf[done..])];
+        match rustix::io::preadv2(file, &mut iov, position, ReadWriteFlags::NOWAIT) {
             // Some bytes are cached and the next are not; or the file ended early,
             // which the blocking read will report properly.
-            0 => return Ok(false),
-            n if n > 0 => done += n as usize,
-            _ => {
-                let error = io::Error::last_os_error();
-                return match error.raw_os_error() {
-                    Some(libc::EAGAIN) => Ok(false),
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS) => {
-                        NOWAIT_SUPPORTED.store(false, Ordering::Relaxed);
-                        Ok(false)
-                    }
-                    _ => Err(error),
-                };
+            Ok(0) => return Ok(false),
+            Ok(n) => done += n,
+            Err(Errno::AGAIN) => return Ok(false),
+            Err(Errno::INTR) => continue,
+            Err(Errno::OPNOTSUPP | Errno::INVAL | Errno::NOSYS) => {
+                NOWAIT_SUPPORTED.store(false, Ordering::Relaxed);
+                return Ok(false);
             }
+            Err(error) => return Err(error.into()),
         }
     }
     Ok(true)

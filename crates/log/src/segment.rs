@@ -121,10 +121,7 @@ fn open_for_append(path: &Path, create: bool) -> Result<Arc<File>, LogError> {
 /// and to 1.6-2.2 ms without, while reading three times faster
 /// (`bench/results/disk-contention.md`). Advice only: a failure is ignored.
 pub(crate) fn without_readahead(file: &File) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: the descriptor is open for the duration of the call; the advice changes
-    // only how the kernel reads ahead for this open file.
-    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+    let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::Random);
 }
 
 #[cfg(test)]
@@ -147,7 +144,7 @@ fn write_to(file: &File, bytes: &[u8], path: &Path) -> Result<(), LogError> {
         if fits < bytes.len() {
             file.write_all(&bytes[..fits])
                 .map_err(LogError::refused("write to", path))?;
-            let full = io::Error::from_raw_os_error(libc::ENOSPC);
+            let full = io::Error::from(rustix::io::Errno::NOSPC);
             return Err(LogError::refused("write to", path)(full));
         }
     }

@@ -28,7 +28,7 @@ use crate::proxy::{Proxy, ProxyConfig};
 use crate::report::{Rate, RunReport};
 use crate::{Ctx, Report};
 use clap::Args;
-use headway_client::{ConsumerConfig, ProducerConfig, StartOffset};
+use headway_client::{ConsumerConfig, ProducerConfig, StartOffset, WindowState};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -95,10 +95,86 @@ struct Point {
     increment_bytes: usize,
 }
 
+/// The backlog, the points to measure and the way to the broker, set up before the
+/// first point.
+struct Setup {
+    /// The amortization test's window.
+    window: usize,
+    topic: String,
+    messages: u64,
+    points: Vec<Point>,
+    /// The delay proxy the stall test's consumer goes through (`None`: direct); kept
+    /// until the last point is measured.
+    _stall_proxy: Option<Proxy>,
+    stall_bootstrap: String,
+    per_point: Duration,
+}
+
+/// What reading the backlog for one point's time gave.
+struct Measured {
+    started: Instant,
+    seconds: f64,
+    read: u64,
+    bytes: u64,
+    /// Passes that read the whole backlog.
+    passes: u64,
+    refills: u64,
+    /// The last consumer's window at the end of its pass.
+    window_state: WindowState,
+}
+
 pub async fn run(ctx: &Ctx, args: &CreditArgs) -> anyhow::Result<Report> {
-    let budget = ctx.duration(120.0, 10.0);
+    let setup = setup(ctx, args).await?;
+    let mut report = ctx.report(
+        "credit",
+        vec![format!(
+            "backlog: {} messages of {} B in {} partitions, written in batches of \
+             up to {} B; window {} KiB in the stall test, {} KiB in the amortization test; \
+             the stall test's consumer goes through a proxy adding {} ms each way; \
+             each point reads from offset 0, again and again, \
+             for {:.1} s; busy work per message {} µs",
+            setup.messages,
+            args.size,
+            args.partitions,
+            args.batch_bytes,
+            args.stall_window_bytes / 1024,
+            setup.window / 1024,
+            args.stall_delay_ms,
+            setup.per_point.as_secs_f64(),
+            args.work_us
+        )],
+    );
+    let (mut stall, mut amortization) = (Vec::new(), Vec::new());
+    for point in &setup.points {
+        let measured = measure_point(ctx, args, &setup, point).await?;
+        let (r, entry) = summarize(point, measured);
+        match point.test {
+            "stall" => stall.push(entry),
+            _ => amortization.push(entry),
+        }
+        report.runs.push(r);
+    }
     let defaults = ConsumerConfig::default();
-    let window = args.window_bytes.unwrap_or(defaults.window_bytes);
+    report.summary = json!({
+        "window_bytes": setup.window,
+        "stall_window_bytes": args.stall_window_bytes,
+        "stall_delay_ms": args.stall_delay_ms,
+        "default_threshold_bytes": defaults.refill_threshold_bytes,
+        "default_increment_bytes": defaults.refill_increment_bytes,
+        "backlog_messages": setup.messages,
+        "stall": stall,
+        "amortization": amortization,
+    });
+    drop(setup);
+    ctx.finish(report)
+}
+
+/// Writes the backlog, lists the points and starts the stall test's proxy.
+async fn setup(ctx: &Ctx, args: &CreditArgs) -> anyhow::Result<Setup> {
+    let budget = ctx.duration(120.0, 10.0);
+    let window = args
+        .window_bytes
+        .unwrap_or(ConsumerConfig::default().window_bytes);
     let topic = load::topic_name("credit", "backlog");
     load::create_topic(ctx.bootstrap(), &topic, args.partitions).await?;
     let backlog_mb = args
@@ -114,23 +190,7 @@ pub async fn run(ctx: &Ctx, args: &CreditArgs) -> anyhow::Result<Report> {
     };
     let prefill_s =
         load::prefill(ctx.bootstrap(), &topic, messages, args.size, prefill_config).await?;
-    let frac = |window: usize, f: f64| ((window as f64 * f) as usize).max(1);
-    let stall_window = args.stall_window_bytes;
-    let mut points: Vec<Point> = STALL_THRESHOLDS
-        .iter()
-        .map(|&f| Point {
-            test: "stall",
-            window_bytes: stall_window,
-            threshold_bytes: if f == 0.0 { 0 } else { frac(stall_window, f) },
-            increment_bytes: stall_window / 2,
-        })
-        .collect();
-    points.extend(AMORTIZATION_INCREMENTS.iter().map(|&f| Point {
-        test: "amortization",
-        window_bytes: window,
-        threshold_bytes: window - frac(window, f),
-        increment_bytes: frac(window, f),
-    }));
+    let points = points(args.stall_window_bytes, window);
     // A fetch over loopback returns in a fraction of a millisecond, so running dry
     // would cost almost nothing; the seed's stall needs a round trip that is not small
     // against the time it takes to process one refill.
@@ -155,129 +215,155 @@ pub async fn run(ctx: &Ctx, args: &CreditArgs) -> anyhow::Result<Report> {
         .saturating_sub(Duration::from_secs_f64(prefill_s + 1.0))
         .div_f64(points.len() as f64)
         .max(Duration::from_millis(300));
-    let mut report = ctx.report(
-        "credit",
-        vec![format!(
-            "backlog: {messages} messages of {} B in {} partitions, written in batches of \
-             up to {} B; window {} KiB in the stall test, {} KiB in the amortization test; \
-             the stall test's consumer goes through a proxy adding {} ms each way; \
-             each point reads from offset 0, again and again, \
-             for {:.1} s; busy work per message {} µs",
-            args.size,
-            args.partitions,
-            args.batch_bytes,
-            stall_window / 1024,
-            window / 1024,
-            args.stall_delay_ms,
-            per_point.as_secs_f64(),
-            args.work_us
-        )],
-    );
-    let (mut stall, mut amortization) = (Vec::new(), Vec::new());
-    for point in points {
-        let config = ConsumerConfig {
-            window_bytes: point.window_bytes,
-            refill_threshold_bytes: point.threshold_bytes,
-            refill_increment_bytes: point.increment_bytes,
-            ..ConsumerConfig::default()
+    Ok(Setup {
+        window,
+        topic,
+        messages,
+        points,
+        _stall_proxy: stall_proxy,
+        stall_bootstrap,
+        per_point,
+    })
+}
+
+/// The stall test's points (window `stall_window`), then the amortization test's
+/// (window `window`).
+fn points(stall_window: usize, window: usize) -> Vec<Point> {
+    let frac = |window: usize, f: f64| ((window as f64 * f) as usize).max(1);
+    let mut points: Vec<Point> = STALL_THRESHOLDS
+        .iter()
+        .map(|&f| Point {
+            test: "stall",
+            window_bytes: stall_window,
+            threshold_bytes: if f == 0.0 { 0 } else { frac(stall_window, f) },
+            increment_bytes: stall_window / 2,
+        })
+        .collect();
+    points.extend(AMORTIZATION_INCREMENTS.iter().map(|&f| Point {
+        test: "amortization",
+        window_bytes: window,
+        threshold_bytes: window - frac(window, f),
+        increment_bytes: frac(window, f),
+    }));
+    points
+}
+
+/// Reads the backlog from offset 0 with `point`'s credit window until the point's
+/// time is up.
+async fn measure_point(
+    ctx: &Ctx,
+    args: &CreditArgs,
+    setup: &Setup,
+    point: &Point,
+) -> anyhow::Result<Measured> {
+    let config = ConsumerConfig {
+        window_bytes: point.window_bytes,
+        refill_threshold_bytes: point.threshold_bytes,
+        refill_increment_bytes: point.increment_bytes,
+        ..ConsumerConfig::default()
+    };
+    let messages = setup.messages;
+    let started = Instant::now();
+    let deadline = started + setup.per_point;
+    let (mut read, mut bytes, mut passes) = (0u64, 0u64, 0u64);
+    let mut refills = 0;
+    let mut window_state = WindowState::default();
+    // The backlog is read from the start again until the point's time is up, so
+    // that every point is measured over about the same time.
+    while Instant::now() < deadline {
+        let bootstrap = if point.test == "stall" {
+            setup.stall_bootstrap.as_str()
+        } else {
+            ctx.bootstrap()
         };
-        let started = Instant::now();
-        let deadline = started + per_point;
-        let (mut read, mut bytes, mut passes) = (0u64, 0u64, 0u64);
-        let mut refills = 0;
-        let mut window_state = Default::default();
-        // The backlog is read from the start again until the point's time is up, so
-        // that every point is measured over about the same time.
-        while Instant::now() < deadline {
-            let bootstrap = if point.test == "stall" {
-                stall_bootstrap.as_str()
-            } else {
-                ctx.bootstrap()
-            };
-            let consumer = load::consumer(
-                bootstrap,
-                &topic,
-                None,
-                StartOffset::Earliest,
-                config.clone(),
-            )
-            .await?;
-            let mut read_this_pass = 0;
-            while read_this_pass < messages && Instant::now() < deadline {
-                let record = match consumer.try_next() {
-                    Some(r) => r,
-                    None => {
-                        match tokio::time::timeout(Duration::from_millis(20), consumer.next()).await
-                        {
-                            Ok(r) => r,
-                            Err(_) => continue,
-                        }
+        let consumer = load::consumer(
+            bootstrap,
+            &setup.topic,
+            None,
+            StartOffset::Earliest,
+            config.clone(),
+        )
+        .await?;
+        let mut read_this_pass = 0;
+        while read_this_pass < messages && Instant::now() < deadline {
+            let record = match consumer.try_next() {
+                Some(r) => r,
+                None => {
+                    match tokio::time::timeout(Duration::from_millis(20), consumer.next()).await {
+                        Ok(r) => r,
+                        Err(_) => continue,
                     }
-                };
-                read_this_pass += 1;
-                bytes += record.value.as_ref().map_or(0, |v| v.len() as u64);
-                if args.work_us > 0.0 {
-                    spin(Duration::from_secs_f64(args.work_us / 1e6));
                 }
+            };
+            read_this_pass += 1;
+            bytes += record.value.as_ref().map_or(0, |v| v.len() as u64);
+            if args.work_us > 0.0 {
+                spin(Duration::from_secs_f64(args.work_us / 1e6));
             }
-            read += read_this_pass;
-            passes += u64::from(read_this_pass >= messages);
-            window_state = consumer.window();
-            refills += window_state.refills;
         }
-        let seconds = started.elapsed().as_secs_f64();
-        let name = format!(
-            "{}: threshold {} B, increment {} B",
-            point.test, point.threshold_bytes, point.increment_bytes
-        );
-        eprintln!(
-            "[credit] {name}: {read} messages in {seconds:.2} s, {:.0} msg/s, {refills} refills",
-            read as f64 / seconds,
-        );
-        let rate = Rate::new(read, bytes, seconds);
-        let entry = json!({
+        read += read_this_pass;
+        passes += u64::from(read_this_pass >= messages);
+        window_state = consumer.window();
+        refills += window_state.refills;
+    }
+    Ok(Measured {
+        started,
+        seconds: started.elapsed().as_secs_f64(),
+        read,
+        bytes,
+        passes,
+        refills,
+        window_state,
+    })
+}
+
+/// The point's report and its entry in the summary.
+fn summarize(point: &Point, measured: Measured) -> (RunReport, serde_json::Value) {
+    let Measured {
+        started,
+        seconds,
+        read,
+        bytes,
+        passes,
+        refills,
+        window_state,
+    } = measured;
+    let name = format!(
+        "{}: threshold {} B, increment {} B",
+        point.test, point.threshold_bytes, point.increment_bytes
+    );
+    eprintln!(
+        "[credit] {name}: {read} messages in {seconds:.2} s, {:.0} msg/s, {refills} refills",
+        read as f64 / seconds,
+    );
+    let rate = Rate::new(read, bytes, seconds);
+    let entry = json!({
+        "threshold_bytes": point.threshold_bytes,
+        "increment_bytes": point.increment_bytes,
+        "msgs_per_s": rate.msgs_per_s,
+        "refills": refills,
+    });
+    let empty = Recorder::new(started);
+    let r = RunReport {
+        name,
+        params: json!({
+            "test": point.test, "window_bytes": point.window_bytes,
             "threshold_bytes": point.threshold_bytes,
             "increment_bytes": point.increment_bytes,
-            "msgs_per_s": rate.msgs_per_s,
+        }),
+        duration_s: seconds,
+        consume: rate,
+        e2e_latency_ms: empty.summary(),
+        extra: json!({
+            "passes": passes,
             "refills": refills,
-        });
-        match point.test {
-            "stall" => stall.push(entry),
-            _ => amortization.push(entry),
-        }
-        let empty = Recorder::new(started);
-        report.runs.push(RunReport {
-            name,
-            params: json!({
-                "test": point.test, "window_bytes": point.window_bytes,
-                "threshold_bytes": point.threshold_bytes,
-                "increment_bytes": point.increment_bytes,
-            }),
-            duration_s: seconds,
-            consume: rate,
-            e2e_latency_ms: empty.summary(),
-            extra: json!({
-                "passes": passes,
-                "refills": refills,
-                "overshoots": window_state.overshoots,
-                "level_max_bytes": window_state.level_max_bytes,
-                "level_at_refill_max_bytes": window_state.level_at_refill_max_bytes,
-            }),
-            ..RunReport::default()
-        });
-    }
-    drop(stall_proxy);
-    report.summary = json!({
-        "window_bytes": window,
-        "stall_window_bytes": stall_window,
-        "stall_delay_ms": args.stall_delay_ms,
-        "default_threshold_bytes": defaults.refill_threshold_bytes,
-        "default_increment_bytes": defaults.refill_increment_bytes,
-        "backlog_messages": messages,
-        "stall": stall,
-        "amortization": amortization,
-    });
-    ctx.finish(report)
+            "overshoots": window_state.overshoots,
+            "level_max_bytes": window_state.level_max_bytes,
+            "level_at_refill_max_bytes": window_state.level_at_refill_max_bytes,
+        }),
+        ..RunReport::default()
+    };
+    (r, entry)
 }
 
 /// Busy-waits (processing that uses the CPU, unlike a sleep).

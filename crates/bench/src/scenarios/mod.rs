@@ -153,6 +153,9 @@ pub async fn caught_up(run: Arc<Run>, name: &'static str, messages: u64) -> Opti
     }
 }
 
+/// Each consumer's meter and recorder after a run, in the order they were given.
+pub type Measured = Vec<(Arc<ConsumerMeter>, Recorder)>;
+
 /// Runs the load until `deadline` (or until the measured consumers have read `done_at`
 /// messages), drains, and returns each consumer's meter and recorder, in order.
 pub async fn measure(
@@ -161,7 +164,7 @@ pub async fn measure(
     consumers: Vec<ConsumerSpec>,
     load_time: Duration,
     done_at: Option<u64>,
-) -> Vec<(Arc<ConsumerMeter>, Recorder)> {
+) -> Measured {
     let consumer_tasks: Vec<_> = consumers
         .into_iter()
         .map(|spec| {

@@ -22,11 +22,15 @@
 use super::{
     caught_up, disturber, evict_backlog, fast_consumers, measure, replay_seconds, with_lag,
 };
+use crate::evict::Evicted;
 use crate::load::{self, Load, Reading, Run};
+use crate::proxy::Proxy;
+use crate::report::RunReport;
 use crate::{Ctx, Report};
 use clap::{ArgAction, Args};
 use headway_client::StartOffset;
 use serde_json::json;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,7 +65,45 @@ pub struct SlowConsumerArgs {
 /// Share of each run that is warm-up.
 const WARMUP_FRACTION: f64 = 0.1;
 
+/// The topic, its backlog and the proxy, set up before the first run.
+struct Setup {
+    topic: String,
+    backlog_mb: u64,
+    backlog_messages: u64,
+    evict_dirs: Vec<PathBuf>,
+    /// Whether the backlog is dropped from the page cache before run 2.
+    evict: bool,
+    prefill_s: f64,
+    /// Lines for the report's notes, one per eviction.
+    eviction_notes: Vec<String>,
+    per_run: Duration,
+    warmup: Duration,
+    /// The slow consumer's way to the broker; kept until the runs are over.
+    proxy: Proxy,
+}
+
+/// What the two runs found beyond their reports.
+#[derive(Default)]
+struct Outcome {
+    /// What the eviction before run 2 did.
+    evicted_before_run: Option<Evicted>,
+    /// Seconds the catch-up consumer took to read what was there as run 2 started.
+    caught_up_s: Option<f64>,
+    /// Messages there as run 2 started.
+    replayed: u64,
+}
+
 pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
+    let mut setup = setup(ctx, args).await?;
+    let mut report = ctx.report("slow-consumer", vec![describe(args, &setup)]);
+    let outcome = run_both(ctx, args, &mut setup, &mut report).await?;
+    summarize(args, setup, &outcome, &mut report);
+    ctx.finish(report)
+}
+
+/// Creates the topic, writes the backlog (and makes it cold), divides the time and
+/// starts the delay proxy.
+async fn setup(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Setup> {
     let budget = ctx.duration(120.0, 10.0);
     let topic = load::topic_name("slow-consumer", "stream");
     load::create_topic(ctx.bootstrap(), &topic, args.partitions).await?;
@@ -97,110 +139,162 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
         per_run.mul_f64(WARMUP_FRACTION)
     };
     let proxy = args.readers.proxy(ctx.bootstrap()).await?;
-    let mut report = ctx.report(
-        "slow-consumer",
-        vec![format!(
-            "producer: {} msg/s of {} B, acks=all, {} partition(s); {} fast consumers; \
-             slow consumer behind a proxy adding {} ms each way with {} KiB per direction; \
-             catch-up consumer: {}; {:.1} s per run, the first {:.1} s of each left out of \
-             the percentiles (warm-up); prefill {:.1} s",
-            args.rate,
-            args.size,
-            args.partitions,
-            args.fast,
-            args.readers.delay_ms,
-            args.readers.proxy_buffer_bytes / 1024,
-            if !args.catch_up {
-                "none".into()
-            } else if evict {
-                format!(
-                    "from offset 0 over a {backlog_mb} MiB backlog, cold (dropped from the \
-                     page cache before run 2)"
-                )
-            } else {
-                format!(
-                    "from offset 0 over a {backlog_mb} MiB backlog, not evicted (no \
-                     --evict-dir): it may be read from the page cache"
-                )
-            },
-            per_run.as_secs_f64(),
-            warmup.as_secs_f64(),
-            prefill_s
-        )],
-    );
-    let mut evicted_before_run = None;
-    let (mut caught_up_s, mut replayed) = (None, 0u64);
-    let mut read_before = backlog_messages;
-    for with_slow in [false, true] {
-        let name = if with_slow {
-            "with slow consumers"
+    Ok(Setup {
+        topic,
+        backlog_mb,
+        backlog_messages,
+        evict_dirs,
+        evict,
+        prefill_s,
+        eviction_notes,
+        per_run,
+        warmup,
+        proxy,
+    })
+}
+
+/// The report's first note: the load and the readers.
+fn describe(args: &SlowConsumerArgs, setup: &Setup) -> String {
+    let backlog_mb = setup.backlog_mb;
+    format!(
+        "producer: {} msg/s of {} B, acks=all, {} partition(s); {} fast consumers; \
+         slow consumer behind a proxy adding {} ms each way with {} KiB per direction; \
+         catch-up consumer: {}; {:.1} s per run, the first {:.1} s of each left out of \
+         the percentiles (warm-up); prefill {:.1} s",
+        args.rate,
+        args.size,
+        args.partitions,
+        args.fast,
+        args.readers.delay_ms,
+        args.readers.proxy_buffer_bytes / 1024,
+        if !args.catch_up {
+            "none".into()
+        } else if setup.evict {
+            format!(
+                "from offset 0 over a {backlog_mb} MiB backlog, cold (dropped from the \
+                 page cache before run 2)"
+            )
         } else {
-            "fast consumers only"
-        };
-        if with_slow && evict {
+            format!(
+                "from offset 0 over a {backlog_mb} MiB backlog, not evicted (no \
+                 --evict-dir): it may be read from the page cache"
+            )
+        },
+        setup.per_run.as_secs_f64(),
+        setup.warmup.as_secs_f64(),
+        setup.prefill_s
+    )
+}
+
+/// Run 1 (fast consumers only), the eviction, then run 2 (with the slow readers); adds
+/// both runs to `report`.
+async fn run_both(
+    ctx: &Ctx,
+    args: &SlowConsumerArgs,
+    setup: &mut Setup,
+    report: &mut Report,
+) -> anyhow::Result<Outcome> {
+    let mut outcome = Outcome::default();
+    let mut read_before = setup.backlog_messages;
+    for with_slow in [false, true] {
+        if with_slow && setup.evict {
             // Run 1 left the backlog where it was; this pass also writes back what run 1
             // wrote, so the catch-up consumer starts on cold data.
             let (evicted, note) =
-                evict_backlog("slow-consumer", &evict_dirs, "before run 2").await?;
-            eviction_notes.push(note);
-            evicted_before_run = Some(evicted);
+                evict_backlog("slow-consumer", &setup.evict_dirs, "before run 2").await?;
+            setup.eviction_notes.push(note);
+            outcome.evicted_before_run = Some(evicted);
         }
-        let mut consumers = fast_consumers(ctx.bootstrap(), &topic, args.fast).await?;
-        if with_slow {
-            let proxied = proxy.addr.to_string();
-            consumers.push(disturber(&proxied, &topic, "slow", "slow", StartOffset::Latest).await?);
-            if args.catch_up {
-                consumers.push(
-                    disturber(
-                        ctx.bootstrap(),
-                        &topic,
-                        "catch-up",
-                        "catch-up",
-                        StartOffset::Earliest,
-                    )
-                    .await?,
-                );
-            }
+        let (run_report, published, replay) =
+            run_one(ctx, args, setup, with_slow, read_before).await?;
+        if let Some(caught_up_s) = replay {
+            outcome.caught_up_s = caught_up_s;
+            outcome.replayed = read_before;
         }
-        let producer = load::stream_producer(ctx.bootstrap()).await?;
-        // Created once every consumer is connected, so that the run's clock and rates
-        // start with the load.
-        let run = Run::new(
-            "slow-consumer",
-            name,
-            Reading::Each,
-            ctx.broker_pid(),
-            warmup,
-        );
-        let loads = vec![(
-            producer,
-            Load {
-                topic: topic.clone(),
-                size: args.size,
-                rate: Some(args.rate),
-                count_max: None,
-                round_robin: None,
-            },
-        )];
-        // When the catch-up consumer has read what was there as run 2 started: the time
-        // its cold replay took, which its average rate over the run hides.
-        let watcher = (with_slow && args.catch_up)
-            .then(|| tokio::spawn(caught_up(Arc::clone(&run), "catch-up", read_before)));
-        let results = measure(&run, loads, consumers, per_run, None).await;
-        if watcher.is_some() {
-            caught_up_s = replay_seconds(watcher).await;
-            replayed = read_before;
-        }
-        let published = run.meter.published.load(Ordering::Relaxed);
-        let results = with_lag(results, read_before, published);
         read_before += published;
-        let params = json!({
-            "with_slow": with_slow, "fast": args.fast, "rate": args.rate, "size": args.size,
-            "delay_ms": args.readers.delay_ms, "catch_up": with_slow && args.catch_up,
-            "partitions": args.partitions,
-        });
-        report.runs.push(run.report(params, results, json!({})));
+        report.runs.push(run_report);
     }
+    Ok(outcome)
+}
+
+/// One run: its report, the messages published, and (run 2 with a catch-up consumer)
+/// when that consumer had read the `read_before` messages there at the start.
+async fn run_one(
+    ctx: &Ctx,
+    args: &SlowConsumerArgs,
+    setup: &Setup,
+    with_slow: bool,
+    read_before: u64,
+) -> anyhow::Result<(RunReport, u64, Option<Option<f64>>)> {
+    let topic = &setup.topic;
+    let name = if with_slow {
+        "with slow consumers"
+    } else {
+        "fast consumers only"
+    };
+    let mut consumers = fast_consumers(ctx.bootstrap(), topic, args.fast).await?;
+    if with_slow {
+        let proxied = setup.proxy.addr.to_string();
+        consumers.push(disturber(&proxied, topic, "slow", "slow", StartOffset::Latest).await?);
+        if args.catch_up {
+            consumers.push(
+                disturber(
+                    ctx.bootstrap(),
+                    topic,
+                    "catch-up",
+                    "catch-up",
+                    StartOffset::Earliest,
+                )
+                .await?,
+            );
+        }
+    }
+    let producer = load::stream_producer(ctx.bootstrap()).await?;
+    // Created once every consumer is connected, so that the run's clock and rates
+    // start with the load.
+    let run = Run::new(
+        "slow-consumer",
+        name,
+        Reading::Each,
+        ctx.broker_pid(),
+        setup.warmup,
+    );
+    let loads = vec![(
+        producer,
+        Load {
+            topic: topic.clone(),
+            size: args.size,
+            rate: Some(args.rate),
+            count_max: None,
+            round_robin: None,
+        },
+    )];
+    // When the catch-up consumer has read what was there as run 2 started: the time
+    // its cold replay took, which its average rate over the run hides.
+    let watcher = (with_slow && args.catch_up)
+        .then(|| tokio::spawn(caught_up(Arc::clone(&run), "catch-up", read_before)));
+    let results = measure(&run, loads, consumers, setup.per_run, None).await;
+    let replay = match watcher {
+        Some(watcher) => Some(replay_seconds(Some(watcher)).await),
+        None => None,
+    };
+    let published = run.meter.published.load(Ordering::Relaxed);
+    let results = with_lag(results, read_before, published);
+    let params = json!({
+        "with_slow": with_slow, "fast": args.fast, "rate": args.rate, "size": args.size,
+        "delay_ms": args.readers.delay_ms, "catch_up": with_slow && args.catch_up,
+        "partitions": args.partitions,
+    });
+    Ok((run.report(params, results, json!({})), published, replay))
+}
+
+/// The summary (run 2 against run 1), the eviction notes, and a line on stderr.
+fn summarize(args: &SlowConsumerArgs, setup: Setup, outcome: &Outcome, report: &mut Report) {
+    let Outcome {
+        caught_up_s,
+        replayed,
+        ..
+    } = *outcome;
     let fast_p99 = |i: usize| {
         let run = &report.runs[i];
         run.e2e_latency_ms.p99
@@ -230,7 +324,7 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
             })
     };
     let publish = |i: usize| report.runs[i].publish.msgs_per_s;
-    let evicted = evicted_before_run.unwrap_or_default();
+    let evicted = outcome.evicted_before_run.clone().unwrap_or_default();
     report.summary = json!({
         "fast_e2e_p99_ms_without": without,
         "fast_e2e_p99_ms_with": with,
@@ -244,15 +338,36 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
         "publish_p99_ms_with": report.runs[1].publish_latency_ms.p99,
         "slow": role("slow"),
         "catch_up": role("catch-up"),
-        "backlog_messages": backlog_messages,
-        "backlog_mb": if args.catch_up { backlog_mb } else { 0 },
-        "prefill_s": prefill_s,
-        "evicted": evict,
+        "backlog_messages": setup.backlog_messages,
+        "backlog_mb": if args.catch_up { setup.backlog_mb } else { 0 },
+        "prefill_s": setup.prefill_s,
+        "evicted": setup.evict,
         "evicted_files": evicted.files,
         "evicted_bytes": evicted.bytes,
     });
-    report.notes.extend(eviction_notes);
-    let catch_up = report.runs[1]
+    report.notes.extend(setup.eviction_notes);
+    let catch_up = catch_up_line(report, outcome, args.size);
+    eprintln!(
+        "[slow-consumer] fast p99 {without:.2} ms without, {with:.2} ms with ({:.2}x); \
+         publish {:.3}x{catch_up}",
+        report.summary["fast_p99_with_over_without"]
+            .as_f64()
+            .unwrap_or(0.0),
+        report.summary["publish_with_over_without"]
+            .as_f64()
+            .unwrap_or(0.0),
+    );
+    drop(setup.proxy);
+}
+
+/// How the catch-up consumer fared in run 2, for the line on stderr (empty without one).
+fn catch_up_line(report: &Report, outcome: &Outcome, size: usize) -> String {
+    let Outcome {
+        caught_up_s,
+        replayed,
+        ..
+    } = *outcome;
+    report.runs[1]
         .consumers
         .iter()
         .find(|c| c.role == "catch-up")
@@ -269,24 +384,12 @@ pub async fn run(ctx: &Ctx, args: &SlowConsumerArgs) -> anyhow::Result<Report> {
                     Some(s) => format!(
                         "replayed the {replayed} messages there at the start of run 2 in \
                          {s:.1} s ({:.1} MB/s)",
-                        (replayed * args.size as u64) as f64 / 1e6 / s.max(1e-3)
+                        (replayed * size as u64) as f64 / 1e6 / s.max(1e-3)
                     ),
                     None => format!(
                         "did not replay the {replayed} messages there at the start of run 2"
                     ),
                 }
             )
-        });
-    eprintln!(
-        "[slow-consumer] fast p99 {without:.2} ms without, {with:.2} ms with ({:.2}x); \
-         publish {:.3}x{catch_up}",
-        report.summary["fast_p99_with_over_without"]
-            .as_f64()
-            .unwrap_or(0.0),
-        report.summary["publish_with_over_without"]
-            .as_f64()
-            .unwrap_or(0.0),
-    );
-    drop(proxy);
-    ctx.finish(report)
+        })
 }

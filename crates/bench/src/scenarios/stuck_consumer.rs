@@ -1,4 +1,4 @@
-//! `stuck-consumer` (issue 7): does a client that never reads its socket cost the
+//! `stuck-consumer`: does a client that never reads its socket cost the
 //! others anything, or grow the broker's memory?
 //!
 //! A producer writes `--rate` messages per second of `--size` bytes (acks=all) to a
@@ -22,6 +22,7 @@
 
 use super::{fast_consumers, measure, without_lag};
 use crate::load::{self, Load, Reading, Run};
+use crate::report::RunReport;
 use crate::{Ctx, Report};
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Args;
@@ -91,7 +92,40 @@ const QUICK_RUN_S: f64 = 3.0;
 
 const MIB: u64 = 1024 * 1024;
 
+/// The topic, its backlog and the shape of both runs, settled before the first.
+struct Setup {
+    topic: String,
+    rate: f64,
+    size: usize,
+    backlog_mb: u64,
+    prefill_s: f64,
+    /// Messages each run produces.
+    count: u64,
+    /// How long `count` takes at `rate`.
+    nominal: Duration,
+    /// The longest a run's load may take.
+    load_cap: Duration,
+    warmup: Duration,
+    pid: Option<u32>,
+}
+
 pub async fn run(ctx: &Ctx, args: &StuckConsumerArgs) -> anyhow::Result<Report> {
+    let setup = setup(ctx, args).await?;
+    let mut report = ctx.report("stuck-consumer", describe(args, &setup));
+    let mut stuck_summary = StuckSummary::default();
+    for with_stuck in [false, true] {
+        let (run_report, stuck) = run_one(ctx, args, &setup, with_stuck).await?;
+        if let Some(stuck) = stuck {
+            stuck_summary = stuck;
+        }
+        report.runs.push(run_report);
+    }
+    summarize(args, &setup, &stuck_summary, &mut report);
+    ctx.finish(report)
+}
+
+/// Creates the topic, writes the backlog and sizes the runs.
+async fn setup(ctx: &Ctx, args: &StuckConsumerArgs) -> anyhow::Result<Setup> {
     let quick = ctx.common.quick;
     let rate = args
         .rate
@@ -123,7 +157,30 @@ pub async fn run(ctx: &Ctx, args: &StuckConsumerArgs) -> anyhow::Result<Report> 
     } else {
         nominal.mul_f64(WARMUP_FRACTION)
     };
-    let pid = ctx.broker_pid();
+    Ok(Setup {
+        topic,
+        rate,
+        size,
+        backlog_mb,
+        prefill_s,
+        count,
+        nominal,
+        load_cap,
+        warmup,
+        pid: ctx.broker_pid(),
+    })
+}
+
+/// The report's notes: the load, the stuck clients, and what cannot be measured.
+fn describe(args: &StuckConsumerArgs, setup: &Setup) -> Vec<String> {
+    let Setup {
+        rate,
+        size,
+        count,
+        backlog_mb,
+        prefill_s,
+        ..
+    } = *setup;
     let mut notes = vec![format!(
         "producer: {rate} msg/s of {size} B, acks=all, {} partitions, {count} messages \
          ({:.0} MiB) per run, about {:.1} s at that rate (at most {:.1} s); {} fast \
@@ -131,10 +188,10 @@ pub async fn run(ctx: &Ctx, args: &StuckConsumerArgs) -> anyhow::Result<Report> 
          (warm-up); backlog {backlog_mb} MiB written before the runs in {prefill_s:.1} s",
         args.partitions,
         (count * size as u64) as f64 / MIB as f64,
-        nominal.as_secs_f64(),
-        load_cap.as_secs_f64(),
+        setup.nominal.as_secs_f64(),
+        setup.load_cap.as_secs_f64(),
         args.fast,
-        warmup.as_secs_f64(),
+        setup.warmup.as_secs_f64(),
     )];
     notes.push(format!(
         "stuck clients: {} raw connections with a {} KiB receive buffer, each writing up to \
@@ -147,104 +204,111 @@ pub async fn run(ctx: &Ctx, args: &StuckConsumerArgs) -> anyhow::Result<Report> 
         FETCH_BYTES as u64 / MIB,
         args.rss_limit_mib
     ));
-    if pid.is_none() {
+    if setup.pid.is_none() {
         notes.push(
             "broker process unknown (no --broker-pid): no resident-memory readings, no guard"
                 .into(),
         );
     }
-    let mut report = ctx.report("stuck-consumer", notes);
-    let mut stuck_summary = StuckSummary::default();
-    for with_stuck in [false, true] {
-        let name = if with_stuck {
-            "with stuck clients"
-        } else {
-            "fast consumers only"
-        };
-        let consumers = fast_consumers(ctx.bootstrap(), &topic, args.fast).await?;
-        let mut sockets = Vec::new();
-        if with_stuck {
-            for i in 0..args.stuck {
-                sockets.push((format!("stuck-{i}"), connect_stuck(ctx.bootstrap()).await?));
-            }
+    notes
+}
+
+/// One run, with or without the stuck clients: its report, and (with them) what they
+/// did.
+async fn run_one(
+    ctx: &Ctx,
+    args: &StuckConsumerArgs,
+    setup: &Setup,
+    with_stuck: bool,
+) -> anyhow::Result<(RunReport, Option<StuckSummary>)> {
+    let topic = &setup.topic;
+    let name = if with_stuck {
+        "with stuck clients"
+    } else {
+        "fast consumers only"
+    };
+    let consumers = fast_consumers(ctx.bootstrap(), topic, args.fast).await?;
+    let mut sockets = Vec::new();
+    if with_stuck {
+        for i in 0..args.stuck {
+            sockets.push((format!("stuck-{i}"), connect_stuck(ctx.bootstrap()).await?));
         }
-        let producer = load::stream_producer(ctx.bootstrap()).await?;
-        let run = Run::new("stuck-consumer", name, Reading::Each, pid, warmup);
-        let mut stuck: Vec<(Arc<StuckStats>, JoinHandle<()>)> = sockets
-            .into_iter()
-            .map(|(name, stream)| {
-                spawn_stuck(stream, &topic, args.partitions, args.stuck_requests, name)
-            })
-            .collect();
-        let guard = Arc::new(Guard::new(run.origin));
-        let guard_task = match (with_stuck, pid) {
-            (true, Some(pid)) => Some(tokio::spawn(Arc::clone(&guard).watch(
-                pid,
-                args.rss_limit_mib,
-                stuck.iter().map(|(_, t)| t.abort_handle()).collect(),
-            ))),
-            _ => None,
-        };
-        let loads = vec![(
-            producer,
-            Load {
-                topic: topic.clone(),
-                size,
-                rate: Some(rate),
-                count_max: Some(count),
-                round_robin: None,
-            },
-        )];
-        let done_at = count * args.fast as u64;
-        let results = measure(&run, loads, consumers, load_cap, Some(done_at)).await;
-        if let Some(task) = guard_task {
-            task.abort();
-        }
-        // Closes the stuck sockets.
-        for (_, task) in &stuck {
-            task.abort();
-        }
-        for (_, task) in &mut stuck {
-            let _ = task.await;
-        }
-        let stuck_json: Vec<_> = stuck.iter().map(|(s, _)| s.json()).collect();
-        if with_stuck {
-            stuck_summary = StuckSummary {
-                clients: stuck.len(),
-                requests_written: stuck
-                    .iter()
-                    .map(|(s, _)| s.requests_written.load(Ordering::Relaxed))
-                    .sum(),
-                write_blocked: stuck
-                    .iter()
-                    .filter(|(s, _)| s.write_blocked.load(Ordering::Relaxed))
-                    .count(),
-                closed_by_broker: stuck
-                    .iter()
-                    .filter(|(s, _)| s.closed_by_broker.load(Ordering::Relaxed))
-                    .count(),
-                limit_hit_at_s: *guard.hit_at_s.lock().expect("guard lock"),
-            };
-        }
-        let params = json!({
-            "with_stuck": with_stuck, "stuck": if with_stuck { args.stuck } else { 0 },
-            "fast": args.fast, "rate": rate, "size": size, "partitions": args.partitions,
-            "messages": count,
-        });
-        let extra = json!({
-            "stuck": stuck_json,
-            "rss_limit_hit_at_s": stuck_summary.limit_hit_at_s.filter(|_| with_stuck),
-        });
-        let mut run_report = run.report(params, without_lag(results), extra);
-        if let Some(guarded) = guard.max_mib() {
-            run_report.broker_rss_mib_max = Some(
-                run_report
-                    .broker_rss_mib_max
-                    .map_or(guarded, |m| m.max(guarded)),
-            );
-        }
-        report.runs.push(run_report);
     }
+    let producer = load::stream_producer(ctx.bootstrap()).await?;
+    let run = Run::new(
+        "stuck-consumer",
+        name,
+        Reading::Each,
+        setup.pid,
+        setup.warmup,
+    );
+    let mut stuck: Vec<(Arc<StuckStats>, JoinHandle<()>)> = sockets
+        .into_iter()
+        .map(|(name, stream)| {
+            spawn_stuck(stream, topic, args.partitions, args.stuck_requests, name)
+        })
+        .collect();
+    let guard = Arc::new(Guard::new(run.origin));
+    let guard_task = match (with_stuck, setup.pid) {
+        (true, Some(pid)) => Some(tokio::spawn(Arc::clone(&guard).watch(
+            pid,
+            args.rss_limit_mib,
+            stuck.iter().map(|(_, t)| t.abort_handle()).collect(),
+        ))),
+        _ => None,
+    };
+    let loads = vec![(
+        producer,
+        Load {
+            topic: topic.clone(),
+            size: setup.size,
+            rate: Some(setup.rate),
+            count_max: Some(setup.count),
+            round_robin: None,
+        },
+    )];
+    let done_at = setup.count * args.fast as u64;
+    let results = measure(&run, loads, consumers, setup.load_cap, Some(done_at)).await;
+    if let Some(task) = guard_task {
+        task.abort();
+    }
+    // Closes the stuck sockets.
+    for (_, task) in &stuck {
+        task.abort();
+    }
+    for (_, task) in &mut stuck {
+        let _ = task.await;
+    }
+    let stuck_json: Vec<_> = stuck.iter().map(|(s, _)| s.json()).collect();
+    let stuck_summary = with_stuck.then(|| StuckSummary::of(&stuck, &guard));
+    let params = json!({
+        "with_stuck": with_stuck, "stuck": if with_stuck { args.stuck } else { 0 },
+        "fast": args.fast, "rate": setup.rate, "size": setup.size,
+        "partitions": args.partitions, "messages": setup.count,
+    });
+    let extra = json!({
+        "stuck": stuck_json,
+        "rss_limit_hit_at_s": stuck_summary.as_ref().and_then(|s| s.limit_hit_at_s),
+    });
+    let mut run_report = run.report(params, without_lag(results), extra);
+    if let Some(guarded) = guard.max_mib() {
+        run_report.broker_rss_mib_max = Some(
+            run_report
+                .broker_rss_mib_max
+                .map_or(guarded, |m| m.max(guarded)),
+        );
+    }
+    Ok((run_report, stuck_summary))
+}
+
+/// The summary (run 2 against run 1), a note if the guard disconnected the stuck
+/// clients, and a line on stderr.
+fn summarize(
+    args: &StuckConsumerArgs,
+    setup: &Setup,
+    stuck_summary: &StuckSummary,
+    report: &mut Report,
+) {
     if let Some(at) = stuck_summary.limit_hit_at_s {
         report.notes.push(format!(
             "the broker's resident memory passed {} MiB {at:.1} s into run 2: the stuck \
@@ -252,7 +316,13 @@ pub async fn run(ctx: &Ctx, args: &StuckConsumerArgs) -> anyhow::Result<Report> 
             args.rss_limit_mib
         ));
     }
-    report.summary = summary(&report, &stuck_summary, args, backlog_mb, prefill_s);
+    report.summary = summary(
+        report,
+        stuck_summary,
+        args,
+        setup.backlog_mb,
+        setup.prefill_s,
+    );
     let s = &report.summary;
     let mib = |key: &str| s[key].as_f64().map_or("-".into(), |v| format!("{v:.0}"));
     eprintln!(
@@ -270,7 +340,6 @@ pub async fn run(ctx: &Ctx, args: &StuckConsumerArgs) -> anyhow::Result<Report> 
         stuck_summary.write_blocked,
         stuck_summary.closed_by_broker,
     );
-    ctx.finish(report)
 }
 
 fn summary(
@@ -316,6 +385,28 @@ struct StuckSummary {
     write_blocked: usize,
     closed_by_broker: usize,
     limit_hit_at_s: Option<f64>,
+}
+
+impl StuckSummary {
+    /// What the stuck clients did in run 2, and when the guard stopped them.
+    fn of(stuck: &[(Arc<StuckStats>, JoinHandle<()>)], guard: &Guard) -> StuckSummary {
+        StuckSummary {
+            clients: stuck.len(),
+            requests_written: stuck
+                .iter()
+                .map(|(s, _)| s.requests_written.load(Ordering::Relaxed))
+                .sum(),
+            write_blocked: stuck
+                .iter()
+                .filter(|(s, _)| s.write_blocked.load(Ordering::Relaxed))
+                .count(),
+            closed_by_broker: stuck
+                .iter()
+                .filter(|(s, _)| s.closed_by_broker.load(Ordering::Relaxed))
+                .count(),
+            limit_hit_at_s: *guard.hit_at_s.lock().expect("guard lock"),
+        }
+    }
 }
 
 /// What one stuck client did.

@@ -174,7 +174,26 @@ fn per_second(count: Option<(u64, u64)>, seconds: f64) -> (Option<f64>, Option<f
     }
 }
 
+/// The scopes and partition counts to run, and the time each run takes.
+struct Plan {
+    scopes: Vec<String>,
+    partitions: Vec<i32>,
+    per_run: Duration,
+    warmup: Duration,
+}
+
 pub async fn run(ctx: &Ctx, args: &SyncScopeArgs, bin: &Path) -> anyhow::Result<Report> {
+    let plan = setup(ctx, args);
+    let mut report = ctx.report("sync-scope", describe(args, &plan));
+    let interference = interference_runs(ctx, args, bin, &plan, &mut report).await?;
+    let scale = scale_runs(ctx, args, bin, &plan, &mut report).await?;
+    report.summary = json!({ "interference": interference, "scale": scale });
+    summarize(ctx, report)
+}
+
+/// The scopes and partition counts (from the options, else by `--quick`) and the time
+/// each run gets.
+fn setup(ctx: &Ctx, args: &SyncScopeArgs) -> Plan {
     let quick = ctx.common.quick;
     let scopes: Vec<String> = if ctx.common.bootstrap.is_some() {
         vec!["given".into()]
@@ -199,80 +218,125 @@ pub async fn run(ctx: &Ctx, args: &SyncScopeArgs, bin: &Path) -> anyhow::Result<
         .div_f64(runs as f64)
         .max(Duration::from_millis(500));
     let warmup = if quick { Duration::ZERO } else { per_run / 10 };
-    let mut report = ctx.report(
-        "sync-scope",
-        vec![
-            format!(
-                "each run starts its own headway broker (flush=sync) with the run's \
-                 --sync-scope, and stops it after; {:.1} s of load per run; the first tenth \
-                 is warm-up, left out of the percentiles",
-                per_run.as_secs_f64()
-            ),
-            format!(
-                "interference: light producer {} msg/s of {} B, acks=all, linger {} ms, on \
-                 its own topic; heavy writer at max rate, {} B messages in batches up to {} B, \
-                 acks=all, on another topic, started {} ms before the light run",
-                args.light_rate,
-                args.light_size,
-                args.linger_ms,
-                args.heavy_size,
-                args.heavy_batch_bytes,
-                HEAVY_RAMP.as_millis()
-            ),
-            format!(
-                "scale: {} producers at max rate, {} B messages, acks=all, linger {} ms, \
-                 spread one by one over the partitions",
-                args.producers, args.size, args.linger_ms
-            ),
-            "syncs/s: fdatasync and fsync calls (one syncfs per round with syncfs) the \
-             broker made during the run, over its load time; the producers' last \
-             acknowledgements after the load are included"
-                .into(),
-        ],
-    );
+    Plan {
+        scopes,
+        partitions,
+        per_run,
+        warmup,
+    }
+}
+
+/// The report's notes: how the runs are made.
+fn describe(args: &SyncScopeArgs, plan: &Plan) -> Vec<String> {
+    vec![
+        format!(
+            "each run starts its own headway broker (flush=sync) with the run's \
+             --sync-scope, and stops it after; {:.1} s of load per run; the first tenth \
+             is warm-up, left out of the percentiles",
+            plan.per_run.as_secs_f64()
+        ),
+        format!(
+            "interference: light producer {} msg/s of {} B, acks=all, linger {} ms, on \
+             its own topic; heavy writer at max rate, {} B messages in batches up to {} B, \
+             acks=all, on another topic, started {} ms before the light run",
+            args.light_rate,
+            args.light_size,
+            args.linger_ms,
+            args.heavy_size,
+            args.heavy_batch_bytes,
+            HEAVY_RAMP.as_millis()
+        ),
+        format!(
+            "scale: {} producers at max rate, {} B messages, acks=all, linger {} ms, \
+             spread one by one over the partitions",
+            args.producers, args.size, args.linger_ms
+        ),
+        "syncs/s: fdatasync and fsync calls (one syncfs per round with syncfs) the \
+         broker made during the run, over its load time; the producers' last \
+         acknowledgements after the load are included"
+            .into(),
+    ]
+}
+
+/// The interference case for every scope, alone then beside the heavy writer: adds the
+/// runs to `report` and returns the summary's lines.
+async fn interference_runs(
+    ctx: &Ctx,
+    args: &SyncScopeArgs,
+    bin: &Path,
+    plan: &Plan,
+    report: &mut Report,
+) -> anyhow::Result<Vec<Value>> {
     let mut interference = Vec::new();
     for heavy in [false, true] {
-        for scope in &scopes {
+        for scope in &plan.scopes {
             let broker = Broker::start(ctx, bin, scope)?;
             let name = format!(
                 "{scope}: light {}",
                 if heavy { "+ heavy writer" } else { "alone" }
             );
             let (r, heavy_report) =
-                interference_run(ctx, args, &broker, &name, heavy, per_run, warmup).await?;
+                interference_run(ctx, args, &broker, &name, heavy, plan.per_run, plan.warmup)
+                    .await?;
             let counters = broker.stop().await;
-            let (rounds_per_s, syncs_per_s) = per_second(counters, r.duration_s);
-            interference.push(json!({
-                "scope": scope, "heavy": heavy,
-                "light_msgs_per_s": r.publish.msgs_per_s,
-                "light_p50_ms": r.publish_latency_ms.p50,
-                "light_p99_ms": r.publish_latency_ms.p99,
-                "light_p999_ms": r.publish_latency_ms.p999,
-                "light_max_ms": r.publish_latency_ms.max,
-                "light_errors": r.publish_errors,
-                "heavy_mb_per_s": heavy_report.as_ref().map(|h| h.publish.mb_per_s),
-                "heavy_p99_ms": heavy_report.as_ref().map(|h| h.publish_latency_ms.p99),
-                "rounds_per_s": rounds_per_s, "syncs_per_s": syncs_per_s,
-            }));
-            let mut r = r;
-            r.extra = json!({
-                "sync_rounds_per_s": rounds_per_s, "syncs_per_s": syncs_per_s,
-                "heavy": heavy_report.map(|h| json!({
-                    "publish_mb_per_s": h.publish.mb_per_s,
-                    "publish_msgs_per_s": h.publish.msgs_per_s,
-                    "publish_latency_ms": h.publish_latency_ms,
-                    "errors": h.publish_errors,
-                })),
-            });
+            let (r, line) = interference_line(scope, heavy, r, heavy_report, counters);
+            interference.push(line);
             report.runs.push(r);
         }
     }
+    Ok(interference)
+}
+
+/// One interference run's summary line, and its report with the broker's sync counters
+/// and the heavy writer's figures added.
+fn interference_line(
+    scope: &str,
+    heavy: bool,
+    mut r: RunReport,
+    heavy_report: Option<RunReport>,
+    counters: Option<(u64, u64)>,
+) -> (RunReport, Value) {
+    let (rounds_per_s, syncs_per_s) = per_second(counters, r.duration_s);
+    let line = json!({
+        "scope": scope, "heavy": heavy,
+        "light_msgs_per_s": r.publish.msgs_per_s,
+        "light_p50_ms": r.publish_latency_ms.p50,
+        "light_p99_ms": r.publish_latency_ms.p99,
+        "light_p999_ms": r.publish_latency_ms.p999,
+        "light_max_ms": r.publish_latency_ms.max,
+        "light_errors": r.publish_errors,
+        "heavy_mb_per_s": heavy_report.as_ref().map(|h| h.publish.mb_per_s),
+        "heavy_p99_ms": heavy_report.as_ref().map(|h| h.publish_latency_ms.p99),
+        "rounds_per_s": rounds_per_s, "syncs_per_s": syncs_per_s,
+    });
+    r.extra = json!({
+        "sync_rounds_per_s": rounds_per_s, "syncs_per_s": syncs_per_s,
+        "heavy": heavy_report.map(|h| json!({
+            "publish_mb_per_s": h.publish.mb_per_s,
+            "publish_msgs_per_s": h.publish.msgs_per_s,
+            "publish_latency_ms": h.publish_latency_ms,
+            "errors": h.publish_errors,
+        })),
+    });
+    (r, line)
+}
+
+/// The scale case for every partition count and scope: adds the runs to `report` and
+/// returns the summary's lines.
+async fn scale_runs(
+    ctx: &Ctx,
+    args: &SyncScopeArgs,
+    bin: &Path,
+    plan: &Plan,
+    report: &mut Report,
+) -> anyhow::Result<Vec<Value>> {
     let mut scale = Vec::new();
-    for &count in &partitions {
-        for scope in &scopes {
+    for &count in &plan.partitions {
+        for scope in &plan.scopes {
             let broker = Broker::start(ctx, bin, scope)?;
             let name = format!("{scope}: {count} partitions");
-            let mut r = scale_run(ctx, args, &broker, &name, count, per_run, warmup).await?;
+            let mut r =
+                scale_run(ctx, args, &broker, &name, count, plan.per_run, plan.warmup).await?;
             let counters = broker.stop().await;
             let (rounds_per_s, syncs_per_s) = per_second(counters, r.duration_s);
             scale.push(json!({
@@ -289,7 +353,11 @@ pub async fn run(ctx: &Ctx, args: &SyncScopeArgs, bin: &Path) -> anyhow::Result<
             report.runs.push(r);
         }
     }
-    report.summary = json!({ "interference": interference, "scale": scale });
+    Ok(scale)
+}
+
+/// Writes the report, then appends the two comparison tables to its Markdown.
+fn summarize(ctx: &Ctx, report: Report) -> anyhow::Result<Report> {
     let report = ctx.finish(report)?;
     let md = ctx
         .common

@@ -4,24 +4,9 @@
 //! and the segment is repaired at the next open once marked.
 
 use super::*;
-use crate::batch::BatchIter;
 use crate::segment::SPACE_LEFT_BYTES;
-use crate::testutil::batch;
 use crate::CorruptBatch;
 use std::os::unix::fs::FileExt;
-use tempfile::TempDir;
-
-const NOW_MS: i64 = 1_000_000;
-
-fn config(segment_bytes_max: u64) -> LogConfig {
-    LogConfig {
-        segment_bytes_max,
-        segment_ms_max: u64::MAX,
-        retention_bytes_max: None,
-        retention_ms_max: None,
-        index_interval_bytes: 256,
-    }
-}
 
 /// Appends a one-record batch stamped `i`; returns it as stored.
 fn append(log: &mut Log, i: usize) -> Result<Vec<u8>, LogError> {
@@ -69,7 +54,15 @@ fn file_sizes(dir: &TempDir) -> Vec<(String, u64)> {
 /// Returns the refusal.
 fn refused_then_resumed(segment_bytes_max: u64, written: usize, space_left_bytes: u64) -> LogError {
     let dir = tempfile::tempdir().unwrap();
-    let (mut log, _) = Log::open(dir.path(), config(segment_bytes_max), NOW_MS).unwrap();
+    let (mut log, _) = Log::open(
+        dir.path(),
+        LogConfig {
+            segment_bytes_max,
+            ..config()
+        },
+        NOW_MS,
+    )
+    .unwrap();
     let mut stored: Vec<u8> = Vec::new();
     for i in 0..written {
         stored.extend(append(&mut log, i).unwrap());
@@ -101,7 +94,15 @@ fn refused_then_resumed(segment_bytes_max: u64, written: usize, space_left_bytes
     }
     assert_eq!(read_all(&log), stored);
     log.close().unwrap();
-    let (log, report) = Log::open(dir.path(), config(segment_bytes_max), NOW_MS).unwrap();
+    let (log, report) = Log::open(
+        dir.path(),
+        LogConfig {
+            segment_bytes_max,
+            ..config()
+        },
+        NOW_MS,
+    )
+    .unwrap();
     assert!(report.clean_shutdown);
     assert_eq!(report.truncated_bytes, 0);
     assert_eq!(report.rebuilt_indexes, 0, "index files match the log");
@@ -129,7 +130,7 @@ fn an_index_write_that_fails_is_undone_with_the_log_write() {
     // The tenth batch crosses an index interval: its `.log` write fits, its offset
     // index entry gets 3 of 8 bytes.
     let dir = tempfile::tempdir().unwrap();
-    let (mut log, _) = Log::open(dir.path(), config(1 << 20), NOW_MS).unwrap();
+    let (mut log, _) = Log::open(dir.path(), config(), NOW_MS).unwrap();
     let batch_bytes = append(&mut log, 0).unwrap().len();
     drop(log);
     let per_interval = 256usize.div_ceil(batch_bytes);
@@ -144,7 +145,7 @@ fn a_roll_whose_writes_fail_leaves_the_log_as_it_was() {
     // finds no room (or 5 of its 12 bytes); with 4 nothing is due and the append's
     // own write is refused after the roll.
     let dir = tempfile::tempdir().unwrap();
-    let (mut log, _) = Log::open(dir.path(), config(1 << 20), NOW_MS).unwrap();
+    let (mut log, _) = Log::open(dir.path(), config(), NOW_MS).unwrap();
     let batch_bytes = append(&mut log, 0).unwrap().len() as u64;
     drop(log);
     for (n, file) in [
@@ -161,7 +162,7 @@ fn a_roll_whose_writes_fail_leaves_the_log_as_it_was() {
 #[test]
 fn a_failed_write_is_logged_once_per_run_of_refusals() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut log, _) = Log::open(dir.path(), config(1 << 20), NOW_MS).unwrap();
+    let (mut log, _) = Log::open(dir.path(), config(), NOW_MS).unwrap();
     SPACE_LEFT_BYTES.set(Some(0));
     for i in 0..3 {
         assert!(append(&mut log, i).unwrap_err().is_refused());
@@ -178,12 +179,20 @@ fn a_failed_write_is_logged_once_per_run_of_refusals() {
 /// Returns the log, the stored batches and the damaged batch's offset.
 fn log_with_a_damaged_batch(dir: &TempDir, damaged: usize) -> (Log, Vec<Vec<u8>>, i64) {
     let per_segment = 5;
-    let (mut log, _) = Log::open(dir.path(), config(1 << 20), NOW_MS).unwrap();
+    let (mut log, _) = Log::open(dir.path(), config(), NOW_MS).unwrap();
     let batch_bytes = append(&mut log, 0).unwrap().len() as u64;
     drop(log);
     std::fs::remove_dir_all(dir.path()).unwrap();
     let segment_bytes_max = per_segment as u64 * batch_bytes;
-    let (mut log, _) = Log::open(dir.path(), config(segment_bytes_max), NOW_MS).unwrap();
+    let (mut log, _) = Log::open(
+        dir.path(),
+        LogConfig {
+            segment_bytes_max,
+            ..config()
+        },
+        NOW_MS,
+    )
+    .unwrap();
     let stored: Vec<Vec<u8>> = (0..3 * per_segment + 2)
         .map(|i| append(&mut log, i).unwrap())
         .collect();
@@ -242,7 +251,7 @@ fn a_segment_marked_for_repair_is_truncated_before_the_damage_at_the_next_open()
 
     // A clean shutdown adopts segments without checking their CRCs; the marker
     // makes the open scan this one.
-    let (log, report) = Log::open(dir.path(), config(1 << 20), NOW_MS).unwrap();
+    let (log, report) = Log::open(dir.path(), config(), NOW_MS).unwrap();
     assert_eq!(report.repaired_segments, 1);
     assert_eq!(report.truncated_bytes, 3 * stored[0].len() as u64);
     assert!(!marker.exists());
@@ -254,6 +263,6 @@ fn a_segment_marked_for_repair_is_truncated_before_the_damage_at_the_next_open()
         stored[5..10].concat()
     );
     log.close().unwrap();
-    let (_, report) = Log::open(dir.path(), config(1 << 20), NOW_MS).unwrap();
+    let (_, report) = Log::open(dir.path(), config(), NOW_MS).unwrap();
     assert_eq!(report.repaired_segments, 0, "the marker is gone");
 }
