@@ -29,6 +29,7 @@ pub mod handlers;
 pub mod listener;
 pub mod metrics;
 pub mod outbound;
+pub mod probe;
 pub mod records;
 pub mod request_budget;
 pub mod stats;

@@ -10,8 +10,8 @@
 //! Before each read the fetch reserves outbound bytes from its connection's budget
 //! ([`crate::outbound`]) and reads no more than it got; the reservation, shrunk to what
 //! was read, stays with the response until the writer has written it. Reads go through
-//! [`Partition::read_via`]: the page cache first, otherwise the cold-read pool with the
-//! connection's fair share.
+//! [`Partition::read_via`]: the page cache first, otherwise the cold-read pool; each
+//! read holds one of the connection's share permits ([`Connection::read_turn`]).
 //! Fetch sessions (KIP-227) are not kept: the answer's session id is 0, which tells
 //! clients to send full fetch requests.
 //! v13+ names topics by id; earlier versions by name.
@@ -252,10 +252,14 @@ async fn read_one(
             false,
         );
     }
-    match partition
+    // The connection's fair share of the read threads, taken around the read whether
+    // the cache serves it or the threads do.
+    let turn = conn.read_turn().await;
+    let read = partition
         .read_via(wanted.offset, wanted.max_bytes.min(remaining), &conn.reads)
-        .await
-    {
+        .await;
+    drop(turn);
+    match read {
         Ok(read) => {
             // Only the response's first batch may exceed the response limit (KIP-74).
             let records = if !first && read.records.len() > remaining {
