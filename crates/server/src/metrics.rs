@@ -194,31 +194,36 @@ pub fn render(stats: &ServerStats, broker: &Broker) -> String {
         (
             &stats.request_bytes.probe,
             "request_budget",
-            "request budget (request_bytes_in_flight_max), by frames over 8 KiB",
+            "request budget (request_bytes_in_flight_max)",
+            "frames over 8 KiB",
         ),
         (
             stats.outbound.probe(),
             "outbound_budget",
-            "broker-wide outbound budget (outbound_bytes_max), by fetches",
+            "broker-wide outbound budget (outbound_bytes_max)",
+            "fetches",
         ),
         (
             stats.outbound.connections_probe(),
             "connection_outbound_budget",
-            "connections' own outbound budgets (connection_outbound_bytes_max), by fetches",
+            "outbound budget of a connection (connection_outbound_bytes_max), any connection",
+            "fetches",
         ),
         (
             &stats.read_share_probe,
             "read_share",
-            "connections' share of the read threads, by fetch reads",
+            "share of the read threads of a connection, any connection",
+            "fetch reads",
         ),
         (
             &stats.connection_slots_probe,
             "connection_slots",
-            "connection slots (connections_max), by the listener",
+            "connection limit (connections_max)",
+            "the listener",
         ),
     ];
-    for (probe, name, budget) in budgets {
-        probe.register(&mut r, name, budget);
+    for (probe, name, budget, who) in budgets {
+        probe.register(&mut r, name, budget, who);
     }
     counter(
         &mut r,

@@ -94,8 +94,8 @@ impl BudgetProbe {
     }
 
     /// Registers `<name>_exhausted` (a counter, `_total` in the text) and
-    /// `<name>_wait_seconds`; `budget` says what the budget holds, for the help texts.
-    pub fn register(&self, registry: &mut Registry, name: &str, budget: &str) {
+    /// `<name>_wait_seconds`; the help texts name the `budget` and `who` waits for it.
+    pub fn register(&self, registry: &mut Registry, name: &str, budget: &str, who: &str) {
         registry.register(
             format!("{name}_exhausted"),
             format!("Times the {budget} was found short"),
@@ -103,7 +103,7 @@ impl BudgetProbe {
         );
         registry.register(
             format!("{name}_wait_seconds"),
-            format!("How long callers waited for the {budget}"),
+            format!("How long {who} waited for the {budget}"),
             self.wait.clone(),
         );
     }
@@ -143,7 +143,7 @@ mod tests {
         drop(probe.waiting());
         assert_eq!((probe.exhausted(), probe.waits()), (2, 1));
         let mut registry = Registry::with_prefix("headway");
-        probe.register(&mut registry, "read_share", "read share");
+        probe.register(&mut registry, "read_share", "read share", "reads");
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(
