@@ -216,6 +216,17 @@ impl Broker {
             })
     }
 
+    /// Partition `index` of topic `name`, or UNKNOWN_TOPIC_OR_PARTITION naming both when
+    /// the topic or the partition does not exist: the one lookup handlers use.
+    pub fn partition(&self, name: &str, index: i32) -> Result<Arc<Partition>, BrokerError> {
+        self.topic(name)
+            .and_then(|topic| topic.partition(index).cloned())
+            .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
+                topic: name.to_string(),
+                partition: index,
+            })
+    }
+
     pub fn topic_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
         let topics = self.topics.read().expect("topics lock");
         topics.values().find(|t| t.id() == id).cloned()
@@ -484,5 +495,36 @@ async fn run_retention(broker: Weak<Broker>) {
             }
         })
         .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_partition_is_found_by_topic_and_index_or_named_as_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = Broker::open(BrokerConfig {
+            data_dir: dir.path().to_path_buf(),
+            ..BrokerConfig::default()
+        })
+        .await
+        .unwrap();
+        broker
+            .create_topic("known", Some(2), BTreeMap::new())
+            .await
+            .unwrap();
+        let found = broker.partition("known", 1).unwrap();
+        assert_eq!((found.topic(), found.index().0), ("known", 1));
+        for (name, index) in [("known", 2), ("known", -1), ("unknown", 0)] {
+            match broker.partition(name, index) {
+                Err(BrokerError::UnknownTopicOrPartition { topic, partition }) => {
+                    assert_eq!((topic.as_str(), partition), (name, index))
+                }
+                other => panic!("{name}/{index}: {:?}", other.map(|p| p.index())),
+            }
+        }
+        broker.shutdown().await;
     }
 }

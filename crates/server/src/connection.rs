@@ -49,9 +49,9 @@ const WRITE_BUFFER_BYTES: usize = 16 * 1024;
 const UNFLUSHED_TIMINGS_MAX: usize = 64;
 
 pub async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
-    let conn = ctx.stats.opened(peer);
-    read_requests(stream, &conn, &ctx).await;
-    ctx.stats.closed(&conn);
+    // Listed in the stats until this is dropped, however this task ends.
+    let registered = ctx.stats.opened(peer);
+    read_requests(stream, registered.connection(), &ctx).await;
 }
 
 async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>) {

@@ -7,7 +7,8 @@
 //!    a [`connection`].
 //! 2. The connection's reader task reads a frame (size checked first, body memory
 //!    reserved from a broker-wide budget), decodes the header and calls
-//!    [`handlers::dispatch`]. The handler's synchronous part runs right there, in
+//!    [`handlers::dispatch`], which finds the API's handler in the one registry,
+//!    [`handlers::APIS`]. The handler's synchronous part runs right there, in
 //!    request order: a produce is validated and appended (offsets assigned) before the
 //!    next request is read.
 //! 3. The handler returns a [`handlers::Reply`]: bytes ready now, or a future (a
@@ -19,7 +20,8 @@
 //!
 //! 5. A fetch reserves outbound bytes ([`outbound`]) before it reads, and reads through
 //!    the page cache or the cold-read pool; the reservation is released when the writer
-//!    has written the response. [`stats`] shows what every bounded queue holds.
+//!    has written the response. [`stats`] shows what every bounded queue holds, and
+//!    [`probe`] how often each budget was found short and how long callers waited.
 //!
 //! Kafka error codes are chosen in one place, [`errors`].
 
@@ -29,6 +31,7 @@ pub mod handlers;
 pub mod listener;
 pub mod metrics;
 pub mod outbound;
+pub mod probe;
 pub mod request_budget;
 pub mod stats;
 

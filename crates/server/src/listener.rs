@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 /// How long connections may take to write their last replies at shutdown.
@@ -159,13 +159,11 @@ impl Server {
 
     /// Accepts connections until shut down, then runs the shutdown sequence.
     pub async fn run(self) {
-        let config = self.broker.config();
-        let connections = Arc::new(Semaphore::new(config.connections_max));
         let mut tasks = JoinSet::new();
         let mut down = self.ctx.shutdown.clone();
         loop {
             let permit = tokio::select! {
-                p = Arc::clone(&connections).acquire_owned() => p.expect("semaphore never closed"),
+                slot = self.ctx.stats.connection_slot() => slot,
                 _ = handlers::shutting_down(&mut down) => break,
             };
             tokio::select! {

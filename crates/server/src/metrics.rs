@@ -1,8 +1,8 @@
 //! The Prometheus endpoint (`--metrics-listen HOST:PORT`, path `/metrics`): what every
 //! bounded queue holds, its limit, and how often it was full, broker-wide and per
 //! partition. Each scrape reads [`ServerStats`] and the partitions once and encodes a
-//! fresh registry (`prometheus-client`'s text format), so nothing is kept between
-//! scrapes.
+//! fresh registry (`prometheus-client`'s text format); the counters and histograms it
+//! shows live in the broker and its `ServerStats`; the registry lives for one scrape.
 //!
 //! The HTTP side is deliberately small: one request per connection, `GET /metrics`
 //! answered with 200, anything else with 404; a request head larger than 8 KiB or slower
@@ -189,6 +189,42 @@ pub fn render(stats: &ServerStats, broker: &Broker) -> String {
         "Times a connection waited for the request budget",
         s.request_budget_waits,
     );
+    // Every budget: how often it was found short and how long callers waited.
+    let budgets = [
+        (
+            &stats.request_bytes.probe,
+            "request_budget",
+            "request budget (request_bytes_in_flight_max)",
+            "frames over 8 KiB",
+        ),
+        (
+            stats.outbound.probe(),
+            "outbound_budget",
+            "broker-wide outbound budget (outbound_bytes_max)",
+            "fetches",
+        ),
+        (
+            stats.outbound.connections_probe(),
+            "connection_outbound_budget",
+            "outbound budget of a connection (connection_outbound_bytes_max), any connection",
+            "fetches",
+        ),
+        (
+            &stats.read_share_probe,
+            "read_share",
+            "share of the read threads of a connection, any connection",
+            "fetch reads",
+        ),
+        (
+            &stats.connection_slots_probe,
+            "connection_slots",
+            "connection limit (connections_max)",
+            "the listener",
+        ),
+    ];
+    for (probe, name, budget, who) in budgets {
+        probe.register(&mut r, name, budget, who);
+    }
     counter(
         &mut r,
         "unsynced_holds",

@@ -13,7 +13,12 @@
 //! [`limits::OUTBOUND_BYTES_MIN`], and reads less; it waits only when even that is not
 //! left. Stuck clients therefore shrink the others' responses before they can stall
 //! them.
+//!
+//! Both budgets count how often they were found short and how long fetches waited
+//! ([`BudgetProbe`]: `headway_outbound_budget_*` broker-wide,
+//! `headway_connection_outbound_budget_*` for all connections' own budgets together).
 
+use crate::probe::BudgetProbe;
 use headway_broker::limits;
 use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -22,6 +27,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub struct OutboundBudget {
     bytes: Arc<Semaphore>,
     max: usize,
+    /// This budget short: the fetch read less, or waited for the minimum.
+    probe: BudgetProbe,
+    /// A connection's own budget short (its earlier responses not yet written), for
+    /// every connection drawing on this budget.
+    connections_probe: BudgetProbe,
 }
 
 impl OutboundBudget {
@@ -29,7 +39,19 @@ impl OutboundBudget {
         Arc::new(OutboundBudget {
             bytes: Arc::new(Semaphore::new(max)),
             max,
+            probe: BudgetProbe::default(),
+            connections_probe: BudgetProbe::default(),
         })
+    }
+
+    /// The broker-wide budget's counts.
+    pub fn probe(&self) -> &BudgetProbe {
+        &self.probe
+    }
+
+    /// The connections' own budgets' counts, together.
+    pub fn connections_probe(&self) -> &BudgetProbe {
+        &self.connections_probe
     }
 
     pub fn max(&self) -> usize {
@@ -81,18 +103,27 @@ impl ConnectionBudget {
     /// not available.
     pub async fn reserve(&self, want: usize) -> Reservation {
         let want = want.clamp(limits::OUTBOUND_BYTES_MIN, self.max);
-        let mut connection = Arc::clone(&self.bytes)
-            .acquire_many_owned(permits(want))
-            .await
-            .expect(NEVER_CLOSED);
+        let mut connection = self
+            .broker
+            .connections_probe
+            .acquire(&self.bytes, permits(want))
+            .await;
         let shared = &self.broker.bytes;
         let take = want.min(shared.available_permits().max(limits::OUTBOUND_BYTES_MIN));
         let broker = match Arc::clone(shared).try_acquire_many_owned(permits(take)) {
-            Ok(permit) => permit,
-            Err(_) => Arc::clone(shared)
-                .acquire_many_owned(permits(limits::OUTBOUND_BYTES_MIN))
-                .await
-                .expect(NEVER_CLOSED),
+            Ok(permit) => {
+                if take < want {
+                    self.broker.probe.short();
+                }
+                permit
+            }
+            Err(_) => {
+                let _waiting = self.broker.probe.waiting();
+                Arc::clone(shared)
+                    .acquire_many_owned(permits(limits::OUTBOUND_BYTES_MIN))
+                    .await
+                    .expect(NEVER_CLOSED)
+            }
         };
         let got = broker.num_permits();
         if got < want {
@@ -145,6 +176,30 @@ mod tests {
         assert_eq!((conn.held(), broker.held()), (0, 0));
         let small = conn.reserve(1).await;
         assert_eq!(small.bytes(), MIN, "at least the minimum");
+        let (shared, own) = (broker.probe(), broker.connections_probe());
+        assert_eq!((shared.exhausted(), own.exhausted()), (0, 0), "never short");
+    }
+
+    #[tokio::test]
+    async fn a_full_connection_budget_counts_the_wait_for_its_earlier_responses() {
+        let broker = OutboundBudget::new(100 * MIN);
+        let conn = ConnectionBudget::new(10 * MIN, Arc::clone(&broker));
+        let held = conn.reserve(10 * MIN).await;
+        let mut next = std::pin::pin!(conn.reserve(MIN));
+        assert!(
+            futures::poll!(next.as_mut()).is_pending(),
+            "the connection's budget is full"
+        );
+        assert_eq!(broker.connections_probe().exhausted(), 1);
+        assert_eq!(broker.connections_probe().waits(), 0, "still waiting");
+        drop(held);
+        assert_eq!(next.await.bytes(), MIN);
+        assert_eq!(broker.connections_probe().waits(), 1);
+        assert_eq!(
+            broker.probe().exhausted(),
+            0,
+            "the broker-wide budget was never short"
+        );
     }
 
     #[tokio::test]
@@ -155,6 +210,11 @@ mod tests {
         let held_by_a = a.reserve(10 * MIN).await;
         let got_by_b = b.reserve(10 * MIN).await;
         assert_eq!(got_by_b.bytes(), 2 * MIN);
+        assert_eq!(
+            (broker.probe().exhausted(), broker.probe().waits()),
+            (1, 0),
+            "short, but a smaller answer instead of a wait"
+        );
         assert_eq!(b.held(), 2 * MIN, "the connection keeps only what it got");
         assert_eq!(broker.held(), 12 * MIN);
         // Nothing left: a third reservation waits for the minimum.
@@ -162,6 +222,11 @@ mod tests {
         assert!(
             futures::FutureExt::now_or_never(c.reserve(MIN)).is_none(),
             "no bytes left, so it waits"
+        );
+        assert_eq!(
+            (broker.probe().exhausted(), broker.probe().waits()),
+            (2, 1),
+            "the wait given up is observed too"
         );
         drop(held_by_a);
         let got_by_c = c.reserve(10 * MIN).await;

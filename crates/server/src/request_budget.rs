@@ -10,9 +10,12 @@
 //! that does not fit yet. Small frames never ask: what a connection may hold for one is
 //! part of its own cost (see `limits.rs`), so requests of light clients never wait here.
 //!
+//! How often a frame found the budget short and how long it waited is counted by its
+//! [`BudgetProbe`] (`headway_request_budget_*` on `/metrics`).
+//!
 //! Thread-safe; shared by every connection through [`crate::stats::ServerStats`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::probe::BudgetProbe;
 use std::sync::Arc;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
@@ -21,8 +24,8 @@ pub struct RequestBudget {
     bytes_max: usize,
     /// Woken whenever a reservation is released.
     released: Arc<Notify>,
-    /// Times a reader found the budget short and waited.
-    pub waits: AtomicU64,
+    /// Times a reader found the budget short, and how long it waited.
+    pub probe: BudgetProbe,
 }
 
 /// Bytes held from a [`RequestBudget`]; given back on drop.
@@ -49,14 +52,15 @@ impl RequestBudget {
             bytes: Arc::new(Semaphore::new(bytes_max)),
             bytes_max,
             released: Arc::new(Notify::new()),
-            waits: AtomicU64::new(0),
+            probe: BudgetProbe::default(),
         }
     }
 
     /// Reserves `bytes` (at most the budget), waiting while fewer are free.
     pub async fn reserve(&self, bytes: usize) -> Reserved {
         let wanted = bytes.min(self.bytes_max) as u32;
-        let mut counted = false;
+        // Counted once per reservation, observed when it is served or given up.
+        let mut waiting = None;
         loop {
             let released = self.released.notified();
             tokio::pin!(released);
@@ -69,10 +73,7 @@ impl RequestBudget {
                     released: Arc::clone(&self.released),
                 };
             }
-            if !counted {
-                self.waits.fetch_add(1, Ordering::Relaxed);
-                counted = true;
-            }
+            waiting.get_or_insert_with(|| self.probe.waiting());
             released.await;
         }
     }
@@ -100,7 +101,7 @@ mod tests {
             let budget = Arc::clone(&budget);
             async move { budget.reserve(80).await }
         });
-        while budget.waits.load(Ordering::Relaxed) == 0 {
+        while budget.probe.exhausted() == 0 {
             tokio::task::yield_now().await;
         }
         // ...but 30 can, at once.
@@ -114,6 +115,11 @@ mod tests {
             .expect("the large waiter is served once bytes come back")
             .unwrap();
         assert_eq!(budget.held(), 80);
+        assert_eq!(
+            (budget.probe.exhausted(), budget.probe.waits()),
+            (1, 1),
+            "only the large reservation found the budget short, and its wait ended"
+        );
         drop(large);
         assert_eq!(budget.held(), 0);
     }

@@ -1,21 +1,33 @@
 //! What the server's bounded queues hold right now, per connection and broker-wide: the
 //! state the metrics endpoint shows and the tests assert on.
+//!
+//! One [`ServerStats`] per server (so per broker instance): its budgets, the counts of
+//! how often each was found short ([`BudgetProbe`]), and the registry of open
+//! connections. A connection is listed from [`ServerStats::opened`] until its
+//! [`Registration`] is dropped, however the connection's task ends.
 
 use crate::outbound::{ConnectionBudget, OutboundBudget};
+use crate::probe::BudgetProbe;
 use crate::request_budget::RequestBudget;
-use headway_broker::read_pool::{ReadPool, ReadShare, ReadStatsSnapshot, ReadVia};
+use headway_broker::read_pool::{ReadPool, ReadStatsSnapshot, ReadVia};
 use headway_broker::{limits, BrokerConfig};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Broker-wide budgets and the registry of open connections.
 pub struct ServerStats {
     pub outbound: Arc<OutboundBudget>,
     /// Bytes of large request frames being read or handled (`request_bytes_in_flight_max`).
     pub request_bytes: RequestBudget,
+    /// Connections served at once (`connections_max`): the listener accepts the next
+    /// one only with a slot free.
+    connection_slots: Arc<Semaphore>,
+    pub connection_slots_probe: BudgetProbe,
+    /// Every connection's share of the read threads, counted together.
+    pub read_share_probe: BudgetProbe,
     connection_outbound_bytes_max: usize,
     read_pool: Arc<ReadPool>,
     read_cache_first: bool,
@@ -41,7 +53,13 @@ pub struct Connection {
     pub id: u64,
     pub peer: SocketAddr,
     pub outbound: ConnectionBudget,
+    /// How this connection's fetches read. Its share of the read threads is taken by
+    /// [`Connection::read_turn`] around each read, so `reads.share` is `None`.
     pub reads: ReadVia,
+    /// Reads this connection may have queued or running at once
+    /// (`limits::COLD_READS_PER_CONNECTION`).
+    read_share: Arc<Semaphore>,
+    read_share_probe: BudgetProbe,
     /// Requests read from the socket.
     pub requests_read: AtomicU64,
     /// Responses written to the socket.
@@ -90,6 +108,9 @@ impl ServerStats {
         Arc::new(ServerStats {
             outbound: OutboundBudget::new(config.outbound_bytes_max),
             request_bytes: RequestBudget::new(config.request_bytes_in_flight_max),
+            connection_slots: Arc::new(Semaphore::new(config.connections_max)),
+            connection_slots_probe: BudgetProbe::default(),
+            read_share_probe: BudgetProbe::default(),
             connection_outbound_bytes_max: config.connection_outbound_bytes_max,
             read_pool,
             read_cache_first: config.read_cache_first,
@@ -104,10 +125,18 @@ impl ServerStats {
         })
     }
 
-    /// Registers a new connection; it stays listed until [`ServerStats::closed`].
-    pub fn opened(&self, peer: SocketAddr) -> Arc<Connection> {
+    /// A slot for one more connection (`connections_max`), once one is free; the
+    /// connection holds it until it ends.
+    pub async fn connection_slot(&self) -> OwnedSemaphorePermit {
+        self.connection_slots_probe
+            .acquire(&self.connection_slots, 1)
+            .await
+    }
+
+    /// Registers a new connection; it stays listed until the [`Registration`] is
+    /// dropped.
+    pub fn opened(self: &Arc<Self>, peer: SocketAddr) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let share: ReadShare = Arc::new(Semaphore::new(limits::COLD_READS_PER_CONNECTION));
         let connection = Arc::new(Connection {
             id,
             peer,
@@ -117,10 +146,12 @@ impl ServerStats {
             ),
             reads: ReadVia {
                 pool: Arc::clone(&self.read_pool),
-                share: Some(share),
+                share: None,
                 cache_first: self.read_cache_first,
                 tail_bytes: self.read_tail_bytes,
             },
+            read_share: Arc::new(Semaphore::new(limits::COLD_READS_PER_CONNECTION)),
+            read_share_probe: self.read_share_probe.clone(),
             requests_read: AtomicU64::new(0),
             responses_written: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
@@ -133,14 +164,10 @@ impl ServerStats {
             .lock()
             .expect("connections lock")
             .insert(id, Arc::clone(&connection));
-        connection
-    }
-
-    pub fn closed(&self, connection: &Connection) {
-        self.connections
-            .lock()
-            .expect("connections lock")
-            .remove(&connection.id);
+        Registration {
+            stats: Arc::clone(self),
+            connection,
+        }
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {
@@ -161,14 +188,46 @@ impl ServerStats {
             request_bytes_max: self.request_bytes.max(),
             requests_refused: self.requests_refused.load(Ordering::Relaxed),
             request_body_timeouts: self.request_body_timeouts.load(Ordering::Relaxed),
-            request_budget_waits: self.request_bytes.waits.load(Ordering::Relaxed),
+            request_budget_waits: self.request_bytes.probe.exhausted(),
             unsynced_holds: self.unsynced_holds.load(Ordering::Relaxed),
             reads: self.read_pool.snapshot(),
         }
     }
 }
 
+/// An open connection's entry in [`ServerStats`]: dropping it unregisters the
+/// connection, on every path out of its task (an error, a panic, shutdown).
+pub struct Registration {
+    stats: Arc<ServerStats>,
+    connection: Arc<Connection>,
+}
+
+impl Registration {
+    pub fn connection(&self) -> &Arc<Connection> {
+        &self.connection
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        // A panic elsewhere must not leave the connection listed.
+        let mut connections = match self.stats.connections.lock() {
+            Ok(connections) => connections,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        connections.remove(&self.connection.id);
+    }
+}
+
 impl Connection {
+    /// This connection's turn to read from a log: one of its share permits, held
+    /// until the read is done. Fetches of one connection run one at a time (its
+    /// writer runs them in order), so a wait here means the share was made smaller
+    /// than the reads a fetch has in flight.
+    pub async fn read_turn(&self) -> OwnedSemaphorePermit {
+        self.read_share_probe.acquire(&self.read_share, 1).await
+    }
+
     pub fn snapshot(&self) -> ConnectionSnapshot {
         ConnectionSnapshot {
             id: self.id,
@@ -182,5 +241,82 @@ impl Connection {
             outbound_bytes_max: self.outbound.max(),
             bytes_written: self.bytes_written.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headway_broker::bulk_budget::BulkBudget;
+    use headway_broker::timings::Timings;
+
+    fn stats(adjust: impl FnOnce(&mut BrokerConfig)) -> Arc<ServerStats> {
+        let mut config = BrokerConfig::default();
+        adjust(&mut config);
+        let bulk = Arc::new(BulkBudget::new(
+            config.bulk_budget(),
+            Arc::new(Timings::new()),
+        ));
+        ServerStats::new(&config, ReadPool::new(1, 0, bulk))
+    }
+
+    fn peer(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    #[tokio::test]
+    async fn dropping_the_registration_unregisters_the_connection() {
+        let stats = stats(|_| {});
+        let first = stats.opened(peer(1));
+        let second = stats.opened(peer(2));
+        let listed = |stats: &ServerStats| -> Vec<SocketAddr> {
+            stats
+                .snapshot()
+                .connections
+                .iter()
+                .map(|c| c.peer)
+                .collect()
+        };
+        assert_eq!(listed(&stats), [peer(1), peer(2)]);
+        // A connection task that panics drops its registration while unwinding.
+        let task = tokio::spawn(async move {
+            let _registered = first;
+            panic!("a connection task fails");
+        });
+        assert!(task.await.unwrap_err().is_panic());
+        assert_eq!(listed(&stats), [peer(2)]);
+        drop(second);
+        assert!(listed(&stats).is_empty());
+        assert_eq!(stats.snapshot().connections_accepted, 2);
+    }
+
+    #[tokio::test]
+    async fn a_full_connection_limit_and_a_full_read_share_are_counted() {
+        let stats = stats(|c| c.connections_max = 1);
+        let slot = stats.connection_slot().await;
+        assert_eq!(stats.connection_slots_probe.exhausted(), 0);
+        let mut next = std::pin::pin!(stats.connection_slot());
+        assert!(futures::poll!(next.as_mut()).is_pending(), "no slot free");
+        assert_eq!(stats.connection_slots_probe.exhausted(), 1);
+        drop(slot);
+        assert_eq!(next.await.num_permits(), 1, "the slot given back");
+        assert_eq!(stats.connection_slots_probe.waits(), 1);
+
+        let registered = stats.opened(peer(1));
+        let conn = registered.connection();
+        let turns: Vec<_> = futures::future::join_all(
+            (0..limits::COLD_READS_PER_CONNECTION).map(|_| conn.read_turn()),
+        )
+        .await;
+        assert_eq!(stats.read_share_probe.exhausted(), 0, "within the share");
+        let mut next = std::pin::pin!(conn.read_turn());
+        assert!(
+            futures::poll!(next.as_mut()).is_pending(),
+            "the share is taken"
+        );
+        assert_eq!(stats.read_share_probe.exhausted(), 1);
+        drop(turns);
+        assert_eq!(next.await.num_permits(), 1, "the turn given back");
+        assert_eq!(stats.read_share_probe.waits(), 1);
     }
 }

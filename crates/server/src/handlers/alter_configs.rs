@@ -2,7 +2,7 @@
 //! set. Kept for clients that predate IncrementalAlterConfigs (kafka-python's admin).
 
 use super::incremental_alter_configs::{only_topics, response};
-use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending, Call, Handler, HandlerError, Reply};
 use headway_protocol::kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use headway_protocol::kafka_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, ApiKey,
@@ -11,13 +11,15 @@ use headway_protocol::{decode_body, Request};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::AlterConfigs,
     min_version: 0,
     max_version: 2,
+    handle,
 };
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: AlterConfigsRequest = decode_body(request)?;
     let ctx = Arc::clone(ctx);
     pending(request, async move {

@@ -5,21 +5,21 @@
 //! APIs, so the client can retry with a version both sides know. The response header
 //! is always version 0 (see `headway_protocol`).
 
-use super::{ready, ApiSpec, Ctx, HandlerError, Reply, APIS};
+use super::{ready, Call, Handler, HandlerError, Reply, APIS};
 use headway_protocol::decode_body;
 use headway_protocol::kafka_protocol::messages::api_versions_response::ApiVersion;
 use headway_protocol::kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use headway_protocol::kafka_protocol::ResponseError;
 use headway_protocol::{encode_response, Request};
-use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::ApiVersions,
     min_version: 0,
     max_version: 4,
+    handle,
 };
 
-fn api_list() -> Vec<ApiVersion> {
+pub(super) fn api_list() -> Vec<ApiVersion> {
     APIS.iter()
         .map(|a| {
             ApiVersion::default()
@@ -30,9 +30,9 @@ fn api_list() -> Vec<ApiVersion> {
         .collect()
 }
 
-pub fn handle(_ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(_call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let version = request.api_version();
-    if !(API.min_version..=API.max_version).contains(&version) {
+    if !(HANDLER.min_version..=HANDLER.max_version).contains(&version) {
         let body = ApiVersionsResponse::default()
             .with_error_code(ResponseError::UnsupportedVersion.code())
             .with_api_keys(api_list());

@@ -1,7 +1,7 @@
 //! CreatePartitions: grow a topic's partition count. Manual replica assignments are
 //! refused (one broker holds every partition).
 
-use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -11,13 +11,15 @@ use headway_protocol::kafka_protocol::messages::{
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::CreatePartitions,
     min_version: 0,
     max_version: 3,
+    handle,
 };
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: CreatePartitionsRequest = decode_body(request)?;
     let ctx = Arc::clone(ctx);
     pending(request, async move {

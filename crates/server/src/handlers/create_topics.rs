@@ -2,7 +2,7 @@
 //! This broker keeps one replica, so a replication factor other than 1 (or -1, the
 //! default) is refused, and so are manual replica assignments.
 
-use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
 use headway_broker::{BrokerError, Topic, TopicConfig};
 use headway_protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -17,17 +17,19 @@ use headway_protocol::{decode_body, Request};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::CreateTopics,
     min_version: 2,
     max_version: 7,
+    handle,
 };
 
 /// DescribeConfigs/CreateTopics config sources.
 pub(crate) const SOURCE_TOPIC: i8 = 1;
 pub(crate) const SOURCE_DEFAULT: i8 = 5;
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: CreateTopicsRequest = decode_body(request)?;
     let ctx = Arc::clone(ctx);
     pending(request, async move {

@@ -1,6 +1,6 @@
 //! DeleteGroups: remove groups without members, with their committed offsets.
 
-use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
 use headway_protocol::kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use headway_protocol::kafka_protocol::messages::{
@@ -9,13 +9,15 @@ use headway_protocol::kafka_protocol::messages::{
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::DeleteGroups,
     min_version: 0,
     max_version: 2,
+    handle,
 };
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: DeleteGroupsRequest = decode_body(request)?;
     let ctx = Arc::clone(ctx);
     pending(request, async move {

@@ -1,7 +1,7 @@
 //! DeleteRecords: move partitions' log start offsets forward. Records below the new
 //! start are no longer served; whole segments below it are deleted from disk.
 
-use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::error_code;
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::delete_records_response::{
@@ -13,34 +13,29 @@ use headway_protocol::kafka_protocol::messages::{
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::DeleteRecords,
     min_version: 0,
     max_version: 2,
+    handle,
 };
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: DeleteRecordsRequest = decode_body(request)?;
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let mut topics = Vec::with_capacity(body.topics.len());
         for t in body.topics {
-            let topic = ctx.broker.topic(&t.name);
             let mut partitions = Vec::with_capacity(t.partitions.len());
             for p in t.partitions {
-                let partition = topic
-                    .as_ref()
-                    .and_then(|topic| topic.partition(p.partition_index).cloned());
-                let outcome = match partition {
-                    Some(partition) => {
+                let outcome = match ctx.broker.partition(&t.name, p.partition_index) {
+                    Ok(partition) => {
                         tokio::task::spawn_blocking(move || partition.delete_records(p.offset))
                             .await
                             .unwrap_or_else(|e| Err(BrokerError::Storage(e.to_string())))
                     }
-                    None => Err(BrokerError::UnknownTopicOrPartition {
-                        topic: t.name.to_string(),
-                        partition: p.partition_index,
-                    }),
+                    Err(e) => Err(e),
                 };
                 let result =
                     DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);

@@ -1,6 +1,6 @@
 //! DeleteTopics: by name (all versions) or by topic id (v6+).
 
-use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
@@ -10,13 +10,15 @@ use headway_protocol::kafka_protocol::messages::{
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::DeleteTopics,
     min_version: 1,
     max_version: 6,
+    handle,
 };
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: DeleteTopicsRequest = decode_body(request)?;
     // v6 lists topics by name or id; earlier versions list names only.
     let mut targets: Vec<(Option<TopicName>, uuid::Uuid)> = body

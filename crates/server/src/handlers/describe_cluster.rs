@@ -1,21 +1,22 @@
 //! DescribeCluster: the cluster id, the controller and the brokers (this one).
 
-use super::{ready, ApiSpec, Ctx, HandlerError, Reply};
+use super::{ready, Call, Handler, HandlerError, Reply};
 use headway_protocol::kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, BrokerId, DescribeClusterRequest, DescribeClusterResponse,
 };
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
-use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::DescribeCluster,
     min_version: 0,
     max_version: 2,
+    handle,
 };
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let _: DescribeClusterRequest = decode_body(request)?;
     let node = BrokerId(ctx.broker.config().node_id);
     let response = DescribeClusterResponse::default()

@@ -1,7 +1,7 @@
 //! DescribeConfigs: a topic's effective settings (Kafka names), or the broker's.
 
 use super::create_topics::{SOURCE_DEFAULT, SOURCE_TOPIC};
-use super::{ready, ApiSpec, Ctx, HandlerError, Reply};
+use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::describe_configs_response::{
@@ -12,12 +12,12 @@ use headway_protocol::kafka_protocol::messages::{
 };
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
-use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::DescribeConfigs,
     min_version: 1,
     max_version: 4,
+    handle,
 };
 
 const RESOURCE_TOPIC: i8 = 2;
@@ -32,7 +32,8 @@ const TYPE_LONG: i8 = 5;
 /// One config entry: name, value, source, type.
 type Entry = (String, String, i8, i8);
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: DescribeConfigsRequest = decode_body(request)?;
     let results = body
         .resources

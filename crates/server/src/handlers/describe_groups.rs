@@ -1,7 +1,7 @@
 //! DescribeGroups: state, protocol and members (client id, host, metadata, assignment).
 //! An unknown group is described as Dead with no members, as Kafka does.
 
-use super::{ready, ApiSpec, Ctx, HandlerError, Reply};
+use super::{ready, Call, Handler, HandlerError, Reply};
 use headway_protocol::kafka_protocol::messages::describe_groups_response::{
     DescribedGroup, DescribedGroupMember,
 };
@@ -10,15 +10,16 @@ use headway_protocol::kafka_protocol::messages::{
 };
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
-use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::DescribeGroups,
     min_version: 0,
     max_version: 5,
+    handle,
 };
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: DescribeGroupsRequest = decode_body(request)?;
     let groups = body
         .groups

@@ -10,18 +10,17 @@
 //! Before each read the fetch reserves outbound bytes from its connection's budget
 //! ([`crate::outbound`]) and reads no more than it got; the reservation, shrunk to what
 //! was read, stays with the response until the writer has written it. Reads go through
-//! [`Partition::read_via`]: the page cache first, otherwise the cold-read pool with the
-//! connection's fair share.
+//! [`Partition::read_via`]: the page cache first, otherwise the cold-read pool; each
+//! read holds one of the connection's share permits ([`Connection::read_turn`]).
 //! Fetch sessions (KIP-227) are not kept: the answer's session id is 0, which tells
 //! clients to send full fetch requests.
 //! v13+ names topics by id; earlier versions by name.
 
-use super::{pending_with, ApiSpec, Arrival, Ctx, HandlerError, Reply, ReplyTiming};
+use super::{pending_with, Call, Ctx, Handler, HandlerError, Reply, ReplyTiming};
 use crate::errors::error_code;
 use crate::outbound::Reservation;
 use crate::stats::Connection;
 use bytes::Bytes;
-use headway_broker::read_pool::ReadVia;
 use headway_broker::timings;
 use headway_broker::{limits, BrokerError, Offset, Partition};
 use headway_protocol::kafka_protocol::messages::fetch_response::{
@@ -35,10 +34,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::Fetch,
     min_version: 4,
     max_version: 16,
+    handle,
 };
 
 const TOPIC_IDS_MIN_VERSION: i16 = 13;
@@ -56,12 +56,8 @@ struct WantedTopic {
     partitions: Vec<Wanted>,
 }
 
-pub fn handle(
-    ctx: &Arc<Ctx>,
-    conn: &Arc<Connection>,
-    request: &Request,
-    arrival: Arrival,
-) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let (ctx, conn, arrival) = (call.ctx, call.conn, call.arrival);
     let body: FetchRequest = decode_body(request)?;
     let by_id = request.api_version() >= TOPIC_IDS_MIN_VERSION;
     let topics = body
@@ -109,12 +105,13 @@ fn resolve(
     by_id: bool,
     t: headway_protocol::kafka_protocol::messages::fetch_request::FetchTopic,
 ) -> WantedTopic {
-    let topic = if by_id {
-        ctx.broker
+    // By id, the topic's name (an unknown id is an error of its own).
+    let name = match by_id {
+        true => ctx
+            .broker
             .topic_by_id(t.topic_id)
-            .ok_or(BrokerError::UnknownTopicId(t.topic_id))
-    } else {
-        ctx.broker.existing_topic(&t.topic)
+            .map(|t| t.name().to_string()),
+        false => Some(t.topic.to_string()),
     };
     let partitions = t
         .partitions
@@ -123,18 +120,9 @@ fn resolve(
             index: p.partition,
             offset: Offset(p.fetch_offset),
             max_bytes: p.partition_max_bytes.max(0) as usize,
-            partition: match &topic {
-                Ok(topic) => topic.partition(p.partition).cloned().ok_or_else(|| {
-                    BrokerError::UnknownTopicOrPartition {
-                        topic: topic.name().to_string(),
-                        partition: p.partition,
-                    }
-                }),
-                Err(BrokerError::UnknownTopicId(id)) => Err(BrokerError::UnknownTopicId(*id)),
-                Err(_) => Err(BrokerError::UnknownTopicOrPartition {
-                    topic: t.topic.to_string(),
-                    partition: p.partition,
-                }),
+            partition: match &name {
+                Some(name) => ctx.broker.partition(name, p.partition),
+                None => Err(BrokerError::UnknownTopicId(t.topic_id)),
             },
         })
         .collect();
@@ -170,7 +158,7 @@ async fn long_poll(
         let mut reserved = conn.outbound.reserve(max_bytes).await;
         let budget = reserved.bytes();
         let reading = Instant::now();
-        let all = read_all(topics, max_bytes.min(budget), &conn.reads).await;
+        let all = read_all(topics, max_bytes.min(budget), conn).await;
         read += reading.elapsed();
         catch_up |= all.pooled;
         let done = all.bytes >= min_bytes || all.errors;
@@ -214,7 +202,7 @@ struct ReadAll {
 }
 
 /// Reads every wanted partition once.
-async fn read_all(topics: &[WantedTopic], max_bytes: usize, via: &ReadVia) -> ReadAll {
+async fn read_all(topics: &[WantedTopic], max_bytes: usize, conn: &Connection) -> ReadAll {
     let mut total = 0usize;
     let mut errors = false;
     let mut pooled = false;
@@ -223,7 +211,7 @@ async fn read_all(topics: &[WantedTopic], max_bytes: usize, via: &ReadVia) -> Re
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for wanted in &topic.partitions {
             let remaining = max_bytes.saturating_sub(total);
-            let (data, from_pool) = read_one(wanted, remaining, total == 0, via).await;
+            let (data, from_pool) = read_one(wanted, remaining, total == 0, conn).await;
             pooled |= from_pool;
             errors |= data.error_code != 0;
             total += data.records.as_ref().map_or(0, Bytes::len);
@@ -249,7 +237,7 @@ async fn read_one(
     wanted: &Wanted,
     remaining: usize,
     first: bool,
-    via: &ReadVia,
+    conn: &Connection,
 ) -> (PartitionData, bool) {
     let base = PartitionData::default()
         .with_partition_index(wanted.index)
@@ -264,10 +252,14 @@ async fn read_one(
             false,
         );
     }
-    match partition
-        .read_via(wanted.offset, wanted.max_bytes.min(remaining), via)
-        .await
-    {
+    // The connection's fair share of the read threads, taken around the read whether
+    // the cache serves it or the threads do.
+    let turn = conn.read_turn().await;
+    let read = partition
+        .read_via(wanted.offset, wanted.max_bytes.min(remaining), &conn.reads)
+        .await;
+    drop(turn);
+    match read {
         Ok(read) => {
             // Only the response's first batch may exceed the response limit (KIP-74).
             let records = if !first && read.records.len() > remaining {

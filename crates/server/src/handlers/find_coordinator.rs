@@ -1,24 +1,25 @@
 //! FindCoordinator: this broker coordinates every group (and, for clients that ask,
 //! every transactional id). v4+ asks for several keys at once.
 
-use super::{ready, ApiSpec, Ctx, HandlerError, Reply};
+use super::{ready, Call, Handler, HandlerError, Reply};
 use headway_protocol::kafka_protocol::messages::find_coordinator_response::Coordinator;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, BrokerId, FindCoordinatorRequest, FindCoordinatorResponse,
 };
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
-use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::FindCoordinator,
     min_version: 0,
     max_version: 6,
+    handle,
 };
 
 const BATCHED_KEYS_MIN_VERSION: i16 = 4;
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: FindCoordinatorRequest = decode_body(request)?;
     let node = BrokerId(ctx.broker.config().node_id);
     let host = StrBytes::from_string(ctx.advertised_host.clone());

@@ -1,19 +1,20 @@
 //! Heartbeat: keeps a member's session alive and tells it when to rejoin
 //! (REBALANCE_IN_PROGRESS).
 
-use super::{ready, ApiSpec, Ctx, HandlerError, Reply};
+use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
 use headway_protocol::kafka_protocol::messages::{ApiKey, HeartbeatRequest, HeartbeatResponse};
 use headway_protocol::{decode_body, Request};
-use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::Heartbeat,
     min_version: 0,
     max_version: 4,
+    handle,
 };
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: HeartbeatRequest = decode_body(request)?;
     let outcome = ctx.groups.heartbeat(
         &body.group_id,

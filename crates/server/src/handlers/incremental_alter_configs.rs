@@ -1,7 +1,7 @@
 //! IncrementalAlterConfigs: set or delete individual topic settings. Broker settings
 //! are static (from the config file and flags) and cannot be altered here.
 
-use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
@@ -13,10 +13,11 @@ use headway_protocol::{decode_body, Request};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::IncrementalAlterConfigs,
     min_version: 0,
     max_version: 1,
+    handle,
 };
 
 pub(crate) const RESOURCE_TOPIC: i8 = 2;
@@ -34,7 +35,8 @@ pub(crate) fn only_topics(resource_type: i8) -> Result<(), BrokerError> {
     }
 }
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: IncrementalAlterConfigsRequest = decode_body(request)?;
     let ctx = Arc::clone(ctx);
     pending(request, async move {

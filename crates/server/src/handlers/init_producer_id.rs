@@ -6,7 +6,7 @@
 //! TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report at once as a fatal error
 //! rather than retrying.
 
-use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::error_code;
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::{
@@ -15,13 +15,15 @@ use headway_protocol::kafka_protocol::messages::{
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::InitProducerId,
     min_version: 0,
     max_version: 5,
+    handle,
 };
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: InitProducerIdRequest = decode_body(request)?;
     let ctx = Arc::clone(ctx);
     pending(request, async move {

@@ -2,20 +2,20 @@
 //! completes (every member rejoined, or the rebalance timeout passed). From v4 a new
 //! member first gets MEMBER_ID_REQUIRED with its id and joins again with it.
 
-use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
 use headway_group::JoinRequest;
 use headway_protocol::kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use headway_protocol::kafka_protocol::messages::{ApiKey, JoinGroupRequest, JoinGroupResponse};
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::JoinGroup,
     min_version: 0,
     max_version: 9,
+    handle,
 };
 
 const KNOWN_MEMBER_ID_MIN_VERSION: i16 = 4;
@@ -24,7 +24,8 @@ fn str_of(s: Option<String>) -> Option<StrBytes> {
     s.map(StrBytes::from_string)
 }
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request, peer: SocketAddr) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let (ctx, peer) = (call.ctx, call.conn.peer);
     let body: JoinGroupRequest = decode_body(request)?;
     let version = request.api_version();
     let join = JoinRequest {

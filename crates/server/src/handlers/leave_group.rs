@@ -1,22 +1,23 @@
 //! LeaveGroup: members leave at once instead of waiting for their session to expire.
 //! v3+ names several members, by member id or group.instance.id.
 
-use super::{ready, ApiSpec, Ctx, HandlerError, Reply};
+use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::{group_code, group_error_code};
 use headway_protocol::kafka_protocol::messages::leave_group_response::MemberResponse;
 use headway_protocol::kafka_protocol::messages::{ApiKey, LeaveGroupRequest, LeaveGroupResponse};
 use headway_protocol::{decode_body, Request};
-use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::LeaveGroup,
     min_version: 0,
     max_version: 5,
+    handle,
 };
 
 const BATCHED_MIN_VERSION: i16 = 3;
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: LeaveGroupRequest = decode_body(request)?;
     let batched = request.api_version() >= BATCHED_MIN_VERSION;
     let leaving: Vec<(String, Option<String>)> = if batched {

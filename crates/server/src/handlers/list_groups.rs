@@ -1,24 +1,25 @@
 //! ListGroups: every group with its protocol type and (v4+) state, filtered by state
 //! (v4+) and type (v5+; every group here is "classic").
 
-use super::{ready, ApiSpec, Ctx, HandlerError, Reply};
+use super::{ready, Call, Handler, HandlerError, Reply};
 use headway_protocol::kafka_protocol::messages::list_groups_response::ListedGroup;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, GroupId, ListGroupsRequest, ListGroupsResponse,
 };
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
-use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::ListGroups,
     min_version: 0,
     max_version: 5,
+    handle,
 };
 
 const GROUP_TYPE: &str = "classic";
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: ListGroupsRequest = decode_body(request)?;
     let state_ok = |s: &str| {
         body.states_filter.is_empty()

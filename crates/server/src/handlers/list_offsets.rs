@@ -3,7 +3,7 @@
 //! record is at or after the timestamp (time index, then batch headers), then decodes
 //! that one batch to find the record.
 
-use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::error_code;
 use headway_broker::{BrokerError, Offset, Partition};
 use headway_log::records;
@@ -14,17 +14,19 @@ use headway_protocol::kafka_protocol::messages::{ApiKey, ListOffsetsRequest, Lis
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::ListOffsets,
     min_version: 1,
     max_version: 7,
+    handle,
 };
 
 const LATEST_TIMESTAMP: i64 = -1;
 const EARLIEST_TIMESTAMP: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: ListOffsetsRequest = decode_body(request)?;
     // Leader epochs exist from v4; the encoder refuses a non-default one before.
     let leader_epoch = if request.api_version() >= 4 { 0 } else { -1 };
@@ -32,17 +34,9 @@ pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> 
     pending(request, async move {
         let mut topics = Vec::with_capacity(body.topics.len());
         for t in body.topics {
-            let topic = ctx.broker.topic(&t.name);
             let mut partitions = Vec::with_capacity(t.partitions.len());
             for p in t.partitions {
-                let found = topic
-                    .as_ref()
-                    .and_then(|topic| topic.partition(p.partition_index).cloned())
-                    .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
-                        topic: t.name.to_string(),
-                        partition: p.partition_index,
-                    });
-                let result = match found {
+                let result = match ctx.broker.partition(&t.name, p.partition_index) {
                     Ok(partition) => lookup(partition, p.timestamp).await,
                     Err(e) => Err(e),
                 };

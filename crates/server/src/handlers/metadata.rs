@@ -2,7 +2,7 @@
 //! Unknown topics are created with default settings when auto-creation is on and the
 //! client allows it (v4+).
 
-use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::error_code;
 use headway_broker::{BrokerError, Topic};
 use headway_protocol::kafka_protocol::messages::metadata_response::{
@@ -15,16 +15,18 @@ use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::Metadata,
     min_version: 0,
     max_version: 12,
+    handle,
 };
 
 /// "Authorized operations not requested", as Kafka encodes it.
 const OPERATIONS_OMITTED: i32 = i32::MIN;
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: MetadataRequest = decode_body(request)?;
     let version = request.api_version();
     let ctx = Arc::clone(ctx);

@@ -1,7 +1,11 @@
-//! One module per Kafka API, each with the same shape: `API` (key and served version
-//! range), and `handle` (decode, apply, encode). [`APIS`] is the one registry: it
-//! decides dispatch and produces the ApiVersions answer, so an advertised version is
-//! always a version some handler serves.
+//! One module per Kafka API, each with the same shape: a `HANDLER` that names its API
+//! key, the versions it serves and its `handle` function (decode, apply, encode).
+//! [`APIS`] lists them once. Dispatch (a table indexed by API key, built from the list
+//! when the crate compiles) and the ApiVersions answer both come from that list, so an
+//! advertised version is always one a handler serves and a listed handler is always
+//! reached. What handlers are given and give back is in [`context`].
+
+pub mod context;
 
 pub mod alter_configs;
 pub mod api_versions;
@@ -28,121 +32,99 @@ pub mod offset_fetch;
 pub mod produce;
 pub mod sync_group;
 
-use crate::outbound::Reservation;
-use crate::stats::{Connection, ServerStats};
-use bytes::Bytes;
-use futures::future::BoxFuture;
-use headway_broker::timings::{self, Histogram};
-use headway_broker::{Broker, Partition};
-use headway_group::GroupCoordinator;
-use headway_protocol::kafka_protocol::messages::ApiKey;
-use headway_protocol::kafka_protocol::protocol::{Encodable, HeaderVersion};
-use headway_protocol::{encode_response, EncodeError, ProtocolError, Request};
-use std::future::Future;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tokio::sync::watch;
+pub use context::{
+    pending, pending_with, ready, shutting_down, Arrival, Call, Ctx, Outgoing, Reply, ReplyTiming,
+};
 
-/// An API this broker serves and the versions it serves.
+use crate::stats::Connection;
+use headway_broker::Partition;
+use headway_protocol::kafka_protocol::messages::ApiKey;
+use headway_protocol::{EncodeError, ProtocolError, Request};
+use std::sync::Arc;
+
+/// A served API: its key, the versions served, and the function that handles it.
 #[derive(Debug, Clone, Copy)]
-pub struct ApiSpec {
+pub struct Handler {
     pub key: ApiKey,
     pub min_version: i16,
     pub max_version: i16,
+    pub handle: Handle,
 }
 
-/// The registry: every served API.
-pub const APIS: &[ApiSpec] = &[
-    produce::API,
-    fetch::API,
-    list_offsets::API,
-    metadata::API,
-    api_versions::API,
-    create_topics::API,
-    delete_topics::API,
-    describe_configs::API,
-    find_coordinator::API,
-    join_group::API,
-    sync_group::API,
-    heartbeat::API,
-    leave_group::API,
-    offset_commit::API,
-    offset_fetch::API,
-    list_groups::API,
-    describe_groups::API,
-    delete_groups::API,
-    init_producer_id::API,
-    describe_cluster::API,
-    create_partitions::API,
-    incremental_alter_configs::API,
-    alter_configs::API,
-    delete_records::API,
+/// A handler's synchronous part: it runs on the connection's reader, in request order,
+/// and returns the reply (or a future of it).
+pub type Handle = fn(&mut Call<'_>, &Request) -> Result<Reply, HandlerError>;
+
+impl Handler {
+    pub fn serves(&self, version: i16) -> bool {
+        (self.min_version..=self.max_version).contains(&version)
+    }
+}
+
+/// The registry: every served API, once.
+pub const APIS: &[Handler] = &[
+    produce::HANDLER,
+    fetch::HANDLER,
+    list_offsets::HANDLER,
+    metadata::HANDLER,
+    api_versions::HANDLER,
+    create_topics::HANDLER,
+    delete_topics::HANDLER,
+    describe_configs::HANDLER,
+    find_coordinator::HANDLER,
+    join_group::HANDLER,
+    sync_group::HANDLER,
+    heartbeat::HANDLER,
+    leave_group::HANDLER,
+    offset_commit::HANDLER,
+    offset_fetch::HANDLER,
+    list_groups::HANDLER,
+    describe_groups::HANDLER,
+    delete_groups::HANDLER,
+    init_producer_id::HANDLER,
+    describe_cluster::HANDLER,
+    create_partitions::HANDLER,
+    incremental_alter_configs::HANDLER,
+    alter_configs::HANDLER,
+    delete_records::HANDLER,
 ];
 
-/// What every handler can reach: the broker, the group coordinator, and how clients
-/// reach this broker.
-pub struct Ctx {
-    pub broker: Arc<Broker>,
-    pub groups: Arc<GroupCoordinator>,
-    pub advertised_host: String,
-    pub advertised_port: i32,
-    /// Becomes true when the broker shuts down; long polls end early.
-    pub shutdown: watch::Receiver<bool>,
-    /// Budgets and the open connections' state.
-    pub stats: Arc<ServerStats>,
-}
-
-impl Ctx {
-    pub fn stats(&self) -> Arc<ServerStats> {
-        Arc::clone(&self.stats)
+/// One past the largest API key in [`APIS`]: the length of the dispatch table.
+const KEYS: usize = {
+    let (mut keys, mut i) = (0, 0);
+    while i < APIS.len() {
+        let key = APIS[i].key as usize;
+        if key >= keys {
+            keys = key + 1;
+        }
+        i += 1;
     }
-}
+    keys
+};
 
-/// A handler's answer.
-pub enum Reply {
-    /// An encoded response frame, ready to write.
-    Ready(Bytes),
-    /// A response that needs waiting (an fsync, a long poll). The connection's writer
-    /// awaits it in request order while the reader goes on reading.
-    Pending(BoxFuture<'static, Result<Outgoing, EncodeError>>),
-    /// No response at all (produce with acks=0).
-    Silent,
-}
-
-/// An encoded response and the outbound bytes reserved for it (fetches), released
-/// once the writer has handed the frame to the socket.
-pub struct Outgoing {
-    pub frame: Bytes,
-    pub reserved: Option<Reservation>,
-    /// Stage histograms the writer completes once the frame is on the socket.
-    pub timing: Option<ReplyTiming>,
-}
-
-/// When a request arrived: its length prefix was read at `started`, its last byte
-/// `read` later.
-#[derive(Clone, Copy, Debug)]
-pub struct Arrival {
-    pub started: Instant,
-    pub read: Duration,
-}
-
-/// What the writer records for a timed reply ([`headway_broker::timings`]): the
-/// `reply` stage from `ready` (the response's data was there) to the frame written,
-/// and the `total` from the request's arrival.
-pub struct ReplyTiming {
-    pub started: Instant,
-    pub ready: Instant,
-    pub reply: Histogram,
-    pub total: Histogram,
-}
-
-impl ReplyTiming {
-    /// The frame was handed to the socket now.
-    pub fn written(&self) {
-        let now = Instant::now();
-        timings::observe(&self.reply, now - self.ready);
-        timings::observe(&self.total, now - self.started);
+/// Dispatch: at each API key's index, the position of its handler in [`APIS`]. Built
+/// when the crate compiles; an API listed twice stops the build.
+static BY_KEY: [Option<u8>; KEYS] = {
+    assert!(APIS.len() <= u8::MAX as usize);
+    let mut table = [None; KEYS];
+    let mut i = 0;
+    while i < APIS.len() {
+        let key = APIS[i].key as usize;
+        assert!(table[key].is_none(), "an API is listed twice in APIS");
+        table[key] = Some(i as u8);
+        i += 1;
     }
+    table
+};
+
+/// Where in [`APIS`] the handler serving `key` is, if any.
+fn position(key: ApiKey) -> Option<usize> {
+    BY_KEY.get(key as usize).copied().flatten().map(usize::from)
+}
+
+/// The handler serving `key`, if any.
+pub fn handler(key: ApiKey) -> Option<&'static Handler> {
+    position(key).map(|i| &APIS[i])
 }
 
 /// Why a connection must be closed. Kafka closes the connection on these rather than
@@ -164,26 +146,20 @@ pub enum HandlerError {
     Encode(#[from] EncodeError),
 }
 
-pub fn spec(key: ApiKey) -> Option<&'static ApiSpec> {
-    APIS.iter().find(|a| a.key == key)
-}
-
-/// Checks that `request`'s API and version are served (ApiVersions at any version: it
-/// answers an unknown one itself).
-fn served(request: &Request) -> Result<(), HandlerError> {
-    let spec = spec(request.api_key).ok_or(HandlerError::UnsupportedApi(request.api_key))?;
+/// The handler of `request`'s API, if it serves the request's version (ApiVersions
+/// at any version: it answers an unknown one itself, with UNSUPPORTED_VERSION).
+fn served(request: &Request) -> Result<&'static Handler, HandlerError> {
+    let handler = handler(request.api_key).ok_or(HandlerError::UnsupportedApi(request.api_key))?;
     let version = request.api_version();
-    let known = (spec.min_version..=spec.max_version).contains(&version);
-    // ApiVersions answers an unknown version itself, with UNSUPPORTED_VERSION.
-    if !known && request.api_key != ApiKey::ApiVersions {
+    if !handler.serves(version) && request.api_key != ApiKey::ApiVersions {
         return Err(HandlerError::UnsupportedVersion {
             api_key: request.api_key,
             version,
-            min: spec.min_version,
-            max: spec.max_version,
+            min: handler.min_version,
+            max: handler.max_version,
         });
     }
-    Ok(())
+    Ok(handler)
 }
 
 /// Runs the handler for `request` from connection `conn`, which arrived as `arrival`
@@ -197,78 +173,45 @@ pub fn dispatch(
     arrival: Arrival,
     hold: &mut Vec<Arc<Partition>>,
 ) -> Result<Reply, HandlerError> {
-    served(&request)?;
-    match request.api_key {
-        ApiKey::Produce => produce::handle(ctx, &request, arrival, hold),
-        ApiKey::Fetch => fetch::handle(ctx, conn, &request, arrival),
-        ApiKey::ListOffsets => list_offsets::handle(ctx, &request),
-        ApiKey::Metadata => metadata::handle(ctx, &request),
-        ApiKey::ApiVersions => api_versions::handle(ctx, &request),
-        ApiKey::CreateTopics => create_topics::handle(ctx, &request),
-        ApiKey::DeleteTopics => delete_topics::handle(ctx, &request),
-        ApiKey::DescribeConfigs => describe_configs::handle(ctx, &request),
-        ApiKey::FindCoordinator => find_coordinator::handle(ctx, &request),
-        ApiKey::JoinGroup => join_group::handle(ctx, &request, conn.peer),
-        ApiKey::SyncGroup => sync_group::handle(ctx, &request),
-        ApiKey::Heartbeat => heartbeat::handle(ctx, &request),
-        ApiKey::LeaveGroup => leave_group::handle(ctx, &request),
-        ApiKey::OffsetCommit => offset_commit::handle(ctx, &request),
-        ApiKey::OffsetFetch => offset_fetch::handle(ctx, &request),
-        ApiKey::ListGroups => list_groups::handle(ctx, &request),
-        ApiKey::DescribeGroups => describe_groups::handle(ctx, &request),
-        ApiKey::DeleteGroups => delete_groups::handle(ctx, &request),
-        ApiKey::InitProducerId => init_producer_id::handle(ctx, &request),
-        ApiKey::DescribeCluster => describe_cluster::handle(ctx, &request),
-        ApiKey::CreatePartitions => create_partitions::handle(ctx, &request),
-        ApiKey::IncrementalAlterConfigs => incremental_alter_configs::handle(ctx, &request),
-        ApiKey::AlterConfigs => alter_configs::handle(ctx, &request),
-        ApiKey::DeleteRecords => delete_records::handle(ctx, &request),
-        other => Err(HandlerError::UnsupportedApi(other)),
+    let handler = served(&request)?;
+    let mut call = Call {
+        ctx,
+        conn,
+        arrival,
+        hold,
+    };
+    (handler.handle)(&mut call, &request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_handler_is_dispatched_to_and_nothing_else_is() {
+        for (i, listed) in APIS.iter().enumerate() {
+            assert_eq!(position(listed.key), Some(i), "{:?}", listed.key);
+            assert!(listed.min_version <= listed.max_version, "{:?}", listed.key);
+        }
+        let dispatched = (0..=i16::MAX)
+            .filter_map(|key| ApiKey::try_from(key).ok())
+            .filter(|key| handler(*key).is_some())
+            .count();
+        assert_eq!(dispatched, APIS.len(), "only listed APIs are dispatched");
     }
-}
 
-/// Encodes a response to `request` now.
-pub fn ready<R: Encodable + HeaderVersion>(
-    request: &Request,
-    body: &R,
-) -> Result<Reply, HandlerError> {
-    Ok(Reply::Ready(encode_response(
-        request.api_version(),
-        request.correlation_id(),
-        body,
-    )?))
-}
-
-/// Encodes the response that `future` produces, once it is ready.
-pub fn pending<R, F>(request: &Request, future: F) -> Result<Reply, HandlerError>
-where
-    R: Encodable + HeaderVersion,
-    F: Future<Output = R> + Send + 'static,
-{
-    pending_with(request, async move { (future.await, None, None) })
-}
-
-/// [`pending`] for a response that may hold outbound bytes until it is written, and
-/// may be timed ([`ReplyTiming`]).
-pub fn pending_with<R, F>(request: &Request, future: F) -> Result<Reply, HandlerError>
-where
-    R: Encodable + HeaderVersion,
-    F: Future<Output = (R, Option<Reservation>, Option<ReplyTiming>)> + Send + 'static,
-{
-    let (version, correlation_id) = (request.api_version(), request.correlation_id());
-    Ok(Reply::Pending(Box::pin(async move {
-        let (body, reserved, timing) = future.await;
-        let frame = encode_response(version, correlation_id, &body)?;
-        Ok(Outgoing {
-            frame,
-            reserved,
-            timing,
-        })
-    })))
-}
-
-/// Resolves once the broker starts shutting down.
-pub async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
-    // The guard `wait_for` returns is not `Send`; drop it here, not in the caller.
-    let _ = shutdown.wait_for(|down| *down).await;
+    #[test]
+    fn api_versions_advertises_exactly_what_dispatch_serves() {
+        let advertised = api_versions::api_list();
+        assert_eq!(advertised.len(), APIS.len());
+        for api in advertised {
+            let key = ApiKey::try_from(api.api_key).expect("a known key");
+            let served = handler(key).expect("an advertised API is dispatched");
+            assert_eq!(
+                (api.min_version, api.max_version),
+                (served.min_version, served.max_version),
+                "{key:?}"
+            );
+        }
+    }
 }

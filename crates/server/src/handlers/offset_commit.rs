@@ -3,7 +3,7 @@
 //! without a group membership (generation -1, no member id) may commit for a group that
 //! has no members.
 
-use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::{group_code, group_error_code};
 use headway_group::CommitEntry;
 use headway_protocol::kafka_protocol::messages::offset_commit_response::{
@@ -15,13 +15,15 @@ use headway_protocol::kafka_protocol::messages::{
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::OffsetCommit,
     min_version: 2,
     max_version: 8,
+    handle,
 };
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: OffsetCommitRequest = decode_body(request)?;
     let entries: Vec<CommitEntry> = body
         .topics

@@ -1,7 +1,7 @@
 //! OffsetFetch: a group's committed offsets, for given partitions or all of them.
 //! v8+ asks for several groups at once. A partition without a commit answers -1.
 
-use super::{ready, ApiSpec, Ctx, HandlerError, Reply};
+use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use headway_group::CommittedOffset;
 use headway_protocol::kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
@@ -13,12 +13,12 @@ use headway_protocol::kafka_protocol::messages::{
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::OffsetFetch,
     min_version: 1,
     max_version: 8,
+    handle,
 };
 
 const MULTI_GROUP_MIN_VERSION: i16 = 8;
@@ -103,7 +103,8 @@ fn wanted<T>(
     topics.map(|ts| ts.into_iter().map(parts).collect())
 }
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: OffsetFetchRequest = decode_body(request)?;
     if request.api_version() >= MULTI_GROUP_MIN_VERSION {
         let groups = body

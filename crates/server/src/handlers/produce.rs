@@ -16,10 +16,10 @@
 //! a log line, and a v2 request carrying message-format v0/v1 batches gets
 //! UNSUPPORTED_FOR_MESSAGE_FORMAT.
 
-use super::{pending_with, ApiSpec, Arrival, Ctx, HandlerError, Reply, ReplyTiming};
+use super::{pending_with, Call, Handler, HandlerError, Reply, ReplyTiming};
 use crate::errors::code_and_message;
 use headway_broker::timings::{self, ProduceStages, Timings};
-use headway_broker::{Appended, BrokerError, DiskSpace, Partition};
+use headway_broker::{Appended, Broker, BrokerError, Partition};
 use headway_protocol::kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
 };
@@ -30,10 +30,11 @@ use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::Produce,
     min_version: 0,
     max_version: 11,
+    handle,
 };
 
 /// Lowest version whose records are message format v2.
@@ -47,18 +48,15 @@ struct Outcome {
     at: Instant,
 }
 
-pub fn handle(
-    ctx: &Arc<Ctx>,
-    request: &Request,
-    arrival: Arrival,
-    hold: &mut Vec<Arc<Partition>>,
-) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let (ctx, arrival) = (call.ctx, call.arrival);
+    let hold = &mut *call.hold;
     if request.api_version() < MESSAGE_FORMAT_V2_MIN_VERSION {
         return Err(HandlerError::UnsupportedVersion {
             api_key: ApiKey::Produce,
             version: request.api_version(),
             min: MESSAGE_FORMAT_V2_MIN_VERSION,
-            max: API.max_version,
+            max: HANDLER.max_version,
         });
     }
     let body: ProduceRequest = decode_body(request)?;
@@ -79,7 +77,14 @@ pub fn handle(
     let mut topics = Vec::with_capacity(body.topic_data.len());
     let mut first = true;
     for topic_data in body.topic_data {
-        let topic = ctx.broker.topic(&topic_data.name);
+        // The topic's limit, read once for all its partitions; the broker's default
+        // only for a topic created while this request is handled.
+        let max_message_bytes = ctx
+            .broker
+            .topic(&topic_data.name)
+            .map_or(ctx.broker.config().log.max_message_bytes, |topic| {
+                topic.config().max_message_bytes
+            });
         let outcomes: Vec<Outcome> = topic_data
             .partition_data
             .into_iter()
@@ -92,11 +97,11 @@ pub fn handle(
                 }
                 let appended = if valid_acks {
                     append(
-                        ctx.broker.disk_space(),
-                        topic.as_deref(),
+                        &ctx.broker,
                         &topic_data.name,
                         p.index,
                         p.records.as_deref(),
+                        max_message_bytes,
                     )
                 } else {
                     Err(BrokerError::InvalidRequiredAcks(acks))
@@ -139,24 +144,19 @@ pub fn handle(
 }
 
 fn append(
-    disk: &DiskSpace,
-    topic: Option<&headway_broker::Topic>,
+    broker: &Broker,
     name: &TopicName,
     index: i32,
     records: Option<&[u8]>,
+    max_message_bytes: usize,
 ) -> Result<(Arc<Partition>, Appended), BrokerError> {
-    let unknown = || BrokerError::UnknownTopicOrPartition {
-        topic: name.to_string(),
-        partition: index,
-    };
-    let topic = topic.ok_or_else(unknown)?;
-    let partition = topic.partition(index).ok_or_else(unknown)?;
+    let partition = broker.partition(name, index)?;
     let records = records.ok_or(BrokerError::MissingRecords)?;
     // Below `disk_free_bytes_min` the produce is refused (retriable) before it is
     // written, so the broker's own small writes keep finding room.
-    disk.reserve(records.len())?;
-    let appended = partition.append(records, topic.config().max_message_bytes)?;
-    Ok((Arc::clone(partition), appended))
+    broker.disk_space().reserve(records.len())?;
+    let appended = partition.append(records, max_message_bytes)?;
+    Ok((partition, appended))
 }
 
 async fn topic_response(

@@ -1,7 +1,7 @@
 //! SyncGroup: the leader hands out assignments; every member receives its own. A
 //! follower's answer waits for the leader's SyncGroup.
 
-use super::{pending, ApiSpec, Ctx, HandlerError, Reply};
+use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
 use headway_group::SyncRequest;
 use headway_protocol::kafka_protocol::messages::{ApiKey, SyncGroupRequest, SyncGroupResponse};
@@ -9,13 +9,15 @@ use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
 
-pub const API: ApiSpec = ApiSpec {
+pub const HANDLER: Handler = Handler {
     key: ApiKey::SyncGroup,
     min_version: 0,
     max_version: 5,
+    handle,
 };
 
-pub fn handle(ctx: &Arc<Ctx>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
     let body: SyncGroupRequest = decode_body(request)?;
     let sync = SyncRequest {
         group_id: body.group_id.to_string(),
