@@ -5,60 +5,51 @@
 //! the page cache on the caller's thread when every byte is there
 //! ([`ReadVia::cache_first`], a read that fails rather than waits for the disk); any
 //! other read runs on the read pool, holding one of the connection's share permits
-//! while queued and running, and passing the broker's bulk budget. The partition only
-//! locates the data ([`Partition::start_read`]); this module never holds its mutex.
+//! while queued and running, and passing the broker's bulk budget. The partition
+//! locates the data and hands over the slice ([`crate::Partition::read_via`]); this
+//! module never sees the partition or its mutex.
 
-use crate::partition::{Partition, ReadResult, ReadStart};
 use crate::read_pool::ReadVia;
 use crate::BrokerError;
-use headway_log::Offset;
+use bytes::Bytes;
+use headway_log::{Offset, ReadSlice};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Reads whole batches of `partition` from `offset`, at most about `max_bytes`, never
-/// past the high watermark, the way `via` says. Used by [`Partition::read_via`].
+/// Reads whole batches of `slice`, at most about `max_bytes`, never at or past
+/// `limit` (the high watermark), the way `via` says. Returns the records and whether
+/// they were read on the read threads. `failed` turns a failed read into the
+/// partition's error.
 pub(crate) async fn read(
-    partition: &Partition,
-    offset: Offset,
+    slice: ReadSlice,
     max_bytes: usize,
+    limit: Offset,
     via: &ReadVia,
-) -> Result<ReadResult, BrokerError> {
-    let (slice, bounds) = match partition.start_read(offset)? {
-        ReadStart::Nothing(empty) => return Ok(empty),
-        ReadStart::Located(slice, bounds) => (slice, bounds),
-    };
-    let high_watermark = bounds.high_watermark;
-    let failed = |e| partition.read_failed(offset, e);
+    failed: impl Fn(std::io::Error) -> BrokerError,
+) -> Result<(Bytes, bool), BrokerError> {
     let tail = slice.behind_bytes() <= via.tail_bytes;
     let cached = match via.cache_first && tail {
-        true => slice
-            .read_cached(max_bytes, high_watermark)
-            .map_err(failed)?,
+        true => slice.read_cached(max_bytes, limit).map_err(&failed)?,
         false => None,
     };
-    let (records, pooled) = match cached {
-        Some(records) => {
-            via.pool.stats().cached.fetch_add(1, Ordering::Relaxed);
-            (records, false)
-        }
-        None => {
-            let _turn = match &via.share {
-                Some(share) => Some(
-                    Arc::clone(share)
-                        .acquire_owned()
-                        .await
-                        .map_err(|_| BrokerError::Storage("read share closed".into()))?,
-                ),
-                None => None,
-            };
-            let records = via
-                .pool
-                .run_bulk(move || slice.read(max_bytes, high_watermark))
+    if let Some(records) = cached {
+        via.pool.stats().cached.fetch_add(1, Ordering::Relaxed);
+        return Ok((records, false));
+    }
+    let _turn = match &via.share {
+        Some(share) => Some(
+            Arc::clone(share)
+                .acquire_owned()
                 .await
-                .map_err(|e| BrokerError::Storage(e.to_string()))?
-                .map_err(failed)?;
-            (records, true)
-        }
+                .map_err(|_| BrokerError::Storage("read share closed".into()))?,
+        ),
+        None => None,
     };
-    Ok(bounds.answer(records, pooled))
+    let records = via
+        .pool
+        .run_bulk(move || slice.read(max_bytes, limit))
+        .await
+        .map_err(|e| BrokerError::Storage(e.to_string()))?
+        .map_err(failed)?;
+    Ok((records, true))
 }

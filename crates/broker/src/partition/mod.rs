@@ -21,10 +21,10 @@
 //! the append queues the partition on the broker's shared flusher instead
 //! (`crate::flusher`), which syncs every dirty partition in one round.
 //!
-//! Fetch path: [`Partition::read_via`] hands the read to `crate::read_route`, which
-//! decides between the page cache on the caller's thread and the read threads. The
-//! partition only locates the data under the mutex ([`Partition::start_read`]), bounded
-//! by the high watermark, so consumers only ever see synced data.
+//! Fetch path: [`Partition::read_via`] locates the data under the mutex, bounded by the
+//! high watermark, so consumers only ever see synced data, and hands the located slice
+//! to `crate::read_route`, which decides between the page cache on the caller's thread
+//! and the read threads.
 //!
 //! The high watermark and the log start offset live in the state, under the mutex, and
 //! are mirrored where readers look without the mutex: the watch ([`DurableState`]) and
@@ -43,6 +43,7 @@ use crate::durability::{OwnFlusher, SyncMeters, SyncTake, SyncTarget};
 use crate::flusher::SharedFlusher;
 use crate::producer_state::is_idempotent;
 use crate::read_pool::ReadVia;
+use crate::read_route;
 use crate::{BrokerError, FlushPolicy};
 use bytes::Bytes;
 use headway_log::{
@@ -108,9 +109,8 @@ struct Slot {
     state: PartitionState,
 }
 
-/// A read located under the mutex, to be run by `crate::read_route` (or
-/// [`Partition::read`]) without it.
-pub(crate) enum ReadStart {
+/// A read located under the mutex, to be run without it.
+enum ReadStart {
     /// Nothing to read: an empty answer.
     Nothing(ReadResult),
     /// Read the slice up to the bounds' high watermark.
@@ -119,13 +119,13 @@ pub(crate) enum ReadStart {
 
 /// The offsets a read saw when it started; its answer carries them.
 #[derive(Clone, Copy)]
-pub(crate) struct ReadBounds {
-    pub(crate) high_watermark: Offset,
-    pub(crate) log_start_offset: Offset,
+struct ReadBounds {
+    high_watermark: Offset,
+    log_start_offset: Offset,
 }
 
 impl ReadBounds {
-    pub(crate) fn answer(self, records: Bytes, pooled: bool) -> ReadResult {
+    fn answer(self, records: Bytes, pooled: bool) -> ReadResult {
         ReadResult {
             records,
             high_watermark: self.high_watermark,
@@ -529,13 +529,20 @@ impl Partition {
         max_bytes: usize,
         via: &ReadVia,
     ) -> Result<ReadResult, BrokerError> {
-        crate::read_route::read(self, offset, max_bytes, via).await
+        let (slice, bounds) = match self.start_read(offset)? {
+            ReadStart::Nothing(empty) => return Ok(empty),
+            ReadStart::Located(slice, bounds) => (slice, bounds),
+        };
+        let failed = |e| self.read_failed(offset, e);
+        let limit = bounds.high_watermark;
+        let (records, pooled) = read_route::read(slice, max_bytes, limit, via, failed).await?;
+        Ok(bounds.answer(records, pooled))
     }
 
     /// Where a read at `offset` starts: refused below the log start, nothing at or
     /// past the high watermark, otherwise the located data. The offsets are those the
     /// readers see (the mirrors), taken before the data is located.
-    pub(crate) fn start_read(&self, offset: Offset) -> Result<ReadStart, BrokerError> {
+    fn start_read(&self, offset: Offset) -> Result<ReadStart, BrokerError> {
         let bounds = ReadBounds {
             high_watermark: self.high_watermark(),
             log_start_offset: self.log_start_offset(),
@@ -557,7 +564,7 @@ impl Partition {
 
     /// The error for a read at `offset` that failed: a damaged batch is counted and its
     /// segment marked for repair ([`Partition::corrupt_read`]).
-    pub(crate) fn read_failed(&self, offset: Offset, e: std::io::Error) -> BrokerError {
+    fn read_failed(&self, offset: Offset, e: std::io::Error) -> BrokerError {
         match CorruptBatch::find(&e) {
             Some(corrupt) => self.corrupt_read(offset, corrupt),
             None => BrokerError::Storage(format!("read {}/{}: {e}", self.topic, self.index.0)),
