@@ -307,3 +307,31 @@ async fn without_a_bound_nothing_holds_producers() {
         "the bound applies to flush = sync only"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_broker_counts_its_own_syncs() {
+    for scope in [SyncScope::Partition, SyncScope::Broker] {
+        let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (a, b) = (broker(&dir_a, scope).await, broker(&dir_b, scope).await);
+        let topic = a
+            .create_topic("counted", Some(2), BTreeMap::new())
+            .await
+            .unwrap();
+        for p in topic.partitions() {
+            let end = p.append(&batch(3, b"c"), MAX).unwrap().log_end_offset;
+            durable(p, end).await.unwrap();
+        }
+        let (rounds, syncs) = a.sync_counters().snapshot();
+        assert!(
+            rounds >= 1 && syncs >= rounds,
+            "{scope}: {rounds} rounds, {syncs} syncs"
+        );
+        assert_eq!(
+            b.sync_counters().snapshot(),
+            (0, 0),
+            "{scope}: another broker's"
+        );
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+}
