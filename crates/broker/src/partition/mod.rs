@@ -32,7 +32,7 @@
 //!
 //! Storage errors (`docs/storage-errors.md`): an append whose write fails (a full disk)
 //! is undone by the log and refused, and the next append tries again; a failed fsync
-//! takes the partition offline for good ([`SyncTarget::fail`]); a read that finds a
+//! takes the partition offline for good (`SyncTarget::fail`); a read that finds a
 //! damaged batch in a sealed segment refuses it and marks the segment for repair at
 //! the next start. [`Partition::health`] shows all three.
 
