@@ -28,7 +28,10 @@
 //!
 //! The high watermark and the log start offset live in the state, under the mutex, and
 //! are mirrored where readers look without the mutex: the watch ([`DurableState`]) and
-//! an atomic. Mirrors are only written under the mutex, after the state moved.
+//! an atomic. One move skips the mutex: a flusher that synced publishes at once (the
+//! watch, and `synced_to`) so that acknowledgements never wait for an append in
+//! progress, and the state takes `synced_to` in at the start of every step under the
+//! mutex. So whatever the state decides on is never behind what readers saw.
 //!
 //! Storage errors (`docs/storage-errors.md`): an append whose write fails (a full disk)
 //! is undone by the log and refused, and the next append tries again; a failed fsync
@@ -146,6 +149,9 @@ pub struct Partition {
     durable: watch::Sender<DurableState>,
     /// Mirrors the state's log start offset for readers.
     log_start_offset: AtomicI64,
+    /// The highest offset a flusher reported durable, published without the mutex;
+    /// the state takes it in at the start of every step under the mutex.
+    synced_to: AtomicI64,
     /// The partition's own group commit (unused when a shared flusher syncs it).
     own: Arc<OwnFlusher>,
     closed: AtomicBool,
@@ -194,6 +200,7 @@ impl Partition {
             index,
             flush,
             log_start_offset: AtomicI64::new(state.log_start_offset().value()),
+            synced_to: AtomicI64::new(state.high_watermark().value()),
             dir,
             log: Mutex::new(Some(Slot { log, state })),
             durable,
@@ -298,6 +305,7 @@ impl Partition {
             topic: self.topic.to_string(),
             partition: self.index.0,
         })?;
+        self.take_in_synced(&mut slot.state);
         f(slot)
     }
 
@@ -626,17 +634,23 @@ impl Partition {
             write_producer_snapshot(&self.dir, state.producers(), log_end_offset)?;
         }
         log.close().map_err(BrokerError::from_log)?;
+        self.take_in_synced(&mut state);
         self.durable_to(&mut state, log_end_offset);
         Ok(())
     }
 
-    /// Publishes what a flusher synced; nothing once the partition closed (the close
-    /// synced and published everything).
+    /// Publishes what a flusher synced, without the mutex: waiters and readers see it
+    /// at once, the state at its next step ([`Partition::take_in_synced`]).
     fn publish_synced(&self, offset: Offset) {
-        let _ = self.with_slot(|slot| {
-            self.durable_to(&mut slot.state, offset);
-            Ok(())
-        });
+        self.synced_to.fetch_max(offset.value(), Ordering::AcqRel);
+        self.mirror_high_watermark(offset);
+    }
+
+    /// Brings the state's high watermark up to what flushers published. Under the
+    /// mutex.
+    fn take_in_synced(&self, state: &mut PartitionState) {
+        let synced = Offset(self.synced_to.load(Ordering::Acquire));
+        self.durable_to(state, synced);
     }
 
     /// An fsync failed. After a failed fsync the kernel may have dropped the dirty
