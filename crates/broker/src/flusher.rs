@@ -1,8 +1,8 @@
 //! Group commit shared by every partition of the broker (`sync_scope = broker` or
-//! `syncfs`), and the counters of syncs the broker performed.
+//! `syncfs`), behind the contract of `crate::durability`.
 //!
 //! With `sync_scope = partition` (the default) each partition runs its own flusher
-//! (`Partition::run_flusher`). With a broker scope, an append marks its partition dirty
+//! (`durability::OwnFlusher`). With a broker scope, an append marks its partition dirty
 //! here instead. One task runs rounds: it takes the queue of dirty partitions, takes
 //! each one's [`headway_log::SyncSet`] under that partition's mutex, and on one blocking
 //! thread syncs them one after another (`broker`) or calls `syncfs(2)` once on the data
@@ -16,41 +16,14 @@
 //!
 //! `docs/sync.md` compares the scopes with measurements.
 
-use crate::partition::Partition;
+use crate::durability::{SyncMeters, SyncTarget};
 use crate::SyncScope;
 use headway_log::{Offset, SyncSet};
 use std::fs::File;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
-
-/// Group-commit rounds and sync calls (fdatasync, fsync of a directory, syncfs) made
-/// by this process's flushers, whatever the scope. Logged at shutdown; the lab reads
-/// them to report syncs per second.
-#[derive(Debug, Default)]
-pub struct SyncCounters {
-    rounds: AtomicU64,
-    syncs: AtomicU64,
-}
-
-static COUNTERS: SyncCounters = SyncCounters {
-    rounds: AtomicU64::new(0),
-    syncs: AtomicU64::new(0),
-};
-
-/// (rounds, sync calls) since the process started.
-pub fn sync_counters() -> (u64, u64) {
-    (
-        COUNTERS.rounds.load(Ordering::Relaxed),
-        COUNTERS.syncs.load(Ordering::Relaxed),
-    )
-}
-
-pub(crate) fn count_round(syncs: usize) {
-    COUNTERS.rounds.fetch_add(1, Ordering::Relaxed);
-    COUNTERS.syncs.fetch_add(syncs as u64, Ordering::Relaxed);
-}
 
 enum Mode {
     /// fdatasync every file of every set, one after another.
@@ -61,9 +34,11 @@ enum Mode {
 
 pub(crate) struct SharedFlusher {
     mode: Mode,
-    /// Partitions written since their last round; each is queued at most once
-    /// (`Partition::queued`).
-    queue: Mutex<Vec<Arc<Partition>>>,
+    /// Partitions written since their last round; each is queued at most once (the
+    /// partition keeps a flag, cleared when its set is taken).
+    queue: Mutex<Vec<Arc<dyn SyncTarget>>>,
+    /// The broker's sync counters and histograms.
+    meters: SyncMeters,
     /// Wakes the round task; `Notify` keeps one permit, so no wake-up is lost.
     wake: Notify,
     stopped: AtomicBool,
@@ -73,12 +48,20 @@ pub(crate) struct SharedFlusher {
 }
 
 /// One partition's share of a round: what to sync and up to which offset.
-type Work = (Arc<Partition>, SyncSet);
+type Work = (Arc<dyn SyncTarget>, SyncSet);
+
+/// One partition's result of a round: the offset its set covered and whether it is
+/// durable.
+type Outcome = (Arc<dyn SyncTarget>, Offset, Result<(), String>);
 
 impl SharedFlusher {
     /// The flusher for `scope` (`Broker` or `Syncfs`); `data_dir` names the filesystem
     /// that `syncfs` flushes. Blocking (opens the directory).
-    pub(crate) fn new(scope: SyncScope, data_dir: &Path) -> std::io::Result<Arc<SharedFlusher>> {
+    pub(crate) fn new(
+        scope: SyncScope,
+        data_dir: &Path,
+        meters: SyncMeters,
+    ) -> std::io::Result<Arc<SharedFlusher>> {
         let mode = match scope {
             SyncScope::Syncfs => Mode::Filesystem(File::open(data_dir)?),
             SyncScope::Broker | SyncScope::Partition => Mode::EachFile,
@@ -86,6 +69,7 @@ impl SharedFlusher {
         Ok(Arc::new(SharedFlusher {
             mode,
             queue: Mutex::new(Vec::new()),
+            meters,
             wake: Notify::new(),
             stopped: AtomicBool::new(false),
             #[cfg(test)]
@@ -105,7 +89,7 @@ impl SharedFlusher {
     }
 
     /// Queues a partition with unsynced appends for the next round.
-    pub(crate) fn enqueue(&self, partition: Arc<Partition>) {
+    pub(crate) fn enqueue(&self, partition: Arc<dyn SyncTarget>) {
         self.queue
             .lock()
             .expect("flusher queue lock")
@@ -122,18 +106,13 @@ impl SharedFlusher {
             let queued = std::mem::take(&mut *self.queue.lock().expect("flusher queue lock"));
             let work: Vec<Work> = queued
                 .into_iter()
-                .filter_map(|p| {
-                    // Cleared before the set is taken: an append after this point
-                    // queues the partition again, for the next round.
-                    p.queued.store(false, Ordering::Release);
-                    let set = p.take_sync_set()?;
-                    Some((p, set))
-                })
+                .filter_map(|p| Some((Arc::clone(&p), p.take_sync_set().into_set()?)))
                 .collect();
             if work.is_empty() {
                 continue;
             }
-            let partitions: Vec<Arc<Partition>> = work.iter().map(|(p, _)| p.clone()).collect();
+            let partitions: Vec<Arc<dyn SyncTarget>> =
+                work.iter().map(|(p, _)| Arc::clone(p)).collect();
             let me = Arc::clone(&self);
             match tokio::task::spawn_blocking(move || me.sync_round(work)).await {
                 Ok(outcomes) => {
@@ -156,23 +135,23 @@ impl SharedFlusher {
 
     /// Syncs every set of the round. Blocking. Returns, per partition, the offset its
     /// set covers and whether it is durable.
-    fn sync_round(&self, work: Vec<Work>) -> Vec<(Arc<Partition>, Offset, Result<(), String>)> {
+    fn sync_round(&self, work: Vec<Work>) -> Vec<Outcome> {
         match &self.mode {
             Mode::EachFile => {
                 let syncs = work.iter().map(|(_, set)| set.file_count()).sum();
                 let outcomes = work
                     .into_iter()
                     .map(|(p, set)| {
-                        let outcome = self.sync_one(&p, &set);
+                        let outcome = self.sync_one(p.as_ref(), &set);
                         (p, set.log_end_offset, outcome)
                     })
                     .collect();
-                count_round(syncs);
+                self.meters.count_round(syncs);
                 outcomes
             }
             Mode::Filesystem(dir) => {
                 let outcome = self.syncfs(dir, &work).map_err(|e| format!("syncfs: {e}"));
-                count_round(1);
+                self.meters.count_round(1);
                 work.into_iter()
                     .map(|(p, set)| {
                         if outcome.is_ok() {
@@ -185,26 +164,23 @@ impl SharedFlusher {
         }
     }
 
-    fn sync_one(&self, partition: &Partition, set: &SyncSet) -> Result<(), String> {
+    fn sync_one(&self, _partition: &dyn SyncTarget, set: &SyncSet) -> Result<(), String> {
         #[cfg(test)]
-        self.injected_failure(partition)
+        self.injected_failure(_partition)
             .map_err(|e| e.to_string())?;
-        let start = std::time::Instant::now();
-        let synced = set.sync().map_err(|e| e.to_string());
-        partition.synced(set.bytes, start.elapsed());
-        synced
+        self.meters.sync(set)
     }
 
     fn syncfs(&self, dir: &File, _work: &[Work]) -> std::io::Result<()> {
         #[cfg(test)]
         for (p, _) in _work {
-            self.injected_failure(p)?;
+            self.injected_failure(p.as_ref())?;
         }
         rustix::fs::syncfs(dir).map_err(std::io::Error::from)
     }
 
     #[cfg(test)]
-    fn injected_failure(&self, partition: &Partition) -> std::io::Result<()> {
+    fn injected_failure(&self, partition: &dyn SyncTarget) -> std::io::Result<()> {
         let fail = self.fail_topics.lock().unwrap();
         if fail.iter().any(|t| t == partition.topic()) {
             return Err(std::io::Error::other("injected fdatasync failure"));

@@ -3,6 +3,7 @@
 //! and never decide an outcome by how long something took.
 
 use super::*;
+use crate::partition::Partition;
 use crate::{Broker, BrokerConfig, BrokerError, FlushPolicy, PartitionIndex};
 use headway_log::LogConfig;
 use std::collections::BTreeMap;
@@ -75,7 +76,7 @@ async fn broker(dir: &tempfile::TempDir, scope: SyncScope) -> Arc<Broker> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_acknowledged_before_the_shared_round_syncs_it() {
     let dir = tempfile::tempdir().unwrap();
-    let flusher = SharedFlusher::new(SyncScope::Broker, dir.path()).unwrap();
+    let flusher = SharedFlusher::new(SyncScope::Broker, dir.path(), SyncMeters::default()).unwrap();
     let mut partitions = Vec::new();
     for i in 0..3 {
         let (p, _) = Partition::open(
@@ -132,7 +133,7 @@ async fn produce_to_many_partitions_is_acknowledged(scope: SyncScope) {
     for p in topic.partitions() {
         assert_eq!(p.high_watermark(), Offset(12));
     }
-    let (rounds, syncs) = crate::sync_counters();
+    let (rounds, syncs) = broker.sync_counters().snapshot();
     assert!(rounds >= 1 && syncs >= 1);
     broker.shutdown().await;
     // After a restart every acknowledged record is there.
@@ -286,7 +287,7 @@ async fn a_shared_round_takes_a_partitions_unsynced_bytes() {
     p.append(&one, MAX).unwrap();
     assert!(p.over_unsynced_bound());
     // What a shared flusher's round does (the partition has no flusher of its own).
-    let set = p.take_sync_set().expect("unsynced appends");
+    let set = p.take_sync_set().into_set().expect("unsynced appends");
     assert_eq!(set.bytes, 2 * one.len() as u64);
     assert_eq!(p.unsynced_bytes(), 0);
     assert!(!p.over_unsynced_bound());
@@ -305,4 +306,32 @@ async fn without_a_bound_nothing_holds_producers() {
         !p.over_unsynced_bound(),
         "the bound applies to flush = sync only"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_broker_counts_its_own_syncs() {
+    for scope in [SyncScope::Partition, SyncScope::Broker] {
+        let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (a, b) = (broker(&dir_a, scope).await, broker(&dir_b, scope).await);
+        let topic = a
+            .create_topic("counted", Some(2), BTreeMap::new())
+            .await
+            .unwrap();
+        for p in topic.partitions() {
+            let end = p.append(&batch(3, b"c"), MAX).unwrap().log_end_offset;
+            durable(p, end).await.unwrap();
+        }
+        let (rounds, syncs) = a.sync_counters().snapshot();
+        assert!(
+            rounds >= 1 && syncs >= rounds,
+            "{scope}: {rounds} rounds, {syncs} syncs"
+        );
+        assert_eq!(
+            b.sync_counters().snapshot(),
+            (0, 0),
+            "{scope}: another broker's"
+        );
+        a.shutdown().await;
+        b.shutdown().await;
+    }
 }

@@ -4,17 +4,22 @@
 //!   and persisted on every create and delete. It also runs retention.
 //! - [`Topic`] holds a topic's id, settings and partitions.
 //! - [`Partition`] wraps one partition's [`headway_log::Log`]. Its mutex is the
-//!   partition's single writer: offsets are assigned there and nowhere else. A flusher
-//!   task per partition performs group commit: every append that happened while the
-//!   previous fsync ran shares the next one, and the high watermark (what consumers
-//!   may read and what acks wait for) advances only after the sync returns. With
-//!   `sync_scope = broker` (or `syncfs`) one flusher does this for every partition
-//!   of the broker in shared rounds (`flusher`; `docs/sync.md` has the measurements).
+//!   partition's single writer: offsets are assigned there and nowhere else, by the
+//!   plain bookkeeping of [`partition::state`] (offsets, idempotent producers, high
+//!   watermark, log start offset; unit-tested over values). Side files are written
+//!   with one helper (`durable_file`).
+//! - Group commit (`durability`): a flusher task per partition, or with
+//!   `sync_scope = broker` (or `syncfs`) one for every partition of the broker in
+//!   shared rounds (`flusher`; `docs/sync.md` has the measurements). Every append that
+//!   happened while the previous fsync ran shares the next one, and the high watermark
+//!   (what consumers may read and what acks wait for) advances only after the sync
+//!   returns. Flushers see a partition only through `durability::SyncTarget`.
 //! - [`producer_state`] remembers each idempotent producer's last batches per
 //!   partition, so retries are answered with their original offsets; [`producer_ids`]
 //!   hands out producer ids that stay unique across restarts.
 //! - [`read_pool`] runs reads that may wait for the disk on threads of their own, one
-//!   read per connection at a time; reads of cached data skip it.
+//!   read per connection at a time; reads of cached data skip it (`read_route`
+//!   decides which way a fetch's read goes).
 //! - [`DiskSpace`] measures the data directory's free space and refuses produces
 //!   below `disk_free_bytes_min`.
 //! - [`config`] is every setting with its default; [`limits`] is every hard bound.
@@ -24,21 +29,24 @@
 pub mod bulk_budget;
 pub mod config;
 mod disk;
+mod durability;
+mod durable_file;
 mod error;
 mod flusher;
 pub mod limits;
-mod partition;
+pub mod partition;
 pub mod producer_ids;
 pub mod producer_state;
 pub mod read_pool;
+mod read_route;
 mod registry;
 pub mod timings;
 mod topic;
 
 pub use config::{BrokerConfig, FlushPolicy, SyncScope, TopicConfig};
 pub use disk::{DiskSnapshot, DiskSpace};
+pub use durability::SyncCounters;
 pub use error::BrokerError;
-pub use flusher::sync_counters;
 pub use headway_log::{BatchError, Offset};
 pub use partition::{Appended, Partition, PartitionHealth, PartitionIndex, ReadResult};
 pub use registry::Broker;

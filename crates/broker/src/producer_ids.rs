@@ -7,7 +7,6 @@
 
 use crate::BrokerError;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -57,16 +56,7 @@ impl ProducerIds {
     }
 
     fn persist(&self, end: i64) -> Result<(), BrokerError> {
-        let tmp = self.path.with_extension("tmp");
-        let mut file = fs::File::create(&tmp).map_err(|e| storage("create", &tmp, e))?;
-        file.write_all(&end.to_be_bytes())
-            .and_then(|_| file.sync_all())
-            .and_then(|_| fs::rename(&tmp, &self.path))
-            .map_err(|e| storage("write", &self.path, e))?;
-        if let Some(dir) = self.path.parent() {
-            crate::topic::sync_dir(dir)?;
-        }
-        Ok(())
+        crate::durable_file::replace(&self.path, &end.to_be_bytes())
     }
 }
 

@@ -301,10 +301,17 @@ impl Reader<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn header(producer_id: i64, epoch: i16, base_sequence: i32, records: i32) -> BatchHeader {
+    /// A batch header of `records` records from `producer_id` at `epoch`, first
+    /// sequence `base_sequence` (also used by the partition state's tests).
+    pub(crate) fn header(
+        producer_id: i64,
+        epoch: i16,
+        base_sequence: i32,
+        records: i32,
+    ) -> BatchHeader {
         BatchHeader {
             base_offset: 0,
             batch_length: 0,

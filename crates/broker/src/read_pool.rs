@@ -12,7 +12,7 @@
 //!
 //! Reads of the tail (a consumer less than `read_tail_bytes` behind the log's end) do
 //! not come here when their data is in the page cache, which it nearly always is:
-//! [`crate::Partition::read_via`] first tries a read that only succeeds from the cache
+//! `crate::read_route` first tries a read that only succeeds from the cache
 //! (`RWF_NOWAIT`) on the caller's thread. Reads further behind always come here, cached
 //! or not.
 //!

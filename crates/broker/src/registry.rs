@@ -7,12 +7,14 @@
 use crate::bulk_budget::BulkBudget;
 use crate::config::{BrokerConfig, SyncScope, TopicConfig};
 use crate::disk::{run_disk_checks, DiskSpace};
+use crate::durability::{SyncCounters, SyncMeters};
+use crate::durable_file::{self, sync_dir};
 use crate::flusher::SharedFlusher;
 use crate::partition::Partition;
 use crate::producer_ids::ProducerIds;
 use crate::read_pool::ReadPool;
 use crate::timings::Timings;
-use crate::topic::{sync_dir, validate_topic_name, Topic};
+use crate::topic::{validate_topic_name, Topic};
 use crate::{limits, BrokerError, FlushPolicy};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -41,6 +43,8 @@ pub struct Broker {
     bulk: Arc<BulkBudget>,
     /// Where acknowledgements, fetches and syncs spend their time.
     timings: Arc<Timings>,
+    /// What this broker's flushers record: their sync counters and `timings`.
+    sync_meters: SyncMeters,
     /// The broker-wide group commit, with `flush = sync` and a broker sync scope.
     shared_flusher: Option<Arc<SharedFlusher>>,
     /// The data directory's free space and the produce threshold.
@@ -97,9 +101,14 @@ impl Broker {
         let producer_ids = ProducerIds::open(&data_dir)?;
         let disk = DiskSpace::open(&data_dir, config.disk_free_bytes_min)
             .map_err(|e| storage("measure free space of", &data_dir, e))?;
+        let timings = Arc::new(Timings::new());
+        let sync_meters = SyncMeters {
+            counters: Arc::new(SyncCounters::default()),
+            timings: Some(Arc::clone(&timings)),
+        };
         let shared_flusher = match (config.flush, config.sync_scope) {
             (FlushPolicy::Sync, SyncScope::Broker | SyncScope::Syncfs) => Some(
-                SharedFlusher::new(config.sync_scope, &data_dir)
+                SharedFlusher::new(config.sync_scope, &data_dir, sync_meters.clone())
                     .map_err(|e| storage("open", &data_dir, e))?,
             ),
             _ => None,
@@ -131,7 +140,6 @@ impl Broker {
             topics.insert(name, topic);
         }
         tracing::info!(topics = topics.len(), data_dir = %data_dir.display(), "data directory loaded");
-        let timings = Arc::new(Timings::new());
         let bulk = Arc::new(BulkBudget::new(config.bulk_budget(), Arc::clone(&timings)));
         let read_pool = ReadPool::new(
             config.read_threads,
@@ -149,6 +157,7 @@ impl Broker {
             read_pool,
             bulk,
             timings,
+            sync_meters,
             shared_flusher,
             disk: Arc::new(disk),
             _dir_lock: dir_lock,
@@ -159,7 +168,7 @@ impl Broker {
     /// broker's shared one (`sync_scope`).
     fn start_flusher(&self, partition: &Arc<Partition>) {
         partition.bound_unsynced(self.config.partition_unsynced_bytes_max);
-        partition.time_syncs(&self.timings);
+        partition.measure_syncs(&self.sync_meters);
         match &self.shared_flusher {
             Some(flusher) => partition.join_shared_flusher(flusher),
             None => partition.start_flusher(),
@@ -192,6 +201,11 @@ impl Broker {
     /// produces.
     pub fn bulk_budget(&self) -> &Arc<BulkBudget> {
         &self.bulk
+    }
+
+    /// Group-commit rounds and sync calls of this broker's flushers.
+    pub fn sync_counters(&self) -> &SyncCounters {
+        &self.sync_meters.counters
     }
 
     /// The stage histograms ([`crate::timings`]).
@@ -416,7 +430,7 @@ impl Broker {
         if let Some(flusher) = &self.shared_flusher {
             flusher.stop();
         }
-        let (sync_rounds, syncs) = crate::sync_counters();
+        let (sync_rounds, syncs) = self.sync_counters().snapshot();
         tracing::info!(
             sync_scope = %self.config.sync_scope,
             sync_rounds,
@@ -444,12 +458,8 @@ fn load_cluster_id(data_dir: &Path) -> Result<String, BrokerError> {
     let meta = BrokerMeta {
         cluster_id: Uuid::new_v4().simple().to_string(),
     };
-    let tmp = data_dir.join("meta.json.tmp");
-    fs::write(&tmp, serde_json::to_string(&meta).expect("serializes"))
-        .and_then(|_| fs::File::open(&tmp)?.sync_all())
-        .and_then(|_| fs::rename(&tmp, &path))
-        .map_err(|e| storage("write", &path, e))?;
-    sync_dir(data_dir)?;
+    let text = serde_json::to_string(&meta).expect("serializes");
+    durable_file::replace(&path, text.as_bytes())?;
     Ok(meta.cluster_id)
 }
 

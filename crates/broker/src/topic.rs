@@ -7,13 +7,13 @@
 //! hidden `.deleted-*` directory first. Hidden leftovers are removed at start-up.
 
 use crate::config::{LogDefaults, TopicConfig};
+use crate::durable_file::{self, sync_dir};
 use crate::partition::{Partition, PartitionIndex};
 use crate::{limits, BrokerError, FlushPolicy};
 use headway_log::RecoveryReport;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use uuid::Uuid;
@@ -65,12 +65,6 @@ fn io_error(context: &str, path: &Path, e: std::io::Error) -> BrokerError {
     BrokerError::Storage(format!("{context} {}: {e}", path.display()))
 }
 
-pub(crate) fn sync_dir(path: &Path) -> Result<(), BrokerError> {
-    fs::File::open(path)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_error("sync directory", path, e))
-}
-
 impl Topic {
     pub fn name(&self) -> &str {
         &self.name
@@ -107,8 +101,7 @@ impl Topic {
             partitions: partitions as i32,
             configs: config.overrides.clone(),
         };
-        write_meta(&self.dir, &meta)?;
-        sync_dir(&self.dir)
+        write_meta(&self.dir, &meta)
     }
 
     /// Applies new settings: persisted first, then given to every partition's log.
@@ -174,7 +167,6 @@ impl Topic {
             configs: config.overrides.clone(),
         };
         write_meta(&staging, &meta)?;
-        sync_dir(&staging)?;
         let dir = topics_dir.join(name);
         fs::rename(&staging, &dir).map_err(|e| io_error("rename into place", &dir, e))?;
         sync_dir(topics_dir)?;
@@ -227,16 +219,10 @@ impl Topic {
     }
 }
 
-/// Writes `topic.json` atomically: a temporary file, synced, renamed over the old one.
+/// Writes `topic.json` durably ([`durable_file::replace`]), its directory synced.
 fn write_meta(dir: &Path, meta: &TopicMeta) -> Result<(), BrokerError> {
-    let path = dir.join(META_FILE);
-    let tmp = dir.join(format!("{META_FILE}.tmp"));
     let text = serde_json::to_string_pretty(meta).expect("topic metadata serializes");
-    let mut file = fs::File::create(&tmp).map_err(|e| io_error("create", &tmp, e))?;
-    file.write_all(text.as_bytes())
-        .and_then(|_| file.sync_all())
-        .and_then(|_| fs::rename(&tmp, &path))
-        .map_err(|e| io_error("write", &path, e))
+    durable_file::replace(&dir.join(META_FILE), text.as_bytes())
 }
 
 #[cfg(test)]

@@ -1,41 +1,65 @@
-//! One partition: its log behind the single-writer mutex, its high watermark, and the
-//! flusher task that performs group commit.
+//! One partition: the shell around its log. It holds the single-writer mutex, the
+//! watch that tells waiters about the high watermark, the hand-off to a flusher and
+//! the side files; every decision about offsets is plain code in [`state`].
+//!
+//! ```text
+//!   Partition (this file: mutex, watch, flusher hand-off, side files, counters)
+//!     ├── state::PartitionState   offsets, producers, watermark, log start: values only
+//!     ├── headway_log::Log        the segments on disk
+//!     ├── durability::OwnFlusher  or flusher::SharedFlusher, through SyncTarget
+//!     └── side_files              producer snapshot, log-start-offset
+//! ```
 //!
 //! Produce path: [`Partition::append`] validates the batches (CRC-32C) outside the
-//! mutex, then takes the mutex only to assign offsets and write to the page cache.
-//! The caller then awaits [`Partition::wait_durable`]. With `flush = sync` the flusher
-//! task wakes, takes the log's [`headway_log::SyncSet`] (everything written so far),
-//! syncs it on a blocking thread without holding the mutex, and publishes the new high
-//! watermark; every append that arrived during one sync shares the next one. With
-//! `sync_scope = broker` or `syncfs` the append queues the partition on the broker's
-//! shared flusher instead (`crate::flusher`), which syncs every dirty partition in one
-//! round.
+//! mutex, then takes the mutex only to plan the append ([`PartitionState::plan_append`]:
+//! the next offset, or the original offsets of an idempotent retry), write to the page
+//! cache and record it. The caller then awaits [`Partition::wait_durable`]. With
+//! `flush = sync` the partition's flusher (`crate::durability`) takes the log's
+//! [`headway_log::SyncSet`] (everything written so far), syncs it on a blocking thread
+//! without holding the mutex, and publishes the new high watermark; every append that
+//! arrived during one sync shares the next one. With `sync_scope = broker` or `syncfs`
+//! the append queues the partition on the broker's shared flusher instead
+//! (`crate::flusher`), which syncs every dirty partition in one round.
 //!
-//! Fetch path: [`Partition::read_via`] locates the segment and position under the mutex
-//! and reads with positional reads, bounded by the high watermark, so consumers only ever
-//! see synced data: from the page cache on the caller's thread when every byte is there,
-//! otherwise on the cold-read pool ([`crate::read_pool`]), one read per connection at a
-//! time.
+//! Fetch path: [`Partition::read_via`] locates the data under the mutex, bounded by the
+//! high watermark, so consumers only ever see synced data, and hands the located slice
+//! to `crate::read_route`, which decides between the page cache on the caller's thread
+//! and the read threads.
+//!
+//! The high watermark and the log start offset live in the state, under the mutex, and
+//! are mirrored where readers look without the mutex: the watch ([`DurableState`]) and
+//! an atomic. One move skips the mutex: a flusher that synced publishes at once (the
+//! watch, and `synced_to`) so that acknowledgements never wait for an append in
+//! progress, and the state takes `synced_to` in at the start of every step under the
+//! mutex. So whatever the state decides on is never behind what readers saw.
 //!
 //! Storage errors (`docs/storage-errors.md`): an append whose write fails (a full disk)
 //! is undone by the log and refused, and the next append tries again; a failed fsync
-//! takes the partition offline for good ([`Partition::fail`]); a read that finds a
+//! takes the partition offline for good (`SyncTarget::fail`); a read that finds a
 //! damaged batch in a sealed segment refuses it and marks the segment for repair at
 //! the next start. [`Partition::health`] shows all three.
 
-use crate::flusher::{count_round, SharedFlusher};
-use crate::producer_state::{is_idempotent, ProducerStates, SequenceCheck};
+mod side_files;
+pub mod state;
+
+use crate::durability::{OwnFlusher, SyncMeters, SyncTake, SyncTarget};
+use crate::flusher::SharedFlusher;
+use crate::producer_state::is_idempotent;
 use crate::read_pool::ReadVia;
-use crate::timings::Timings;
+use crate::read_route;
 use crate::{BrokerError, FlushPolicy};
 use bytes::Bytes;
 use headway_log::{
-    batch, BatchHeader, CorruptBatch, Log, LogConfig, LogError, Offset, RecoveryReport,
+    batch, BatchHeader, CorruptBatch, Log, LogConfig, LogError, Offset, ReadSlice, RecoveryReport,
 };
+use side_files::{
+    load_producer_states, read_log_start_offset, write_log_start_offset, write_producer_snapshot,
+};
+use state::{AppendPlan, DeleteRecordsTo, LogStartMove, PartitionState, ReadWindow};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 /// A partition's number within its topic.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -82,16 +106,37 @@ pub struct ReadResult {
 }
 
 /// What the partition's mutex guards: the log and, checked and updated in the same
-/// step as each append, the idempotent producers' state.
+/// step as each append, the partition's bookkeeping.
 struct Slot {
     log: Log,
-    producers: ProducerStates,
+    state: PartitionState,
 }
 
-/// The producer-state snapshot in a partition directory (see `docs/log-format.md`).
-const PRODUCER_SNAPSHOT: &str = "producer-state.snapshot";
-/// The log start offset set by DeleteRecords, when it lies inside the first segment.
-const LOG_START_OFFSET_FILE: &str = "log-start-offset";
+/// A read located under the mutex, to be run without it.
+enum ReadStart {
+    /// Nothing to read: an empty answer.
+    Nothing(ReadResult),
+    /// Read the slice up to the bounds' high watermark.
+    Located(ReadSlice, ReadBounds),
+}
+
+/// The offsets a read saw when it started; its answer carries them.
+#[derive(Clone, Copy)]
+struct ReadBounds {
+    high_watermark: Offset,
+    log_start_offset: Offset,
+}
+
+impl ReadBounds {
+    fn answer(self, records: Bytes, pooled: bool) -> ReadResult {
+        ReadResult {
+            records,
+            high_watermark: self.high_watermark,
+            log_start_offset: self.log_start_offset,
+            pooled,
+        }
+    }
+}
 
 pub struct Partition {
     topic: Arc<str>,
@@ -100,10 +145,15 @@ pub struct Partition {
     dir: PathBuf,
     /// The single writer. `None` once closed.
     log: Mutex<Option<Slot>>,
+    /// Mirrors the state's high watermark (and failure) for waiters and readers.
     durable: watch::Sender<DurableState>,
+    /// Mirrors the state's log start offset for readers.
     log_start_offset: AtomicI64,
-    /// Wakes the flusher; `Notify` keeps one permit, so no wake-up is lost.
-    dirty: Notify,
+    /// The highest offset a flusher reported durable, published without the mutex;
+    /// the state takes it in at the start of every step under the mutex.
+    synced_to: AtomicI64,
+    /// The partition's own group commit (unused when a shared flusher syncs it).
+    own: Arc<OwnFlusher>,
     closed: AtomicBool,
     /// This partition, for queueing itself on a shared flusher.
     me: Weak<Partition>,
@@ -120,9 +170,6 @@ pub struct Partition {
     unsynced: AtomicU64,
     /// The bound on `unsynced` past which producers wait (`partition_unsynced_bytes_max`).
     unsynced_max: AtomicU64,
-    /// The broker's histograms, where the flusher records its syncs (none for a
-    /// partition outside a broker, such as the group coordinator's offsets log).
-    timings: OnceLock<Arc<Timings>>,
 }
 
 impl Partition {
@@ -138,23 +185,26 @@ impl Partition {
             Log::open(&dir, config, crate::now_ms()).map_err(BrokerError::from_log)?;
         let producers = load_producer_states(&dir, &mut log)?;
         let segments_to_repair = log.segments_to_repair();
-        let log_start_offset = read_log_start_offset(&dir).unwrap_or(0).clamp(
-            report.log_start_offset.value(),
-            report.log_end_offset.value(),
+        let state = PartitionState::recovered(
+            report.log_start_offset,
+            report.log_end_offset,
+            read_log_start_offset(&dir),
+            producers,
         );
         let (durable, _) = watch::channel(DurableState {
-            high_watermark: report.log_end_offset,
+            high_watermark: state.high_watermark(),
             failed: false,
         });
         let partition = Arc::new_cyclic(|me| Partition {
             topic,
             index,
             flush,
-            log_start_offset: AtomicI64::new(log_start_offset),
+            log_start_offset: AtomicI64::new(state.log_start_offset().value()),
+            synced_to: AtomicI64::new(state.high_watermark().value()),
             dir,
-            log: Mutex::new(Some(Slot { log, producers })),
+            log: Mutex::new(Some(Slot { log, state })),
             durable,
-            dirty: Notify::new(),
+            own: Arc::new(OwnFlusher::new(flush)),
             closed: AtomicBool::new(false),
             me: me.clone(),
             shared: OnceLock::new(),
@@ -165,7 +215,6 @@ impl Partition {
             segments_to_repair: AtomicUsize::new(segments_to_repair),
             unsynced: AtomicU64::new(0),
             unsynced_max: AtomicU64::new(u64::MAX),
-            timings: OnceLock::new(),
         });
         Ok((partition, report))
     }
@@ -181,7 +230,7 @@ impl Partition {
     /// Starts the flusher for the sync and interval policies. Needs a tokio runtime.
     pub fn start_flusher(self: &Arc<Self>) {
         if self.flush != FlushPolicy::None {
-            tokio::spawn(Arc::clone(self).run_flusher());
+            tokio::spawn(Arc::clone(&self.own).run(Arc::clone(self)));
         }
     }
 
@@ -201,16 +250,9 @@ impl Partition {
         }
     }
 
-    /// Records this partition's syncs in `timings` (a broker's), from now on.
-    pub fn time_syncs(&self, timings: &Arc<Timings>) {
-        let _ = self.timings.set(Arc::clone(timings));
-    }
-
-    /// Records a sync of `bytes` that took `elapsed`.
-    pub(crate) fn synced(&self, bytes: u64, elapsed: std::time::Duration) {
-        if let Some(timings) = self.timings.get() {
-            timings.synced(bytes, elapsed);
-        }
+    /// Records this partition's own syncs in `meters` (a broker's), from now on.
+    pub(crate) fn measure_syncs(&self, meters: &SyncMeters) {
+        self.own.measure(meters.clone());
     }
 
     /// Bytes appended and not yet handed to a sync.
@@ -236,20 +278,11 @@ impl Partition {
         }
     }
 
-    /// Takes the log's sync set and notes that nothing waits for a sync any more.
-    fn sync_set(&self) -> Result<headway_log::SyncSet, BrokerError> {
-        self.with_log(|log| {
-            let set = log.sync_set();
-            self.unsynced.store(log.unsynced_bytes(), Ordering::Release);
-            Ok(set)
-        })
-    }
-
     /// Asks for a sync of what was just appended: wakes this partition's flusher, or
     /// queues the partition on the shared one (once until its next round).
     fn request_sync(&self) {
         match self.shared.get() {
-            None => self.dirty.notify_one(),
+            None => self.own.wake(),
             Some(flusher) => {
                 if !self.queued.swap(true, Ordering::AcqRel) {
                     if let Some(me) = self.me.upgrade() {
@@ -258,16 +291,6 @@ impl Partition {
                 }
             }
         }
-    }
-
-    /// The files to sync for everything appended so far, for the shared flusher;
-    /// `None` when nothing is unsynced or the partition is closed or failed.
-    pub(crate) fn take_sync_set(&self) -> Option<headway_log::SyncSet> {
-        if self.closed.load(Ordering::Acquire) || self.durable.borrow().failed {
-            return None;
-        }
-        let set = self.sync_set().ok()?;
-        (!set.is_empty()).then_some(set)
     }
 
     fn with_slot<T>(
@@ -282,6 +305,7 @@ impl Partition {
             topic: self.topic.to_string(),
             partition: self.index.0,
         })?;
+        self.take_in_synced(&mut slot.state);
         f(slot)
     }
 
@@ -321,30 +345,35 @@ impl Partition {
         let mut owned = records.to_vec();
         let now_ms = crate::now_ms();
         let appended = self.with_slot(|slot| {
-            if let Some(header) = &idempotent {
-                if let SequenceCheck::Duplicate { base_offset } = slot.producers.check(header)? {
-                    let end = base_offset + i64::from(header.last_offset_delta) + 1;
-                    return Ok((Offset(base_offset), Offset(end), false));
-                }
+            let planned = slot.state.plan_append(idempotent.as_ref())?;
+            if let AppendPlan::Duplicate {
+                base_offset,
+                log_end_offset,
+            } = planned
+            {
+                return Ok((base_offset, log_end_offset, false));
             }
             let info = slot
                 .log
                 .append(&mut owned, now_ms)
                 .map_err(|e| self.append_failed(&slot.log, e))?;
-            if let Some(header) = &idempotent {
-                slot.producers
-                    .record(header, info.base_offset.value(), now_ms);
-            }
+            slot.state.appended(
+                idempotent.as_ref(),
+                info.base_offset,
+                info.log_end_offset,
+                now_ms,
+            );
             self.unsynced
                 .store(slot.log.unsynced_bytes(), Ordering::Release);
+            if self.flush != FlushPolicy::Sync {
+                // No sync to wait for: written is as durable as it gets.
+                self.durable_to(&mut slot.state, info.log_end_offset);
+            }
             Ok((info.base_offset, info.log_end_offset, true))
         })?;
         let (base_offset, log_end_offset, written) = appended;
-        if written {
-            match self.flush {
-                FlushPolicy::Sync => self.request_sync(),
-                FlushPolicy::Interval(_) | FlushPolicy::None => self.publish(log_end_offset),
-            }
+        if written && self.flush == FlushPolicy::Sync {
+            self.request_sync();
         }
         Ok(Appended {
             base_offset,
@@ -403,37 +432,31 @@ impl Partition {
         }
     }
 
-    /// DeleteRecords: makes `offset` (-1: the high watermark) the log start offset.
-    /// Records below it are no longer served; whole segments below it are deleted.
-    /// The new start is synced to disk before it takes effect. Blocking.
+    /// DeleteRecords: makes `offset` (-1, the wire's sentinel: the high watermark) the
+    /// log start offset. Records below it are no longer served; whole segments below
+    /// it are deleted. The new start is synced to disk before it takes effect, outside
+    /// the mutex so appends do not wait for that sync. Blocking.
     pub fn delete_records(&self, offset: i64) -> Result<Offset, BrokerError> {
-        let high_watermark = self.high_watermark();
-        let target = if offset == -1 {
-            high_watermark
-        } else {
-            Offset(offset)
+        let to = DeleteRecordsTo::from_wire(offset);
+        let target = match self.with_slot(|slot| slot.state.plan_delete_records(to))? {
+            LogStartMove::Unchanged(current) => return Ok(current),
+            LogStartMove::To(target) => target,
         };
-        let current = self.log_start_offset();
-        if target.value() < 0 || target > high_watermark {
-            return Err(BrokerError::OffsetOutOfRange {
-                offset: target,
-                log_start_offset: current,
-                high_watermark,
-            });
-        }
-        if target <= current {
-            return Ok(current);
-        }
         write_log_start_offset(&self.dir, target)?;
-        self.log_start_offset
-            .fetch_max(target.value(), Ordering::AcqRel);
-        self.with_log(|log| log.delete_segments_before(target))?;
+        self.with_slot(|slot| {
+            let start = slot.state.delete_records_moved(target);
+            self.log_start_offset
+                .store(start.value(), Ordering::Release);
+            slot.log
+                .delete_segments_before(target)
+                .map_err(BrokerError::from_log)
+        })?;
         Ok(target)
     }
 
-    /// Forgets idempotent producers idle for longer than `idle_ms`.
+    /// Forgets idempotent producers idle for longer than `idle_ms` at `now_ms`.
     pub fn expire_producers(&self, now_ms: i64, idle_ms: i64) -> Result<usize, BrokerError> {
-        self.with_slot(|slot| Ok(slot.producers.expire(now_ms, idle_ms)))
+        self.with_slot(|slot| Ok(slot.state.expire_producers(now_ms, idle_ms)))
     }
 
     /// Waits until every offset below `offset` is durable, or the log failed.
@@ -453,7 +476,16 @@ impl Partition {
         }
     }
 
-    pub(crate) fn publish(&self, high_watermark: Offset) {
+    /// Everything below `offset` is durable: moves the state's high watermark and, if
+    /// it moved, its mirror. Called under the mutex.
+    fn durable_to(&self, state: &mut PartitionState, offset: Offset) {
+        if let Some(high_watermark) = state.durable_to(offset) {
+            self.mirror_high_watermark(high_watermark);
+        }
+    }
+
+    /// Shows a new high watermark to readers and waiters (never backwards).
+    fn mirror_high_watermark(&self, high_watermark: Offset) {
         self.durable.send_if_modified(|s| {
             let advance = high_watermark > s.high_watermark;
             if advance {
@@ -485,96 +517,66 @@ impl Partition {
     /// For the broker's own reads (start-up replays, ListOffsets); fetches use
     /// [`Partition::read_via`].
     pub async fn read(&self, offset: Offset, max_bytes: usize) -> Result<ReadResult, BrokerError> {
-        self.read_from(offset, max_bytes, None).await
+        let (slice, bounds) = match self.start_read(offset)? {
+            ReadStart::Nothing(empty) => return Ok(empty),
+            ReadStart::Located(slice, bounds) => (slice, bounds),
+        };
+        let high_watermark = bounds.high_watermark;
+        let records = tokio::task::spawn_blocking(move || slice.read(max_bytes, high_watermark))
+            .await
+            .map_err(|e| BrokerError::Storage(format!("read task failed: {e}")))?
+            .map_err(|e| self.read_failed(offset, e))?;
+        Ok(bounds.answer(records, false))
     }
 
-    /// [`Partition::read`] for a fetch. A tail read (less than `via.tail_bytes` behind
-    /// the log's end) is served from the page cache on this thread when every byte is
-    /// there (`via.cache_first`); any other read runs on the read pool, holding one of
-    /// the connection's share permits while queued and running.
+    /// [`Partition::read`] for a fetch: the page cache on this thread or the read
+    /// threads, as `crate::read_route` decides for `via`.
     pub async fn read_via(
         &self,
         offset: Offset,
         max_bytes: usize,
         via: &ReadVia,
     ) -> Result<ReadResult, BrokerError> {
-        self.read_from(offset, max_bytes, Some(via)).await
+        let (slice, bounds) = match self.start_read(offset)? {
+            ReadStart::Nothing(empty) => return Ok(empty),
+            ReadStart::Located(slice, bounds) => (slice, bounds),
+        };
+        let failed = |e| self.read_failed(offset, e);
+        let limit = bounds.high_watermark;
+        let (records, pooled) = read_route::read(slice, max_bytes, limit, via, failed).await?;
+        Ok(bounds.answer(records, pooled))
     }
 
-    async fn read_from(
-        &self,
-        offset: Offset,
-        max_bytes: usize,
-        via: Option<&ReadVia>,
-    ) -> Result<ReadResult, BrokerError> {
-        let high_watermark = self.high_watermark();
-        let log_start_offset = self.log_start_offset();
-        let result = |records, pooled| ReadResult {
-            records,
-            high_watermark,
-            log_start_offset,
-            pooled,
+    /// Where a read at `offset` starts: refused below the log start, nothing at or
+    /// past the high watermark, otherwise the located data. The offsets are those the
+    /// readers see (the mirrors), taken before the data is located.
+    fn start_read(&self, offset: Offset) -> Result<ReadStart, BrokerError> {
+        let bounds = ReadBounds {
+            high_watermark: self.high_watermark(),
+            log_start_offset: self.log_start_offset(),
         };
-        let empty = |records| result(records, false);
-        if offset < log_start_offset {
-            return Err(BrokerError::OffsetOutOfRange {
-                offset,
-                log_start_offset,
-                high_watermark,
-            });
+        let nothing = || ReadStart::Nothing(bounds.answer(Bytes::new(), false));
+        let window = ReadWindow::of(offset, bounds.log_start_offset, bounds.high_watermark)?;
+        if window == ReadWindow::AtHighWatermark {
+            return Ok(nothing());
         }
-        if offset == high_watermark {
-            return Ok(empty(Bytes::new()));
-        }
+        // Located even past the high watermark, so that an offset past the log's end
+        // is refused.
         let slice = self.with_log(|log| log.locate(offset))?;
-        if offset > high_watermark {
+        Ok(match window {
+            ReadWindow::Durable => ReadStart::Located(slice, bounds),
             // Written but not yet synced: nothing to show yet, and not an error.
-            return Ok(empty(Bytes::new()));
-        }
-        let failed = |e: std::io::Error| match CorruptBatch::find(&e) {
+            ReadWindow::NotDurable | ReadWindow::AtHighWatermark => nothing(),
+        })
+    }
+
+    /// The error for a read at `offset` that failed: a damaged batch is counted and its
+    /// segment marked for repair ([`Partition::corrupt_read`]).
+    fn read_failed(&self, offset: Offset, e: std::io::Error) -> BrokerError {
+        match CorruptBatch::find(&e) {
             Some(corrupt) => self.corrupt_read(offset, corrupt),
             None => BrokerError::Storage(format!("read {}/{}: {e}", self.topic, self.index.0)),
-        };
-        let (records, pooled) = match via {
-            None => tokio::task::spawn_blocking(move || slice.read(max_bytes, high_watermark))
-                .await
-                .map_err(|e| BrokerError::Storage(format!("read task failed: {e}")))?
-                .map(|records| (records, false))
-                .map_err(failed)?,
-            Some(via) => {
-                let tail = slice.behind_bytes() <= via.tail_bytes;
-                let cached = match via.cache_first && tail {
-                    true => slice
-                        .read_cached(max_bytes, high_watermark)
-                        .map_err(failed)?,
-                    false => None,
-                };
-                match cached {
-                    Some(records) => {
-                        via.pool.stats().cached.fetch_add(1, Ordering::Relaxed);
-                        (records, false)
-                    }
-                    None => {
-                        let _turn = match &via.share {
-                            Some(share) => {
-                                Some(Arc::clone(share).acquire_owned().await.map_err(|_| {
-                                    BrokerError::Storage("read share closed".into())
-                                })?)
-                            }
-                            None => None,
-                        };
-                        let records = via
-                            .pool
-                            .run_bulk(move || slice.read(max_bytes, high_watermark))
-                            .await
-                            .map_err(|e| BrokerError::Storage(e.to_string()))?
-                            .map_err(failed)?;
-                        (records, true)
-                    }
-                }
-            }
-        };
-        Ok(result(records, pooled))
+        }
     }
 
     /// The first offset whose batch has a timestamp at or after `timestamp_ms`,
@@ -594,10 +596,16 @@ impl Partition {
 
     /// Deletes segments past the retention limits. Blocking.
     pub fn enforce_retention(&self, now_ms: i64) -> Result<usize, BrokerError> {
-        let report = self.with_log(|log| log.enforce_retention(now_ms))?;
-        self.log_start_offset
-            .fetch_max(report.log_start_offset.value(), Ordering::AcqRel);
-        Ok(report.deleted_segments)
+        self.with_slot(|slot| {
+            let report = slot
+                .log
+                .enforce_retention(now_ms)
+                .map_err(BrokerError::from_log)?;
+            let start = slot.state.retention_moved(report.log_start_offset);
+            self.log_start_offset
+                .store(start.value(), Ordering::Release);
+            Ok(report.deleted_segments)
+        })
     }
 
     pub fn set_log_config(&self, config: LogConfig) -> Result<(), BrokerError> {
@@ -611,63 +619,45 @@ impl Partition {
     /// data is synced by the close. Blocking.
     pub fn close(&self) -> Result<(), BrokerError> {
         self.closed.store(true, Ordering::Release);
-        self.dirty.notify_one();
+        // The own flusher looks once more, finds the partition stopped, and ends.
+        self.own.wake();
         let slot = self
             .log
             .lock()
             .expect("partition log mutex poisoned")
             .take();
-        let Some(Slot { log, producers }) = slot else {
+        let Some(Slot { log, mut state }) = slot else {
             return Ok(());
         };
         let log_end_offset = log.log_end_offset();
         if !log.is_poisoned() {
-            write_producer_snapshot(&self.dir, &producers, log_end_offset)?;
+            write_producer_snapshot(&self.dir, state.producers(), log_end_offset)?;
         }
         log.close().map_err(BrokerError::from_log)?;
-        self.publish(log_end_offset);
+        self.take_in_synced(&mut state);
+        self.durable_to(&mut state, log_end_offset);
         Ok(())
     }
 
-    async fn run_flusher(self: Arc<Self>) {
-        loop {
-            match self.flush {
-                FlushPolicy::Sync => self.dirty.notified().await,
-                FlushPolicy::Interval(every) => tokio::time::sleep(every).await,
-                FlushPolicy::None => return,
-            }
-            if self.closed.load(Ordering::Acquire) {
-                return;
-            }
-            let Ok(set) = self.sync_set() else {
-                return;
-            };
-            if set.is_empty() {
-                continue;
-            }
-            let synced = set.log_end_offset;
-            let syncs = set.file_count();
-            let me = Arc::clone(&self);
-            let sync = move || {
-                let start = std::time::Instant::now();
-                let outcome = set.sync();
-                me.synced(set.bytes, start.elapsed());
-                count_round(syncs);
-                outcome.map_err(|e| e.to_string())
-            };
-            match tokio::task::spawn_blocking(sync).await {
-                Ok(Ok(())) => self.publish(synced),
-                Ok(Err(e)) => return self.fail(&e),
-                Err(e) => return self.fail(&e.to_string()),
-            }
-        }
+    /// Publishes what a flusher synced, without the mutex: waiters and readers see it
+    /// at once, the state at its next step ([`Partition::take_in_synced`]).
+    fn publish_synced(&self, offset: Offset) {
+        self.synced_to.fetch_max(offset.value(), Ordering::AcqRel);
+        self.mirror_high_watermark(offset);
+    }
+
+    /// Brings the state's high watermark up to what flushers published. Under the
+    /// mutex.
+    fn take_in_synced(&self, state: &mut PartitionState) {
+        let synced = Offset(self.synced_to.load(Ordering::Acquire));
+        self.durable_to(state, synced);
     }
 
     /// An fsync failed. After a failed fsync the kernel may have dropped the dirty
     /// pages (or marked them clean without writing them), so retrying could
     /// acknowledge data that is not on disk: stop instead, until an operator restarts
     /// the broker (`docs/storage-errors.md`). `error` names the file.
-    pub(crate) fn fail(&self, error: &str) {
+    fn fail_synced(&self, error: &str) {
         tracing::error!(topic = %self.topic, partition = self.index.0, dir = %self.dir.display(), %error,
             "fsync failed; the partition is offline and accepts no more writes until restart");
         self.offline.store(true, Ordering::Release);
@@ -679,94 +669,38 @@ impl Partition {
     }
 }
 
-/// Rebuilds the idempotent producers' state: the snapshot written at the last clean
-/// shutdown, then every batch after it. Without a usable snapshot, the whole log is
-/// scanned. Blocking.
-///
-/// A damaged batch ends the scan there and marks its segment for repair: the log is
-/// repaired at the next start, and producers whose batches lie past the damage get
-/// UNKNOWN_PRODUCER_ID or a sequence error and reset, as after expiry.
-fn load_producer_states(
-    dir: &std::path::Path,
-    log: &mut Log,
-) -> Result<ProducerStates, BrokerError> {
-    let end = log.log_end_offset();
-    let (mut states, from) = match std::fs::read(dir.join(PRODUCER_SNAPSHOT))
-        .ok()
-        .and_then(|b| ProducerStates::decode(&b))
-    {
-        Some((states, at)) if at <= end.value() => {
-            (states, Offset(at.max(log.log_start_offset().value())))
+/// What the flushers see of a partition (`crate::durability`).
+impl SyncTarget for Partition {
+    fn take_sync_set(&self) -> SyncTake {
+        // Cleared before the set is taken: an append after this point queues the
+        // partition on a shared flusher again, for the next round.
+        self.queued.store(false, Ordering::Release);
+        if self.closed.load(Ordering::Acquire) || self.durable.borrow().failed {
+            return SyncTake::Stopped;
         }
-        _ => (ProducerStates::default(), log.log_start_offset()),
-    };
-    let mut offset = from;
-    while offset < end {
-        let slice = log.locate(offset).map_err(BrokerError::from_log)?;
-        let data = match slice.read(1024 * 1024, end) {
-            Ok(data) => data,
-            Err(e) => match CorruptBatch::find(&e) {
-                Some(corrupt) => {
-                    tracing::error!(dir = %dir.display(), %corrupt,
-                        "stored record batch is corrupt; the segment is marked for repair at the next start");
-                    log.mark_for_repair(corrupt.segment_base_offset)
-                        .map_err(BrokerError::from_log)?;
-                    break;
-                }
-                None => {
-                    return Err(BrokerError::Storage(format!(
-                        "scan {} for producer state: {e}",
-                        dir.display()
-                    )))
-                }
-            },
-        };
-        if data.is_empty() {
-            break;
-        }
-        for (header, _) in batch::BatchIter::new(&data) {
-            if header.last_offset() >= offset.value() {
-                states.record(&header, header.base_offset, header.max_timestamp);
-            }
-            offset = Offset(header.last_offset() + 1);
+        let set = self.with_log(|log| {
+            let set = log.sync_set();
+            // Nothing waits for a sync any more: producers held by the bound go on.
+            self.unsynced.store(log.unsynced_bytes(), Ordering::Release);
+            Ok(set)
+        });
+        match set {
+            Ok(set) if set.is_empty() => SyncTake::Clean,
+            Ok(set) => SyncTake::Set(set),
+            Err(_) => SyncTake::Stopped,
         }
     }
-    Ok(states)
-}
 
-/// Writes the producer-state snapshot atomically (temporary file, fsync, rename).
-fn write_producer_snapshot(
-    dir: &std::path::Path,
-    states: &ProducerStates,
-    log_end_offset: Offset,
-) -> Result<(), BrokerError> {
-    let path = dir.join(PRODUCER_SNAPSHOT);
-    let tmp = dir.join(format!("{PRODUCER_SNAPSHOT}.tmp"));
-    let bytes = states.encode(log_end_offset.value());
-    std::fs::File::create(&tmp)
-        .and_then(|mut f| {
-            std::io::Write::write_all(&mut f, &bytes)?;
-            f.sync_all()
-        })
-        .and_then(|_| std::fs::rename(&tmp, &path))
-        .map_err(|e| BrokerError::Storage(format!("write {}: {e}", path.display())))
-}
+    fn publish(&self, offset: Offset) {
+        self.publish_synced(offset);
+    }
 
-fn read_log_start_offset(dir: &std::path::Path) -> Option<i64> {
-    let bytes = std::fs::read(dir.join(LOG_START_OFFSET_FILE)).ok()?;
-    Some(i64::from_be_bytes(bytes.get(..8)?.try_into().ok()?))
-}
+    fn fail(&self, error: &str) {
+        self.fail_synced(error);
+    }
 
-/// Writes the DeleteRecords start offset atomically (temporary file, fsync, rename).
-fn write_log_start_offset(dir: &std::path::Path, offset: Offset) -> Result<(), BrokerError> {
-    let path = dir.join(LOG_START_OFFSET_FILE);
-    let tmp = dir.join(format!("{LOG_START_OFFSET_FILE}.tmp"));
-    std::fs::File::create(&tmp)
-        .and_then(|mut f| {
-            std::io::Write::write_all(&mut f, &offset.value().to_be_bytes())?;
-            f.sync_all()
-        })
-        .and_then(|_| std::fs::rename(&tmp, &path))
-        .map_err(|e| BrokerError::Storage(format!("write {}: {e}", path.display())))?;
-    crate::topic::sync_dir(dir)
+    #[cfg(test)]
+    fn topic(&self) -> &str {
+        &self.topic
+    }
 }

@@ -1,0 +1,124 @@
+//! The one way the broker replaces a small side file: the producer-state snapshot and
+//! the `log-start-offset` file of a partition, a topic's `topic.json`, the data
+//! directory's `meta.json` and `producer-ids`.
+//!
+//! [`replace`] writes the new contents to `<name>.tmp` next to the file, syncs it,
+//! renames it over the file and syncs the directory. A crash at any step leaves either
+//! the old file or the new one, never a mix: the rename is atomic, and it only happens
+//! once the new contents are on disk. The directory sync makes the rename itself
+//! durable, so a file that was acknowledged (a DeleteRecords start, a reserved block of
+//! producer ids) is still there after a power loss. A failed write removes the
+//! temporary file and leaves the old file as it was.
+//!
+//! Every directory sync of the broker goes through [`sync_dir`], so a failure to sync
+//! one reads the same everywhere. Blocking: call from a blocking thread.
+
+use crate::BrokerError;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Replaces `path` with `bytes` durably (temporary file, fsync, rename, fsync of the
+/// directory).
+pub(crate) fn replace(path: &Path, bytes: &[u8]) -> Result<(), BrokerError> {
+    replace_with(path, |file| file.write_all(bytes))
+}
+
+/// [`replace`] with the contents written by `write`. When `write` fails, the
+/// temporary file is removed and `path` keeps its old contents.
+fn replace_with(
+    path: &Path,
+    write: impl FnOnce(&mut File) -> std::io::Result<()>,
+) -> Result<(), BrokerError> {
+    let tmp = temporary(path);
+    let written = File::create(&tmp).and_then(|mut file| {
+        write(&mut file)?;
+        file.sync_all()
+    });
+    if let Err(e) = written.and_then(|_| fs::rename(&tmp, path)) {
+        // Best effort: a leftover temporary file is harmless, it is overwritten by
+        // the next replace and never read.
+        let _ = fs::remove_file(&tmp);
+        return Err(storage("write", path, e));
+    }
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => sync_dir(dir),
+        _ => sync_dir(Path::new(".")),
+    }
+}
+
+/// Syncs a directory, so that files created, renamed or removed in it stay so after a
+/// crash.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), BrokerError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| storage("sync directory", dir, e))
+}
+
+/// `<name>.tmp` next to `path`.
+fn temporary(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+fn storage(context: &str, path: &Path, e: std::io::Error) -> BrokerError {
+    BrokerError::Storage(format!("{context} {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replace_swaps_the_whole_contents_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("side-file");
+        replace(&path, b"first").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"first");
+        replace(&path, b"2nd").unwrap();
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            b"2nd",
+            "shorter contents replace, not overlay"
+        );
+        assert!(!dir.path().join("side-file.tmp").exists());
+        assert_eq!(temporary(&path), dir.path().join("side-file.tmp"));
+    }
+
+    #[test]
+    fn a_failed_write_never_replaces_the_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("side-file");
+        replace(&path, b"old").unwrap();
+        let failed = replace_with(&path, |file| {
+            file.write_all(b"half of the new")?;
+            Err(std::io::Error::other("disk full"))
+        });
+        assert!(matches!(failed, Err(BrokerError::Storage(ref m)) if m.contains("disk full")));
+        assert_eq!(fs::read(&path).unwrap(), b"old");
+        assert!(
+            !dir.path().join("side-file.tmp").exists(),
+            "the temporary file is removed"
+        );
+    }
+
+    #[test]
+    fn a_temporary_file_that_cannot_be_created_leaves_the_target_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("side-file");
+        replace(&path, b"old").unwrap();
+        // A directory where the temporary file goes: creating it fails.
+        fs::create_dir(dir.path().join("side-file.tmp")).unwrap();
+        assert!(replace(&path, b"new").is_err());
+        assert_eq!(fs::read(&path).unwrap(), b"old");
+    }
+
+    #[test]
+    fn a_missing_directory_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gone").join("side-file");
+        assert!(replace(&path, b"x").is_err());
+        assert!(sync_dir(&dir.path().join("gone")).is_err());
+    }
+}
