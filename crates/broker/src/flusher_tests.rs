@@ -335,3 +335,36 @@ async fn each_broker_counts_its_own_syncs() {
         b.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_records_at_once_leave_the_largest_start_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = lone_partition(&dir, FlushPolicy::Sync);
+    p.start_flusher();
+    let end = p.append(&batch(200, b"v"), MAX).unwrap().log_end_offset;
+    durable(&p, end).await.unwrap();
+    // Calls on threads of their own, in every order: the side file must end with the
+    // largest start, which is what the partition serves.
+    for round in 0..20i64 {
+        let targets: Vec<i64> = (0..8)
+            .map(|i| 1 + round * 9 + (i * 5 + round) % 9)
+            .collect();
+        let calls: Vec<_> = targets
+            .iter()
+            .map(|&t| {
+                let p = Arc::clone(&p);
+                std::thread::spawn(move || p.delete_records(t).unwrap())
+            })
+            .collect();
+        for call in calls {
+            call.join().unwrap();
+        }
+        let largest = *targets.iter().max().unwrap();
+        assert_eq!(p.log_start_offset(), Offset(largest), "round {round}");
+        // The side file holds the start as a big-endian i64.
+        let stored = std::fs::read(dir.path().join("0").join("log-start-offset"));
+        let stored = i64::from_be_bytes(stored.expect("the side file")[..8].try_into().unwrap());
+        assert_eq!(stored, largest, "round {round}");
+    }
+    p.close().unwrap();
+}

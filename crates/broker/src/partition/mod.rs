@@ -145,6 +145,12 @@ pub struct Partition {
     dir: PathBuf,
     /// The single writer. `None` once closed.
     log: Mutex<Option<Slot>>,
+    /// Held by DeleteRecords from its plan to its move, around the side file's write
+    /// (done outside `log`, so appends do not wait for its sync): two calls at once
+    /// would otherwise share the file's temporary copy (one of them failing) or write
+    /// the file in either order, so that a smaller start written last came back at the
+    /// next open.
+    delete_records: Mutex<()>,
     /// Mirrors the state's high watermark (and failure) for waiters and readers.
     durable: watch::Sender<DurableState>,
     /// Mirrors the state's log start offset for readers.
@@ -203,6 +209,7 @@ impl Partition {
             synced_to: AtomicI64::new(state.high_watermark().value()),
             dir,
             log: Mutex::new(Some(Slot { log, state })),
+            delete_records: Mutex::new(()),
             durable,
             own: Arc::new(OwnFlusher::new(flush)),
             closed: AtomicBool::new(false),
@@ -437,6 +444,10 @@ impl Partition {
     /// it are deleted. The new start is synced to disk before it takes effect, outside
     /// the mutex so appends do not wait for that sync. Blocking.
     pub fn delete_records(&self, offset: i64) -> Result<Offset, BrokerError> {
+        let _one_at_a_time = self
+            .delete_records
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let to = DeleteRecordsTo::from_wire(offset);
         let target = match self.with_slot(|slot| slot.state.plan_delete_records(to))? {
             LogStartMove::Unchanged(current) => return Ok(current),
