@@ -16,7 +16,7 @@
 //! new, and a compressed batch is compressed again with its own codec.
 
 use crate::batch::{BatchHeader, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES};
-use crate::records::{inflate, split_records, RecordRef, RECORDS_SCAN_BYTES_MAX};
+use crate::records::{inflate, record_refs, RecordRef, RECORDS_SCAN_BYTES_MAX};
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -80,41 +80,42 @@ pub fn retain_records(
     let data = batch.get(BATCH_HEADER_BYTES..end).unwrap_or_default();
     let codec = header.compression();
     let inflated = inflated(codec, data)?;
-    let records = split_records(&inflated).ok_or(CompactionError::Records)?;
     let log_append_time = header.attributes & LOG_APPEND_TIME != 0;
     let timestamp = |r: &RecordRef| match log_append_time {
         true => header.max_timestamp,
         false => header.base_timestamp.wrapping_add(r.timestamp_delta),
     };
-    let kept: Vec<&RecordRef> = records
-        .iter()
-        .filter(|r| {
-            keep(&RecordInfo {
-                offset: header.base_offset + i64::from(r.offset_delta),
-                timestamp: timestamp(r),
-                key: r.key,
-                tombstone: r.value_is_null,
-            })
-        })
-        .collect();
-    if kept.len() == records.len() {
+    // The survivors' own bytes, one after another, as the new batch will hold them.
+    let mut plain = Vec::new();
+    let (mut records, mut kept, mut max_timestamp) = (0usize, 0usize, i64::MIN);
+    for record in record_refs(&inflated) {
+        let r = record.ok_or(CompactionError::Records)?;
+        records += 1;
+        let info = RecordInfo {
+            offset: header.base_offset + i64::from(r.offset_delta),
+            timestamp: timestamp(&r),
+            key: r.key,
+            tombstone: r.value_is_null,
+        };
+        if keep(&info) {
+            plain.extend_from_slice(r.raw);
+            kept += 1;
+            max_timestamp = max_timestamp.max(info.timestamp);
+        }
+    }
+    if kept == records {
         return Ok(Retained::Whole);
     }
-    if kept.is_empty() {
+    if kept == 0 {
         return Ok(Retained::Empty);
     }
-    let plain: Vec<u8> = kept.iter().flat_map(|r| r.raw.iter().copied()).collect();
-    let body = compress(codec, &plain, data)?;
+    let body = compress(codec, plain, data)?;
     let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + body.len());
     out.extend_from_slice(&batch[..BATCH_HEADER_BYTES]);
     out.extend_from_slice(&body);
-    let max_timestamp = match log_append_time {
-        true => header.max_timestamp,
-        false => kept.iter().map(|r| timestamp(r)).max().unwrap_or_default(),
-    };
     out[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8]
         .copy_from_slice(&max_timestamp.to_be_bytes());
-    let count = i32::try_from(kept.len()).expect("fewer records than the batch held");
+    let count = i32::try_from(kept).map_err(|_| CompactionError::Records)?;
     out[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&count.to_be_bytes());
     seal_header(&mut out)?;
     Ok(Retained::Rewritten(out))
@@ -160,14 +161,14 @@ fn inflated(codec: u8, data: &[u8]) -> Result<Vec<u8>, CompactionError> {
 }
 
 /// `plain` compressed with `codec`, framed as `original` was (snappy has two framings).
-fn compress(codec: u8, plain: &[u8], original: &[u8]) -> Result<Vec<u8>, CompactionError> {
+fn compress(codec: u8, plain: Vec<u8>, original: &[u8]) -> Result<Vec<u8>, CompactionError> {
     let failed = |e: std::io::Error| CompactionError::Compress(e.to_string());
     match codec {
-        0 => Ok(plain.to_vec()),
+        0 => Ok(plain),
         1 => {
             let mut encoder =
                 flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-            encoder.write_all(plain).map_err(failed)?;
+            encoder.write_all(&plain).map_err(failed)?;
             encoder.finish().map_err(failed)
         }
         2 if original.starts_with(XERIAL_MAGIC) => {
@@ -185,7 +186,7 @@ fn compress(codec: u8, plain: &[u8], original: &[u8]) -> Result<Vec<u8>, Compact
             Ok(out)
         }
         2 => snap::raw::Encoder::new()
-            .compress_vec(plain)
+            .compress_vec(&plain)
             .map_err(|e| CompactionError::Compress(e.to_string())),
         3 => {
             // Independent blocks and no content checksum: the frame every Kafka client reads.
@@ -194,12 +195,12 @@ fn compress(codec: u8, plain: &[u8], original: &[u8]) -> Result<Vec<u8>, Compact
                 .checksum(lz4::ContentChecksum::NoChecksum)
                 .build(Vec::new())
                 .map_err(failed)?;
-            encoder.write_all(plain).map_err(failed)?;
+            encoder.write_all(&plain).map_err(failed)?;
             let (out, result) = encoder.finish();
             result.map_err(failed)?;
             Ok(out)
         }
-        4 => zstd::stream::encode_all(plain, 3).map_err(failed),
+        4 => zstd::stream::encode_all(&plain[..], 3).map_err(failed),
         other => Err(CompactionError::Codec(other)),
     }
 }

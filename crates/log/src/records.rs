@@ -105,40 +105,50 @@ pub struct RecordRef<'a> {
     pub value_is_null: bool,
 }
 
-/// Splits a batch's inflated record data into its records, checking every length
-/// against what is left; `None` when the data is malformed (a length past the end, a
-/// record whose fields do not fill it exactly, bytes after the last record).
-pub fn split_records(mut data: &[u8]) -> Option<Vec<RecordRef<'_>>> {
-    let mut records = Vec::new();
-    while !data.is_empty() {
-        let start = data;
-        let length = usize::try_from(varint(&mut data).ok()??).ok()?;
-        let prefix = start.len() - data.len();
-        let mut body = data.get(..length)?;
-        let raw = &start[..prefix + length];
-        data = &data[length..];
-        let _attributes = take(&mut body, 1)?;
-        let timestamp_delta = varint(&mut body).ok()??;
-        let offset_delta = i32::try_from(varint(&mut body).ok()??).ok()?;
-        let key = nullable(&mut body)?;
-        let value = nullable(&mut body)?;
-        let headers = varint(&mut body).ok()??;
-        for _ in 0..headers.max(0) {
-            nullable(&mut body)??; // a header's key is never null
-            nullable(&mut body)?;
-        }
-        if headers < 0 || !body.is_empty() {
+/// The records of a batch's inflated data, one at a time (nothing is collected, so a
+/// batch of millions of tiny records costs no more memory than its bytes), each length
+/// checked against what is left. An item is `None` where the data is malformed (a length
+/// past the end, a record whose fields do not fill it exactly), and the walk ends there.
+pub fn record_refs(data: &[u8]) -> impl Iterator<Item = Option<RecordRef<'_>>> {
+    let (mut rest, mut failed) = (data, false);
+    std::iter::from_fn(move || {
+        if failed || rest.is_empty() {
             return None;
         }
-        records.push(RecordRef {
-            raw,
-            offset_delta,
-            timestamp_delta,
-            key,
-            value_is_null: value.is_none(),
-        });
+        let record = take_record(&mut rest);
+        failed = record.is_none();
+        Some(record)
+    })
+}
+
+/// The record at the start of `data`, which then starts after it.
+fn take_record<'a>(data: &mut &'a [u8]) -> Option<RecordRef<'a>> {
+    let start = *data;
+    let length = usize::try_from(varint(data).ok()??).ok()?;
+    let prefix = start.len() - data.len();
+    let mut body = data.get(..length)?;
+    let raw = &start[..prefix + length];
+    *data = &data[length..];
+    let _attributes = take(&mut body, 1)?;
+    let timestamp_delta = varint(&mut body).ok()??;
+    let offset_delta = i32::try_from(varint(&mut body).ok()??).ok()?;
+    let key = nullable(&mut body)?;
+    let value = nullable(&mut body)?;
+    let headers = varint(&mut body).ok()??;
+    for _ in 0..headers.max(0) {
+        nullable(&mut body)??; // a header's key is never null
+        nullable(&mut body)?;
     }
-    Some(records)
+    if headers < 0 || !body.is_empty() {
+        return None;
+    }
+    Some(RecordRef {
+        raw,
+        offset_delta,
+        timestamp_delta,
+        key,
+        value_is_null: value.is_none(),
+    })
 }
 
 /// The next `n` bytes of `data`.
