@@ -65,6 +65,10 @@ pub use sync::SyncSet;
 pub struct Offset(pub i64);
 
 impl Offset {
+    pub const fn new(value: i64) -> Offset {
+        Offset(value)
+    }
+
     pub fn value(self) -> i64 {
         self.0
     }
