@@ -430,6 +430,15 @@ def _read_records(consumer: Consumer, errors: ErrorLog, topic: str, partitions: 
                            msg.timestamp())
 
 
+def error_code_of(future) -> int | None:
+    """The Kafka error code an admin future failed with (None: it succeeded)."""
+    try:
+        future.result(timeout=ADMIN_TIMEOUT_S)
+    except KafkaException as e:
+        return e.args[0].code()
+    return None
+
+
 def raise_on_error(futures: dict, timeout_s: float = ADMIN_TIMEOUT_S) -> None:
     for name, f in futures.items():
         try:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import signal
 import time
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from support import (ADMIN_TIMEOUT_S, FLUSH_TIMEOUT_S, Delivery, check_all_present,
-                     check_records, consume_all, create_topic, make_record, new_consumer,
+                     check_records, consume_all, create_topic, error_code_of, make_record,
+                     new_consumer,
                      produce_records, raise_on_error, rdkafka_base, seq_of, wait_for_topic)
 
 
@@ -27,14 +28,6 @@ def admin_for(broker) -> AdminClient:
 
 def topic_names(admin: AdminClient) -> set[str]:
     return set(admin.list_topics(timeout=10).topics)
-
-
-def error_code_of(future) -> int | None:
-    try:
-        future.result(timeout=ADMIN_TIMEOUT_S)
-    except KafkaException as e:
-        return e.args[0].code()
-    return None
 
 
 def wait_until(condition, what: str, deadline_s: float = ADMIN_TIMEOUT_S) -> None:

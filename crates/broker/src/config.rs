@@ -58,19 +58,27 @@ impl std::fmt::Display for FlushPolicy {
     }
 }
 
-impl<'de> Deserialize<'de> for FlushPolicy {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
+/// Serde through the setting's text form (`FromStr` and `Display`), as written in the
+/// TOML file and on the command line.
+macro_rules! serde_as_text {
+    ($($setting:ty),*) => {$(
+        impl<'de> Deserialize<'de> for $setting {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                String::deserialize(d)?
+                    .parse()
+                    .map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl Serialize for $setting {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.to_string())
+            }
+        }
+    )*};
 }
 
-impl Serialize for FlushPolicy {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
+serde_as_text!(FlushPolicy, SyncScope, CleanupPolicy);
 
 /// Which appends one group-commit round covers (with `flush = sync`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -113,22 +121,63 @@ impl std::fmt::Display for SyncScope {
     }
 }
 
-impl<'de> Deserialize<'de> for SyncScope {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
+/// What happens to a topic's old data (`cleanup.policy`): deleted by age and size
+/// (retention), compacted to the latest record of each key, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    pub delete: bool,
+    pub compact: bool,
+}
+
+impl CleanupPolicy {
+    pub const DELETE: CleanupPolicy = CleanupPolicy {
+        delete: true,
+        compact: false,
+    };
+}
+
+impl Default for CleanupPolicy {
+    fn default() -> Self {
+        CleanupPolicy::DELETE
     }
 }
 
-impl Serialize for SyncScope {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
+impl FromStr for CleanupPolicy {
+    type Err = String;
+
+    /// Kafka's forms: a comma-separated list of `delete` and `compact`, at least one.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut policy = CleanupPolicy {
+            delete: false,
+            compact: false,
+        };
+        for word in s.split(',').map(str::trim) {
+            match word {
+                "delete" => policy.delete = true,
+                "compact" => policy.compact = true,
+                other => {
+                    return Err(format!(
+                        "cleanup.policy is a list of delete and compact, not {other:?}"
+                    ))
+                }
+            }
+        }
+        Ok(policy)
+    }
+}
+
+impl std::fmt::Display for CleanupPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match (self.compact, self.delete) {
+            (true, true) => "compact,delete",
+            (true, false) => "compact",
+            _ => "delete",
+        })
     }
 }
 
 /// Defaults for topic settings (`[log]` in the TOML file).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogDefaults {
     pub segment_bytes: u64,
@@ -139,6 +188,19 @@ pub struct LogDefaults {
     pub retention_ms: i64,
     pub max_message_bytes: usize,
     pub index_interval_bytes: u32,
+    /// `cleanup.policy`: `delete`, `compact` or `compact,delete`.
+    pub cleanup_policy: CleanupPolicy,
+    /// `min.cleanable.dirty.ratio`: a compacted log is cleaned once this share of it
+    /// has not been cleaned yet.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: records younger than this are not compacted away.
+    pub min_compaction_lag_ms: u64,
+    /// `max.compaction.lag.ms`: a record older than this is compacted whatever the
+    /// dirty ratio.
+    pub max_compaction_lag_ms: u64,
+    /// `delete.retention.ms`: how long a tombstone (a null value) is kept after the
+    /// segment holding it was first cleaned.
+    pub delete_retention_ms: u64,
 }
 
 impl Default for LogDefaults {
@@ -151,6 +213,12 @@ impl Default for LogDefaults {
             // Kafka's default: 1 MiB plus batch overhead.
             max_message_bytes: 1_048_588,
             index_interval_bytes: 4096,
+            // Kafka's defaults for compaction.
+            cleanup_policy: CleanupPolicy::DELETE,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX as u64,
+            delete_retention_ms: 24 * 3600 * 1000,
         }
     }
 }
@@ -336,7 +404,7 @@ impl BrokerConfig {
 }
 
 /// One topic's effective settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TopicConfig {
     pub retention_ms: i64,
     pub retention_bytes: i64,
@@ -344,19 +412,29 @@ pub struct TopicConfig {
     pub segment_ms: u64,
     pub max_message_bytes: usize,
     pub index_interval_bytes: u32,
+    pub cleanup_policy: CleanupPolicy,
+    pub min_cleanable_dirty_ratio: f64,
+    pub min_compaction_lag_ms: u64,
+    pub max_compaction_lag_ms: u64,
+    pub delete_retention_ms: u64,
     /// Settings given explicitly for this topic, by Kafka name, as given.
     pub overrides: BTreeMap<String, String>,
 }
 
 /// Topic settings this broker knows, with what each accepts. Settings that Kafka has
-/// but that have one fixed meaning here (`cleanup.policy=delete`, one replica) accept
-/// only that value, so an admin tool setting them learns the truth from the error.
+/// but that have one fixed meaning here (one replica, the producer's compression)
+/// accept only that value, so an admin tool setting them learns the truth from the
+/// error.
 pub const TOPIC_CONFIG_NAMES: &[&str] = &[
     "cleanup.policy",
     "compression.type",
+    "delete.retention.ms",
     "index.interval.bytes",
+    "max.compaction.lag.ms",
     "max.message.bytes",
     "message.timestamp.type",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
     "min.insync.replicas",
     "retention.bytes",
     "retention.ms",
@@ -382,7 +460,8 @@ fn parse_num<T: FromStr + PartialOrd + Copy + std::fmt::Display>(
         .trim()
         .parse()
         .map_err(|_| invalid(name, value, "not a number"))?;
-    if n < min || n > max {
+    // Written so that a NaN, which compares false with everything, is out of range.
+    if !(n >= min && n <= max) {
         return Err(invalid(name, value, format!("must be in [{min}, {max}]")));
     }
     Ok(n)
@@ -412,10 +491,22 @@ impl TopicConfig {
             segment_ms: defaults.segment_ms,
             max_message_bytes: defaults.max_message_bytes,
             index_interval_bytes: defaults.index_interval_bytes,
+            cleanup_policy: defaults.cleanup_policy,
+            min_cleanable_dirty_ratio: defaults.min_cleanable_dirty_ratio,
+            min_compaction_lag_ms: defaults.min_compaction_lag_ms,
+            max_compaction_lag_ms: defaults.max_compaction_lag_ms,
+            delete_retention_ms: defaults.delete_retention_ms,
             overrides: overrides.clone(),
         };
         for (name, value) in overrides {
             config.apply(name, value)?;
+        }
+        if config.min_compaction_lag_ms > config.max_compaction_lag_ms {
+            return Err(invalid(
+                "min.compaction.lag.ms",
+                &config.min_compaction_lag_ms.to_string(),
+                "must not exceed max.compaction.lag.ms",
+            ));
         }
         Ok(config)
     }
@@ -433,7 +524,21 @@ impl TopicConfig {
             "index.interval.bytes" => {
                 self.index_interval_bytes = parse_num(name, value, 0, i32::MAX as u32)?
             }
-            "cleanup.policy" => require(name, value, &["delete"])?,
+            "cleanup.policy" => {
+                self.cleanup_policy = value.parse().map_err(|e| invalid(name, value, e))?
+            }
+            "min.cleanable.dirty.ratio" => {
+                self.min_cleanable_dirty_ratio = parse_num(name, value, 0.0, 1.0)?
+            }
+            "min.compaction.lag.ms" => {
+                self.min_compaction_lag_ms = parse_num(name, value, 0, i64::MAX as u64)?
+            }
+            "max.compaction.lag.ms" => {
+                self.max_compaction_lag_ms = parse_num(name, value, 1, i64::MAX as u64)?
+            }
+            "delete.retention.ms" => {
+                self.delete_retention_ms = parse_num(name, value, 0, i64::MAX as u64)?
+            }
             "compression.type" => require(name, value, &["producer"])?,
             "message.timestamp.type" => require(name, value, &["CreateTime"])?,
             "min.insync.replicas" => require(name, value, &["1"])?,
@@ -442,13 +547,15 @@ impl TopicConfig {
         Ok(())
     }
 
-    /// The log's view of these settings.
+    /// The log's view of these settings. Retention deletes old segments only when the
+    /// policy includes `delete`.
     pub fn log_config(&self) -> LogConfig {
+        let delete = self.cleanup_policy.delete;
         LogConfig {
             segment_bytes_max: self.segment_bytes,
             segment_ms_max: self.segment_ms,
-            retention_bytes_max: u64::try_from(self.retention_bytes).ok(),
-            retention_ms_max: u64::try_from(self.retention_ms).ok(),
+            retention_bytes_max: u64::try_from(self.retention_bytes).ok().filter(|_| delete),
+            retention_ms_max: u64::try_from(self.retention_ms).ok().filter(|_| delete),
             index_interval_bytes: self.index_interval_bytes,
         }
     }
@@ -459,7 +566,11 @@ impl TopicConfig {
             .iter()
             .map(|&name| {
                 let value = match name {
-                    "cleanup.policy" => "delete".to_string(),
+                    "cleanup.policy" => self.cleanup_policy.to_string(),
+                    "delete.retention.ms" => self.delete_retention_ms.to_string(),
+                    "max.compaction.lag.ms" => self.max_compaction_lag_ms.to_string(),
+                    "min.cleanable.dirty.ratio" => self.min_cleanable_dirty_ratio.to_string(),
+                    "min.compaction.lag.ms" => self.min_compaction_lag_ms.to_string(),
                     "compression.type" => "producer".to_string(),
                     "index.interval.bytes" => self.index_interval_bytes.to_string(),
                     "max.message.bytes" => self.max_message_bytes.to_string(),
@@ -513,6 +624,10 @@ mod tests {
         assert_eq!(config.retention_ms, 60_000);
         assert_eq!(config.log_config().retention_ms_max, Some(60_000));
         overrides.insert("cleanup.policy".to_string(), "compact".to_string());
+        let compacted = TopicConfig::from_overrides(&overrides, &defaults).unwrap();
+        assert!(compacted.cleanup_policy.compact && !compacted.cleanup_policy.delete);
+        assert_eq!(compacted.log_config().retention_ms_max, None);
+        overrides.insert("cleanup.policy".to_string(), "shrink".to_string());
         assert!(matches!(
             TopicConfig::from_overrides(&overrides, &defaults),
             Err(BrokerError::InvalidConfig { .. })
@@ -520,6 +635,39 @@ mod tests {
         let mut unknown = BTreeMap::new();
         unknown.insert("no.such.setting".to_string(), "1".to_string());
         assert!(TopicConfig::from_overrides(&unknown, &defaults).is_err());
+    }
+
+    #[test]
+    fn cleanup_policy_takes_kafka_forms() {
+        let parse = |s: &str| s.parse::<CleanupPolicy>();
+        assert_eq!(parse("delete").unwrap(), CleanupPolicy::DELETE);
+        let both = CleanupPolicy {
+            delete: true,
+            compact: true,
+        };
+        assert_eq!(parse("compact,delete").unwrap(), both);
+        assert_eq!(parse("delete, compact").unwrap(), both);
+        assert_eq!(both.to_string(), "compact,delete");
+        assert_eq!(parse("compact").unwrap().to_string(), "compact");
+        assert!(parse("").is_err());
+        assert!(parse("compact,").is_err());
+        let defaults = LogDefaults::default();
+        let mut overrides = BTreeMap::new();
+        for bad in ["1.5", "NaN", "-0.1"] {
+            overrides.insert("min.cleanable.dirty.ratio".to_string(), bad.to_string());
+            assert!(TopicConfig::from_overrides(&overrides, &defaults).is_err());
+        }
+        overrides.insert("min.cleanable.dirty.ratio".to_string(), "0.1".to_string());
+        overrides.insert("min.compaction.lag.ms".to_string(), "10".to_string());
+        overrides.insert("max.compaction.lag.ms".to_string(), "5".to_string());
+        assert!(TopicConfig::from_overrides(&overrides, &defaults).is_err());
+        overrides.insert("max.compaction.lag.ms".to_string(), "50".to_string());
+        let config = TopicConfig::from_overrides(&overrides, &defaults).unwrap();
+        assert_eq!(config.min_cleanable_dirty_ratio, 0.1);
+        assert_eq!(config.delete_retention_ms, 86_400_000);
+        let config: BrokerConfig =
+            toml::from_str("[log]\ncleanup_policy = \"compact,delete\"\n").unwrap();
+        assert_eq!(config.log.cleanup_policy, both);
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub enum BrokerError {
     InvalidPartitions(i32),
     #[error("invalid replication factor {0}: this broker keeps one replica")]
     InvalidReplicationFactor(i16),
+    #[error("invalid replica assignment: {0}")]
+    InvalidReplicaAssignment(String),
     #[error("invalid config {name}={value}: {reason}")]
     InvalidConfig {
         name: String,
@@ -28,6 +30,21 @@ pub enum BrokerError {
     Batch(BatchError),
     #[error("produce request carries no records")]
     MissingRecords,
+    /// A record batch on a compacted topic whose records cannot be walked to check
+    /// their keys.
+    #[error("invalid record batch: {0}")]
+    UnreadableRecords(headway_log::records::Unwalkable),
+    /// Records without a key sent to a compacted topic.
+    #[error(
+        "{} record(s) without a key refused: topic {topic} is compacted (cleanup.policy \
+         includes compact), so every record needs a key",
+        keyless.count
+    )]
+    KeylessRecords {
+        topic: String,
+        partition: i32,
+        keyless: headway_log::records::Keyless,
+    },
     #[error("offset {offset} out of range [{log_start_offset}, {high_watermark}]")]
     OffsetOutOfRange {
         offset: Offset,

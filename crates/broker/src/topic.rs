@@ -110,6 +110,7 @@ impl Topic {
         self.persist(self.partitions.len(), &config)?;
         for p in &self.partitions {
             p.set_log_config(config.log_config())?;
+            p.set_keys_required(config.cleanup_policy.compact);
         }
         *self.config.write().expect("topic config lock") = config;
         Ok(())
@@ -132,6 +133,7 @@ impl Topic {
                 config.log_config(),
                 flush,
             )?;
+            partition.set_keys_required(config.cleanup_policy.compact);
             partitions.push(partition);
         }
         sync_dir(&self.dir)?;
@@ -205,6 +207,7 @@ impl Topic {
                 config.log_config(),
                 flush,
             )?;
+            partition.set_keys_required(config.cleanup_policy.compact);
             partitions.push(partition);
             reports.push(report);
         }

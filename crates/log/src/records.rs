@@ -35,18 +35,60 @@ pub fn first_record_at(batch: &[u8], timestamp: i64) -> Option<(i64, i64)> {
     let records = inflate(header.compression(), data)?;
     let mut records = io::BufReader::new(records.take(RECORDS_SCAN_BYTES_MAX));
     for _ in 0..header.records_count.max(0) {
-        let (offset_delta, timestamp_delta) = next_record(&mut records).ok()??;
+        let record = next_record(&mut records).ok()??;
         let record_timestamp = if log_append_time {
             header.max_timestamp
         } else {
-            header.base_timestamp.wrapping_add(timestamp_delta)
+            header.base_timestamp.wrapping_add(record.timestamp_delta)
         };
         if record_timestamp >= timestamp {
-            let offset = header.base_offset.wrapping_add(i64::from(offset_delta));
+            let offset = header
+                .base_offset
+                .wrapping_add(i64::from(record.offset_delta));
             return Some((offset, record_timestamp));
         }
     }
     None
+}
+
+/// At most this many keyless records are named by [`keyless_records`]; the rest are
+/// only counted.
+pub const KEYLESS_NAMED_MAX: usize = 1000;
+
+/// The records of a batch that have no key, which a compacted topic refuses.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Keyless {
+    /// How many records have no key.
+    pub count: u64,
+    /// The first [`KEYLESS_NAMED_MAX`] of them, by their index in the batch (from 0).
+    pub indexes: Vec<u32>,
+}
+
+/// Why a batch's records could not be walked to the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the batch's records cannot be read (malformed, or inflating past {RECORDS_SCAN_BYTES_MAX} bytes)")]
+pub struct Unwalkable;
+
+/// The keyless records of `batch`, walked as a stream (memory does not grow with the
+/// batch). Every record the header counts must be there and well formed.
+pub fn keyless_records(batch: &[u8]) -> Result<Keyless, Unwalkable> {
+    let header = BatchHeader::parse(batch).map_err(|_| Unwalkable)?;
+    let data = batch
+        .get(BATCH_HEADER_BYTES..header.total_bytes())
+        .ok_or(Unwalkable)?;
+    let records = inflate(header.compression(), data).ok_or(Unwalkable)?;
+    let mut records = io::BufReader::new(records.take(RECORDS_SCAN_BYTES_MAX));
+    let mut keyless = Keyless::default();
+    for index in 0..u32::try_from(header.records_count).map_err(|_| Unwalkable)? {
+        let record = next_record(&mut records).ok().flatten().ok_or(Unwalkable)?;
+        if record.key_is_null {
+            keyless.count += 1;
+            if keyless.indexes.len() < KEYLESS_NAMED_MAX {
+                keyless.indexes.push(index);
+            }
+        }
+    }
+    Ok(keyless)
 }
 
 /// The records of a batch's data (what follows its header), inflated as they are read
@@ -63,9 +105,16 @@ pub fn inflate(codec: u8, data: &[u8]) -> Option<Box<dyn Read + '_>> {
     })
 }
 
-/// Reads one record's offset and timestamp deltas and skips the rest of it. `None` at a
-/// malformed record.
-fn next_record(records: &mut impl Read) -> io::Result<Option<(i32, i64)>> {
+/// A record's leading fields, read from a stream.
+struct RecordHead {
+    offset_delta: i32,
+    timestamp_delta: i64,
+    key_is_null: bool,
+}
+
+/// Reads one record's leading fields and skips the rest of it. `None` at a malformed
+/// record.
+fn next_record(records: &mut impl Read) -> io::Result<Option<RecordHead>> {
     let Some(length) = varint(records)? else {
         return Ok(None);
     };
@@ -84,11 +133,18 @@ fn next_record(records: &mut impl Read) -> io::Result<Option<(i32, i64)>> {
     let Ok(offset_delta) = i32::try_from(offset_delta) else {
         return Ok(None);
     };
+    let Some(key_length) = varint(&mut record)? else {
+        return Ok(None);
+    };
     io::copy(&mut record, &mut io::sink())?;
     if record.limit() != 0 {
         return Ok(None); // the data ended inside the record
     }
-    Ok(Some((offset_delta, timestamp_delta)))
+    Ok(Some(RecordHead {
+        offset_delta,
+        timestamp_delta,
+        key_is_null: key_length == -1,
+    }))
 }
 
 /// One record of a batch's inflated data, as stored.
@@ -241,11 +297,30 @@ mod tests {
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
 
+    const CODECS: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
     fn batch(compression: Compression, timestamps: &[i64]) -> Vec<u8> {
-        let records: Vec<Record> = timestamps
+        let keyed = timestamps
             .iter()
             .enumerate()
-            .map(|(i, &t)| Record {
+            .map(|(i, &t)| (t, Some(format!("k{i}"))));
+        encode(compression, keyed)
+    }
+
+    /// One batch of records with these timestamps and keys.
+    fn encode(
+        compression: Compression,
+        keyed: impl Iterator<Item = (i64, Option<String>)>,
+    ) -> Vec<u8> {
+        let records: Vec<Record> = keyed
+            .enumerate()
+            .map(|(i, (t, key))| Record {
                 transactional: false,
                 control: false,
                 delete_horizon: false,
@@ -257,7 +332,7 @@ mod tests {
                 // One batch: the encoder starts a new one where offset - sequence changes.
                 sequence: i as i32,
                 timestamp: t,
-                key: Some(bytes::Bytes::from(format!("k{i}"))),
+                key: key.map(bytes::Bytes::from),
                 value: Some(bytes::Bytes::from(vec![b'v'; 300])),
                 headers: Default::default(),
             })
@@ -277,13 +352,7 @@ mod tests {
 
     #[test]
     fn finds_the_first_record_at_or_after_in_every_codec() {
-        for codec in [
-            Compression::None,
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for codec in CODECS {
             let b = batch(codec, &[1_000, 2_000, 3_000, 3_000]);
             assert_eq!(first_record_at(&b, 0), Some((100, 1_000)), "{codec:?}");
             assert_eq!(first_record_at(&b, 2_500), Some((102, 3_000)), "{codec:?}");
@@ -336,5 +405,38 @@ mod tests {
             "the first record"
         );
         assert_eq!(first_record_at(&b, 2_000), None, "none within the bound");
+    }
+
+    #[test]
+    fn keyless_records_are_found_in_every_codec() {
+        for codec in CODECS {
+            let keys = [Some("a"), None, Some(""), None, Some("b")];
+            let keyed = keys.iter().map(|k| (1_000, k.map(str::to_string)));
+            let b = encode(codec, keyed);
+            let found = keyless_records(&b).unwrap();
+            assert_eq!(found.count, 2, "{codec:?}");
+            assert_eq!(found.indexes, vec![1, 3], "{codec:?}");
+            let all_keyed = batch(codec, &[1_000, 2_000]);
+            assert_eq!(keyless_records(&all_keyed).unwrap(), Keyless::default());
+        }
+    }
+
+    #[test]
+    fn keyless_records_refuses_a_batch_it_cannot_walk() {
+        let whole = batch(Compression::None, &[1_000, 2_000]);
+        // Truncated inside the last record, or claiming one record more than it holds.
+        assert_eq!(keyless_records(&whole[..whole.len() - 3]), Err(Unwalkable));
+        let mut more = whole.clone();
+        more[57..61].copy_from_slice(&3i32.to_be_bytes());
+        assert_eq!(keyless_records(&more), Err(Unwalkable));
+        // Many keyless records: all counted, the first ones named.
+        let many = (0..KEYLESS_NAMED_MAX + 5).map(|_| (1_000, None));
+        let found = keyless_records(&encode(Compression::Lz4, many)).unwrap();
+        assert_eq!(found.count, KEYLESS_NAMED_MAX as u64 + 5);
+        assert_eq!(found.indexes.len(), KEYLESS_NAMED_MAX);
+        assert_eq!(
+            found.indexes[KEYLESS_NAMED_MAX - 1],
+            KEYLESS_NAMED_MAX as u32 - 1
+        );
     }
 }

@@ -18,11 +18,15 @@ fn response_error(error: &BrokerError) -> ResponseError {
         BrokerError::TopicAlreadyExists(_) => R::TopicAlreadyExists,
         BrokerError::InvalidPartitions(_) => R::InvalidPartitions,
         BrokerError::InvalidReplicationFactor(_) => R::InvalidReplicationFactor,
+        BrokerError::InvalidReplicaAssignment(_) => R::InvalidReplicaAssignment,
         BrokerError::InvalidConfig { .. } => R::InvalidConfig,
         BrokerError::MessageTooLarge { .. } => R::MessageTooLarge,
         BrokerError::Batch(BatchError::UnsupportedMagic { .. }) => R::UnsupportedForMessageFormat,
         BrokerError::Batch(BatchError::CrcMismatch { .. }) => R::CorruptMessage,
-        BrokerError::Batch(_) | BrokerError::MissingRecords => R::InvalidRecord,
+        BrokerError::Batch(_)
+        | BrokerError::MissingRecords
+        | BrokerError::UnreadableRecords(_)
+        | BrokerError::KeylessRecords { .. } => R::InvalidRecord,
         BrokerError::OffsetOutOfRange { .. } => R::OffsetOutOfRange,
         BrokerError::InvalidRequiredAcks(_) => R::InvalidRequiredAcks,
         BrokerError::Sequence(SequenceError::InvalidProducerEpoch { .. }) => {

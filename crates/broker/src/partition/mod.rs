@@ -49,6 +49,7 @@ use crate::read_pool::ReadVia;
 use crate::read_route;
 use crate::{BrokerError, FlushPolicy};
 use bytes::Bytes;
+use headway_log::records::{self, Keyless};
 use headway_log::{
     batch, BatchHeader, CorruptBatch, Log, LogConfig, LogError, Offset, ReadSlice, RecoveryReport,
 };
@@ -176,6 +177,8 @@ pub struct Partition {
     unsynced: AtomicU64,
     /// The bound on `unsynced` past which producers wait (`partition_unsynced_bytes_max`).
     unsynced_max: AtomicU64,
+    /// The topic is compacted: every record must have a key.
+    keys_required: AtomicBool,
 }
 
 impl Partition {
@@ -222,6 +225,7 @@ impl Partition {
             segments_to_repair: AtomicUsize::new(segments_to_repair),
             unsynced: AtomicU64::new(0),
             unsynced_max: AtomicU64::new(u64::MAX),
+            keys_required: AtomicBool::new(false),
         });
         Ok((partition, report))
     }
@@ -341,6 +345,9 @@ impl Partition {
         let headers = batch::validate_all(records).map_err(BrokerError::Batch)?;
         if headers.iter().any(BatchHeader::is_transactional) {
             return Err(BrokerError::TransactionsUnsupported);
+        }
+        if self.keys_required.load(Ordering::Relaxed) {
+            self.require_keys(records, &headers)?;
         }
         let idempotent = headers.first().filter(|h| is_idempotent(h)).copied();
         if idempotent.is_some() && headers.len() != 1 {
@@ -617,6 +624,40 @@ impl Partition {
                 .store(start.value(), Ordering::Release);
             Ok(report.deleted_segments)
         })
+    }
+
+    /// Whether every appended record must have a key (the topic is compacted).
+    pub fn set_keys_required(&self, required: bool) {
+        self.keys_required.store(required, Ordering::Relaxed);
+    }
+
+    /// Refuses the batches when a record has no key: a compacted topic keeps the
+    /// latest record of each key, so a keyless one could never be kept or replaced.
+    /// Indexes count records from the first batch of the request (Kafka's batch index
+    /// when the request carries one batch, as clients send).
+    fn require_keys(&self, records: &[u8], headers: &[BatchHeader]) -> Result<(), BrokerError> {
+        let mut keyless = Keyless::default();
+        let (mut at, mut first_index) = (0usize, 0u32);
+        for header in headers {
+            let batch = &records[at..at + header.total_bytes()];
+            let found = records::keyless_records(batch).map_err(BrokerError::UnreadableRecords)?;
+            keyless.count += found.count;
+            let room = records::KEYLESS_NAMED_MAX - keyless.indexes.len();
+            let named = found.indexes.iter().take(room);
+            keyless
+                .indexes
+                .extend(named.map(|i| first_index.saturating_add(*i)));
+            first_index = first_index.saturating_add(header.records_count.max(0) as u32);
+            at += header.total_bytes();
+        }
+        match keyless.count {
+            0 => Ok(()),
+            _ => Err(BrokerError::KeylessRecords {
+                topic: self.topic.to_string(),
+                partition: self.index.0,
+                keyless,
+            }),
+        }
     }
 
     pub fn set_log_config(&self, config: LogConfig) -> Result<(), BrokerError> {

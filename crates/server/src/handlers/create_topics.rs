@@ -1,6 +1,7 @@
 //! CreateTopics: create topics with a partition count and Kafka-named settings.
 //! This broker keeps one replica, so a replication factor other than 1 (or -1, the
-//! default) is refused, and so are manual replica assignments.
+//! default) is refused, and a manual replica assignment is accepted when it places
+//! every partition on this broker alone.
 
 use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
@@ -57,6 +58,44 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     })
 }
 
+/// The partition count of a manual replica assignment, checked as Kafka checks one:
+/// no partition count or replication factor beside it, partitions numbered from 0
+/// without gaps, each placed on one broker that exists (here: this one).
+fn assigned_partitions(ctx: &Ctx, topic: &CreatableTopic) -> Result<i32, BrokerError> {
+    if topic.num_partitions != -1 || topic.replication_factor != -1 {
+        return Err(BrokerError::InvalidRequest(
+            "a manual replica assignment comes without a partition count or replication factor"
+                .into(),
+        ));
+    }
+    let node = ctx.broker.config().node_id;
+    let count = topic.assignments.len();
+    let mut seen = vec![false; count];
+    for assignment in &topic.assignments {
+        let index = usize::try_from(assignment.partition_index)
+            .ok()
+            .filter(|&i| i < count && !seen[i])
+            .ok_or_else(|| {
+                BrokerError::InvalidReplicaAssignment(format!(
+                    "partition {} is not one of 0..{count}, or is assigned twice",
+                    assignment.partition_index
+                ))
+            })?;
+        seen[index] = true;
+        if assignment.broker_ids.iter().map(|b| b.0).ne([node]) {
+            return Err(BrokerError::InvalidReplicaAssignment(format!(
+                "partition {index} is placed on brokers {:?}; this cluster is broker {node} alone",
+                assignment
+                    .broker_ids
+                    .iter()
+                    .map(|b| b.0)
+                    .collect::<Vec<_>>()
+            )));
+        }
+    }
+    i32::try_from(count).map_err(|_| BrokerError::InvalidPartitions(i32::MAX))
+}
+
 async fn create(
     ctx: &Ctx,
     topic: CreatableTopic,
@@ -67,12 +106,10 @@ async fn create(
             topic.replication_factor,
         ));
     }
-    if !topic.assignments.is_empty() {
-        return Err(BrokerError::InvalidRequest(
-            "manual replica assignment is not supported by a single-broker cluster".into(),
-        ));
-    }
-    let partitions = (topic.num_partitions != -1).then_some(topic.num_partitions);
+    let partitions = match topic.assignments.is_empty() {
+        true => (topic.num_partitions != -1).then_some(topic.num_partitions),
+        false => Some(assigned_partitions(ctx, &topic)?),
+    };
     let configs: BTreeMap<String, String> = topic
         .configs
         .into_iter()

@@ -28,6 +28,8 @@ const TYPE_BOOLEAN: i8 = 1;
 const TYPE_STRING: i8 = 2;
 const TYPE_INT: i8 = 3;
 const TYPE_LONG: i8 = 5;
+const TYPE_DOUBLE: i8 = 6;
+const TYPE_LIST: i8 = 7;
 
 /// One config entry: name, value, source, type.
 type Entry = (String, String, i8, i8);
@@ -92,7 +94,9 @@ fn topic_entries(ctx: &Ctx, name: &str) -> Result<Vec<Entry>, BrokerError> {
         .into_iter()
         .map(|(name, value, explicit)| {
             let config_type = match name {
-                "cleanup.policy" | "compression.type" | "message.timestamp.type" => TYPE_STRING,
+                "cleanup.policy" => TYPE_LIST,
+                "compression.type" | "message.timestamp.type" => TYPE_STRING,
+                "min.cleanable.dirty.ratio" => TYPE_DOUBLE,
                 "index.interval.bytes" | "max.message.bytes" | "min.insync.replicas" => TYPE_INT,
                 _ => TYPE_LONG,
             };
@@ -114,7 +118,7 @@ fn broker_entries(ctx: &Ctx, name: &str) -> Result<Vec<Entry>, BrokerError> {
         )));
     }
     let log = &config.log;
-    let entries: [(&str, String, i8); 10] = [
+    let entries = [
         ("broker.id", config.node_id.to_string(), TYPE_INT),
         (
             "auto.create.topics.enable",
@@ -143,6 +147,31 @@ fn broker_entries(ctx: &Ctx, name: &str) -> Result<Vec<Entry>, BrokerError> {
             "socket.request.max.bytes",
             config.frame_bytes_max.to_string(),
             TYPE_INT,
+        ),
+        (
+            "log.cleanup.policy",
+            log.cleanup_policy.to_string(),
+            TYPE_LIST,
+        ),
+        (
+            "log.cleaner.min.cleanable.ratio",
+            log.min_cleanable_dirty_ratio.to_string(),
+            TYPE_DOUBLE,
+        ),
+        (
+            "log.cleaner.min.compaction.lag.ms",
+            log.min_compaction_lag_ms.to_string(),
+            TYPE_LONG,
+        ),
+        (
+            "log.cleaner.max.compaction.lag.ms",
+            log.max_compaction_lag_ms.to_string(),
+            TYPE_LONG,
+        ),
+        (
+            "log.cleaner.delete.retention.ms",
+            log.delete_retention_ms.to_string(),
+            TYPE_LONG,
         ),
         ("headway.flush", config.flush.to_string(), TYPE_STRING),
     ];

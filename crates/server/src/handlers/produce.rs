@@ -21,11 +21,12 @@ use crate::errors::code_and_message;
 use headway_broker::timings::{self, ProduceStages, Timings};
 use headway_broker::{Appended, Broker, BrokerError, Partition};
 use headway_protocol::kafka_protocol::messages::produce_response::{
-    PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, ProduceRequest, ProduceResponse, TopicName,
 };
+use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
 use std::time::Instant;
@@ -191,6 +192,7 @@ async fn topic_response(
                 response
                     .with_error_code(code)
                     .with_error_message(message)
+                    .with_record_errors(record_errors(&e))
                     .with_base_offset(-1)
                     .with_log_start_offset(-1)
             }
@@ -199,4 +201,30 @@ async fn topic_response(
     TopicProduceResponse::default()
         .with_name(name)
         .with_partition_responses(partitions)
+}
+
+/// The records a refused batch was refused for (KIP-467), so that a client fails only
+/// those records' sends and can retry the others: today the keyless records sent to a
+/// compacted topic.
+fn record_errors(error: &BrokerError) -> Vec<BatchIndexAndErrorMessage> {
+    let BrokerError::KeylessRecords {
+        topic,
+        partition,
+        keyless,
+    } = error
+    else {
+        return Vec::new();
+    };
+    let message =
+        format!("a record without a key cannot go to compacted topic {topic}-{partition}");
+    let message = StrBytes::from_string(message);
+    keyless
+        .indexes
+        .iter()
+        .map(|&index| {
+            BatchIndexAndErrorMessage::default()
+                .with_batch_index(i32::try_from(index).unwrap_or(i32::MAX))
+                .with_batch_index_error_message(Some(message.clone()))
+        })
+        .collect()
 }

@@ -1,0 +1,118 @@
+"""Compacted topics as Kafka clients see them, through librdkafka.
+
+Goal: the settings of compacted topics (`cleanup.policy` and the compaction settings)
+are accepted, described and altered as Kafka does; a compacted topic refuses records
+without a key with INVALID_RECORD while keyed records go through; a manual replica
+assignment that places every partition on this broker is accepted (librdkafka's admin
+tests create topics that way) and one naming another broker is refused.
+Method: one broker per test, confluent-kafka's AdminClient and Producer; every wait polls
+for its condition with a deadline.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                   ConfigResource, NewTopic, ResourceType)
+
+from support import (ADMIN_TIMEOUT_S, FLUSH_TIMEOUT_S, create_topic, error_code_of, rdkafka_base,
+                     wait_for_topic)
+
+
+def admin_for(broker) -> AdminClient:
+    return AdminClient(rdkafka_base(broker.bootstrap))
+
+
+def described(admin: AdminClient, topic: str) -> dict:
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    return admin.describe_configs([resource])[resource].result(timeout=ADMIN_TIMEOUT_S)
+
+
+def test_compacted_topic_settings_are_kept_and_described(broker):
+    create_topic(broker.bootstrap, "changelog", 2, **{
+        "cleanup.policy": "compact",
+        "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "1000",
+        "min.compaction.lag.ms": "0",
+        "max.compaction.lag.ms": "60000",
+    })
+    admin = admin_for(broker)
+    configs = described(admin, "changelog")
+    assert configs["cleanup.policy"].value == "compact"
+    assert float(configs["min.cleanable.dirty.ratio"].value) == 0.01
+    assert configs["delete.retention.ms"].value == "1000"
+    assert configs["max.compaction.lag.ms"].value == "60000"
+
+    # Both policies at once, then back to delete, through IncrementalAlterConfigs.
+    resource = ConfigResource(ResourceType.TOPIC, "changelog", incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact,delete",
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(timeout=ADMIN_TIMEOUT_S)
+    assert set(described(admin, "changelog")["cleanup.policy"].value.split(",")) == \
+        {"compact", "delete"}
+
+    # A policy Kafka does not have, and a ratio out of range, are refused.
+    bad = admin.create_topics([
+        NewTopic("bad-policy", num_partitions=1, replication_factor=1,
+                 config={"cleanup.policy": "shrink"}),
+        NewTopic("bad-ratio", num_partitions=1, replication_factor=1,
+                 config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "2"}),
+    ], operation_timeout=ADMIN_TIMEOUT_S)
+    assert error_code_of(bad["bad-policy"]) == KafkaError.INVALID_CONFIG
+    assert error_code_of(bad["bad-ratio"]) == KafkaError.INVALID_CONFIG
+
+
+def deliver(producer: Producer, topic: str, messages: list[tuple[bytes | None, bytes]]) -> list:
+    """Sends the messages to partition 0 and flushes; each message's error (None: acked)."""
+    outcomes: list = [KafkaError._TIMED_OUT] * len(messages)
+
+    def report(i):
+        def callback(err, _msg):
+            outcomes[i] = None if err is None else err.code()
+        return callback
+
+    for i, (key, value) in enumerate(messages):
+        producer.produce(topic, key=key, value=value, partition=0, on_delivery=report(i))
+    assert producer.flush(FLUSH_TIMEOUT_S) == 0, "every delivery report arrives"
+    return outcomes
+
+
+def test_a_compacted_topic_refuses_records_without_a_key(broker):
+    create_topic(broker.bootstrap, "keyed-only", 1, **{"cleanup.policy": "compact"})
+    create_topic(broker.bootstrap, "plain", 1)
+    # One message per request (no linger), so that each outcome is the message's own.
+    producer = Producer({**rdkafka_base(broker.bootstrap), "linger.ms": 0,
+                         "enable.idempotence": False, "retries": 0})
+    keyless = deliver(producer, "keyed-only", [(None, b"lost")] * 3)
+    assert keyless == [KafkaError.INVALID_RECORD] * 3
+    keyed = deliver(producer, "keyed-only", [(b"k%d" % i, b"kept") for i in range(3)])
+    assert keyed == [None] * 3
+    # A topic with the delete policy takes keyless records.
+    assert deliver(producer, "plain", [(None, b"fine")] * 2) == [None] * 2
+
+    # After the topic turns to delete, keyless records go through; back to compact,
+    # they are refused again.
+    admin = admin_for(broker)
+    for policy, expected in (("delete", None), ("compact", KafkaError.INVALID_RECORD)):
+        resource = ConfigResource(ResourceType.TOPIC, "keyed-only", incremental_configs=[
+            ConfigEntry("cleanup.policy", policy, incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(timeout=ADMIN_TIMEOUT_S)
+        assert deliver(producer, "keyed-only", [(None, b"x")]) == [expected], policy
+
+
+def test_manual_replica_assignment_on_this_broker(broker):
+    admin = admin_for(broker)
+    node = next(iter(admin.list_topics(timeout=10).brokers))
+    # librdkafka's form: the partition count, and a replication factor of -1.
+    futures = admin.create_topics([
+        NewTopic(name, num_partitions=len(assignment), replication_factor=-1,
+                 replica_assignment=assignment)
+        for name, assignment in (("assigned", [[node], [node], [node]]),
+                                 ("elsewhere", [[node + 1]]),
+                                 ("two-replicas", [[node, node + 1]]))
+    ], operation_timeout=ADMIN_TIMEOUT_S)
+    futures["assigned"].result(timeout=ADMIN_TIMEOUT_S)
+    wait_for_topic(broker.bootstrap, "assigned", 3)
+    assert error_code_of(futures["elsewhere"]) == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assert error_code_of(futures["two-replicas"]) == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assert "elsewhere" not in admin.list_topics(timeout=10).topics
