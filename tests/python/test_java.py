@@ -13,142 +13,23 @@ test record format and are checked byte for byte on the Java side.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import threading
-import time
-from pathlib import Path
-
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from conftest import REPO_ROOT
 from group_support import group_describe, group_list
+from java_support import JavaClient, JavaProcess
 from support import (CONSUME_DEADLINE_S, Delivery, create_topic, make_record, produce_records,
                      rdkafka_base)
 
-JAVA_DIR = REPO_ROOT / "tests" / "java"
-# client id -> (lib dir, classes dir), both made by scripts/setup from tests/java/pom-*.xml
 JAVA_CLIENTS = {"3.9": ("lib-3.9", "classes-3.9"), "4": ("lib-4", "classes-4")}
-JVM_OPTIONS = ["-XX:+UseSerialGC", "-Xmx512m",
-               "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-               "-Dorg.slf4j.simpleLogger.showDateTime=true"]
-JAVA_DEADLINE_S = 300.0
 ADMIN_DEADLINE_S = 120.0
 GROUP_ARGS = ("--group-initial-rebalance-delay-ms", "0")
 
 
-class JavaClient:
-    """One kafka-clients version: runs the check programs against it."""
-
-    def __init__(self, key: str, log_dir: Path):
-        lib, classes = (JAVA_DIR / d for d in JAVA_CLIENTS[key])
-        jars = sorted(lib.glob("kafka-clients-*.jar"))
-        if not jars or not (classes / "ConsumerCheck.class").is_file():
-            pytest.fail(f"Java client {key} not set up ({lib}, {classes}): run scripts/setup",
-                        pytrace=False)
-        self.version = jars[0].name[len("kafka-clients-"):-len(".jar")]
-        self.classpath = f"{classes}:{lib}/*"
-        self.log_dir = log_dir
-        self.runs = 0
-
-    def command(self, main: str, *args: str) -> list[str]:
-        return ["java", *JVM_OPTIONS, "-cp", self.classpath, main, *args]
-
-    def _stderr_path(self, main: str) -> Path:
-        self.runs += 1
-        return self.log_dir / f"java-{self.runs}-{main}.stderr.log"
-
-    def run(self, main: str, *args: str, timeout_s: float = JAVA_DEADLINE_S) -> list[dict]:
-        """Runs a check program to its end; returns its JSON lines. Fails when it exits
-        with an error, unless it reported that error as an event."""
-        stderr_path = self._stderr_path(main)
-        with open(stderr_path, "wb") as err:
-            try:
-                proc = subprocess.run(self.command(main, *args), stdout=subprocess.PIPE,
-                                      stderr=err, timeout=timeout_s, cwd=self.log_dir)
-            except subprocess.TimeoutExpired:
-                raise AssertionError(f"{main} (kafka-clients {self.version}) did not finish "
-                                     f"within {timeout_s:.0f} s\n{tail(stderr_path)}") from None
-        events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
-        if proc.returncode != 0 and not any(e.get("event") == "error" for e in events):
-            raise AssertionError(f"{main} (kafka-clients {self.version}) exited with "
-                                 f"{proc.returncode}\n{tail(stderr_path)}")
-        return events
-
-    def start(self, main: str, *args: str) -> "JavaProcess":
-        return JavaProcess(self, main, self.command(main, *args), self._stderr_path(main))
-
-
-class JavaProcess:
-    """A check program running in the background; its JSON lines arrive as events."""
-
-    def __init__(self, client: JavaClient, main: str, command: list[str], stderr_path: Path):
-        self.what = f"{main} (kafka-clients {client.version})"
-        self.stderr_path = stderr_path
-        self.events: list[dict] = []
-        self._cond = threading.Condition()
-        with open(stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.PIPE, stderr=err,
-                                         cwd=client.log_dir)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            if line.strip():
-                with self._cond:
-                    self.events.append(json.loads(line))
-                    self._cond.notify_all()
-        with self._cond:
-            self._cond.notify_all()
-
-    def wait_event(self, predicate, deadline_s: float, what: str) -> dict:
-        """The first event matching predicate; fails on an "error" event, on exit, or at
-        the deadline."""
-        deadline = time.monotonic() + deadline_s
-        with self._cond:
-            while True:
-                for e in self.events:
-                    if predicate(e):
-                        return e
-                    if e.get("event") == "error":
-                        raise AssertionError(f"{self.what}: {e['error']}\n{tail(self.stderr_path)}")
-                if not self._reader.is_alive():
-                    raise AssertionError(f"{self.what} exited ({self.proc.poll()}) before "
-                                         f"{what}\n{tail(self.stderr_path)}")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"{self.what}: no {what} within {deadline_s:.0f} s; "
-                                         f"events so far {self.events[-5:]}\n"
-                                         f"{tail(self.stderr_path)}")
-                self._cond.wait(timeout=min(left, 0.5))
-
-    def finish(self, deadline_s: float) -> int:
-        try:
-            return self.proc.wait(timeout=deadline_s)
-        finally:
-            self.kill()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-        self._reader.join(timeout=10)
-
-
-def tail(path: Path, lines: int = 30) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()[-lines:]
-    except FileNotFoundError:
-        return ""
-    return f"--- last {len(text)} lines of {path} ---\n" + "\n".join(text)
-
-
 @pytest.fixture(params=sorted(JAVA_CLIENTS), ids=lambda k: f"kafka-clients-{k}")
 def java(request, tmp_path) -> JavaClient:
-    return JavaClient(request.param, tmp_path)
+    lib, classes = JAVA_CLIENTS[request.param]
+    return JavaClient(lib, classes, "ConsumerCheck", tmp_path)
 
 
 @pytest.fixture
