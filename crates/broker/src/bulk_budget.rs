@@ -189,24 +189,43 @@ impl BulkBudget {
     pub async fn admit(&self) {
         let mut waited = false;
         loop {
-            let wait = {
-                let now = Instant::now();
-                let mut controller = self.controller.lock().expect("bulk budget lock");
-                if controller.due(now) {
-                    controller.adjust(now, self.timings.light_latency.take());
-                }
-                controller.wait(now)
-            };
+            let wait = self.wait_now(&mut waited);
             if wait.is_zero() {
                 return;
             }
-            if !waited {
-                waited = true;
-                self.waits.fetch_add(1, Ordering::Relaxed);
-            }
-            // Short naps, so that a rate raised meanwhile takes effect.
-            tokio::time::sleep(wait.min(Duration::from_millis(20))).await;
+            tokio::time::sleep(wait).await;
         }
+    }
+
+    /// [`BulkBudget::admit`] for a thread of its own (the log cleaner's), which sleeps.
+    pub fn admit_blocking(&self) {
+        let mut waited = false;
+        loop {
+            let wait = self.wait_now(&mut waited);
+            if wait.is_zero() {
+                return;
+            }
+            std::thread::sleep(wait);
+        }
+    }
+
+    /// How long to wait before bulk work may start (zero: go), adjusting the rate when
+    /// an interval has passed; counts a caller's first wait. The wait is at most a short
+    /// nap, so that a rate raised meanwhile takes effect.
+    fn wait_now(&self, waited: &mut bool) -> Duration {
+        let wait = {
+            let now = Instant::now();
+            let mut controller = self.controller.lock().expect("bulk budget lock");
+            if controller.due(now) {
+                controller.adjust(now, self.timings.light_latency.take());
+            }
+            controller.wait(now)
+        };
+        if !wait.is_zero() && !*waited {
+            *waited = true;
+            self.waits.fetch_add(1, Ordering::Relaxed);
+        }
+        wait.min(Duration::from_millis(20))
     }
 
     /// Bulk work of `bytes` (read or written) was done.

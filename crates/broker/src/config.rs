@@ -293,6 +293,15 @@ pub struct BrokerConfig {
     /// broker's other small writes still fit; 0 turns the check off
     /// (`limits::DISK_FREE_BYTES_MIN_DEFAULT`, `docs/storage-errors.md`).
     pub disk_free_bytes_min: u64,
+    /// Run the log cleaner of compacted topics (`docs/compaction.md`).
+    pub log_cleaner_enabled: bool,
+    /// How long the cleaner rests when nothing needs cleaning (ms).
+    pub log_cleaner_backoff_ms: u64,
+    /// Memory for a cleaning pass's key map, bytes.
+    pub log_cleaner_dedupe_buffer_bytes: usize,
+    /// A fixed cap on the cleaner's reads and writes, bytes per second, below the
+    /// adaptive bulk budget it also passes.
+    pub log_cleaner_io_bytes_per_sec: u64,
     pub log: LogDefaults,
 }
 
@@ -327,6 +336,10 @@ impl Default for BrokerConfig {
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             producer_id_expiration_ms: 24 * 3600 * 1000,
             disk_free_bytes_min: limits::DISK_FREE_BYTES_MIN_DEFAULT,
+            log_cleaner_enabled: true,
+            log_cleaner_backoff_ms: limits::LOG_CLEANER_BACKOFF_MS_DEFAULT,
+            log_cleaner_dedupe_buffer_bytes: limits::LOG_CLEANER_DEDUPE_BUFFER_BYTES_DEFAULT,
+            log_cleaner_io_bytes_per_sec: limits::LOG_CLEANER_IO_BYTES_PER_SEC_DEFAULT,
             log: LogDefaults::default(),
         }
     }
@@ -372,6 +385,12 @@ impl BrokerConfig {
                 "need 0 < bulk_bytes_per_sec_min ({}) <= bulk_bytes_per_sec_max ({})",
                 self.bulk_bytes_per_sec_min, self.bulk_bytes_per_sec_max
             ));
+        }
+        if self.log_cleaner_dedupe_buffer_bytes < 1024 * 1024 {
+            return Err("log_cleaner_dedupe_buffer_bytes must be at least 1 MiB".into());
+        }
+        if self.log_cleaner_io_bytes_per_sec == 0 || self.log_cleaner_backoff_ms == 0 {
+            return Err("log_cleaner_io_bytes_per_sec and log_cleaner_backoff_ms must be above 0".into());
         }
         if self.partition_unsynced_bytes_max == 0 {
             return Err("partition_unsynced_bytes_max must be above 0".into());

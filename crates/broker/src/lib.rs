@@ -27,6 +27,7 @@
 //! Everything here is thread-safe and shared as `Arc`s by the server's connections.
 
 pub mod bulk_budget;
+pub mod cleaner;
 pub mod config;
 mod disk;
 mod durability;

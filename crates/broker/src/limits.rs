@@ -181,3 +181,22 @@ pub const DISK_FREE_BYTES_MIN_DEFAULT: u64 = 1024 * 1024 * 1024;
 /// task, never on the produce path). Produces refused for lack of space are accepted
 /// again at most this long after space returns.
 pub const DISK_CHECK_INTERVAL_MS: u64 = 250;
+
+/// How long the log cleaner rests when no compacted partition needs cleaning (Kafka's
+/// `log.cleaner.backoff.ms`).
+pub const LOG_CLEANER_BACKOFF_MS_DEFAULT: u64 = 15_000;
+
+/// Memory for a cleaning pass's key map (Kafka's `log.cleaner.dedupe.buffer.size`,
+/// whose default is four times this): 48 bytes a key, so a pass reads up to about
+/// 700,000 distinct keys, and a partition with more is cleaned in several passes.
+/// Allocated only while a pass runs; one pass runs at a time.
+pub const LOG_CLEANER_DEDUPE_BUFFER_BYTES_DEFAULT: usize = 32 * 1024 * 1024;
+
+/// The dirty (not yet cleaned) bytes one cleaning pass takes at most, so that a pass
+/// ends and the cleaner turns to the next partition.
+pub const LOG_CLEANER_PASS_DIRTY_BYTES_MAX: u64 = 1024 * 1024 * 1024;
+
+/// The log cleaner's fixed I/O cap, bytes per second (Kafka's
+/// `log.cleaner.io.max.bytes.per.second`): none by default, since the cleaner's reads
+/// and writes already pass the adaptive bulk budget, which yields to light work.
+pub const LOG_CLEANER_IO_BYTES_PER_SEC_DEFAULT: u64 = u64::MAX;

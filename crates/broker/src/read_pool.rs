@@ -190,7 +190,7 @@ fn serve_reads(jobs: &Mutex<mpsc::Receiver<Job>>, stats: &ReadStats) {
 }
 
 /// Sets this thread's nice value (Linux schedules threads individually).
-fn lower_priority(nice: i32) {
+pub(crate) fn lower_priority(nice: i32) {
     if nice == 0 {
         return;
     }

@@ -5,6 +5,7 @@
 //! blocking threads, so an admin request never blocks a connection's reader.
 
 use crate::bulk_budget::BulkBudget;
+use crate::cleaner::{Cleanable, LogCleaner};
 use crate::config::{BrokerConfig, SyncScope, TopicConfig};
 use crate::disk::{run_disk_checks, DiskSpace};
 use crate::durability::{SyncCounters, SyncMeters};
@@ -41,6 +42,8 @@ pub struct Broker {
     read_pool: Arc<ReadPool>,
     /// The rate catch-up reads and large produces may take together.
     bulk: Arc<BulkBudget>,
+    /// The log cleaner of compacted topics ([`crate::cleaner`]).
+    cleaner: Arc<LogCleaner>,
     /// Where acknowledgements, fetches and syncs spend their time.
     timings: Arc<Timings>,
     /// What this broker's flushers record: their sync counters and `timings`.
@@ -81,6 +84,15 @@ impl Broker {
         }
         tokio::spawn(run_retention(Arc::downgrade(&broker)));
         tokio::spawn(run_disk_checks(Arc::downgrade(&broker)));
+        if broker.config.log_cleaner_enabled {
+            let cleaner = Arc::clone(&broker.cleaner);
+            let weak = Arc::downgrade(&broker);
+            let nice = broker.config.read_threads_nice;
+            std::thread::Builder::new()
+                .name("log-cleaner".into())
+                .spawn(move || cleaner.run(nice, || weak.upgrade().map(|b| b.compacted_logs())))
+                .map_err(|e| BrokerError::Storage(format!("start the log cleaner: {e}")))?;
+        }
         Ok(broker)
     }
 
@@ -146,6 +158,7 @@ impl Broker {
             config.read_threads_nice,
             Arc::clone(&bulk),
         );
+        let cleaner = Arc::new(LogCleaner::new(&config, Arc::clone(&bulk)));
         Ok(Broker {
             config,
             cluster_id,
@@ -156,6 +169,7 @@ impl Broker {
             producer_ids,
             read_pool,
             bulk,
+            cleaner,
             timings,
             sync_meters,
             shared_flusher,
@@ -204,6 +218,28 @@ impl Broker {
     }
 
     /// Group-commit rounds and sync calls of this broker's flushers.
+    /// The log cleaner of compacted topics.
+    pub fn cleaner(&self) -> &Arc<LogCleaner> {
+        &self.cleaner
+    }
+
+    /// Every partition of a topic whose `cleanup.policy` includes `compact`, with the
+    /// settings of its cleaning passes.
+    pub fn compacted_logs(&self) -> Vec<Cleanable> {
+        let mut logs = Vec::new();
+        for topic in self.topics() {
+            let config = topic.config();
+            if !config.cleanup_policy.compact {
+                continue;
+            }
+            for p in topic.partitions() {
+                let p = Arc::clone(p);
+                logs.push(Cleanable::of_topic(topic.name(), p, &config, &self.config));
+            }
+        }
+        logs
+    }
+
     pub fn sync_counters(&self) -> &SyncCounters {
         &self.sync_meters.counters
     }
@@ -416,6 +452,7 @@ impl Broker {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.cleaner.stop();
         let topics = self.topics();
         let _ = tokio::task::spawn_blocking(move || {
             for topic in topics {
@@ -442,6 +479,7 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
+        self.cleaner.stop();
         if let Some(flusher) = &self.shared_flusher {
             flusher.stop();
         }

@@ -120,7 +120,7 @@ struct ServeArgs {
     #[arg(long, env = "HEADWAY_BULK_BYTES_PER_SEC_MIN")]
     bulk_bytes_per_sec_min: Option<u64>,
     /// Small syncs and small produces' waits for durability slower than this cut the bulk
-    /// rate, in ms [default: 5].
+    /// rate, in ms [default: 3].
     #[arg(long, env = "HEADWAY_LIGHT_LATENCY_TARGET_MS")]
     light_latency_target_ms: Option<u64>,
     /// With --flush sync: bytes a partition may have appended and not yet handed to a
@@ -133,6 +133,19 @@ struct ServeArgs {
     /// Bytes of unwritten fetch responses all connections may hold [default: 268435456].
     #[arg(long, env = "HEADWAY_OUTBOUND_BYTES_MAX")]
     outbound_bytes_max: Option<usize>,
+    /// Run the log cleaner of compacted topics [default: true].
+    #[arg(long, env = "HEADWAY_LOG_CLEANER_ENABLED")]
+    log_cleaner_enabled: Option<bool>,
+    /// How long the log cleaner rests when nothing needs cleaning, in ms [default: 15000].
+    #[arg(long, env = "HEADWAY_LOG_CLEANER_BACKOFF_MS")]
+    log_cleaner_backoff_ms: Option<u64>,
+    /// Memory for a cleaning pass's key map, in bytes [default: 33554432].
+    #[arg(long, env = "HEADWAY_LOG_CLEANER_DEDUPE_BUFFER_BYTES")]
+    log_cleaner_dedupe_buffer_bytes: Option<usize>,
+    /// A fixed cap on the log cleaner's I/O, bytes per second, below the adaptive bulk
+    /// budget [default: none].
+    #[arg(long, env = "HEADWAY_LOG_CLEANER_IO_BYTES_PER_SEC")]
+    log_cleaner_io_bytes_per_sec: Option<u64>,
     /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
     #[arg(long, env = "HEADWAY_METRICS_LISTEN")]
     metrics_listen: Option<String>,
@@ -188,6 +201,10 @@ impl ServeArgs {
         set!(connection_outbound_bytes_max = self.connection_outbound_bytes_max);
         set!(outbound_bytes_max = self.outbound_bytes_max);
         set!(disk_free_bytes_min = self.disk_free_bytes_min);
+        set!(log_cleaner_enabled = self.log_cleaner_enabled);
+        set!(log_cleaner_backoff_ms = self.log_cleaner_backoff_ms);
+        set!(log_cleaner_dedupe_buffer_bytes = self.log_cleaner_dedupe_buffer_bytes);
+        set!(log_cleaner_io_bytes_per_sec = self.log_cleaner_io_bytes_per_sec);
         if self.metrics_listen.is_some() {
             config.metrics_listen = self.metrics_listen;
         }

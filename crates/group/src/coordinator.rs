@@ -113,6 +113,12 @@ impl GroupCoordinator {
         Ok(coordinator)
     }
 
+    /// The offsets log: one record per group, topic and partition, so the log cleaner
+    /// keeps it to about one record per committed offset.
+    pub fn offsets_log(&self) -> &Arc<Partition> {
+        &self.log
+    }
+
     fn groups(&self) -> std::sync::MutexGuard<'_, Groups> {
         self.groups
             .lock()

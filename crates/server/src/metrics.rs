@@ -16,6 +16,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -376,7 +377,59 @@ pub fn render(stats: &ServerStats, broker: &Broker) -> String {
         "First offset still in the log",
         log_start,
     );
+    register_cleaner(&mut r, broker);
     let mut text = String::new();
     encode(&mut text, &r).expect("writing to a String cannot fail");
     text
+}
+
+/// The log cleaner's work, per compacted partition (one label set per partition of a
+/// compacted topic, and the offsets log).
+fn register_cleaner(r: &mut Registry, broker: &Broker) {
+    type Labelled = Family<Vec<(String, String)>, Gauge>;
+    type LabelledF = Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>;
+    let ratio = LabelledF::default();
+    let (passes, read, written, removed) = (
+        Labelled::default(),
+        Labelled::default(),
+        Labelled::default(),
+        Labelled::default(),
+    );
+    let last = LabelledF::default();
+    for (topic, partition, s) in broker.cleaner().snapshot() {
+        let labels = vec![
+            ("topic".to_string(), topic),
+            ("partition".to_string(), partition.to_string()),
+        ];
+        ratio.get_or_create(&labels).set(s.dirty_ratio);
+        passes.get_or_create(&labels).set(s.passes as i64);
+        read.get_or_create(&labels).set(s.bytes_read as i64);
+        written.get_or_create(&labels).set(s.bytes_written as i64);
+        removed.get_or_create(&labels).set(s.records_removed as i64);
+        if let Some(ms) = s.last_cleaned_ms {
+            last.get_or_create(&labels).set(ms as f64 / 1000.0);
+        }
+    }
+    r.register(
+        "cleaner_dirty_ratio",
+        "Share of a compacted partition's sealed bytes not cleaned yet (min.cleanable.dirty.ratio is compared with it)",
+        ratio,
+    );
+    r.register("cleaner_passes", "Cleaning passes of the partition since start", passes);
+    r.register("cleaner_bytes_read", "Bytes the cleaner read from the partition since start", read);
+    r.register(
+        "cleaner_bytes_written",
+        "Bytes of cleaned segments the cleaner wrote for the partition since start",
+        written,
+    );
+    r.register(
+        "cleaner_records_removed",
+        "Records the cleaner removed from the partition since start",
+        removed,
+    );
+    r.register(
+        "cleaner_last_pass_timestamp_seconds",
+        "When the partition's last cleaning pass ended, seconds since the epoch",
+        last,
+    );
 }

@@ -51,7 +51,8 @@ use crate::{BrokerError, FlushPolicy};
 use bytes::Bytes;
 use headway_log::records::{self, Keyless};
 use headway_log::{
-    batch, BatchHeader, CorruptBatch, Log, LogConfig, LogError, Offset, ReadSlice, RecoveryReport,
+    batch, BatchHeader, CleanReport, CleanerConfig, CleaningPlan, CorruptBatch, Log, LogConfig,
+    LogError, Offset, ReadSlice, RecoveryReport, StagedCleaning,
 };
 use side_files::{
     load_producer_states, read_log_start_offset, write_log_start_offset, write_producer_snapshot,
@@ -623,6 +624,37 @@ impl Partition {
             self.log_start_offset
                 .store(start.value(), Ordering::Release);
             Ok(report.deleted_segments)
+        })
+    }
+
+    /// The share of the log a cleaning pass would read keys from (`Log::dirty_ratio`).
+    pub fn dirty_ratio(&self) -> Result<f64, BrokerError> {
+        self.with_log(|log| Ok(log.dirty_ratio()))
+    }
+
+    /// Plans a cleaning pass under the mutex (cheap); `None`: nothing to clean. The
+    /// plan is staged without the mutex, then [`Partition::install_cleaned`].
+    pub fn plan_cleaning(
+        &self,
+        config: &CleanerConfig,
+        now_ms: i64,
+    ) -> Result<Option<CleaningPlan>, BrokerError> {
+        self.with_log(|log| Ok(log.plan_cleaning(config, now_ms)))
+    }
+
+    /// Swaps a staged cleaning in under the mutex. Readers holding the replaced
+    /// segments' files finish their reads on them. A failure past a group's commit
+    /// point poisons the log (the next open completes the swap): the partition goes
+    /// offline, as for a write that could not be undone.
+    pub fn install_cleaned(&self, staged: StagedCleaning) -> Result<CleanReport, BrokerError> {
+        self.with_slot(|slot| {
+            slot.log.install_cleaned(staged).map_err(|error| {
+                if slot.log.is_poisoned() && !self.offline.swap(true, Ordering::AcqRel) {
+                    tracing::error!(topic = %self.topic, partition = self.index.0, %error,
+                        "a cleaned segment could not be swapped in; the partition is offline until restart");
+                }
+                BrokerError::from_log(error)
+            })
         })
     }
 
