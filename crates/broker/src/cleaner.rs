@@ -79,13 +79,14 @@ impl PartitionCleaning {
     }
 }
 
-/// The order in which candidates are tried: the dirtiest first, among those at or
-/// above their own minimum ratio (and above zero). Plain code over the ratios.
+/// The order in which candidates are tried: the dirtiest first, among those above
+/// their own minimum ratio (as Kafka compares them: a minimum of 1 never cleans). Plain
+/// code over the ratios.
 pub fn cleaning_order(ratios: &[(f64, f64)]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..ratios.len())
         .filter(|&i| {
             let (ratio, min) = ratios[i];
-            ratio > 0.0 && ratio >= min
+            ratio > 0.0 && ratio > min
         })
         .collect();
     order.sort_by(|&a, &b| ratios[b].0.total_cmp(&ratios[a].0));
@@ -112,6 +113,9 @@ impl IoCap {
 
     /// `bytes` more were read or written at `now`: how long to pause.
     pub fn pause(&mut self, bytes: u64, now: Instant) -> Duration {
+        if self.bytes_per_sec >= u64::MAX as f64 {
+            return Duration::ZERO; // no cap
+        }
         self.bytes += bytes as f64;
         let due = Duration::from_secs_f64(self.bytes / self.bytes_per_sec);
         (self.started + due).saturating_duration_since(now)
@@ -216,7 +220,12 @@ impl LogCleaner {
 
     fn with_stats(&self, c: &Cleanable, f: impl FnOnce(&mut PartitionCleaning)) {
         let key = (c.topic.clone(), c.partition.index().0);
-        f(self.stats.lock().expect("cleaner lock").entry(key).or_default());
+        f(self
+            .stats
+            .lock()
+            .expect("cleaner lock")
+            .entry(key)
+            .or_default());
     }
 
     /// One pass over `c`; whether it ran (false: nothing to plan, or it failed).
@@ -233,7 +242,8 @@ impl LogCleaner {
             if self.stopping() {
                 return;
             }
-            self.budget.charge(usize::try_from(bytes).unwrap_or(usize::MAX));
+            self.budget
+                .charge(usize::try_from(bytes).unwrap_or(usize::MAX));
             self.budget.admit_blocking();
             std::thread::sleep(cap.pause(bytes, Instant::now()));
         };
@@ -262,14 +272,22 @@ impl LogCleaner {
 }
 
 #[cfg(test)]
+#[path = "cleaner_tests.rs"]
+mod cleaner_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_dirtiest_partition_over_its_ratio_goes_first() {
-        // (ratio, minimum): 0 is under its minimum, 3 has nothing dirty.
+        // (ratio, minimum): 0 is under its minimum, 3 has nothing dirty, 4 is at it.
         let ratios = [(0.4, 0.5), (0.6, 0.5), (0.9, 0.1), (0.0, 0.0), (0.5, 0.5)];
-        assert_eq!(cleaning_order(&ratios), vec![2, 1, 4]);
+        assert_eq!(cleaning_order(&ratios), vec![2, 1]);
+        assert!(
+            cleaning_order(&[(1.0, 1.0)]).is_empty(),
+            "a minimum of 1 never cleans"
+        );
         assert!(cleaning_order(&[(0.0, 0.0)]).is_empty());
     }
 

@@ -390,7 +390,9 @@ impl BrokerConfig {
             return Err("log_cleaner_dedupe_buffer_bytes must be at least 1 MiB".into());
         }
         if self.log_cleaner_io_bytes_per_sec == 0 || self.log_cleaner_backoff_ms == 0 {
-            return Err("log_cleaner_io_bytes_per_sec and log_cleaner_backoff_ms must be above 0".into());
+            return Err(
+                "log_cleaner_io_bytes_per_sec and log_cleaner_backoff_ms must be above 0".into(),
+            );
         }
         if self.partition_unsynced_bytes_max == 0 {
             return Err("partition_unsynced_bytes_max must be above 0".into());

@@ -415,8 +415,16 @@ fn register_cleaner(r: &mut Registry, broker: &Broker) {
         "Share of a compacted partition's sealed bytes not cleaned yet (min.cleanable.dirty.ratio is compared with it)",
         ratio,
     );
-    r.register("cleaner_passes", "Cleaning passes of the partition since start", passes);
-    r.register("cleaner_bytes_read", "Bytes the cleaner read from the partition since start", read);
+    r.register(
+        "cleaner_passes",
+        "Cleaning passes of the partition since start",
+        passes,
+    );
+    r.register(
+        "cleaner_bytes_read",
+        "Bytes the cleaner read from the partition since start",
+        read,
+    );
     r.register(
         "cleaner_bytes_written",
         "Bytes of cleaned segments the cleaner wrote for the partition since start",
