@@ -4,14 +4,20 @@ Goal: the settings of compacted topics (`cleanup.policy` and the compaction sett
 are accepted, described and altered as Kafka does; a compacted topic refuses records
 without a key with INVALID_RECORD while keyed records go through; a manual replica
 assignment that places every partition on this broker is accepted (librdkafka's admin
-tests create topics that way) and one naming another broker is refused.
+tests create topics that way) and one naming another broker is refused; the log cleaner
+compacts a topic as it is written (each key's latest record stays, at its offset) and
+shows its work on /metrics.
 Method: one broker per test, confluent-kafka's AdminClient and Producer; every wait polls
 for its condition with a deadline.
 """
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError, Producer
+import re
+import time
+import urllib.request
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
                                    ConfigResource, NewTopic, ResourceType)
 
@@ -116,3 +122,75 @@ def test_manual_replica_assignment_on_this_broker(broker):
     assert error_code_of(futures["elsewhere"]) == KafkaError.INVALID_REPLICA_ASSIGNMENT
     assert error_code_of(futures["two-replicas"]) == KafkaError.INVALID_REPLICA_ASSIGNMENT
     assert "elsewhere" not in admin.list_topics(timeout=10).topics
+
+
+CLEANER_DEADLINE_S = 120.0
+
+
+def read_from_start(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None]]:
+    """Every record of partition 0 from its start to its high watermark."""
+    consumer = Consumer({**rdkafka_base(bootstrap), "group.id": "compacted-reader",
+                         "enable.auto.commit": False})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        consumer.assign([TopicPartition(topic, 0, low)])
+        records = []
+        deadline = time.monotonic() + 60
+        while (not records or records[-1][0] < high - 1) and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, timeout=0.5):
+                assert msg.error() is None, msg.error()
+                records.append((msg.offset(), msg.key(), msg.value()))
+        assert records and records[-1][0] == high - 1, f"read up to {high} within 60 s"
+        return records
+    finally:
+        consumer.close()
+
+
+def cleaner_passes(metrics_address: str, topic: str) -> int:
+    with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    found = re.search(r'^headway_cleaner_passes\{topic="%s",partition="0"\} (\d+)' % topic,
+                      text, re.M)
+    return int(found.group(1)) if found else 0
+
+
+def test_the_cleaner_keeps_each_keys_latest_record(make_broker):
+    broker = make_broker("--log-cleaner-backoff-ms", "100", "--metrics-listen", "127.0.0.1:0")
+    create_topic(broker.bootstrap, "table", 1, **{
+        "cleanup.policy": "compact", "segment.bytes": "16384",
+        "min.cleanable.dirty.ratio": "0.01"})
+    producer = Producer({**rdkafka_base(broker.bootstrap), "linger.ms": 5})
+    latest: dict[bytes, bytes | None] = {}
+    written: dict[int, tuple[bytes, bytes | None]] = {}
+
+    def remember(err, msg):
+        assert err is None, err
+        written[msg.offset()] = (msg.key(), msg.value())
+
+    for i in range(5000):
+        key, value = b"key-%d" % (i % 50), b"value-%d-" % i + b"x" * 100
+        producer.produce("table", key=key, value=value, partition=0, on_delivery=remember)
+        latest[key] = value
+        producer.poll(0)
+    for k in range(5):  # tombstones: their keys end deleted
+        key = b"key-%d" % k
+        producer.produce("table", key=key, value=None, partition=0, on_delivery=remember)
+        latest[key] = None
+    assert producer.flush(FLUSH_TIMEOUT_S) == 0
+    assert len(written) == 5005
+
+    deadline = time.monotonic() + CLEANER_DEADLINE_S
+    while True:
+        records = read_from_start(broker.bootstrap, "table")
+        if len(records) < 1000 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert len(records) < 1000, f"{len(records)} records left of 5005 after cleaning"
+    assert all(a[0] < b[0] for a, b in zip(records, records[1:])), "offsets increase"
+    for offset, key, value in records:
+        assert written[offset] == (key, value), f"offset {offset} holds what was written there"
+    last_read = {key: value for _offset, key, value in records}
+    for key, value in latest.items():
+        # A deleted key may be gone entirely once its tombstone is cleaned away too.
+        assert last_read.get(key) == value, (key, last_read.get(key), value)
+    assert cleaner_passes(broker.metrics_address(), "table") >= 1
