@@ -6,7 +6,8 @@ without a key with INVALID_RECORD while keyed records go through; a manual repli
 assignment that places every partition on this broker is accepted (librdkafka's admin
 tests create topics that way) and one naming another broker is refused; the log cleaner
 compacts a topic as it is written (each key's latest record stays, at its offset) and
-shows its work on /metrics.
+shows its work on /metrics; the committed-offsets log is listed as the internal topic
+`__consumer_offsets`, readable and compacted, but neither writable nor creatable.
 Method: one broker per test, confluent-kafka's AdminClient and Producer; every wait polls
 for its condition with a deadline.
 """
@@ -194,3 +195,26 @@ def test_the_cleaner_keeps_each_keys_latest_record(make_broker):
         # A deleted key may be gone entirely once its tombstone is cleaned away too.
         assert last_read.get(key) == value, (key, last_read.get(key), value)
     assert cleaner_passes(broker.metrics_address(), "table") >= 1
+
+
+def test_consumer_offsets_is_an_internal_topic(make_broker):
+    broker = make_broker("--group-initial-rebalance-delay-ms", "0")
+    create_topic(broker.bootstrap, "plain", 1)
+    consumer = Consumer({**rdkafka_base(broker.bootstrap), "group.id": "committer"})
+    try:
+        consumer.commit(offsets=[TopicPartition("plain", 0, 7)], asynchronous=False)
+    finally:
+        consumer.close()
+    admin = admin_for(broker)
+    listed = admin.list_topics(timeout=10).topics
+    assert "__consumer_offsets" in listed, sorted(listed)
+    assert len(listed["__consumer_offsets"].partitions) == 1
+    records = read_from_start(broker.bootstrap, "__consumer_offsets")
+    assert any(b"committer" in key for _offset, key, _value in records), records
+
+    producer = Producer({**rdkafka_base(broker.bootstrap), "retries": 0})
+    assert deliver(producer, "__consumer_offsets", [(b"k", b"v")]) == \
+        [KafkaError.TOPIC_EXCEPTION]
+    created = admin.create_topics([NewTopic("__consumer_offsets", 1, 1)],
+                                  operation_timeout=ADMIN_TIMEOUT_S)
+    assert error_code_of(created["__consumer_offsets"]) == KafkaError.TOPIC_ALREADY_EXISTS

@@ -2,9 +2,9 @@
 //!
 //! One thread, at the read threads' low CPU priority, runs one cleaning pass at a time.
 //! Each round it measures the dirty ratio of every compacted partition (the topics
-//! whose `cleanup.policy` includes `compact`, and logs registered with
-//! [`LogCleaner::look_after`], such as the group coordinator's offsets log), takes the
-//! dirtiest one at or above its `min.cleanable.dirty.ratio`, and cleans it: the plan
+//! whose `cleanup.policy` includes `compact`, and the broker's internal logs, such as the
+//! group coordinator's offsets log), takes the
+//! dirtiest one above its `min.cleanable.dirty.ratio`, and cleans it: the plan
 //! under the partition's mutex, the heavy work (reading keys, writing cleaned segments)
 //! without it, the swap under it again. When no partition needs cleaning it rests
 //! `log_cleaner_backoff_ms`.
@@ -127,8 +127,6 @@ pub struct LogCleaner {
     backoff: Duration,
     io_bytes_per_sec: u64,
     budget: Arc<BulkBudget>,
-    /// Logs that belong to no topic (the offsets log), cleaned like a compacted topic's.
-    extra: Mutex<Vec<Cleanable>>,
     stats: Mutex<BTreeMap<(String, i32), PartitionCleaning>>,
     /// Set to stop; the condvar wakes a resting cleaner.
     stop: Mutex<bool>,
@@ -141,16 +139,10 @@ impl LogCleaner {
             backoff: Duration::from_millis(config.log_cleaner_backoff_ms),
             io_bytes_per_sec: config.log_cleaner_io_bytes_per_sec,
             budget,
-            extra: Mutex::new(Vec::new()),
             stats: Mutex::new(BTreeMap::new()),
             stop: Mutex::new(false),
             wake: Condvar::new(),
         }
-    }
-
-    /// Also cleans `log`, which belongs to no topic.
-    pub fn look_after(&self, log: Cleanable) {
-        self.extra.lock().expect("cleaner lock").push(log);
     }
 
     /// What the cleaner did, per partition.
@@ -191,8 +183,7 @@ impl LogCleaner {
             if self.stopping() {
                 return;
             }
-            let Some(mut candidates) = logs() else { return };
-            candidates.extend(self.extra.lock().expect("cleaner lock").iter().cloned());
+            let Some(candidates) = logs() else { return };
             if !self.round(&candidates) && !self.rest() {
                 return;
             }

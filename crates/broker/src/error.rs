@@ -12,6 +12,8 @@ pub enum BrokerError {
     InvalidTopic { name: String, reason: &'static str },
     #[error("topic {0} already exists")]
     TopicAlreadyExists(String),
+    #[error("topic {0} is internal: clients may read it, not write it")]
+    InternalTopic(String),
     #[error("invalid partition count {0}")]
     InvalidPartitions(i32),
     #[error("invalid replication factor {0}: this broker keeps one replica")]

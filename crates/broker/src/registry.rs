@@ -44,6 +44,10 @@ pub struct Broker {
     bulk: Arc<BulkBudget>,
     /// The log cleaner of compacted topics ([`crate::cleaner`]).
     cleaner: Arc<LogCleaner>,
+    /// Logs of the broker's own that clients may read as internal topics of one
+    /// partition (the group coordinator's offsets log, as `__consumer_offsets`): listed
+    /// in Metadata, readable, compacted, never written or created by clients.
+    internal: RwLock<BTreeMap<String, Arc<Partition>>>,
     /// Where acknowledgements, fetches and syncs spend their time.
     timings: Arc<Timings>,
     /// What this broker's flushers record: their sync counters and `timings`.
@@ -170,6 +174,7 @@ impl Broker {
             read_pool,
             bulk,
             cleaner,
+            internal: RwLock::new(BTreeMap::new()),
             timings,
             sync_meters,
             shared_flusher,
@@ -223,10 +228,52 @@ impl Broker {
         &self.cleaner
     }
 
-    /// Every partition of a topic whose `cleanup.policy` includes `compact`, with the
-    /// settings of its cleaning passes.
+    /// Serves `log` as the internal topic `name` (one partition, compacted with the
+    /// broker's default settings).
+    pub fn add_internal_log(&self, name: &str, log: Arc<Partition>) {
+        let mut internal = self.internal.write().expect("internal logs lock");
+        internal.insert(name.to_string(), log);
+    }
+
+    /// The internal topics, by name.
+    pub fn internal_logs(&self) -> Vec<(String, Arc<Partition>)> {
+        let internal = self.internal.read().expect("internal logs lock");
+        internal
+            .iter()
+            .map(|(n, p)| (n.clone(), Arc::clone(p)))
+            .collect()
+    }
+
+    /// Partition `index` of a topic or of an internal topic, for reading only.
+    pub fn readable_partition(
+        &self,
+        name: &str,
+        index: i32,
+    ) -> Result<Arc<Partition>, BrokerError> {
+        let internal = self.internal.read().expect("internal logs lock");
+        match (internal.get(name), index) {
+            (Some(log), 0) => Ok(Arc::clone(log)),
+            _ => self.partition(name, index),
+        }
+    }
+
+    /// Whether `name` is an internal topic, which clients may not write.
+    pub fn is_internal(&self, name: &str) -> bool {
+        self.internal
+            .read()
+            .expect("internal logs lock")
+            .contains_key(name)
+    }
+
+    /// Every partition of a topic whose `cleanup.policy` includes `compact`, and every
+    /// internal log, with the settings of its cleaning passes.
     pub fn compacted_logs(&self) -> Vec<Cleanable> {
         let mut logs = Vec::new();
+        if let Ok(defaults) = TopicConfig::from_overrides(&BTreeMap::new(), &self.config.log) {
+            for (name, log) in self.internal_logs() {
+                logs.push(Cleanable::of_topic(&name, log, &defaults, &self.config));
+            }
+        }
         for topic in self.topics() {
             let config = topic.config();
             if !config.cleanup_policy.compact {
@@ -308,7 +355,7 @@ impl Broker {
             return Err(BrokerError::InvalidPartitions(partitions));
         }
         let config = TopicConfig::from_overrides(configs, &self.config.log)?;
-        if self.topic(name).is_some() {
+        if self.topic(name).is_some() || self.is_internal(name) {
             return Err(BrokerError::TopicAlreadyExists(name.to_string()));
         }
         Ok((partitions, config))

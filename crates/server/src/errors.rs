@@ -14,7 +14,9 @@ fn response_error(error: &BrokerError) -> ResponseError {
     match error {
         BrokerError::UnknownTopicOrPartition { .. } => R::UnknownTopicOrPartition,
         BrokerError::UnknownTopicId(_) => R::UnknownTopicId,
-        BrokerError::InvalidTopic { .. } => R::InvalidTopicException,
+        BrokerError::InvalidTopic { .. } | BrokerError::InternalTopic(_) => {
+            R::InvalidTopicException
+        }
         BrokerError::TopicAlreadyExists(_) => R::TopicAlreadyExists,
         BrokerError::InvalidPartitions(_) => R::InvalidPartitions,
         BrokerError::InvalidReplicationFactor(_) => R::InvalidReplicationFactor,

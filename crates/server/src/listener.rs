@@ -8,8 +8,7 @@
 use crate::handlers::{self, Ctx};
 use crate::stats::ServerStats;
 use crate::{connection, metrics};
-use headway_broker::cleaner::Cleanable;
-use headway_broker::{Broker, TopicConfig};
+use headway_broker::Broker;
 use headway_group::{GroupConfig, GroupCoordinator};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -108,15 +107,9 @@ impl Server {
         let groups = GroupCoordinator::open(&config.data_dir, config.flush, group_config)
             .await
             .map_err(|e| std::io::Error::other(format!("opening the group coordinator: {e}")))?;
-        // The offsets log is compacted like a topic with the broker's default settings.
-        let offsets_config = TopicConfig::from_overrides(&Default::default(), &config.log)
-            .map_err(|e| std::io::Error::other(format!("offsets log settings: {e}")))?;
-        broker.cleaner().look_after(Cleanable::of_topic(
-            "__consumer_offsets",
-            Arc::clone(groups.offsets_log()),
-            &offsets_config,
-            config,
-        ));
+        // Readable as `__consumer_offsets`, and compacted like a topic with the
+        // broker's default settings.
+        broker.add_internal_log("__consumer_offsets", Arc::clone(groups.offsets_log()));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let ctx = Arc::new(Ctx {
             groups,

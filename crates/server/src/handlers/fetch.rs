@@ -121,7 +121,7 @@ fn resolve(
             offset: Offset(p.fetch_offset),
             max_bytes: p.partition_max_bytes.max(0) as usize,
             partition: match &name {
-                Some(name) => ctx.broker.partition(name, p.partition),
+                Some(name) => ctx.broker.readable_partition(name, p.partition),
                 None => Err(BrokerError::UnknownTopicId(t.topic_id)),
             },
         })

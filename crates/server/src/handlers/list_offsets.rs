@@ -36,7 +36,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         for t in body.topics {
             let mut partitions = Vec::with_capacity(t.partitions.len());
             for p in t.partitions {
-                let result = match ctx.broker.partition(&t.name, p.partition_index) {
+                let result = match ctx.broker.readable_partition(&t.name, p.partition_index) {
                     Ok(partition) => lookup(partition, p.timestamp).await,
                     Err(e) => Err(e),
                 };

@@ -41,12 +41,18 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                 }
                 out
             }
-            _ => ctx
-                .broker
-                .topics()
-                .iter()
-                .map(|t| topic_metadata(ctx.broker.config().node_id, t))
-                .collect(),
+            _ => {
+                let node_id = ctx.broker.config().node_id;
+                let topics = ctx.broker.topics();
+                let mut all: Vec<_> = topics.iter().map(|t| topic_metadata(node_id, t)).collect();
+                let internal = ctx.broker.internal_logs();
+                all.extend(
+                    internal
+                        .iter()
+                        .map(|(name, _)| internal_metadata(node_id, name)),
+                );
+                all
+            }
         };
         let node_id = BrokerId(ctx.broker.config().node_id);
         MetadataResponse::default()
@@ -76,6 +82,9 @@ async fn requested_topic(
             None => error_topic(None, topic_id, &BrokerError::UnknownTopicId(topic_id)),
         };
     };
+    if ctx.broker.is_internal(&name) {
+        return internal_metadata(node_id, &name);
+    }
     let found = if allow_create {
         ctx.broker.topic_or_create(&name).await
     } else {
@@ -105,13 +114,29 @@ fn error_topic(
 }
 
 fn topic_metadata(node_id: i32, topic: &Topic) -> MetadataResponseTopic {
+    let indexes = topic.partitions().iter().map(|p| p.index().0);
+    described(node_id, topic.name(), topic.id(), indexes)
+}
+
+/// An internal topic (one partition, the broker's own log): marked internal, and
+/// without a topic id, so that clients address it by name.
+fn internal_metadata(node_id: i32, name: &str) -> MetadataResponseTopic {
+    described(node_id, name, uuid::Uuid::nil(), [0]).with_is_internal(true)
+}
+
+/// A topic led by this broker alone.
+fn described(
+    node_id: i32,
+    name: &str,
+    id: uuid::Uuid,
+    indexes: impl IntoIterator<Item = i32>,
+) -> MetadataResponseTopic {
     let node = BrokerId(node_id);
-    let partitions = topic
-        .partitions()
-        .iter()
-        .map(|p| {
+    let partitions = indexes
+        .into_iter()
+        .map(|index| {
             MetadataResponsePartition::default()
-                .with_partition_index(p.index().0)
+                .with_partition_index(index)
                 .with_leader_id(node)
                 .with_leader_epoch(0)
                 .with_replica_nodes(vec![node])
@@ -119,10 +144,8 @@ fn topic_metadata(node_id: i32, topic: &Topic) -> MetadataResponseTopic {
         })
         .collect();
     MetadataResponseTopic::default()
-        .with_name(Some(TopicName(StrBytes::from_string(
-            topic.name().to_string(),
-        ))))
-        .with_topic_id(topic.id())
+        .with_name(Some(TopicName(StrBytes::from_string(name.to_string()))))
+        .with_topic_id(id)
         .with_partitions(partitions)
         .with_topic_authorized_operations(OPERATIONS_OMITTED)
 }

@@ -151,6 +151,9 @@ fn append(
     records: Option<&[u8]>,
     max_message_bytes: usize,
 ) -> Result<(Arc<Partition>, Appended), BrokerError> {
+    if broker.is_internal(name) {
+        return Err(BrokerError::InternalTopic(name.to_string()));
+    }
     let partition = broker.partition(name, index)?;
     let records = records.ok_or(BrokerError::MissingRecords)?;
     // Below `disk_free_bytes_min` the produce is refused (retriable) before it is
