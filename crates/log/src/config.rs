@@ -22,6 +22,11 @@ pub const APPEND_BYTES_LIMIT: usize = i32::MAX as usize;
 /// make the walk allocate more than the file's size.
 pub(crate) const SCAN_CHUNK_BYTES: usize = 1 << 20;
 
+/// Bytes the log cleaner buffers before it writes them to the cleaned segment it
+/// stages (plus one batch, when larger): a pass writes in large steps yet holds no
+/// whole segment in memory. It reads in steps of [`SCAN_CHUNK_BYTES`].
+pub(crate) const CLEANER_WRITE_BUFFER_BYTES: usize = 1 << 20;
+
 /// Bytes read at a time by short walks (a segment's tail, a timestamp lookup), which
 /// usually cover about one `index_interval_bytes`.
 pub(crate) const SHORT_WALK_CHUNK_BYTES: usize = 64 << 10;

@@ -24,7 +24,8 @@
 //!
 //! Modules, from the top down:
 //! - `log`: the [`Log`]: offset assignment, rolls, sync bookkeeping, reads across
-//!   segments, timestamp lookups, retention, close.
+//!   segments, timestamp lookups, retention, close; with `log/cleaner`, the cleaner
+//!   of compacted topics (one pass: plan, stage cleaned segments, swap them in).
 //! - `recovery`: opening a directory, the clean-shutdown marker, crash repair.
 //! - `segment` (with `segment_load`): one segment's files and state; adopting or
 //!   rebuilding its indexes at open.
@@ -56,7 +57,10 @@ mod time_index;
 pub use batch::{BatchError, BatchHeader};
 pub use config::{LogConfig, APPEND_BYTES_LIMIT, SEGMENT_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};
 pub use error::{CorruptBatch, LogError};
-pub use log::{AppendInfo, Log, RecoveryReport, RetentionReport};
+pub use log::{
+    AppendInfo, CleanReport, CleanerConfig, CleaningPlan, Log, RecoveryReport, RetentionReport,
+    StagedCleaning,
+};
 pub use read::ReadSlice;
 pub use sync::SyncSet;
 

@@ -8,6 +8,11 @@
 //! interval, or a broker that never syncs). Recovery after a crash relies on it to
 //! scan only the last two segments.
 
+#[path = "cleaner/mod.rs"]
+pub(crate) mod cleaner;
+
+pub use cleaner::{CleanReport, CleanerConfig, CleaningPlan, StagedCleaning};
+
 use crate::batch::{self, BatchHeader};
 use crate::config::{APPEND_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};
 use crate::recovery;
@@ -17,6 +22,7 @@ use crate::{LogConfig, LogError, Offset, ReadSlice, SyncSet};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// What an append wrote.
@@ -69,6 +75,11 @@ pub struct Log {
     refused_appends: u64,
     /// Base offsets of segments marked for repair since the log was opened.
     repair: BTreeSet<i64>,
+    /// Where the log cleaner's next pass starts reading keys: the segments before it
+    /// were cleaned since the log was opened (`cleaner/mod.rs`).
+    first_dirty_offset: i64,
+    /// Set while a cleaning pass is planned and not yet installed or dropped.
+    cleaner_busy: Arc<AtomicBool>,
 }
 
 impl Log {
@@ -102,6 +113,8 @@ impl Log {
             poisoned: false,
             refused_appends: 0,
             repair: BTreeSet::new(),
+            first_dirty_offset: report.log_start_offset.value(),
+            cleaner_busy: Arc::new(AtomicBool::new(false)),
         };
         Ok((log, report))
     }

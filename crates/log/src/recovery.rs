@@ -15,6 +15,10 @@
 //! A segment with a `.repair` marker (left by a read that found a damaged batch in it,
 //! or by an operator) is scanned in full whatever the shutdown was: it is truncated
 //! before its first invalid batch, its indexes are rebuilt, and the marker is removed.
+//!
+//! First of all, a swap of cleaned segments that a crash interrupted is finished or
+//! forgotten (`log/cleaner/swap.rs`): the cleaner's staging directory is deleted, and
+//! each committed `.swap` file replaces the segments it covers.
 
 use crate::segment::{
     self, LoadOptions, Segment, SegmentPaths, INDEX_SUFFIX, LOG_SUFFIX, REPAIR_SUFFIX,
@@ -42,6 +46,9 @@ pub(crate) struct Recovered {
 pub(crate) fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> Result<Recovered, LogError> {
     create_dir_durably(dir)?;
     let dir_file = Arc::new(File::open(dir).map_err(LogError::io("open directory", dir))?);
+    // Before the segments are listed: a cleaning swap interrupted by a crash is
+    // finished, so that the list holds either the old segments or the cleaned one.
+    crate::log::cleaner::finish_interrupted_swaps(dir, &dir_file)?;
     let marker = dir.join(CLEAN_SHUTDOWN_FILE);
     let marked = marker
         .try_exists()
@@ -207,7 +214,7 @@ fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
 }
 
 /// `<20 digits>.<suffix>` into the base offset and suffix.
-fn parse_file_name(name: &str) -> Option<(i64, &str)> {
+pub(crate) fn parse_file_name(name: &str) -> Option<(i64, &str)> {
     let (stem, suffix) = name.split_once('.')?;
     if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
         return None;

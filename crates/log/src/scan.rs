@@ -1,6 +1,7 @@
 //! Walking the batches of a segment file with positional reads, in bounded chunks.
 //! Used by recovery (full scans with CRC checks, tail checks), by timestamp lookups,
-//! and nowhere on the append or fetch path. Holds no state between calls.
+//! by the cleaner of compacted topics (which also sees each batch's bytes), and
+//! nowhere on the append or fetch path. Holds no state between calls.
 
 use crate::batch::{self, BatchError, BatchHeader, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES};
 use std::fs::File;
@@ -70,6 +71,20 @@ pub(crate) fn walk(
     options: WalkOptions,
     mut visit: impl FnMut(u64, &BatchHeader) -> ControlFlow<()>,
 ) -> io::Result<Walked> {
+    walk_batches(file, from, to, options, |position, header, _| {
+        visit(position, header)
+    })
+}
+
+/// [`walk`], with each batch's bytes: the visitor sees one batch at a time, and at
+/// most `chunk_bytes` (or one batch, when larger) are held in memory.
+pub(crate) fn walk_batches(
+    file: &File,
+    from: u64,
+    to: u64,
+    options: WalkOptions,
+    mut visit: impl FnMut(u64, &BatchHeader, &[u8]) -> ControlFlow<()>,
+) -> io::Result<Walked> {
     let mut window = Window {
         bytes: Vec::new(),
         start: from,
@@ -82,7 +97,8 @@ pub(crate) fn walk(
             Ok(next) => next,
             Err(end) => return stop(end),
         };
-        if visit(position, &header).is_break() {
+        let bytes = &window.from(position)[..total];
+        if visit(position, &header, bytes).is_break() {
             return stop(WalkEnd::Stopped);
         }
         position += total as u64;

@@ -5,7 +5,8 @@
 //! Lifecycle: created empty by a roll (or by opening an empty directory) or loaded
 //! at open (`segment_load.rs`); appended to while it is the active segment (only then
 //! are its index files open for writing); sealed by the next roll; deleted by
-//! retention. A `Segment` is owned by the `Log` and used under its lock; only its
+//! retention, or replaced by the log cleaner's rewrite of it (written as a new segment
+//! in the cleaner's staging directory, sealed, and moved in). A `Segment` is owned by the `Log` and used under its lock; only its
 //! `Arc<File>` handles escape, to sync sets and read slices.
 //!
 //! Failed writes are undone: an append, a seal or a create that fails part-way (most

@@ -3,11 +3,15 @@
 //! - Adopt: read both index files, sanity-check them, and walk the batch headers from
 //!   the last offset-index entry to the end of the `.log` (at most about
 //!   `index_interval_bytes` plus one batch). The walk must end exactly at the end of
-//!   the file with dense offsets, and the time index must not point past the end.
-//! - Scan: read the whole `.log`, validating every batch (lengths, CRC-32C, dense
-//!   offsets starting at the base offset), truncate the file at the first batch that
+//!   the file with increasing offsets, and the time index must not point past the end.
+//! - Scan: read the whole `.log`, validating every batch (lengths, CRC-32C, offsets
+//!   increasing from the base offset), truncate the file at the first batch that
 //!   fails, and rebuild both indexes from the scan. Index files whose contents differ
 //!   from the rebuilt ones are rewritten and synced.
+//!
+//! Offsets increase but need not be dense: the log cleaner of compacted topics removes
+//! whole batches, so a cleaned segment has gaps between its batches. Appends are still
+//! dense; a batch that goes backwards, or repeats an offset, ends the segment.
 //!
 //! Recovery scans the segments that may hold bytes that never reached the disk (the
 //! last two after a crash) and any segment that cannot be adopted.
@@ -45,7 +49,7 @@ pub(crate) struct LoadReport {
 /// Indexes a segment's batches during a full scan.
 struct Rebuilder {
     base_offset: i64,
-    /// The base offset the next batch must have.
+    /// The lowest base offset the next batch may have (the previous batch's end).
     expected_offset: i64,
     index_interval_bytes: u32,
     cursor: IndexCursor,
@@ -55,7 +59,7 @@ struct Rebuilder {
 
 impl Rebuilder {
     /// Indexes a valid batch, or stops at one that does not belong: its offset does
-    /// not follow the previous batch, or it lies where index entries cannot point.
+    /// not come after the previous batch, or it lies where index entries cannot point.
     fn visit(&mut self, position: u64, header: &BatchHeader) -> ControlFlow<()> {
         let size_bytes = header.total_bytes() as u64;
         let relative_offset = relative(self.base_offset, header.base_offset);
@@ -65,7 +69,7 @@ impl Rebuilder {
         let (Some(relative_offset), Some(position)) = (relative_offset, position) else {
             return ControlFlow::Break(());
         };
-        if header.base_offset != self.expected_offset {
+        if header.base_offset < self.expected_offset {
             return ControlFlow::Break(());
         }
         let place = BatchPlace {
@@ -147,7 +151,7 @@ impl Segment {
             self.size_bytes,
             options,
             |_, header| match relative(base, header.base_offset) {
-                Some(rel) if header.base_offset == expected && header.last_offset_delta >= 0 => {
+                Some(rel) if header.base_offset >= expected && header.last_offset_delta >= 0 => {
                     expected = header.last_offset() + 1;
                     cursor.note(rel, header.max_timestamp);
                     ControlFlow::Continue(())

@@ -1,6 +1,7 @@
 //! Test helpers: encoding valid v2 record batches (the log never decodes records,
-//! but the CRC-32C must be right for recovery to keep a batch) and a small seeded
-//! random number generator, so randomized tests can print and replay their seed.
+//! but the CRC-32C must be right for recovery to keep a batch), keyed batches built and
+//! read back by a third-party codec (for compaction), and a small seeded random number
+//! generator, so randomized tests can print and replay their seed.
 
 use crate::batch;
 
@@ -97,3 +98,65 @@ pub(crate) fn seed(test: &str) -> u64 {
     println!("{test}: seed {seed} (replay with HEADWAY_TEST_SEED={seed})");
     seed
 }
+
+/// A record for [`encoded_batch`]: key, value (`None`: a tombstone), timestamp.
+pub(crate) type TestRecord = (Option<String>, Option<String>, i64);
+
+/// One v2 batch at `base_offset`, one record per [`TestRecord`], built by a third-party
+/// encoder (kafka-protocol), from the producer `(id, epoch, first sequence)`.
+pub(crate) fn encoded_batch(
+    compression: kafka_protocol::records::Compression,
+    base_offset: i64,
+    records: &[TestRecord],
+    producer: (i64, i16, i32),
+) -> Vec<u8> {
+    use kafka_protocol::records::{Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+    let records: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (key, value, timestamp))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: producer.0,
+            producer_epoch: producer.1,
+            timestamp_type: TimestampType::Creation,
+            offset: base_offset + i as i64,
+            // One batch: the encoder starts a new one where offset - sequence changes.
+            sequence: producer.2 + i as i32,
+            timestamp: *timestamp,
+            key: key.clone().map(bytes::Bytes::from),
+            value: value.clone().map(bytes::Bytes::from),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut out = bytes::BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression,
+    };
+    RecordBatchEncoder::encode(&mut out, &records, &options).expect("encode");
+    out.to_vec()
+}
+
+/// The batch's records as a third-party decoder reads them: (offset, key, value).
+pub(crate) fn decoded(batch: &[u8]) -> Vec<(i64, Option<String>, Option<String>)> {
+    let mut buf = bytes::Bytes::copy_from_slice(batch);
+    let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf).expect("decodes");
+    let text =
+        |b: &Option<bytes::Bytes>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
+    set.records
+        .iter()
+        .map(|r| (r.offset, text(&r.key), text(&r.value)))
+        .collect()
+}
+
+/// Every compression codec a v2 batch can use.
+pub(crate) const CODECS: [kafka_protocol::records::Compression; 5] = [
+    kafka_protocol::records::Compression::None,
+    kafka_protocol::records::Compression::Gzip,
+    kafka_protocol::records::Compression::Snappy,
+    kafka_protocol::records::Compression::Lz4,
+    kafka_protocol::records::Compression::Zstd,
+];

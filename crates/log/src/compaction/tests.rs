@@ -1,61 +1,22 @@
 use super::*;
 use crate::batch::validate;
-use bytes::Bytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
-
-const CODECS: [Compression; 5] = [
-    Compression::None,
-    Compression::Gzip,
-    Compression::Snappy,
-    Compression::Lz4,
-    Compression::Zstd,
-];
+use crate::testutil::{decoded, encoded_batch, TestRecord, CODECS};
+use kafka_protocol::records::Compression;
 
 /// One record as a test writes it: key, value (None: a tombstone), timestamp.
 type Spec<'a> = (Option<&'a str>, Option<&'a str>, i64);
 
-/// A batch at `base_offset` built by a third-party encoder, one record per spec.
+/// A batch at `base_offset` built by a third-party encoder, one record per spec, from
+/// producer 7 (epoch 1); each value is its spec's repeated 40 times.
 fn batch(compression: Compression, base_offset: i64, specs: &[Spec]) -> Vec<u8> {
-    let records: Vec<Record> = specs
+    let records: Vec<TestRecord> = specs
         .iter()
-        .enumerate()
-        .map(|(i, (key, value, timestamp))| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: 7,
-            producer_epoch: 1,
-            timestamp_type: TimestampType::Creation,
-            offset: base_offset + i as i64,
-            // One batch: the encoder starts a new one where offset - sequence changes.
-            sequence: i as i32,
-            timestamp: *timestamp,
-            key: key.map(|k| Bytes::from(k.to_string())),
-            value: value.map(|v| Bytes::from(v.repeat(40))),
-            headers: Default::default(),
+        .map(|(key, value, timestamp)| {
+            let value = value.map(|v| v.repeat(40));
+            (key.map(str::to_string), value, *timestamp)
         })
         .collect();
-    let mut out = bytes::BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression,
-    };
-    RecordBatchEncoder::encode(&mut out, &records, &options).expect("encode");
-    out.to_vec()
-}
-
-/// The batch's records as a third-party decoder reads them: (offset, key, value).
-fn decoded(batch: &[u8]) -> Vec<(i64, Option<String>, Option<String>)> {
-    let mut buf = Bytes::copy_from_slice(batch);
-    let set = RecordBatchDecoder::decode(&mut buf).expect("decodes");
-    let text = |b: &Option<Bytes>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
-    set.records
-        .iter()
-        .map(|r| (r.offset, text(&r.key), text(&r.value)))
-        .collect()
+    encoded_batch(compression, base_offset, &records, (7, 1, 0))
 }
 
 fn specs() -> Vec<Spec<'static>> {
