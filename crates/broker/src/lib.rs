@@ -48,7 +48,7 @@ pub use config::{BrokerConfig, FlushPolicy, SyncScope, TopicConfig};
 pub use disk::{DiskSnapshot, DiskSpace};
 pub use durability::SyncCounters;
 pub use error::BrokerError;
-pub use headway_log::{BatchError, Offset};
+pub use headway_log::{BatchError, BatchHeader, Offset};
 pub use partition::{Appended, Partition, PartitionHealth, PartitionIndex, ReadResult};
 pub use registry::Broker;
 pub use topic::{validate_topic_name, Topic};

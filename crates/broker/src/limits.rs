@@ -77,6 +77,10 @@ pub const CONNECTIONS_MAX_DEFAULT: usize = 10_000;
 /// first; this one holds when that budget is configured larger.
 pub const FETCH_RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
 
+/// Reads one partition's fetch makes past batches the log cleaner emptied before it
+/// answers with what it has (each read is at most one segment).
+pub const FETCH_EMPTY_BATCH_READS_MAX: usize = 64;
+
 /// Longest a fetch may wait for `min_bytes` (clients default to 500 ms).
 /// A larger `max_wait_ms` is clamped, so a waiter never lingers for minutes.
 pub const FETCH_WAIT_MS_MAX: u64 = 30_000;

@@ -22,7 +22,7 @@ use crate::outbound::Reservation;
 use crate::stats::Connection;
 use bytes::Bytes;
 use headway_broker::timings;
-use headway_broker::{limits, BrokerError, Offset, Partition};
+use headway_broker::{limits, BatchHeader, BrokerError, Offset, Partition};
 use headway_protocol::kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, PartitionData,
 };
@@ -255,9 +255,26 @@ async fn read_one(
     // The connection's fair share of the read threads, taken around the read whether
     // the cache serves it or the threads do.
     let turn = conn.read_turn().await;
-    let read = partition
-        .read_via(wanted.offset, wanted.max_bytes.min(remaining), &conn.reads)
+    let max_bytes = wanted.max_bytes.min(remaining);
+    let mut read = partition
+        .read_via(wanted.offset, max_bytes, &conn.reads)
         .await;
+    // Batches the log cleaner emptied (kept for their offsets) hold no records; a
+    // response of nothing else looks to some clients (librdkafka) like a record too
+    // large to fetch, so the read moves on past them, as far as the high watermark.
+    for _ in 0..limits::FETCH_EMPTY_BATCH_READS_MAX {
+        let Some(next) = read
+            .as_ref()
+            .ok()
+            .and_then(|r| past_empty_batches(&r.records))
+        else {
+            break;
+        };
+        if next >= partition.high_watermark() {
+            break;
+        }
+        read = partition.read_via(next, max_bytes, &conn.reads).await;
+    }
     drop(turn);
     match read {
         Ok(read) => {
@@ -282,6 +299,22 @@ async fn read_one(
         ),
         Err(e) => (error_data(base, &e), false),
     }
+}
+
+/// The offset after `records` when they are batches without a single record (and at
+/// least one batch); `None` when any batch holds a record or the bytes do not parse.
+fn past_empty_batches(records: &[u8]) -> Option<Offset> {
+    let mut rest = records;
+    let mut next = None;
+    while !rest.is_empty() {
+        let header = BatchHeader::parse(rest).ok()?;
+        if header.records_count != 0 || header.total_bytes() > rest.len() {
+            return None;
+        }
+        next = Some(Offset::new(header.last_offset() + 1));
+        rest = &rest[header.total_bytes()..];
+    }
+    next
 }
 
 fn offsets(base: PartitionData, partition: &Partition) -> PartitionData {
