@@ -338,7 +338,7 @@ async fn replay(log: &Partition, groups: &mut Groups) -> Result<usize, BrokerErr
         let sets = RecordBatchDecoder::decode_all(&mut data)
             .map_err(|e| BrokerError::Storage(format!("offsets log batch at {offset}: {e}")))?;
         for record in sets.into_iter().flat_map(|s| s.records) {
-            offset = Offset(record.offset + 1);
+            offset = Offset::new(record.offset + 1);
             count += 1;
             let Some(r) = OffsetRecord::decode(record.key, record.value) else {
                 tracing::warn!(

@@ -511,7 +511,7 @@ impl Partition {
     }
 
     pub fn log_start_offset(&self) -> Offset {
-        Offset(self.log_start_offset.load(Ordering::Acquire))
+        Offset::new(self.log_start_offset.load(Ordering::Acquire))
     }
 
     pub fn log_end_offset(&self) -> Result<Offset, BrokerError> {
@@ -660,7 +660,7 @@ impl Partition {
     /// Brings the state's high watermark up to what flushers published. Under the
     /// mutex.
     fn take_in_synced(&self, state: &mut PartitionState) {
-        let synced = Offset(self.synced_to.load(Ordering::Acquire));
+        let synced = Offset::new(self.synced_to.load(Ordering::Acquire));
         self.durable_to(state, synced);
     }
 

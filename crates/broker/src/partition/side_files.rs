@@ -31,7 +31,7 @@ pub(super) fn load_producer_states(
         .and_then(|b| ProducerStates::decode(&b))
     {
         Some((states, at)) if at <= end.value() => {
-            (states, Offset(at.max(log.log_start_offset().value())))
+            (states, Offset::new(at.max(log.log_start_offset().value())))
         }
         _ => (ProducerStates::default(), log.log_start_offset()),
     };
@@ -63,7 +63,7 @@ pub(super) fn load_producer_states(
             if header.last_offset() >= offset.value() {
                 states.record(&header, header.base_offset, header.max_timestamp);
             }
-            offset = Offset(header.last_offset() + 1);
+            offset = Offset::new(header.last_offset() + 1);
         }
     }
     Ok(states)

@@ -55,7 +55,7 @@ impl DeleteRecordsTo {
     pub fn from_wire(offset: i64) -> DeleteRecordsTo {
         match offset {
             -1 => DeleteRecordsTo::HighWatermark,
-            offset => DeleteRecordsTo::Offset(Offset(offset)),
+            offset => DeleteRecordsTo::Offset(Offset::new(offset)),
         }
     }
 }
@@ -118,7 +118,7 @@ impl PartitionState {
             .unwrap_or(0)
             .clamp(log_start_offset.value(), log_end_offset.value());
         PartitionState {
-            log_start_offset: Offset(start),
+            log_start_offset: Offset::new(start),
             high_watermark: log_end_offset,
             log_end_offset,
             producers,
@@ -151,8 +151,8 @@ impl PartitionState {
             if let SequenceCheck::Duplicate { base_offset } = self.producers.check(header)? {
                 let end = base_offset + i64::from(header.last_offset_delta) + 1;
                 return Ok(AppendPlan::Duplicate {
-                    base_offset: Offset(base_offset),
-                    log_end_offset: Offset(end),
+                    base_offset: Offset::new(base_offset),
+                    log_end_offset: Offset::new(end),
                 });
             }
         }

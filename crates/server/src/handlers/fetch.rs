@@ -118,7 +118,7 @@ fn resolve(
         .into_iter()
         .map(|p| Wanted {
             index: p.partition,
-            offset: Offset(p.fetch_offset),
+            offset: Offset::new(p.fetch_offset),
             max_bytes: p.partition_max_bytes.max(0) as usize,
             partition: match &name {
                 Some(name) => ctx.broker.partition(name, p.partition),
