@@ -3,7 +3,7 @@
 //! and never decide an outcome by how long something took.
 
 use super::*;
-use crate::partition::Partition;
+use crate::partition::{DeleteRecordsTo, Partition};
 use crate::{Broker, BrokerConfig, BrokerError, FlushPolicy, PartitionIndex};
 use headway_log::LogConfig;
 use std::collections::BTreeMap;
@@ -82,7 +82,7 @@ async fn nothing_is_acknowledged_before_the_shared_round_syncs_it() {
         let (p, _) = Partition::open(
             dir.path().join(i.to_string()),
             "t".into(),
-            PartitionIndex(i),
+            PartitionIndex::new(i),
             LogConfig::default(),
             FlushPolicy::Sync,
         )
@@ -243,7 +243,7 @@ fn lone_partition(dir: &tempfile::TempDir, flush: FlushPolicy) -> Arc<Partition>
     let (p, _) = Partition::open(
         dir.path().join("0"),
         "t".into(),
-        PartitionIndex(0),
+        PartitionIndex::new(0),
         LogConfig::default(),
         flush,
     )
@@ -353,7 +353,10 @@ async fn delete_records_at_once_leave_the_largest_start_on_disk() {
             .iter()
             .map(|&t| {
                 let p = Arc::clone(&p);
-                std::thread::spawn(move || p.delete_records(t).unwrap())
+                std::thread::spawn(move || {
+                    let to = DeleteRecordsTo::Offset(Offset::new(t));
+                    p.delete_records(to).unwrap()
+                })
             })
             .collect();
         for call in calls {

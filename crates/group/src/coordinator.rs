@@ -87,7 +87,7 @@ impl GroupCoordinator {
             Partition::open(
                 dir,
                 Arc::from("__consumer_offsets"),
-                PartitionIndex(0),
+                PartitionIndex::new(0),
                 log_config,
                 flush,
             )

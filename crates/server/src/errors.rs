@@ -105,7 +105,7 @@ mod tests {
         };
         let corrupt = BrokerError::CorruptData {
             topic: "t".into(),
-            partition: 0,
+            partition: headway_broker::PartitionIndex::new(0),
             offset: headway_broker::Offset::new(7),
             detail: "crc".into(),
         };

@@ -5,6 +5,7 @@
 use super::*;
 use crate::producer_state::tests::header;
 use crate::producer_state::BATCHES_PER_PRODUCER;
+use crate::ProducerId;
 use std::collections::{BTreeMap, VecDeque};
 
 fn empty() -> PartitionState {
@@ -21,12 +22,7 @@ fn write(state: &mut PartitionState, batch: Option<&BatchHeader>, records: i64, 
     let AppendPlan::Write { base_offset } = state.plan_append(batch).unwrap() else {
         panic!("expected a write");
     };
-    state.appended(
-        batch,
-        base_offset,
-        Offset::new(base_offset.value() + records),
-        now_ms,
-    );
+    state.appended(batch, base_offset, base_offset.plus(records), now_ms);
 }
 
 #[test]
@@ -34,7 +30,7 @@ fn a_recovered_log_is_durable_to_its_end_and_keeps_a_stored_start_within_it() {
     let s = PartitionState::recovered(
         Offset::new(10),
         Offset::new(50),
-        Some(30),
+        Some(Offset::new(30)),
         ProducerStates::default(),
     );
     assert_eq!(
@@ -44,14 +40,14 @@ fn a_recovered_log_is_durable_to_its_end_and_keeps_a_stored_start_within_it() {
     let below = PartitionState::recovered(
         Offset::new(10),
         Offset::new(50),
-        Some(3),
+        Some(Offset::new(3)),
         Default::default(),
     );
     assert_eq!(below.log_start_offset(), Offset::new(10));
     let past = PartitionState::recovered(
         Offset::new(10),
         Offset::new(50),
-        Some(90),
+        Some(Offset::new(90)),
         Default::default(),
     );
     assert_eq!(past.log_start_offset(), Offset::new(50));
@@ -176,7 +172,10 @@ fn idle_producers_expire_with_the_time_passed_in() {
     write(&mut s, Some(&header(1, 0, 0, 1)), 1, 1_000);
     write(&mut s, Some(&header(2, 0, 0, 1)), 1, 5_000);
     assert_eq!(s.expire_producers(6_000, 2_000), 1);
-    assert!(s.producers().get(1).is_none() && s.producers().get(2).is_some());
+    assert!(
+        s.producers().get(ProducerId::new(1)).is_none()
+            && s.producers().get(ProducerId::new(2)).is_some()
+    );
 }
 
 /// One idempotent producer as a client sees it: its epoch, next sequence and the
@@ -221,7 +220,7 @@ fn random_operations_keep_the_invariants() {
             0..=24 => {
                 let records = rng.i64(1..20);
                 write(&mut s, None, records, now_ms);
-                log_end = Offset::new(log_end.value() + records);
+                log_end = log_end.plus(records);
             }
             25..=49 => {
                 let id = rng.i64(0..4);
@@ -238,7 +237,7 @@ fn random_operations_keep_the_invariants() {
                     },
                     "step {step}"
                 );
-                let end = Offset::new(log_end.value() + i64::from(records));
+                let end = log_end.plus(i64::from(records));
                 s.appended(Some(&h), log_end, end, now_ms);
                 client.sent.push_back((h, log_end, end));
                 if client.sent.len() > BATCHES_PER_PRODUCER {
@@ -316,7 +315,7 @@ fn random_operations_keep_the_invariants() {
                 s.expire_producers(now_ms, idle_ms);
                 // A client whose state expired starts over, as after UNKNOWN_PRODUCER_ID.
                 for (id, client) in clients.iter_mut() {
-                    if s.producers().get(*id).is_none() {
+                    if s.producers().get(ProducerId::new(*id)).is_none() {
                         *client = Client::default();
                     }
                 }

@@ -83,7 +83,7 @@ async fn requested_topic(
             .topic(&name)
             .ok_or(BrokerError::UnknownTopicOrPartition {
                 topic: name.to_string(),
-                partition: -1,
+                partition: None,
             })
     };
     match found {
@@ -111,7 +111,7 @@ fn topic_metadata(node_id: i32, topic: &Topic) -> MetadataResponseTopic {
         .iter()
         .map(|p| {
             MetadataResponsePartition::default()
-                .with_partition_index(p.index().0)
+                .with_partition_index(p.index().value())
                 .with_leader_id(node)
                 .with_leader_epoch(0)
                 .with_replica_nodes(vec![node])
