@@ -210,7 +210,7 @@ impl LogCleaner {
     }
 
     fn with_stats(&self, c: &Cleanable, f: impl FnOnce(&mut PartitionCleaning)) {
-        let key = (c.topic.clone(), c.partition.index().0);
+        let key = (c.topic.clone(), c.partition.index().value());
         f(self
             .stats
             .lock()
@@ -221,7 +221,7 @@ impl LogCleaner {
 
     /// One pass over `c`; whether it ran (false: nothing to plan, or it failed).
     fn pass(&self, c: &Cleanable) -> bool {
-        let index = c.partition.index().0;
+        let index = c.partition.index().value();
         let now_ms = crate::now_ms();
         let plan = match c.partition.plan_cleaning(&c.config, now_ms) {
             Ok(Some(plan)) => plan,

@@ -3,7 +3,7 @@
 //! have generous bounds and never decide an outcome by how long something took.
 
 use super::*;
-use crate::{Broker, BrokerConfig, Offset};
+use crate::{Broker, BrokerConfig, Offset, PartitionIndex};
 use bytes::Bytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -99,7 +99,7 @@ async fn a_round_cleans_compacted_partitions_and_keeps_each_keys_latest_record()
     assert_eq!(compacted[0].topic, "table");
 
     // 400 updates of 10 keys, in segments of about 1 KiB.
-    let p = broker.partition("table", 0).unwrap();
+    let p = broker.partition("table", PartitionIndex::new(0)).unwrap();
     let mut latest = BTreeMap::new();
     let mut end = Offset::new(0);
     for i in 0..400 {
@@ -164,7 +164,7 @@ async fn a_partition_under_its_dirty_ratio_is_left_alone() {
     let mut config = settings("compact");
     config.insert("min.cleanable.dirty.ratio".into(), "1.0".into());
     broker.create_topic("lazy", Some(1), config).await.unwrap();
-    let p = broker.partition("lazy", 0).unwrap();
+    let p = broker.partition("lazy", PartitionIndex::new(0)).unwrap();
     let mut end = Offset::new(0);
     for i in 0..50 {
         end = p

@@ -1,11 +1,16 @@
+use crate::PartitionIndex;
 use headway_log::{BatchError, LogError, Offset};
 
 /// Expected failures of broker operations. The server maps each variant to a Kafka
 /// error code in exactly one place (`headway_server::errors`).
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
-    #[error("unknown topic or partition {topic}/{partition}")]
-    UnknownTopicOrPartition { topic: String, partition: i32 },
+    /// `partition` is `None` when the topic itself is unknown (shown as Kafka's -1).
+    #[error("unknown topic or partition {topic}/{}", .partition.map_or(-1, PartitionIndex::value))]
+    UnknownTopicOrPartition {
+        topic: String,
+        partition: Option<PartitionIndex>,
+    },
     #[error("unknown topic id {0}")]
     UnknownTopicId(uuid::Uuid),
     #[error("invalid topic name {name:?}: {reason}")]
@@ -44,7 +49,7 @@ pub enum BrokerError {
     )]
     KeylessRecords {
         topic: String,
-        partition: i32,
+        partition: PartitionIndex,
         keyless: headway_log::records::Keyless,
     },
     #[error("offset {offset} out of range [{log_start_offset}, {high_watermark}]")]
@@ -70,12 +75,15 @@ pub enum BrokerError {
     #[error("{topic}/{partition}: stored record batch at offset {offset} is corrupt ({detail}); the segment is marked for repair")]
     CorruptData {
         topic: String,
-        partition: i32,
+        partition: PartitionIndex,
         offset: Offset,
         detail: String,
     },
     #[error("partition {topic}/{partition} is shutting down")]
-    ShuttingDown { topic: String, partition: i32 },
+    ShuttingDown {
+        topic: String,
+        partition: PartitionIndex,
+    },
 }
 
 impl BrokerError {

@@ -3,7 +3,7 @@
 //! and never decide an outcome by how long something took.
 
 use super::*;
-use crate::partition::Partition;
+use crate::partition::{DeleteRecordsTo, Partition};
 use crate::{Broker, BrokerConfig, BrokerError, FlushPolicy, PartitionIndex};
 use headway_log::LogConfig;
 use std::collections::BTreeMap;
@@ -82,7 +82,7 @@ async fn nothing_is_acknowledged_before_the_shared_round_syncs_it() {
         let (p, _) = Partition::open(
             dir.path().join(i.to_string()),
             "t".into(),
-            PartitionIndex(i),
+            PartitionIndex::new(i),
             LogConfig::default(),
             FlushPolicy::Sync,
         )
@@ -97,16 +97,16 @@ async fn nothing_is_acknowledged_before_the_shared_round_syncs_it() {
         // consumers see) has not moved.
         p.append(&batch(2, b"w"), MAX).unwrap();
         assert!(p.queued.load(Ordering::Acquire));
-        assert_eq!(p.high_watermark(), Offset(0));
+        assert_eq!(p.high_watermark(), Offset::new(0));
     }
     assert_eq!(flusher.queue.lock().unwrap().len(), 3);
     flusher.start();
     for p in &partitions {
-        durable(p, Offset(7)).await.unwrap();
-        assert_eq!(p.high_watermark(), Offset(7));
+        durable(p, Offset::new(7)).await.unwrap();
+        assert_eq!(p.high_watermark(), Offset::new(7));
         assert_eq!(p.high_watermark(), p.log_end_offset().unwrap());
     }
-    assert!(ends.iter().all(|e| *e == Offset(5)));
+    assert!(ends.iter().all(|e| *e == Offset::new(5)));
     flusher.stop();
 }
 
@@ -123,7 +123,7 @@ async fn produce_to_many_partitions_is_acknowledged(scope: SyncScope) {
     for round in 1..=3i64 {
         let waits = topic.partitions().iter().map(|p| {
             let end = p.append(&batch(4, b"record"), MAX).unwrap().log_end_offset;
-            assert_eq!(end, Offset(4 * round));
+            assert_eq!(end, Offset::new(4 * round));
             async move { durable(p, end).await }
         });
         for outcome in futures::future::join_all(waits).await {
@@ -131,7 +131,7 @@ async fn produce_to_many_partitions_is_acknowledged(scope: SyncScope) {
         }
     }
     for p in topic.partitions() {
-        assert_eq!(p.high_watermark(), Offset(12));
+        assert_eq!(p.high_watermark(), Offset::new(12));
     }
     let (rounds, syncs) = broker.sync_counters().snapshot();
     assert!(rounds >= 1 && syncs >= 1);
@@ -141,7 +141,7 @@ async fn produce_to_many_partitions_is_acknowledged(scope: SyncScope) {
     let broker = self::broker(&dir, scope).await;
     let topic = broker.topic("many").unwrap();
     for p in topic.partitions() {
-        assert_eq!(p.high_watermark(), Offset(12));
+        assert_eq!(p.high_watermark(), Offset::new(12));
     }
     broker.shutdown().await;
 }
@@ -184,7 +184,7 @@ async fn a_failed_sync_poisons_its_partition_and_not_the_others() {
     }
     // Poisoned: nothing above the synced offset was acknowledged, no retry, and no
     // more writes.
-    assert_eq!(bad_p.high_watermark(), Offset(0));
+    assert_eq!(bad_p.high_watermark(), Offset::new(0));
     assert!(bad_p.watch().borrow().failed);
     assert!(bad_p.health().offline, "the failure shows on /metrics");
     assert!(matches!(
@@ -195,7 +195,7 @@ async fn a_failed_sync_poisons_its_partition_and_not_the_others() {
     for p in good.partitions() {
         let end = p.append(&batch(2, b"again"), MAX).unwrap().log_end_offset;
         durable(p, end).await.unwrap();
-        assert_eq!(p.high_watermark(), Offset(5));
+        assert_eq!(p.high_watermark(), Offset::new(5));
         assert!(!p.watch().borrow().failed);
         assert!(!p.health().offline);
     }
@@ -243,7 +243,7 @@ fn lone_partition(dir: &tempfile::TempDir, flush: FlushPolicy) -> Arc<Partition>
     let (p, _) = Partition::open(
         dir.path().join("0"),
         "t".into(),
-        PartitionIndex(0),
+        PartitionIndex::new(0),
         LogConfig::default(),
         flush,
     )
@@ -353,14 +353,17 @@ async fn delete_records_at_once_leave_the_largest_start_on_disk() {
             .iter()
             .map(|&t| {
                 let p = Arc::clone(&p);
-                std::thread::spawn(move || p.delete_records(t).unwrap())
+                std::thread::spawn(move || {
+                    let to = DeleteRecordsTo::Offset(Offset::new(t));
+                    p.delete_records(to).unwrap()
+                })
             })
             .collect();
         for call in calls {
             call.join().unwrap();
         }
         let largest = *targets.iter().max().unwrap();
-        assert_eq!(p.log_start_offset(), Offset(largest), "round {round}");
+        assert_eq!(p.log_start_offset(), Offset::new(largest), "round {round}");
         // The side file holds the start as a big-endian i64.
         let stored = std::fs::read(dir.path().join("0").join("log-start-offset"));
         let stored = i64::from_be_bytes(stored.expect("the side file")[..8].try_into().unwrap());

@@ -20,6 +20,8 @@
 //! - [`read_pool`] runs reads that may wait for the disk on threads of their own, one
 //!   read per connection at a time; reads of cached data skip it (`read_route`
 //!   decides which way a fetch's read goes).
+//! - `ids`: [`PartitionIndex`], [`TopicPartition`], [`ProducerId`] and
+//!   [`ProducerEpoch`], with their wire integers behind named conversions.
 //! - [`DiskSpace`] measures the data directory's free space and refuses produces
 //!   below `disk_free_bytes_min`.
 //! - [`config`] is every setting with its default; [`limits`] is every hard bound.
@@ -34,6 +36,7 @@ mod durability;
 mod durable_file;
 mod error;
 mod flusher;
+mod ids;
 pub mod limits;
 pub mod partition;
 pub mod producer_ids;
@@ -49,7 +52,8 @@ pub use disk::{DiskSnapshot, DiskSpace};
 pub use durability::SyncCounters;
 pub use error::BrokerError;
 pub use headway_log::{BatchError, BatchHeader, Offset};
-pub use partition::{Appended, Partition, PartitionHealth, PartitionIndex, ReadResult};
+pub use ids::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
+pub use partition::{Appended, Partition, PartitionHealth, ReadResult};
 pub use registry::Broker;
 pub use topic::{validate_topic_name, Topic};
 

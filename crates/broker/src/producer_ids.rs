@@ -1,11 +1,11 @@
 //! Producer ids for idempotent producers, unique for the life of the data directory.
 //!
-//! Ids are handed out from blocks of [`BLOCK_SIZE`]: before the first id of a block is
+//! Ids are handed out from blocks of `BLOCK_SIZE` (1000): before the first id of a block is
 //! used, the end of the block is written to `<data_dir>/producer-ids` and synced, so
 //! after any restart or crash allocation resumes past every id that may have been
 //! given out. The file holds one big-endian i64.
 
-use crate::BrokerError;
+use crate::{BrokerError, ProducerId};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -43,14 +43,14 @@ impl ProducerIds {
     }
 
     /// A new producer id. Blocking when a new block must be reserved (an fsync).
-    pub fn allocate(&self) -> Result<i64, BrokerError> {
+    pub fn allocate(&self) -> Result<ProducerId, BrokerError> {
         let mut state = self.state.lock().expect("producer ids lock");
         if state.0 >= state.1 {
             let end = state.1 + BLOCK_SIZE;
             self.persist(end)?;
             state.1 = end;
         }
-        let id = state.0;
+        let id = ProducerId::new(state.0);
         state.0 += 1;
         Ok(id)
     }
@@ -68,13 +68,13 @@ mod tests {
     fn ids_never_repeat_across_restarts() {
         let dir = tempfile::tempdir().unwrap();
         let ids = ProducerIds::open(dir.path()).unwrap();
-        let first: Vec<i64> = (0..3).map(|_| ids.allocate().unwrap()).collect();
+        let first: Vec<i64> = (0..3).map(|_| ids.allocate().unwrap().value()).collect();
         assert_eq!(first, vec![0, 1, 2]);
         drop(ids);
         let again = ProducerIds::open(dir.path()).unwrap();
         assert_eq!(
             again.allocate().unwrap(),
-            BLOCK_SIZE,
+            ProducerId::new(BLOCK_SIZE),
             "a restart skips the whole reserved block"
         );
     }

@@ -13,8 +13,8 @@
 //! with the append, so checking and assigning offsets is one step. It is rebuilt at
 //! start-up from a snapshot written at clean shutdown plus the batches after it.
 
-use crate::limits;
-use headway_log::BatchHeader;
+use crate::{limits, ProducerEpoch, ProducerId};
+use headway_log::{BatchHeader, Offset};
 use std::collections::{HashMap, VecDeque};
 
 /// Batches remembered per producer and partition.
@@ -25,12 +25,12 @@ pub const BATCHES_PER_PRODUCER: usize = 5;
 pub struct BatchMeta {
     pub first_sequence: i32,
     pub last_sequence: i32,
-    pub base_offset: i64,
+    pub base_offset: Offset,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerEntry {
-    pub epoch: i16,
+    pub epoch: ProducerEpoch,
     pub batches: VecDeque<BatchMeta>,
     pub last_append_ms: i64,
 }
@@ -41,27 +41,27 @@ pub enum SequenceCheck {
     /// Append it.
     Append,
     /// It is a retry of a batch already in the log at this offset: answer with it.
-    Duplicate { base_offset: i64 },
+    Duplicate { base_offset: Offset },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SequenceError {
     #[error("producer {producer_id} epoch {epoch} is older than its current epoch {current}")]
     InvalidProducerEpoch {
-        producer_id: i64,
-        epoch: i16,
-        current: i16,
+        producer_id: ProducerId,
+        epoch: ProducerEpoch,
+        current: ProducerEpoch,
     },
     #[error("producer {producer_id}: expected sequence {expected}, got {got}")]
     OutOfOrderSequence {
-        producer_id: i64,
+        producer_id: ProducerId,
         expected: i32,
         got: i32,
     },
     #[error(
         "producer {producer_id} has no state here and its first batch starts at sequence {got}"
     )]
-    UnknownProducerId { producer_id: i64, got: i32 },
+    UnknownProducerId { producer_id: ProducerId, got: i32 },
 }
 
 fn last_sequence(header: &BatchHeader) -> i32 {
@@ -78,14 +78,23 @@ fn next_sequence(sequence: i32) -> i32 {
     }
 }
 
-/// Whether a batch takes part in idempotence.
+/// Whether a batch takes part in idempotence: it names a producer (the header's -1 is
+/// "none") and numbers its records.
 pub fn is_idempotent(header: &BatchHeader) -> bool {
-    header.producer_id >= 0 && header.base_sequence >= 0
+    ProducerId::from_wire(header.producer_id).is_some() && header.base_sequence >= 0
+}
+
+/// The producer id and epoch an idempotent batch's header carries.
+fn producer_of(header: &BatchHeader) -> (ProducerId, ProducerEpoch) {
+    (
+        ProducerId::new(header.producer_id),
+        ProducerEpoch::new(header.producer_epoch),
+    )
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ProducerStates {
-    producers: HashMap<i64, ProducerEntry>,
+    producers: HashMap<ProducerId, ProducerEntry>,
 }
 
 impl ProducerStates {
@@ -97,13 +106,13 @@ impl ProducerStates {
         self.producers.is_empty()
     }
 
-    pub fn get(&self, producer_id: i64) -> Option<&ProducerEntry> {
+    pub fn get(&self, producer_id: ProducerId) -> Option<&ProducerEntry> {
         self.producers.get(&producer_id)
     }
 
     /// Decides what to do with an incoming idempotent batch, without changing anything.
     pub fn check(&self, header: &BatchHeader) -> Result<SequenceCheck, SequenceError> {
-        let producer_id = header.producer_id;
+        let (producer_id, epoch) = producer_of(header);
         let Some(entry) = self.producers.get(&producer_id) else {
             // A new producer starts at 0. A later sequence means its state here was
             // lost (expired); the client resets on UNKNOWN_PRODUCER_ID.
@@ -116,14 +125,14 @@ impl ProducerStates {
                 })
             };
         };
-        if header.producer_epoch < entry.epoch {
+        if epoch < entry.epoch {
             return Err(SequenceError::InvalidProducerEpoch {
                 producer_id,
-                epoch: header.producer_epoch,
+                epoch,
                 current: entry.epoch,
             });
         }
-        if header.producer_epoch > entry.epoch {
+        if epoch > entry.epoch {
             return if header.base_sequence == 0 {
                 Ok(SequenceCheck::Append)
             } else {
@@ -159,20 +168,21 @@ impl ProducerStates {
     }
 
     /// Records a batch that is now in the log at `base_offset`.
-    pub fn record(&mut self, header: &BatchHeader, base_offset: i64, now_ms: i64) {
+    pub fn record(&mut self, header: &BatchHeader, base_offset: Offset, now_ms: i64) {
         if !is_idempotent(header) {
             return;
         }
+        let (producer_id, epoch) = producer_of(header);
         let entry = self
             .producers
-            .entry(header.producer_id)
+            .entry(producer_id)
             .or_insert_with(|| ProducerEntry {
-                epoch: header.producer_epoch,
+                epoch,
                 batches: VecDeque::with_capacity(BATCHES_PER_PRODUCER),
                 last_append_ms: now_ms,
             });
-        if header.producer_epoch != entry.epoch {
-            entry.epoch = header.producer_epoch;
+        if epoch != entry.epoch {
+            entry.epoch = epoch;
             entry.batches.clear();
         }
         if entry.batches.len() == BATCHES_PER_PRODUCER {
@@ -192,7 +202,7 @@ impl ProducerStates {
     fn evict_oldest(&mut self) {
         if let Some((&id, _)) = self.producers.iter().min_by_key(|(_, e)| e.last_append_ms) {
             tracing::warn!(
-                producer_id = id,
+                producer_id = id.value(),
                 "too many producers on one partition: forgetting the idlest"
             );
             self.producers.remove(&id);
@@ -208,23 +218,23 @@ impl ProducerStates {
     }
 
     /// Encodes the table for a snapshot file (see `docs/log-format.md`).
-    pub fn encode(&self, log_end_offset: i64) -> Vec<u8> {
+    pub fn encode(&self, log_end_offset: Offset) -> Vec<u8> {
         let mut out = Vec::with_capacity(16 + self.producers.len() * 64);
         out.extend_from_slice(&SNAPSHOT_MAGIC.to_be_bytes());
-        out.extend_from_slice(&log_end_offset.to_be_bytes());
+        out.extend_from_slice(&log_end_offset.value().to_be_bytes());
         out.extend_from_slice(&(self.producers.len() as u32).to_be_bytes());
-        let mut ids: Vec<&i64> = self.producers.keys().collect();
+        let mut ids: Vec<&ProducerId> = self.producers.keys().collect();
         ids.sort();
         for id in ids {
             let e = &self.producers[id];
-            out.extend_from_slice(&id.to_be_bytes());
-            out.extend_from_slice(&e.epoch.to_be_bytes());
+            out.extend_from_slice(&id.value().to_be_bytes());
+            out.extend_from_slice(&e.epoch.value().to_be_bytes());
             out.extend_from_slice(&e.last_append_ms.to_be_bytes());
             out.push(e.batches.len() as u8);
             for b in &e.batches {
                 out.extend_from_slice(&b.first_sequence.to_be_bytes());
                 out.extend_from_slice(&b.last_sequence.to_be_bytes());
-                out.extend_from_slice(&b.base_offset.to_be_bytes());
+                out.extend_from_slice(&b.base_offset.value().to_be_bytes());
             }
         }
         let crc = crc32c::crc32c(&out);
@@ -234,7 +244,7 @@ impl ProducerStates {
 
     /// Decodes a snapshot: the table and the log end offset it was taken at. `None`
     /// for a damaged or foreign file (the caller then rebuilds from the log).
-    pub fn decode(bytes: &[u8]) -> Option<(ProducerStates, i64)> {
+    pub fn decode(bytes: &[u8]) -> Option<(ProducerStates, Offset)> {
         let (body, crc) = bytes.split_at(bytes.len().checked_sub(4)?);
         if crc32c::crc32c(body) != u32::from_be_bytes(crc.try_into().ok()?) {
             return None;
@@ -243,12 +253,12 @@ impl ProducerStates {
         if r.u32()? != SNAPSHOT_MAGIC {
             return None;
         }
-        let log_end_offset = r.i64()?;
+        let log_end_offset = Offset::new(r.i64()?);
         let count = r.u32()?;
         let mut producers = HashMap::new();
         for _ in 0..count {
-            let id = r.i64()?;
-            let epoch = r.i16()?;
+            let id = ProducerId::new(r.i64()?);
+            let epoch = ProducerEpoch::new(r.i16()?);
             let last_append_ms = r.i64()?;
             let n = r.u8()? as usize;
             let mut batches = VecDeque::with_capacity(n);
@@ -256,7 +266,7 @@ impl ProducerStates {
                 batches.push_back(BatchMeta {
                     first_sequence: r.i32()?,
                     last_sequence: r.i32()?,
-                    base_offset: r.i64()?,
+                    base_offset: Offset::new(r.i64()?),
                 });
             }
             producers.insert(
@@ -334,17 +344,21 @@ pub(crate) mod tests {
         let mut s = ProducerStates::default();
         let b0 = header(7, 0, 0, 3);
         assert_eq!(s.check(&b0), Ok(SequenceCheck::Append));
-        s.record(&b0, 100, 1);
+        s.record(&b0, Offset::new(100), 1);
         let b1 = header(7, 0, 3, 2);
         assert_eq!(s.check(&b1), Ok(SequenceCheck::Append));
-        s.record(&b1, 103, 2);
+        s.record(&b1, Offset::new(103), 2);
         assert_eq!(
             s.check(&b0),
-            Ok(SequenceCheck::Duplicate { base_offset: 100 })
+            Ok(SequenceCheck::Duplicate {
+                base_offset: Offset::new(100)
+            })
         );
         assert_eq!(
             s.check(&b1),
-            Ok(SequenceCheck::Duplicate { base_offset: 103 })
+            Ok(SequenceCheck::Duplicate {
+                base_offset: Offset::new(103)
+            })
         );
         assert!(matches!(
             s.check(&header(7, 0, 9, 1)),
@@ -375,12 +389,15 @@ pub(crate) mod tests {
         for i in 0..7 {
             let h = header(1, 0, i, 1);
             assert_eq!(s.check(&h), Ok(SequenceCheck::Append));
-            s.record(&h, i64::from(i), 0);
+            s.record(&h, Offset::new(i64::from(i)), 0);
         }
-        assert_eq!(s.get(1).unwrap().batches.len(), BATCHES_PER_PRODUCER);
+        let one = ProducerId::new(1);
+        assert_eq!(s.get(one).unwrap().batches.len(), BATCHES_PER_PRODUCER);
         assert_eq!(
             s.check(&header(1, 0, 6, 1)),
-            Ok(SequenceCheck::Duplicate { base_offset: 6 })
+            Ok(SequenceCheck::Duplicate {
+                base_offset: Offset::new(6)
+            })
         );
         assert!(
             s.check(&header(1, 0, 1, 1)).is_err(),
@@ -392,20 +409,21 @@ pub(crate) mod tests {
     fn sequences_wrap_around() {
         let mut s = ProducerStates::default();
         let mut h = header(1, 0, 0, 1);
-        s.record(&h, 0, 0);
+        s.record(&h, Offset::ZERO, 0);
         h.base_sequence = i32::MAX - 1;
         h.last_offset_delta = 1;
+        let one = ProducerId::new(1);
         s.producers
-            .get_mut(&1)
+            .get_mut(&one)
             .unwrap()
             .batches
             .back_mut()
             .unwrap()
             .last_sequence = i32::MAX - 2;
         assert_eq!(s.check(&h), Ok(SequenceCheck::Append));
-        s.record(&h, 1, 0);
+        s.record(&h, Offset::new(1), 0);
         assert_eq!(
-            s.get(1).unwrap().batches.back().unwrap().last_sequence,
+            s.get(one).unwrap().batches.back().unwrap().last_sequence,
             i32::MAX
         );
         assert_eq!(s.check(&header(1, 0, 0, 1)), Ok(SequenceCheck::Append));
@@ -414,10 +432,13 @@ pub(crate) mod tests {
     #[test]
     fn snapshots_round_trip_and_damage_is_detected() {
         let mut s = ProducerStates::default();
-        s.record(&header(3, 2, 0, 4), 10, 5);
-        s.record(&header(4, 0, 0, 1), 14, 6);
-        let bytes = s.encode(15);
-        assert_eq!(ProducerStates::decode(&bytes), Some((s.clone(), 15)));
+        s.record(&header(3, 2, 0, 4), Offset::new(10), 5);
+        s.record(&header(4, 0, 0, 1), Offset::new(14), 6);
+        let bytes = s.encode(Offset::new(15));
+        assert_eq!(
+            ProducerStates::decode(&bytes),
+            Some((s.clone(), Offset::new(15)))
+        );
         let mut damaged = bytes.clone();
         damaged[10] ^= 1;
         assert_eq!(ProducerStates::decode(&damaged), None);
@@ -427,9 +448,9 @@ pub(crate) mod tests {
     #[test]
     fn idle_producers_expire() {
         let mut s = ProducerStates::default();
-        s.record(&header(1, 0, 0, 1), 0, 1_000);
-        s.record(&header(2, 0, 0, 1), 1, 5_000);
+        s.record(&header(1, 0, 0, 1), Offset::ZERO, 1_000);
+        s.record(&header(2, 0, 0, 1), Offset::new(1), 5_000);
         assert_eq!(s.expire(6_000, 2_000), 1);
-        assert!(s.get(1).is_none() && s.get(2).is_some());
+        assert!(s.get(ProducerId::new(1)).is_none() && s.get(ProducerId::new(2)).is_some());
     }
 }

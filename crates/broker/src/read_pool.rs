@@ -2,8 +2,8 @@
 //! from the runtime's blocking pool where the flushers' syncs run, so a burst of cold
 //! reads can neither hold back acknowledgements nor grow the thread count.
 //!
-//! Fair share: a fetch takes one of its connection's [`ReadShare`] permits before it
-//! queues a read and keeps it until the read is done. With one permit per connection
+//! Fair share: a fetch takes one of its connection's share permits before it queues a
+//! read and keeps it until the read is done (the server's `Connection::read_turn`). With one permit per connection
 //! (the default), a connection has at most one read queued or running, so the queue,
 //! which is first in first out, serves waiting connections in turn: a catch-up reader
 //! that wants the disk for minutes gets one read at a time, like everybody else. The
@@ -33,7 +33,7 @@ use crate::bulk_budget::BulkBudget;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::oneshot;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -69,15 +69,11 @@ pub struct ReadStatsSnapshot {
     pub pooled: u64,
 }
 
-/// One connection's share of the pool: permits for reads queued or running at once.
-pub type ReadShare = Arc<Semaphore>;
-
-/// How a read reaches the disk: the pool, the connection's share of it, and whether to
-/// try the page cache first.
+/// How a read reaches the disk: the pool, and whether to try the page cache first.
+/// The connection's share of the pool is taken around the read by its caller.
 #[derive(Clone)]
 pub struct ReadVia {
     pub pool: Arc<ReadPool>,
-    pub share: Option<ReadShare>,
     /// Serve tail reads from the page cache on the caller's thread when possible.
     pub cache_first: bool,
     /// A read starting at most this many bytes before the log's end is a tail read.

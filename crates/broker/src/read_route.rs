@@ -1,11 +1,11 @@
 //! How a fetch's read reaches the disk: from the page cache on the caller's thread, or
-//! on the read threads of [`crate::read_pool`] with the connection's share.
+//! on the read threads of [`crate::read_pool`].
 //!
 //! A tail read (less than [`ReadVia::tail_bytes`] behind the log's end) is served from
 //! the page cache on the caller's thread when every byte is there
 //! ([`ReadVia::cache_first`], a read that fails rather than waits for the disk); any
-//! other read runs on the read pool, holding one of the connection's share permits
-//! while queued and running, and passing the broker's bulk budget. The partition
+//! other read runs on the read pool, passing the broker's bulk budget (the caller holds
+//! one of the connection's share permits around the whole read). The partition
 //! locates the data and hands over the slice ([`crate::Partition::read_via`]); this
 //! module never sees the partition or its mutex.
 
@@ -14,7 +14,6 @@ use crate::BrokerError;
 use bytes::Bytes;
 use headway_log::{Offset, ReadSlice};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 /// Reads whole batches of `slice`, at most about `max_bytes`, never at or past
 /// `limit` (the high watermark), the way `via` says. Returns the records and whether
@@ -36,15 +35,6 @@ pub(crate) async fn read(
         via.pool.stats().cached.fetch_add(1, Ordering::Relaxed);
         return Ok((records, false));
     }
-    let _turn = match &via.share {
-        Some(share) => Some(
-            Arc::clone(share)
-                .acquire_owned()
-                .await
-                .map_err(|_| BrokerError::Storage("read share closed".into()))?,
-        ),
-        None => None,
-    };
     let records = via
         .pool
         .run_bulk(move || slice.read(max_bytes, limit))

@@ -16,7 +16,7 @@ use crate::producer_ids::ProducerIds;
 use crate::read_pool::ReadPool;
 use crate::timings::Timings;
 use crate::topic::{validate_topic_name, Topic};
-use crate::{limits, BrokerError, FlushPolicy};
+use crate::{limits, BrokerError, FlushPolicy, PartitionIndex};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -248,10 +248,10 @@ impl Broker {
     pub fn readable_partition(
         &self,
         name: &str,
-        index: i32,
+        index: PartitionIndex,
     ) -> Result<Arc<Partition>, BrokerError> {
         let internal = self.internal.read().expect("internal logs lock");
-        match (internal.get(name), index) {
+        match (internal.get(name), index.value()) {
             (Some(log), 0) => Ok(Arc::clone(log)),
             _ => self.partition(name, index),
         }
@@ -309,18 +309,22 @@ impl Broker {
         self.topic(name)
             .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
                 topic: name.to_string(),
-                partition: -1,
+                partition: None,
             })
     }
 
     /// Partition `index` of topic `name`, or UNKNOWN_TOPIC_OR_PARTITION naming both when
     /// the topic or the partition does not exist: the one lookup handlers use.
-    pub fn partition(&self, name: &str, index: i32) -> Result<Arc<Partition>, BrokerError> {
+    pub fn partition(
+        &self,
+        name: &str,
+        index: PartitionIndex,
+    ) -> Result<Arc<Partition>, BrokerError> {
         self.topic(name)
             .and_then(|topic| topic.partition(index).cloned())
             .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
                 topic: name.to_string(),
-                partition: index,
+                partition: Some(index),
             })
     }
 
@@ -397,7 +401,7 @@ impl Broker {
         if !self.config.auto_create_topics {
             return Err(BrokerError::UnknownTopicOrPartition {
                 topic: name.to_string(),
-                partition: -1,
+                partition: None,
             });
         }
         match self.create_topic(name, None, BTreeMap::new()).await {
@@ -472,7 +476,7 @@ impl Broker {
             .remove(name)
             .ok_or_else(|| BrokerError::UnknownTopicOrPartition {
                 topic: name.to_string(),
-                partition: -1,
+                partition: None,
             })?;
         let grave = self
             .topics_dir
@@ -505,7 +509,7 @@ impl Broker {
             for topic in topics {
                 for p in topic.partitions() {
                     if let Err(e) = p.close() {
-                        tracing::error!(topic = topic.name(), partition = p.index().0, error = %e, "close failed");
+                        tracing::error!(topic = topic.name(), partition = p.index().value(), error = %e, "close failed");
                     }
                 }
             }
@@ -569,7 +573,7 @@ async fn run_retention(broker: Weak<Broker>) {
                     if let Ok(n @ 1..) = p.expire_producers(now, producer_idle_ms) {
                         tracing::info!(
                             topic = topic.name(),
-                            partition = p.index().0,
+                            partition = p.index().value(),
                             producers = n,
                             "expired idle producer ids"
                         );
@@ -578,7 +582,7 @@ async fn run_retention(broker: Weak<Broker>) {
                         Ok(0) | Err(BrokerError::ShuttingDown { .. }) => {}
                         Ok(n) => tracing::info!(
                             topic = topic.name(),
-                            partition = p.index().0,
+                            partition = p.index().value(),
                             deleted_segments = n,
                             "retention"
                         ),
@@ -610,12 +614,13 @@ mod tests {
             .create_topic("known", Some(2), BTreeMap::new())
             .await
             .unwrap();
-        let found = broker.partition("known", 1).unwrap();
-        assert_eq!((found.topic(), found.index().0), ("known", 1));
+        let found = broker.partition("known", PartitionIndex::new(1)).unwrap();
+        assert_eq!((found.topic(), found.index().value()), ("known", 1));
         for (name, index) in [("known", 2), ("known", -1), ("unknown", 0)] {
+            let index = PartitionIndex::new(index);
             match broker.partition(name, index) {
                 Err(BrokerError::UnknownTopicOrPartition { topic, partition }) => {
-                    assert_eq!((topic.as_str(), partition), (name, index))
+                    assert_eq!((topic.as_str(), partition), (name, Some(index)))
                 }
                 other => panic!("{name}/{index}: {:?}", other.map(|p| p.index())),
             }

@@ -8,7 +8,8 @@
 
 use crate::config::{LogDefaults, TopicConfig};
 use crate::durable_file::{self, sync_dir};
-use crate::partition::{Partition, PartitionIndex};
+use crate::partition::Partition;
+use crate::PartitionIndex;
 use crate::{limits, BrokerError, FlushPolicy};
 use headway_log::RecoveryReport;
 use serde::{Deserialize, Serialize};
@@ -78,8 +79,8 @@ impl Topic {
         &self.partitions
     }
 
-    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
-        usize::try_from(index)
+    pub fn partition(&self, index: PartitionIndex) -> Option<&Arc<Partition>> {
+        usize::try_from(index.value())
             .ok()
             .and_then(|i| self.partitions.get(i))
     }
@@ -129,7 +130,7 @@ impl Topic {
             let (partition, _) = Partition::open(
                 self.dir.join(p.to_string()),
                 Arc::clone(&self.name),
-                PartitionIndex(p),
+                PartitionIndex::new(p),
                 config.log_config(),
                 flush,
             )?;
@@ -203,7 +204,7 @@ impl Topic {
             let (partition, report) = Partition::open(
                 dir.join(p.to_string()),
                 Arc::clone(&name),
-                PartitionIndex(p),
+                PartitionIndex::new(p),
                 config.log_config(),
                 flush,
             )?;

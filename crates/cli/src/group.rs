@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use headway_broker::{PartitionIndex, TopicPartition};
 use headway_client::{ClientConfig, Cluster, LATEST};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -96,7 +97,7 @@ async fn describe(cluster: &Arc<Cluster>, group: &str) -> anyhow::Result<()> {
         description.protocol,
         description.members.len()
     )?;
-    let mut owner: BTreeMap<(String, i32), String> = BTreeMap::new();
+    let mut owner: BTreeMap<TopicPartition, String> = BTreeMap::new();
     let mut rows = vec![vec![
         "MEMBER".into(),
         "INSTANCE".into(),
@@ -117,7 +118,8 @@ async fn describe(cluster: &Arc<Cluster>, group: &str) -> anyhow::Result<()> {
             .collect();
         for (t, ps) in &m.assignment {
             for p in ps {
-                owner.insert((t.clone(), *p), m.member_id.clone());
+                let key = TopicPartition::new(t.clone(), PartitionIndex::new(*p));
+                owner.insert(key, m.member_id.clone());
             }
         }
         rows.push(vec![
@@ -130,10 +132,11 @@ async fn describe(cluster: &Arc<Cluster>, group: &str) -> anyhow::Result<()> {
     }
     writeln!(out)?;
     table(&mut out, &rows)?;
-    let mut partitions: BTreeMap<(String, i32), Option<i64>> =
+    let mut partitions: BTreeMap<TopicPartition, Option<i64>> =
         owner.keys().map(|k| (k.clone(), None)).collect();
     for (t, p, offset) in committed {
-        partitions.insert((t, p), (offset >= 0).then_some(offset));
+        let key = TopicPartition::new(t, PartitionIndex::new(p));
+        partitions.insert(key, (offset >= 0).then_some(offset));
     }
     let mut rows = vec![vec![
         "TOPIC".into(),
@@ -143,8 +146,9 @@ async fn describe(cluster: &Arc<Cluster>, group: &str) -> anyhow::Result<()> {
         "LAG".into(),
         "MEMBER".into(),
     ]];
-    for ((topic, partition), committed) in partitions {
-        let end = cluster.list_offset(&topic, partition, LATEST).await.ok();
+    for (key, committed) in partitions {
+        let (topic, partition) = (&key.topic, key.partition.value());
+        let end = cluster.list_offset(topic, partition, LATEST).await.ok();
         let show = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
         let lag = committed.zip(end).map(|(c, e)| (e - c).max(0));
         rows.push(vec![
@@ -153,10 +157,7 @@ async fn describe(cluster: &Arc<Cluster>, group: &str) -> anyhow::Result<()> {
             show(committed),
             show(end),
             show(lag),
-            owner
-                .get(&(topic, partition))
-                .cloned()
-                .unwrap_or_else(|| "-".into()),
+            owner.get(&key).cloned().unwrap_or_else(|| "-".into()),
         ]);
     }
     writeln!(out)?;

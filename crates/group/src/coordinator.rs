@@ -8,11 +8,12 @@
 
 use crate::offsets::{encode_batch, OffsetRecord};
 use crate::state::{
-    CommittedOffset, GroupConfig, Groups, JoinRequest, JoinResult, SyncRequest, SyncResult,
+    CommittedOffset, GroupConfig, Groups, JoinRequest, JoinResult, OffsetCommit, SyncRequest,
+    SyncResult,
 };
-use crate::GroupError;
+use crate::{GenerationId, GroupError};
 use bytes::Bytes;
-use headway_broker::{BrokerError, FlushPolicy, Offset, Partition, PartitionIndex};
+use headway_broker::{BrokerError, FlushPolicy, Offset, Partition, PartitionIndex, TopicPartition};
 use headway_log::LogConfig;
 use kafka_protocol::records::RecordBatchDecoder;
 use std::path::Path;
@@ -31,10 +32,10 @@ const REPLAY_READ_BYTES: usize = 1024 * 1024;
 /// One partition's offset in an OffsetCommit.
 #[derive(Debug, Clone)]
 pub struct CommitEntry {
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-    pub leader_epoch: i32,
+    pub topic_partition: TopicPartition,
+    pub offset: Offset,
+    /// `None` when the consumer sent none (the wire's -1).
+    pub leader_epoch: Option<i32>,
     pub metadata: Option<String>,
 }
 
@@ -87,7 +88,7 @@ impl GroupCoordinator {
             Partition::open(
                 dir,
                 Arc::from("__consumer_offsets"),
-                PartitionIndex(0),
+                PartitionIndex::new(0),
                 log_config,
                 flush,
             )
@@ -131,7 +132,7 @@ impl GroupCoordinator {
         self.groups().join(req, reply, now_ms());
         answer.await.unwrap_or_else(|_| JoinResult {
             error: Some(GroupError::CoordinatorNotAvailable),
-            generation_id: -1,
+            generation_id: None,
             member_id,
             ..JoinResult::default()
         })
@@ -151,7 +152,7 @@ impl GroupCoordinator {
         group_id: &str,
         member_id: &str,
         instance: Option<&str>,
-        generation_id: i32,
+        generation_id: Option<GenerationId>,
     ) -> Result<(), GroupError> {
         self.groups()
             .heartbeat(group_id, member_id, instance, generation_id, now_ms())
@@ -172,7 +173,7 @@ impl GroupCoordinator {
         group_id: &str,
         member_id: &str,
         instance: Option<&str>,
-        generation_id: i32,
+        generation_id: Option<GenerationId>,
         entries: Vec<CommitEntry>,
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
         let metadata_max = {
@@ -194,10 +195,8 @@ impl GroupCoordinator {
             .filter(|(_, r)| r.is_ok())
             .map(|(e, _)| OffsetRecord {
                 group_id: group_id.to_string(),
-                topic: e.topic.clone(),
-                partition: e.partition,
-                value: Some(CommittedOffset {
-                    log_offset: -1,
+                topic_partition: e.topic_partition.clone(),
+                value: Some(OffsetCommit {
                     offset: e.offset,
                     leader_epoch: e.leader_epoch,
                     metadata: e.metadata.clone(),
@@ -213,9 +212,8 @@ impl GroupCoordinator {
             .into_iter()
             .enumerate()
             .filter_map(|(i, r)| {
-                let mut value = r.value?;
-                value.log_offset = base + i as i64;
-                Some(((r.topic, r.partition), value))
+                let committed = r.value?.at(base.plus(i as i64));
+                Some((r.topic_partition, committed))
             })
             .collect();
         self.groups().apply_commit(group_id, applied, now);
@@ -224,7 +222,7 @@ impl GroupCoordinator {
 
     /// Appends records to the offsets log and waits until they are durable. Returns
     /// the log offset of the first.
-    async fn append(&self, records: &[OffsetRecord]) -> Result<i64, GroupError> {
+    async fn append(&self, records: &[OffsetRecord]) -> Result<Offset, GroupError> {
         let batch = encode_batch(records, now_ms());
         let appended = self.log.append(&batch, usize::MAX).map_err(|e| {
             tracing::error!(error = %e, "appending to the offsets log failed");
@@ -237,7 +235,7 @@ impl GroupCoordinator {
                 tracing::error!(error = %e, "syncing the offsets log failed");
                 GroupError::CoordinatorNotAvailable
             })?;
-        Ok(appended.base_offset.value())
+        Ok(appended.base_offset)
     }
 
     /// Committed offsets of a group: all of them, or those of the given partitions
@@ -245,8 +243,8 @@ impl GroupCoordinator {
     pub fn committed(
         &self,
         group_id: &str,
-        only: Option<&[(String, i32)]>,
-    ) -> Vec<((String, i32), CommittedOffset)> {
+        only: Option<&[TopicPartition]>,
+    ) -> Vec<(TopicPartition, CommittedOffset)> {
         let groups = self.groups();
         let Some(group) = groups.get(group_id) else {
             return Vec::new();
@@ -278,10 +276,9 @@ impl GroupCoordinator {
         let keys = self.groups().delete(group_id)?;
         let tombstones: Vec<OffsetRecord> = keys
             .into_iter()
-            .map(|(topic, partition)| OffsetRecord {
+            .map(|topic_partition| OffsetRecord {
                 group_id: group_id.to_string(),
-                topic,
-                partition,
+                topic_partition,
                 value: None,
             })
             .collect();
@@ -344,7 +341,8 @@ async fn replay(log: &Partition, groups: &mut Groups) -> Result<usize, BrokerErr
         let sets = RecordBatchDecoder::decode_all(&mut data)
             .map_err(|e| BrokerError::Storage(format!("offsets log batch at {offset}: {e}")))?;
         for record in sets.into_iter().flat_map(|s| s.records) {
-            offset = Offset(record.offset + 1);
+            let record_offset = Offset::new(record.offset);
+            offset = record_offset.next();
             count += 1;
             let Some(r) = OffsetRecord::decode(record.key, record.value) else {
                 tracing::warn!(
@@ -353,12 +351,11 @@ async fn replay(log: &Partition, groups: &mut Groups) -> Result<usize, BrokerErr
                 );
                 continue;
             };
-            let key = (r.topic, r.partition);
+            let key = r.topic_partition;
             match r.value {
-                Some(mut v) => {
-                    v.log_offset = record.offset;
+                Some(v) => {
                     let at = v.commit_timestamp_ms;
-                    groups.apply_commit(&r.group_id, vec![(key, v)], at);
+                    groups.apply_commit(&r.group_id, vec![(key, v.at(record_offset))], at);
                 }
                 None => groups.apply_delete(&r.group_id, &key),
             }
@@ -380,10 +377,9 @@ async fn run_ticker(coordinator: Weak<GroupCoordinator>) {
         if !expired.is_empty() {
             let tombstones: Vec<OffsetRecord> = expired
                 .into_iter()
-                .map(|(group_id, (topic, partition))| OffsetRecord {
+                .map(|(group_id, topic_partition)| OffsetRecord {
                     group_id,
-                    topic,
-                    partition,
+                    topic_partition,
                     value: None,
                 })
                 .collect();

@@ -3,6 +3,7 @@
 //! - [`state`]: the group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 //!   generations, static membership, session and rebalance timeouts) as plain code over
 //!   values, driven by explicit times, tested without sockets or clocks.
+//! - [`GenerationId`]: a group's generation, `None` where the wire says -1.
 //! - [`offsets`]: the record format of committed offsets in the broker's own log.
 //! - [`GroupCoordinator`]: the state behind a mutex, a ticker for timeouts, and the
 //!   offsets log: a commit is answered once its record is durable, and the log is
@@ -10,12 +11,14 @@
 
 mod coordinator;
 mod error;
+mod generation;
 pub mod offsets;
 pub mod state;
 
 pub use coordinator::{CommitEntry, GroupCoordinator, GroupSummary, MemberSummary};
 pub use error::GroupError;
+pub use generation::GenerationId;
 pub use state::{
-    CommittedOffset, GroupConfig, GroupState, JoinRequest, JoinResult, JoinedMember, SyncRequest,
-    SyncResult,
+    CommittedOffset, GroupConfig, GroupState, JoinRequest, JoinResult, JoinedMember, OffsetCommit,
+    SyncRequest, SyncResult,
 };

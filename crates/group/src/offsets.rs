@@ -23,8 +23,9 @@
 //! Replaying the log in order and keeping the last record per key gives the committed
 //! offsets; a tombstone removes the key.
 
-use crate::CommittedOffset;
+use crate::state::{leader_epoch_from_wire, leader_epoch_to_wire, OffsetCommit};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use headway_broker::{Offset, PartitionIndex, TopicPartition};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -35,10 +36,9 @@ const FORMAT_VERSION: u8 = 0;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetRecord {
     pub group_id: String,
-    pub topic: String,
-    pub partition: i32,
+    pub topic_partition: TopicPartition,
     /// `None` deletes the committed offset.
-    pub value: Option<CommittedOffset>,
+    pub value: Option<OffsetCommit>,
 }
 
 fn put_str(buf: &mut BytesMut, s: &str) {
@@ -59,11 +59,12 @@ fn get_str(buf: &mut Bytes) -> Option<String> {
 
 impl OffsetRecord {
     pub fn encode_key(&self) -> Bytes {
-        let mut buf = BytesMut::with_capacity(9 + self.group_id.len() + self.topic.len());
+        let TopicPartition { topic, partition } = &self.topic_partition;
+        let mut buf = BytesMut::with_capacity(9 + self.group_id.len() + topic.len());
         buf.put_u8(FORMAT_VERSION);
         put_str(&mut buf, &self.group_id);
-        put_str(&mut buf, &self.topic);
-        buf.put_i32(self.partition);
+        put_str(&mut buf, topic);
+        buf.put_i32(partition.value());
         buf.freeze()
     }
 
@@ -71,8 +72,8 @@ impl OffsetRecord {
         let v = self.value.as_ref()?;
         let mut buf = BytesMut::with_capacity(23 + v.metadata.as_ref().map_or(0, String::len));
         buf.put_u8(FORMAT_VERSION);
-        buf.put_i64(v.offset);
-        buf.put_i32(v.leader_epoch);
+        buf.put_i64(v.offset.value());
+        buf.put_i32(leader_epoch_to_wire(v.leader_epoch));
         buf.put_i64(v.commit_timestamp_ms);
         match &v.metadata {
             Some(m) => {
@@ -95,15 +96,15 @@ impl OffsetRecord {
         if key.remaining() != 4 {
             return None;
         }
-        let partition = key.get_i32();
+        let partition = PartitionIndex::new(key.get_i32());
         let value = match value {
             None => None,
             Some(mut v) => {
                 if v.remaining() < 23 || v.get_u8() != FORMAT_VERSION {
                     return None;
                 }
-                let offset = v.get_i64();
-                let leader_epoch = v.get_i32();
+                let offset = Offset::new(v.get_i64());
+                let leader_epoch = leader_epoch_from_wire(v.get_i32());
                 let commit_timestamp_ms = v.get_i64();
                 let len = v.get_i16();
                 let metadata = if len < 0 {
@@ -113,8 +114,7 @@ impl OffsetRecord {
                 } else {
                     return None;
                 };
-                Some(CommittedOffset {
-                    log_offset: -1,
+                Some(OffsetCommit {
                     offset,
                     leader_epoch,
                     metadata,
@@ -124,8 +124,7 @@ impl OffsetRecord {
         };
         Some(OffsetRecord {
             group_id,
-            topic,
-            partition,
+            topic_partition: TopicPartition::new(topic, partition),
             value,
         })
     }
@@ -172,20 +171,17 @@ mod tests {
         let records = vec![
             OffsetRecord {
                 group_id: "g".into(),
-                topic: "orders".into(),
-                partition: 3,
-                value: Some(CommittedOffset {
-                    log_offset: -1,
-                    offset: 42,
-                    leader_epoch: 0,
+                topic_partition: TopicPartition::new("orders", PartitionIndex::new(3)),
+                value: Some(OffsetCommit {
+                    offset: Offset::new(42),
+                    leader_epoch: Some(0),
                     metadata: Some("meta".into()),
                     commit_timestamp_ms: 1_700_000_000_000,
                 }),
             },
             OffsetRecord {
                 group_id: "g".into(),
-                topic: "orders".into(),
-                partition: 4,
+                topic_partition: TopicPartition::new("orders", PartitionIndex::new(4)),
                 value: None,
             },
         ];

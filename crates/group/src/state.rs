@@ -16,8 +16,9 @@
 //!
 //! Dead is not kept: a deleted or expired group is removed from the map.
 
-use crate::GroupError;
+use crate::{GenerationId, GroupError};
 use bytes::Bytes;
+use headway_broker::{Offset, TopicPartition};
 use std::collections::{BTreeMap, HashMap};
 use tokio::sync::oneshot;
 
@@ -102,7 +103,8 @@ pub struct JoinedMember {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct JoinResult {
     pub error: Option<GroupError>,
-    pub generation_id: i32,
+    /// `None` on error (the wire's -1).
+    pub generation_id: Option<GenerationId>,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     pub leader: String,
@@ -115,7 +117,7 @@ impl JoinResult {
     fn error(error: GroupError, member_id: &str) -> JoinResult {
         JoinResult {
             error: Some(error),
-            generation_id: -1,
+            generation_id: None,
             member_id: member_id.to_string(),
             ..JoinResult::default()
         }
@@ -125,7 +127,8 @@ impl JoinResult {
 #[derive(Debug)]
 pub struct SyncRequest {
     pub group_id: String,
-    pub generation_id: i32,
+    /// `None` skips the generation check (the wire's -1).
+    pub generation_id: Option<GenerationId>,
     pub member_id: String,
     pub group_instance_id: Option<String>,
     pub protocol_type: Option<String>,
@@ -150,15 +153,43 @@ impl SyncResult {
     }
 }
 
+/// A committed offset as the offsets log stores it ([`crate::offsets`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetCommit {
+    pub offset: Offset,
+    /// The leader epoch the consumer saw, if it sent one (the wire's -1 is `None`).
+    pub leader_epoch: Option<i32>,
+    pub metadata: Option<String>,
+    pub commit_timestamp_ms: i64,
+}
+
+impl OffsetCommit {
+    /// The commit whose record lies at `log_offset` in the offsets log.
+    pub fn at(self, log_offset: Offset) -> CommittedOffset {
+        CommittedOffset {
+            log_offset,
+            commit: self,
+        }
+    }
+}
+
+/// A committed offset in force.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommittedOffset {
     /// Position of this commit's record in the offsets log: of two commits for one
     /// partition, the later record wins, whichever finished syncing first.
-    pub log_offset: i64,
-    pub offset: i64,
-    pub leader_epoch: i32,
-    pub metadata: Option<String>,
-    pub commit_timestamp_ms: i64,
+    pub log_offset: Offset,
+    pub commit: OffsetCommit,
+}
+
+/// A leader epoch from the wire or the offsets log, where -1 means none.
+pub fn leader_epoch_from_wire(epoch: i32) -> Option<i32> {
+    (epoch != -1).then_some(epoch)
+}
+
+/// The wire's and the offsets log's form of an optional leader epoch: -1 for none.
+pub fn leader_epoch_to_wire(epoch: Option<i32>) -> i32 {
+    epoch.unwrap_or(-1)
 }
 
 #[derive(Debug)]
@@ -196,7 +227,7 @@ impl Member {
 pub struct Group {
     pub group_id: String,
     pub state: GroupState,
-    pub generation_id: i32,
+    pub generation_id: GenerationId,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     pub leader_id: Option<String>,
@@ -208,7 +239,7 @@ pub struct Group {
     rebalance_deadline_ms: i64,
     /// While an empty group's first rebalance waits for more members.
     initial_delay_deadline_ms: Option<i64>,
-    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    pub offsets: BTreeMap<TopicPartition, CommittedOffset>,
     last_commit_ms: i64,
 }
 
@@ -217,7 +248,7 @@ impl Group {
         Group {
             group_id: group_id.to_string(),
             state: GroupState::Empty,
-            generation_id: 0,
+            generation_id: GenerationId::INITIAL,
             protocol_type: None,
             protocol_name: None,
             leader_id: None,
@@ -285,7 +316,7 @@ impl Group {
         let protocol = self.protocol_name.clone().unwrap_or_default();
         JoinResult {
             error: None,
-            generation_id: self.generation_id,
+            generation_id: Some(self.generation_id),
             protocol_type: self.protocol_type.clone(),
             protocol_name: self.protocol_name.clone(),
             leader: self.leader_id.clone().unwrap_or_default(),
@@ -327,7 +358,7 @@ impl Group {
             self.initial_delay_deadline_ms = Some(now_ms + delay);
         }
         if self.state != GroupState::PreparingRebalance {
-            tracing::debug!(group = %self.group_id, generation = self.generation_id, "preparing rebalance");
+            tracing::debug!(group = %self.group_id, generation = self.generation_id.value(), "preparing rebalance");
         }
         self.state = GroupState::PreparingRebalance;
     }
@@ -355,7 +386,7 @@ impl Group {
             self.remove_member(&id);
         }
         self.initial_delay_deadline_ms = None;
-        self.generation_id += 1;
+        self.generation_id = self.generation_id.next();
         if self.members.is_empty() {
             self.state = GroupState::Empty;
             self.protocol_name = None;
@@ -384,7 +415,7 @@ impl Group {
                 let _ = reply.send(result);
             }
         }
-        tracing::info!(group = %self.group_id, generation = self.generation_id, members = self.members.len(),
+        tracing::info!(group = %self.group_id, generation = self.generation_id.value(), members = self.members.len(),
             protocol = ?self.protocol_name, "rebalance completed");
     }
 
@@ -410,7 +441,7 @@ impl Group {
             GroupState::Stable | GroupState::CompletingRebalance => {
                 if self.members.is_empty() {
                     self.state = GroupState::Empty;
-                    self.generation_id += 1;
+                    self.generation_id = self.generation_id.next();
                     self.leader_id = None;
                     self.protocol_name = None;
                 } else {
@@ -422,13 +453,13 @@ impl Group {
         }
     }
 
-    /// Checks member id, static instance and generation. `generation_id < 0` skips the
-    /// generation check (the member is not yet in one).
+    /// Checks member id, static instance and generation. `generation_id: None` skips
+    /// the generation check (the member is not yet in one).
     fn check_member(
         &self,
         member_id: &str,
         instance: Option<&str>,
-        generation_id: i32,
+        generation_id: Option<GenerationId>,
     ) -> Result<(), GroupError> {
         if let Some(instance) = instance {
             match self.static_members.get(instance) {
@@ -439,7 +470,7 @@ impl Group {
         if !self.members.contains_key(member_id) {
             return Err(GroupError::UnknownMemberId);
         }
-        if generation_id >= 0 && generation_id != self.generation_id {
+        if generation_id.is_some_and(|g| g != self.generation_id) {
             return Err(GroupError::IllegalGeneration);
         }
         Ok(())
@@ -604,7 +635,7 @@ impl Groups {
         group_id: &str,
         member_id: &str,
         instance: Option<&str>,
-        generation_id: i32,
+        generation_id: Option<GenerationId>,
         now_ms: i64,
     ) -> Result<(), GroupError> {
         let group = self
@@ -668,26 +699,26 @@ impl Groups {
     }
 
     /// Checks that a commit may be applied: a member of the current generation, or a
-    /// "simple" commit (generation -1, no member id) to a group without members.
+    /// "simple" commit (no generation, no member id) to a group without members.
     pub fn check_commit(
         &self,
         group_id: &str,
         member_id: &str,
         instance: Option<&str>,
-        generation_id: i32,
+        generation_id: Option<GenerationId>,
     ) -> Result<(), GroupError> {
         if group_id.is_empty() {
             return Err(GroupError::InvalidGroupId);
         }
         let Some(group) = self.groups.get(group_id) else {
             self.check_room_for_group(group_id)?;
-            return if generation_id < 0 {
+            return if generation_id.is_none() {
                 Ok(())
             } else {
                 Err(GroupError::IllegalGeneration)
             };
         };
-        if generation_id < 0 && member_id.is_empty() {
+        if generation_id.is_none() && member_id.is_empty() {
             return if group.members.is_empty() {
                 Ok(())
             } else {
@@ -710,7 +741,7 @@ impl Groups {
     pub fn apply_commit(
         &mut self,
         group_id: &str,
-        offsets: Vec<((String, i32), CommittedOffset)>,
+        offsets: Vec<(TopicPartition, CommittedOffset)>,
         now_ms: i64,
     ) {
         let group = self
@@ -729,7 +760,7 @@ impl Groups {
     }
 
     /// Removes committed offsets (replaying a tombstone from the offsets log).
-    pub fn apply_delete(&mut self, group_id: &str, key: &(String, i32)) {
+    pub fn apply_delete(&mut self, group_id: &str, key: &TopicPartition) {
         if let Some(group) = self.groups.get_mut(group_id) {
             group.offsets.remove(key);
             if group.offsets.is_empty() && group.members.is_empty() {
@@ -739,7 +770,7 @@ impl Groups {
     }
 
     /// Deletes a group without members; returns the offsets to tombstone.
-    pub fn delete(&mut self, group_id: &str) -> Result<Vec<(String, i32)>, GroupError> {
+    pub fn delete(&mut self, group_id: &str) -> Result<Vec<TopicPartition>, GroupError> {
         let group = self
             .groups
             .get(group_id)
@@ -753,8 +784,8 @@ impl Groups {
 
     /// Expires sessions and pending member ids, completes rebalances whose time is up,
     /// and expires the offsets of groups without members. Returns the expired offsets
-    /// (group, topic, partition) so the caller can tombstone them.
-    pub fn tick(&mut self, now_ms: i64) -> Vec<(String, (String, i32))> {
+    /// (group, topic partition) so the caller can tombstone them.
+    pub fn tick(&mut self, now_ms: i64) -> Vec<(String, TopicPartition)> {
         let config = self.config.clone();
         let mut expired_offsets = Vec::new();
         let mut dead = Vec::new();
@@ -936,7 +967,7 @@ fn join_known_member(
         }
         return;
     }
-    if let Err(e) = group.check_member(&req.member_id, req.group_instance_id.as_deref(), -1) {
+    if let Err(e) = group.check_member(&req.member_id, req.group_instance_id.as_deref(), None) {
         let _ = reply.send(JoinResult::error(e, &req.member_id));
         return;
     }
@@ -973,6 +1004,12 @@ fn join_known_member(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use headway_broker::PartitionIndex;
+
+    /// The generation a request names, as the handlers convert it (-1 is none).
+    fn generation(value: i32) -> Option<GenerationId> {
+        GenerationId::from_wire(value)
+    }
 
     fn config() -> GroupConfig {
         GroupConfig {
@@ -1024,7 +1061,7 @@ mod tests {
     fn sync(
         groups: &mut Groups,
         member: &str,
-        generation: i32,
+        generation: Option<GenerationId>,
         assignments: Vec<(String, Bytes)>,
         now: i64,
     ) -> oneshot::Receiver<SyncResult> {
@@ -1050,9 +1087,15 @@ mod tests {
         let ra = ja.try_recv().unwrap();
         assert_eq!(
             (ra.error, ra.generation_id, ra.leader.as_str()),
-            (None, 1, a.as_str())
+            (None, generation(1), a.as_str())
         );
-        let mut sa = sync(&mut groups, &a, 1, vec![(a.clone(), Bytes::from("all"))], 0);
+        let mut sa = sync(
+            &mut groups,
+            &a,
+            generation(1),
+            vec![(a.clone(), Bytes::from("all"))],
+            0,
+        );
         assert_eq!(sa.try_recv().unwrap().assignment, Bytes::from("all"));
         assert_eq!(groups.get("g").unwrap().state, GroupState::Stable);
 
@@ -1060,12 +1103,12 @@ mod tests {
         let (b, mut jb) = join_new(&mut groups, &["roundrobin"], 1);
         assert!(jb.try_recv().is_err(), "B waits for A to rejoin");
         assert_eq!(
-            groups.heartbeat("g", &a, None, 1, 2),
+            groups.heartbeat("g", &a, None, generation(1), 2),
             Err(GroupError::RebalanceInProgress)
         );
         let mut ja = join(&mut groups, join_req(&a, None, &["range", "roundrobin"]), 3);
         let (ra, rb) = (ja.try_recv().unwrap(), jb.try_recv().unwrap());
-        assert_eq!(ra.generation_id, 2);
+        assert_eq!(ra.generation_id, generation(2));
         assert_eq!(
             ra.protocol_name.as_deref(),
             Some("roundrobin"),
@@ -1073,12 +1116,12 @@ mod tests {
         );
         assert_eq!(ra.members.len(), 2, "the leader sees every member");
         assert!(rb.members.is_empty());
-        let mut sb = sync(&mut groups, &b, 2, vec![], 4);
+        let mut sb = sync(&mut groups, &b, generation(2), vec![], 4);
         assert!(sb.try_recv().is_err(), "a follower waits for the leader");
         let mut sa = sync(
             &mut groups,
             &a,
-            2,
+            generation(2),
             vec![
                 (a.clone(), Bytes::from("p0")),
                 (b.clone(), Bytes::from("p1")),
@@ -1088,14 +1131,14 @@ mod tests {
         assert_eq!(sa.try_recv().unwrap().assignment, Bytes::from("p0"));
         assert_eq!(sb.try_recv().unwrap().assignment, Bytes::from("p1"));
         assert_eq!(
-            groups.heartbeat("g", &b, None, 1, 6),
+            groups.heartbeat("g", &b, None, generation(1), 6),
             Err(GroupError::IllegalGeneration)
         );
-        assert_eq!(groups.heartbeat("g", &b, None, 2, 6), Ok(()));
+        assert_eq!(groups.heartbeat("g", &b, None, generation(2), 6), Ok(()));
     }
 
     /// Forms a group of two members that joined within the initial delay (100 ms).
-    fn two_member_group(groups: &mut Groups) -> (String, String, i32) {
+    fn two_member_group(groups: &mut Groups) -> (String, String, Option<GenerationId>) {
         let (a, mut ja) = join_new(groups, &["range"], 0);
         let (b, mut jb) = join_new(groups, &["range"], 10);
         groups.tick(100);
@@ -1135,7 +1178,10 @@ mod tests {
         assert_eq!(g.state, GroupState::PreparingRebalance);
         let mut ja = join(&mut groups, join_req(&a, None, &["range"]), 12_500);
         let ra = ja.try_recv().unwrap();
-        assert_eq!((ra.generation_id, ra.members.len()), (gen + 1, 1));
+        assert_eq!(
+            (ra.generation_id, ra.members.len()),
+            (gen.map(GenerationId::next), 1)
+        );
     }
 
     #[test]
@@ -1151,7 +1197,7 @@ mod tests {
         );
         assert_eq!(groups.check_commit("g", &a, None, gen), Ok(()));
         assert_eq!(
-            groups.check_commit("g", &a, None, gen - 1),
+            groups.check_commit("g", &a, None, gen.map(|g| GenerationId::new(g.value() - 1))),
             Err(GroupError::IllegalGeneration)
         );
         let mut ja = join(&mut groups, join_req(&a, None, &["range"]), 1_100);
@@ -1189,7 +1235,7 @@ mod tests {
         assert!(jc.try_recv().is_err());
         groups.tick(31_001);
         let (rc, ra) = (jc.try_recv().unwrap(), ja.try_recv().unwrap());
-        assert_eq!(rc.generation_id, gen + 1);
+        assert_eq!(rc.generation_id, gen.map(GenerationId::next));
         let leader = if ra.leader == a { ra } else { rc };
         assert_eq!(leader.members.len(), 2, "B was dropped");
         assert!(!groups.get("g").unwrap().members.contains_key(&b));
@@ -1204,7 +1250,7 @@ mod tests {
         sync(
             &mut groups,
             &first.member_id,
-            1,
+            generation(1),
             vec![(first.member_id.clone(), Bytes::from("p0-p5"))],
             0,
         );
@@ -1212,14 +1258,14 @@ mod tests {
         let mut j = join(&mut groups, join_req("", Some("host-1"), &["range"]), 5_000);
         let again = j.try_recv().unwrap();
         assert_eq!(again.error, None);
-        assert_eq!(again.generation_id, 1, "no new generation");
+        assert_eq!(again.generation_id, generation(1), "no new generation");
         assert_ne!(again.member_id, first.member_id);
         assert_eq!(groups.get("g").unwrap().state, GroupState::Stable);
-        let mut s = sync(&mut groups, &again.member_id, 1, vec![], 5_001);
+        let mut s = sync(&mut groups, &again.member_id, generation(1), vec![], 5_001);
         assert_eq!(s.try_recv().unwrap().assignment, Bytes::from("p0-p5"));
         // The old incarnation is fenced.
         assert_eq!(
-            groups.heartbeat("g", &first.member_id, Some("host-1"), 1, 5_002),
+            groups.heartbeat("g", &first.member_id, Some("host-1"), generation(1), 5_002),
             Err(GroupError::FencedInstanceId)
         );
     }
@@ -1240,7 +1286,7 @@ mod tests {
             Some(GroupError::UnknownMemberId)
         );
         assert_eq!(
-            groups.heartbeat("g", "nobody", None, 1, 1),
+            groups.heartbeat("g", "nobody", None, generation(1), 1),
             Err(GroupError::UnknownMemberId)
         );
     }
@@ -1253,11 +1299,11 @@ mod tests {
         sync(&mut groups, &a, gen, vec![], 0);
         assert_eq!(groups.check_commit("g", &a, None, gen), Ok(()));
         assert_eq!(
-            groups.check_commit("g", &a, None, gen + 1),
+            groups.check_commit("g", &a, None, gen.map(GenerationId::next)),
             Err(GroupError::IllegalGeneration)
         );
         assert_eq!(
-            groups.check_commit("g", "", None, -1),
+            groups.check_commit("g", "", None, None),
             Err(GroupError::UnknownMemberId)
         );
         assert_eq!(groups.delete("g"), Err(GroupError::NonEmptyGroup));
@@ -1266,7 +1312,7 @@ mod tests {
             .unwrap();
         assert_eq!(results, vec![Ok(()), Err(GroupError::UnknownMemberId)]);
         assert_eq!(groups.get("g").unwrap().state, GroupState::Empty);
-        assert_eq!(groups.check_commit("g", "", None, -1), Ok(()));
+        assert_eq!(groups.check_commit("g", "", None, None), Ok(()));
         assert_eq!(groups.delete("g"), Ok(vec![]));
     }
 
@@ -1276,19 +1322,17 @@ mod tests {
             offsets_retention_ms: 1_000,
             ..config()
         });
-        let offset = CommittedOffset {
-            log_offset: 0,
-            offset: 42,
-            leader_epoch: -1,
+        let offset = OffsetCommit {
+            offset: Offset::new(42),
+            leader_epoch: None,
             metadata: None,
             commit_timestamp_ms: 0,
-        };
-        groups.apply_commit("g", vec![(("t".into(), 0), offset)], 0);
+        }
+        .at(Offset::ZERO);
+        let key = TopicPartition::new("t", PartitionIndex::new(0));
+        groups.apply_commit("g", vec![(key.clone(), offset)], 0);
         assert!(groups.tick(500).is_empty());
-        assert_eq!(
-            groups.tick(1_500),
-            vec![("g".to_string(), ("t".to_string(), 0))]
-        );
+        assert_eq!(groups.tick(1_500), vec![("g".to_string(), key)]);
         assert!(groups.get("g").is_none());
     }
 
@@ -1319,11 +1363,11 @@ mod tests {
             Some(GroupError::CoordinatorNotAvailable)
         );
         assert_eq!(
-            groups.check_commit("h", "", None, -1),
+            groups.check_commit("h", "", None, None),
             Err(GroupError::CoordinatorNotAvailable)
         );
         assert_eq!(
-            groups.check_commit("g", "", None, -1),
+            groups.check_commit("g", "", None, None),
             Err(GroupError::UnknownMemberId)
         );
     }
@@ -1341,7 +1385,10 @@ mod tests {
         assert!(jb.try_recv().is_err());
         groups.tick(3_000);
         let (ra, rb) = (ja.try_recv().unwrap(), jb.try_recv().unwrap());
-        assert_eq!((ra.generation_id, rb.generation_id), (1, 1));
+        assert_eq!(
+            (ra.generation_id, rb.generation_id),
+            (generation(1), generation(1))
+        );
         assert_eq!(
             ra.members.len() + rb.members.len(),
             2,

@@ -34,6 +34,7 @@
 //! - `scan`: chunked walks over a segment's batches (recovery, timestamp lookups).
 //! - `read`: [`ReadSlice`], the lock-free fetch read.
 //! - `sync`: [`SyncSet`] and the record of what awaits a sync.
+//! - `offset`: [`Offset`], whose integer is reached only through named conversions.
 //! - `batch`: the v2 batch header; `config`: settings and size limits; `error`.
 
 pub mod batch;
@@ -44,6 +45,7 @@ mod index;
 mod indexing;
 #[allow(clippy::module_inception)]
 mod log;
+mod offset;
 mod read;
 pub mod records;
 mod recovery;
@@ -61,25 +63,6 @@ pub use log::{
     AppendInfo, CleanReport, CleanerConfig, CleaningPlan, Log, RecoveryReport, RetentionReport,
     StagedCleaning,
 };
+pub use offset::Offset;
 pub use read::ReadSlice;
 pub use sync::SyncSet;
-
-/// A position in a partition's sequence of records.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Offset(pub i64);
-
-impl Offset {
-    pub const fn new(value: i64) -> Offset {
-        Offset(value)
-    }
-
-    pub fn value(self) -> i64 {
-        self.0
-    }
-}
-
-impl std::fmt::Display for Offset {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}

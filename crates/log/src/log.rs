@@ -164,18 +164,18 @@ impl Log {
         self.size_bytes += batches.len() as u64;
         self.pending.wrote_active(batches.len() as u64);
         Ok(AppendInfo {
-            base_offset: Offset(base_offset),
-            last_offset: Offset(self.log_end_offset - 1),
-            log_end_offset: Offset(self.log_end_offset),
+            base_offset: Offset::new(base_offset),
+            last_offset: Offset::new(self.log_end_offset - 1),
+            log_end_offset: Offset::new(self.log_end_offset),
         })
     }
 
     pub fn log_start_offset(&self) -> Offset {
-        Offset(*self.segments.keys().next().expect("a log has a segment"))
+        Offset::new(*self.segments.keys().next().expect("a log has a segment"))
     }
 
     pub fn log_end_offset(&self) -> Offset {
-        Offset(self.log_end_offset)
+        Offset::new(self.log_end_offset)
     }
 
     /// Total bytes of all segment `.log` files.
@@ -219,7 +219,7 @@ impl Log {
         let active_log = (active.log_file(), active.paths().log.as_path());
         let dir = (&self.dir_file, self.dir.as_path());
         self.pending
-            .take(active_log, dir, Offset(self.log_end_offset))
+            .take(active_log, dir, Offset::new(self.log_end_offset))
     }
 
     /// Bytes appended since the last [`Log::sync_set`]: what the next sync writes.
@@ -316,7 +316,7 @@ impl Log {
     ) -> Result<Option<(Offset, i64)>, LogError> {
         for segment in self.segments.values() {
             if let Some((offset, max_timestamp_ms)) = segment.find_timestamp(timestamp_ms)? {
-                return Ok(Some((Offset(offset), max_timestamp_ms)));
+                return Ok(Some((Offset::new(offset), max_timestamp_ms)));
             }
         }
         Ok(None)

@@ -72,7 +72,7 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> Result<Rec
     }
     let mut active = segments.last_entry().expect("a log has a segment");
     active.get_mut().open_writers()?;
-    report.log_end_offset = Offset(active.get().end_offset());
+    report.log_end_offset = Offset::new(active.get().end_offset());
     if marked {
         std::fs::remove_file(&marker).map_err(LogError::io("remove", &marker))?;
     }
@@ -82,7 +82,7 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> Result<Rec
         .sync_all()
         .map_err(LogError::io("sync directory", dir))?;
     report.segments = segments.len();
-    report.log_start_offset = Offset(*segments.keys().next().expect("a log has a segment"));
+    report.log_start_offset = Offset::new(*segments.keys().next().expect("a log has a segment"));
     Ok(Recovered {
         dir_file,
         segments,

@@ -312,7 +312,7 @@ pub fn render(stats: &ServerStats, broker: &Broker) -> String {
         for p in topic.partitions() {
             let labels = vec![
                 ("topic".to_string(), topic.name().to_string()),
-                ("partition".to_string(), p.index().0.to_string()),
+                ("partition".to_string(), p.index().value().to_string()),
             ];
             high_watermark
                 .get_or_create(&labels)

@@ -54,7 +54,7 @@ pub struct Connection {
     pub peer: SocketAddr,
     pub outbound: ConnectionBudget,
     /// How this connection's fetches read. Its share of the read threads is taken by
-    /// [`Connection::read_turn`] around each read, so `reads.share` is `None`.
+    /// [`Connection::read_turn`] around each read.
     pub reads: ReadVia,
     /// Reads this connection may have queued or running at once
     /// (`limits::COLD_READS_PER_CONNECTION`).
@@ -146,7 +146,6 @@ impl ServerStats {
             ),
             reads: ReadVia {
                 pool: Arc::clone(&self.read_pool),
-                share: None,
                 cache_first: self.read_cache_first,
                 tail_bytes: self.read_tail_bytes,
             },

@@ -47,7 +47,7 @@ use crate::flusher::SharedFlusher;
 use crate::producer_state::is_idempotent;
 use crate::read_pool::ReadVia;
 use crate::read_route;
-use crate::{BrokerError, FlushPolicy};
+use crate::{BrokerError, FlushPolicy, PartitionIndex};
 use bytes::Bytes;
 use headway_log::records::{self, Keyless};
 use headway_log::{
@@ -57,15 +57,12 @@ use headway_log::{
 use side_files::{
     load_producer_states, read_log_start_offset, write_log_start_offset, write_producer_snapshot,
 };
-use state::{AppendPlan, DeleteRecordsTo, LogStartMove, PartitionState, ReadWindow};
+pub use state::DeleteRecordsTo;
+use state::{AppendPlan, LogStartMove, PartitionState, ReadWindow};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use tokio::sync::watch;
-
-/// A partition's number within its topic.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PartitionIndex(pub i32);
 
 /// What consumers and waiting producers observe of a partition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -315,7 +312,7 @@ impl Partition {
             .expect("partition log mutex poisoned by a panic");
         let slot = slot.as_mut().ok_or_else(|| BrokerError::ShuttingDown {
             topic: self.topic.to_string(),
-            partition: self.index.0,
+            partition: self.index,
         })?;
         self.take_in_synced(&mut slot.state);
         f(slot)
@@ -403,7 +400,7 @@ impl Partition {
         if error.is_refused() {
             self.write_refusals.fetch_add(1, Ordering::Relaxed);
         } else if log.is_poisoned() && !self.offline.swap(true, Ordering::AcqRel) {
-            tracing::error!(topic = %self.topic, partition = self.index.0, %error,
+            tracing::error!(topic = %self.topic, partition = self.index.value(), %error,
                 "a write failed and could not be undone; the partition is offline until restart");
         }
         BrokerError::from_log(error)
@@ -431,32 +428,35 @@ impl Partition {
             Ok((path, marked))
         });
         match marked {
-            Ok((path, Ok(true))) => tracing::error!(topic = %self.topic, partition = self.index.0,
+            Ok((path, Ok(true))) => {
+                tracing::error!(topic = %self.topic, partition = self.index.value(),
                 path = %path.display(), %corrupt,
-                "stored record batch is corrupt; it is not served and the segment is marked for repair at the next start"),
-            Ok((path, Err(e))) => tracing::error!(topic = %self.topic, partition = self.index.0,
+                "stored record batch is corrupt; it is not served and the segment is marked for repair at the next start")
+            }
+            Ok((path, Err(e))) => {
+                tracing::error!(topic = %self.topic, partition = self.index.value(),
                 path = %path.display(), %corrupt, error = %e,
-                "stored record batch is corrupt; marking the segment for repair failed"),
+                "stored record batch is corrupt; marking the segment for repair failed")
+            }
             _ => {}
         }
         BrokerError::CorruptData {
             topic: self.topic.to_string(),
-            partition: self.index.0,
+            partition: self.index,
             offset,
             detail: corrupt.to_string(),
         }
     }
 
-    /// DeleteRecords: makes `offset` (-1, the wire's sentinel: the high watermark) the
-    /// log start offset. Records below it are no longer served; whole segments below
-    /// it are deleted. The new start is synced to disk before it takes effect, outside
-    /// the mutex so appends do not wait for that sync. Blocking.
-    pub fn delete_records(&self, offset: i64) -> Result<Offset, BrokerError> {
+    /// DeleteRecords: makes `to` (an offset, or the high watermark) the log start
+    /// offset. Records below it are no longer served; whole segments below it are
+    /// deleted. The new start is synced to disk before it takes effect, outside the
+    /// mutex so appends do not wait for that sync. Blocking.
+    pub fn delete_records(&self, to: DeleteRecordsTo) -> Result<Offset, BrokerError> {
         let _one_at_a_time = self
             .delete_records
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let to = DeleteRecordsTo::from_wire(offset);
         let target = match self.with_slot(|slot| slot.state.plan_delete_records(to))? {
             LogStartMove::Unchanged(current) => return Ok(current),
             LogStartMove::To(target) => target,
@@ -490,7 +490,7 @@ impl Partition {
         } else {
             Err(BrokerError::Storage(format!(
                 "{}/{}: log failed before offset {offset} was synced",
-                self.topic, self.index.0
+                self.topic, self.index
             )))
         }
     }
@@ -519,7 +519,7 @@ impl Partition {
     }
 
     pub fn log_start_offset(&self) -> Offset {
-        Offset(self.log_start_offset.load(Ordering::Acquire))
+        Offset::new(self.log_start_offset.load(Ordering::Acquire))
     }
 
     pub fn log_end_offset(&self) -> Result<Offset, BrokerError> {
@@ -594,7 +594,7 @@ impl Partition {
     fn read_failed(&self, offset: Offset, e: std::io::Error) -> BrokerError {
         match CorruptBatch::find(&e) {
             Some(corrupt) => self.corrupt_read(offset, corrupt),
-            None => BrokerError::Storage(format!("read {}/{}: {e}", self.topic, self.index.0)),
+            None => BrokerError::Storage(format!("read {}/{}: {e}", self.topic, self.index)),
         }
     }
 
@@ -650,7 +650,7 @@ impl Partition {
         self.with_slot(|slot| {
             slot.log.install_cleaned(staged).map_err(|error| {
                 if slot.log.is_poisoned() && !self.offline.swap(true, Ordering::AcqRel) {
-                    tracing::error!(topic = %self.topic, partition = self.index.0, %error,
+                    tracing::error!(topic = %self.topic, partition = self.index.value(), %error,
                         "a cleaned segment could not be swapped in; the partition is offline until restart");
                 }
                 BrokerError::from_log(error)
@@ -686,7 +686,7 @@ impl Partition {
             0 => Ok(()),
             _ => Err(BrokerError::KeylessRecords {
                 topic: self.topic.to_string(),
-                partition: self.index.0,
+                partition: self.index,
                 keyless,
             }),
         }
@@ -733,7 +733,7 @@ impl Partition {
     /// Brings the state's high watermark up to what flushers published. Under the
     /// mutex.
     fn take_in_synced(&self, state: &mut PartitionState) {
-        let synced = Offset(self.synced_to.load(Ordering::Acquire));
+        let synced = Offset::new(self.synced_to.load(Ordering::Acquire));
         self.durable_to(state, synced);
     }
 
@@ -742,7 +742,7 @@ impl Partition {
     /// acknowledge data that is not on disk: stop instead, until an operator restarts
     /// the broker (`docs/storage-errors.md`). `error` names the file.
     fn fail_synced(&self, error: &str) {
-        tracing::error!(topic = %self.topic, partition = self.index.0, dir = %self.dir.display(), %error,
+        tracing::error!(topic = %self.topic, partition = self.index.value(), dir = %self.dir.display(), %error,
             "fsync failed; the partition is offline and accepts no more writes until restart");
         self.offline.store(true, Ordering::Release);
         let _ = self.with_log(|log| {

@@ -30,9 +30,7 @@ pub(super) fn load_producer_states(
         .ok()
         .and_then(|b| ProducerStates::decode(&b))
     {
-        Some((states, at)) if at <= end.value() => {
-            (states, Offset(at.max(log.log_start_offset().value())))
-        }
+        Some((states, at)) if at <= end => (states, at.max(log.log_start_offset())),
         _ => (ProducerStates::default(), log.log_start_offset()),
     };
     let mut offset = from;
@@ -60,10 +58,15 @@ pub(super) fn load_producer_states(
             break;
         }
         for (header, _) in batch::BatchIter::new(&data) {
-            if header.last_offset() >= offset.value() {
-                states.record(&header, header.base_offset, header.max_timestamp);
+            let last_offset = Offset::new(header.last_offset());
+            if last_offset >= offset {
+                states.record(
+                    &header,
+                    Offset::new(header.base_offset),
+                    header.max_timestamp,
+                );
             }
-            offset = Offset(header.last_offset() + 1);
+            offset = last_offset.next();
         }
     }
     Ok(states)
@@ -75,14 +78,15 @@ pub(super) fn write_producer_snapshot(
     states: &ProducerStates,
     log_end_offset: Offset,
 ) -> Result<(), BrokerError> {
-    let bytes = states.encode(log_end_offset.value());
+    let bytes = states.encode(log_end_offset);
     durable_file::replace(&dir.join(PRODUCER_SNAPSHOT), &bytes)
 }
 
 /// The DeleteRecords start offset, if one was written (a big-endian i64).
-pub(super) fn read_log_start_offset(dir: &Path) -> Option<i64> {
+pub(super) fn read_log_start_offset(dir: &Path) -> Option<Offset> {
     let bytes = std::fs::read(dir.join(LOG_START_OFFSET_FILE)).ok()?;
-    Some(i64::from_be_bytes(bytes.get(..8)?.try_into().ok()?))
+    let value = i64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
+    Some(Offset::new(value))
 }
 
 /// Writes the DeleteRecords start offset.

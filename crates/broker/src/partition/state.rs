@@ -55,7 +55,7 @@ impl DeleteRecordsTo {
     pub fn from_wire(offset: i64) -> DeleteRecordsTo {
         match offset {
             -1 => DeleteRecordsTo::HighWatermark,
-            offset => DeleteRecordsTo::Offset(Offset(offset)),
+            offset => DeleteRecordsTo::Offset(Offset::new(offset)),
         }
     }
 }
@@ -111,14 +111,14 @@ impl PartitionState {
     pub fn recovered(
         log_start_offset: Offset,
         log_end_offset: Offset,
-        stored_log_start: Option<i64>,
+        stored_log_start: Option<Offset>,
         producers: ProducerStates,
     ) -> PartitionState {
         let start = stored_log_start
-            .unwrap_or(0)
-            .clamp(log_start_offset.value(), log_end_offset.value());
+            .unwrap_or(Offset::ZERO)
+            .clamp(log_start_offset, log_end_offset);
         PartitionState {
-            log_start_offset: Offset(start),
+            log_start_offset: start,
             high_watermark: log_end_offset,
             log_end_offset,
             producers,
@@ -149,10 +149,10 @@ impl PartitionState {
     ) -> Result<AppendPlan, SequenceError> {
         if let Some(header) = idempotent {
             if let SequenceCheck::Duplicate { base_offset } = self.producers.check(header)? {
-                let end = base_offset + i64::from(header.last_offset_delta) + 1;
+                let end = base_offset.plus(i64::from(header.last_offset_delta)).next();
                 return Ok(AppendPlan::Duplicate {
-                    base_offset: Offset(base_offset),
-                    log_end_offset: Offset(end),
+                    base_offset,
+                    log_end_offset: end,
                 });
             }
         }
@@ -181,7 +181,7 @@ impl PartitionState {
         );
         self.log_end_offset = log_end_offset;
         if let Some(header) = idempotent {
-            self.producers.record(header, base_offset.value(), now_ms);
+            self.producers.record(header, base_offset, now_ms);
         }
     }
 

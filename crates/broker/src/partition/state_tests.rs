@@ -5,10 +5,16 @@
 use super::*;
 use crate::producer_state::tests::header;
 use crate::producer_state::BATCHES_PER_PRODUCER;
+use crate::ProducerId;
 use std::collections::{BTreeMap, VecDeque};
 
 fn empty() -> PartitionState {
-    PartitionState::recovered(Offset(0), Offset(0), None, ProducerStates::default())
+    PartitionState::recovered(
+        Offset::new(0),
+        Offset::new(0),
+        None,
+        ProducerStates::default(),
+    )
 }
 
 /// What the log does with a planned write of `records` offsets: appends at the end.
@@ -16,27 +22,38 @@ fn write(state: &mut PartitionState, batch: Option<&BatchHeader>, records: i64, 
     let AppendPlan::Write { base_offset } = state.plan_append(batch).unwrap() else {
         panic!("expected a write");
     };
-    state.appended(
-        batch,
-        base_offset,
-        Offset(base_offset.value() + records),
-        now_ms,
-    );
+    state.appended(batch, base_offset, base_offset.plus(records), now_ms);
 }
 
 #[test]
 fn a_recovered_log_is_durable_to_its_end_and_keeps_a_stored_start_within_it() {
-    let s = PartitionState::recovered(Offset(10), Offset(50), Some(30), ProducerStates::default());
+    let s = PartitionState::recovered(
+        Offset::new(10),
+        Offset::new(50),
+        Some(Offset::new(30)),
+        ProducerStates::default(),
+    );
     assert_eq!(
         (s.log_start_offset(), s.high_watermark(), s.log_end_offset()),
-        (Offset(30), Offset(50), Offset(50))
+        (Offset::new(30), Offset::new(50), Offset::new(50))
     );
-    let below = PartitionState::recovered(Offset(10), Offset(50), Some(3), Default::default());
-    assert_eq!(below.log_start_offset(), Offset(10));
-    let past = PartitionState::recovered(Offset(10), Offset(50), Some(90), Default::default());
-    assert_eq!(past.log_start_offset(), Offset(50));
-    let none = PartitionState::recovered(Offset(10), Offset(50), None, Default::default());
-    assert_eq!(none.log_start_offset(), Offset(10));
+    let below = PartitionState::recovered(
+        Offset::new(10),
+        Offset::new(50),
+        Some(Offset::new(3)),
+        Default::default(),
+    );
+    assert_eq!(below.log_start_offset(), Offset::new(10));
+    let past = PartitionState::recovered(
+        Offset::new(10),
+        Offset::new(50),
+        Some(Offset::new(90)),
+        Default::default(),
+    );
+    assert_eq!(past.log_start_offset(), Offset::new(50));
+    let none =
+        PartitionState::recovered(Offset::new(10), Offset::new(50), None, Default::default());
+    assert_eq!(none.log_start_offset(), Offset::new(10));
 }
 
 #[test]
@@ -44,16 +61,16 @@ fn writes_get_dense_offsets_and_the_watermark_waits_for_durability() {
     let mut s = empty();
     write(&mut s, None, 3, 1);
     write(&mut s, None, 2, 2);
-    assert_eq!(s.log_end_offset(), Offset(5));
-    assert_eq!(s.high_watermark(), Offset(0), "nothing synced yet");
-    assert_eq!(s.durable_to(Offset(3)), Some(Offset(3)));
+    assert_eq!(s.log_end_offset(), Offset::new(5));
+    assert_eq!(s.high_watermark(), Offset::new(0), "nothing synced yet");
+    assert_eq!(s.durable_to(Offset::new(3)), Some(Offset::new(3)));
     assert_eq!(
-        s.durable_to(Offset(2)),
+        s.durable_to(Offset::new(2)),
         None,
         "an older sync never moves it back"
     );
-    assert_eq!(s.durable_to(Offset(5)), Some(Offset(5)));
-    assert_eq!(s.high_watermark(), Offset(5));
+    assert_eq!(s.durable_to(Offset::new(5)), Some(Offset::new(5)));
+    assert_eq!(s.high_watermark(), Offset::new(5));
 }
 
 #[test]
@@ -61,7 +78,7 @@ fn writes_get_dense_offsets_and_the_watermark_waits_for_durability() {
 fn a_log_that_skips_offsets_stops_the_partition() {
     let mut s = empty();
     write(&mut s, None, 3, 1);
-    s.appended(None, Offset(4), Offset(5), 1);
+    s.appended(None, Offset::new(4), Offset::new(5), 1);
 }
 
 #[test]
@@ -69,7 +86,7 @@ fn a_log_that_skips_offsets_stops_the_partition() {
 fn a_durable_offset_past_the_log_end_is_a_bug() {
     let mut s = empty();
     write(&mut s, None, 3, 1);
-    s.durable_to(Offset(4));
+    s.durable_to(Offset::new(4));
 }
 
 #[test]
@@ -82,8 +99,8 @@ fn a_retried_batch_is_answered_with_its_first_offsets() {
     assert_eq!(
         s.plan_append(Some(&first)),
         Ok(AppendPlan::Duplicate {
-            base_offset: Offset(4),
-            log_end_offset: Offset(7)
+            base_offset: Offset::new(4),
+            log_end_offset: Offset::new(7)
         })
     );
     assert!(matches!(
@@ -94,48 +111,52 @@ fn a_retried_batch_is_answered_with_its_first_offsets() {
             ..
         })
     ));
-    assert_eq!(s.log_end_offset(), Offset(8), "a plan changes nothing");
+    assert_eq!(s.log_end_offset(), Offset::new(8), "a plan changes nothing");
 }
 
 #[test]
 fn delete_records_moves_the_start_only_forward_and_never_past_the_watermark() {
     let mut s = empty();
     write(&mut s, None, 10, 1);
-    s.durable_to(Offset(6));
+    s.durable_to(Offset::new(6));
     assert!(matches!(
-        s.plan_delete_records(DeleteRecordsTo::Offset(Offset(7))),
+        s.plan_delete_records(DeleteRecordsTo::Offset(Offset::new(7))),
         Err(BrokerError::OffsetOutOfRange {
-            offset: Offset(7),
-            high_watermark: Offset(6),
+            offset,
+            high_watermark,
             ..
-        })
+        }) if offset == Offset::new(7) && high_watermark == Offset::new(6)
     ));
     assert!(s
-        .plan_delete_records(DeleteRecordsTo::Offset(Offset(-2)))
+        .plan_delete_records(DeleteRecordsTo::Offset(Offset::new(-2)))
         .is_err());
     assert_eq!(
-        s.plan_delete_records(DeleteRecordsTo::Offset(Offset(4)))
+        s.plan_delete_records(DeleteRecordsTo::Offset(Offset::new(4)))
             .unwrap(),
-        LogStartMove::To(Offset(4))
+        LogStartMove::To(Offset::new(4))
     );
-    assert_eq!(s.delete_records_moved(Offset(4)), Offset(4));
+    assert_eq!(s.delete_records_moved(Offset::new(4)), Offset::new(4));
     assert_eq!(
-        s.plan_delete_records(DeleteRecordsTo::Offset(Offset(2)))
+        s.plan_delete_records(DeleteRecordsTo::Offset(Offset::new(2)))
             .unwrap(),
-        LogStartMove::Unchanged(Offset(4))
+        LogStartMove::Unchanged(Offset::new(4))
     );
     assert_eq!(
         s.plan_delete_records(DeleteRecordsTo::from_wire(-1))
             .unwrap(),
-        LogStartMove::To(Offset(6))
+        LogStartMove::To(Offset::new(6))
     );
-    assert_eq!(s.retention_moved(Offset(2)), Offset(4), "never backwards");
-    assert_eq!(s.retention_moved(Offset(5)), Offset(5));
+    assert_eq!(
+        s.retention_moved(Offset::new(2)),
+        Offset::new(4),
+        "never backwards"
+    );
+    assert_eq!(s.retention_moved(Offset::new(5)), Offset::new(5));
 }
 
 #[test]
 fn reads_stop_at_the_watermark() {
-    let window = |offset| ReadWindow::of(Offset(offset), Offset(2), Offset(5));
+    let window = |offset| ReadWindow::of(Offset::new(offset), Offset::new(2), Offset::new(5));
     assert!(matches!(
         window(1),
         Err(BrokerError::OffsetOutOfRange { .. })
@@ -151,7 +172,10 @@ fn idle_producers_expire_with_the_time_passed_in() {
     write(&mut s, Some(&header(1, 0, 0, 1)), 1, 1_000);
     write(&mut s, Some(&header(2, 0, 0, 1)), 1, 5_000);
     assert_eq!(s.expire_producers(6_000, 2_000), 1);
-    assert!(s.producers().get(1).is_none() && s.producers().get(2).is_some());
+    assert!(
+        s.producers().get(ProducerId::new(1)).is_none()
+            && s.producers().get(ProducerId::new(2)).is_some()
+    );
 }
 
 /// One idempotent producer as a client sees it: its epoch, next sequence and the
@@ -186,7 +210,7 @@ fn random_operations_keep_the_invariants() {
     let mut s = empty();
     let mut now_ms = 0i64;
     // The log as the test sees it: the end, and the sync sets taken but not yet done.
-    let mut log_end = Offset(0);
+    let mut log_end = Offset::new(0);
     let mut pending_syncs: Vec<Offset> = Vec::new();
     let mut clients: BTreeMap<i64, Client> = BTreeMap::new();
     for step in 0..20_000 {
@@ -196,7 +220,7 @@ fn random_operations_keep_the_invariants() {
             0..=24 => {
                 let records = rng.i64(1..20);
                 write(&mut s, None, records, now_ms);
-                log_end = Offset(log_end.value() + records);
+                log_end = log_end.plus(records);
             }
             25..=49 => {
                 let id = rng.i64(0..4);
@@ -213,7 +237,7 @@ fn random_operations_keep_the_invariants() {
                     },
                     "step {step}"
                 );
-                let end = Offset(log_end.value() + i64::from(records));
+                let end = log_end.plus(i64::from(records));
                 s.appended(Some(&h), log_end, end, now_ms);
                 client.sent.push_back((h, log_end, end));
                 if client.sent.len() > BATCHES_PER_PRODUCER {
@@ -266,7 +290,7 @@ fn random_operations_keep_the_invariants() {
             90..=94 => {
                 let to = match rng.u8(0..4) {
                     0 => DeleteRecordsTo::HighWatermark,
-                    _ => DeleteRecordsTo::Offset(Offset(rng.i64(-1..=log_end.value() + 1))),
+                    _ => DeleteRecordsTo::Offset(Offset::new(rng.i64(-1..=log_end.value() + 1))),
                 };
                 match s.plan_delete_records(to) {
                     Ok(LogStartMove::To(target)) => {
@@ -284,14 +308,14 @@ fn random_operations_keep_the_invariants() {
                 // Retention deletes whole segments of durable data.
                 let start = s.log_start_offset().value();
                 let to = rng.i64(start..=s.high_watermark().value());
-                s.retention_moved(Offset(to));
+                s.retention_moved(Offset::new(to));
             }
             _ => {
                 let idle_ms = rng.i64(100..5_000);
                 s.expire_producers(now_ms, idle_ms);
                 // A client whose state expired starts over, as after UNKNOWN_PRODUCER_ID.
                 for (id, client) in clients.iter_mut() {
-                    if s.producers().get(*id).is_none() {
+                    if s.producers().get(ProducerId::new(*id)).is_none() {
                         *client = Client::default();
                     }
                 }

@@ -3,7 +3,8 @@
 
 use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::error_code;
-use headway_broker::BrokerError;
+use headway_broker::partition::DeleteRecordsTo;
+use headway_broker::{BrokerError, PartitionIndex};
 use headway_protocol::kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
@@ -29,9 +30,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         for t in body.topics {
             let mut partitions = Vec::with_capacity(t.partitions.len());
             for p in t.partitions {
-                let outcome = match ctx.broker.partition(&t.name, p.partition_index) {
+                let index = PartitionIndex::new(p.partition_index);
+                let to = DeleteRecordsTo::from_wire(p.offset);
+                let outcome = match ctx.broker.partition(&t.name, index) {
                     Ok(partition) => {
-                        tokio::task::spawn_blocking(move || partition.delete_records(p.offset))
+                        tokio::task::spawn_blocking(move || partition.delete_records(to))
                             .await
                             .unwrap_or_else(|e| Err(BrokerError::Storage(e.to_string())))
                     }

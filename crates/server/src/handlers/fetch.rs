@@ -22,7 +22,7 @@ use crate::outbound::Reservation;
 use crate::stats::Connection;
 use bytes::Bytes;
 use headway_broker::timings;
-use headway_broker::{limits, BatchHeader, BrokerError, Offset, Partition};
+use headway_broker::{limits, BatchHeader, BrokerError, Offset, Partition, PartitionIndex};
 use headway_protocol::kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, PartitionData,
 };
@@ -44,7 +44,7 @@ pub const HANDLER: Handler = Handler {
 const TOPIC_IDS_MIN_VERSION: i16 = 13;
 
 struct Wanted {
-    index: i32,
+    index: PartitionIndex,
     offset: Offset,
     max_bytes: usize,
     partition: Result<Arc<Partition>, BrokerError>,
@@ -117,11 +117,13 @@ fn resolve(
         .partitions
         .into_iter()
         .map(|p| Wanted {
-            index: p.partition,
-            offset: Offset(p.fetch_offset),
+            index: PartitionIndex::new(p.partition),
+            offset: Offset::new(p.fetch_offset),
             max_bytes: p.partition_max_bytes.max(0) as usize,
             partition: match &name {
-                Some(name) => ctx.broker.readable_partition(name, p.partition),
+                Some(name) => ctx
+                    .broker
+                    .readable_partition(name, PartitionIndex::new(p.partition)),
                 None => Err(BrokerError::UnknownTopicId(t.topic_id)),
             },
         })
@@ -240,7 +242,7 @@ async fn read_one(
     conn: &Connection,
 ) -> (PartitionData, bool) {
     let base = PartitionData::default()
-        .with_partition_index(wanted.index)
+        .with_partition_index(wanted.index.value())
         .with_preferred_read_replica(BrokerId(-1));
     let partition = match &wanted.partition {
         Ok(p) => p,

@@ -3,6 +3,7 @@
 
 use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
+use headway_group::GenerationId;
 use headway_protocol::kafka_protocol::messages::{ApiKey, HeartbeatRequest, HeartbeatResponse};
 use headway_protocol::{decode_body, Request};
 
@@ -20,7 +21,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         &body.group_id,
         &body.member_id,
         body.group_instance_id.as_deref(),
-        body.generation_id,
+        GenerationId::from_wire(body.generation_id),
     );
     ready(
         request,

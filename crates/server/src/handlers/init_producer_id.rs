@@ -8,7 +8,7 @@
 
 use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::error_code;
-use headway_broker::BrokerError;
+use headway_broker::{BrokerError, ProducerEpoch};
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId,
 };
@@ -36,14 +36,13 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                 .await
                 .unwrap_or_else(|e| Err(BrokerError::Storage(e.to_string())))
         };
-        match allocated {
-            Ok(id) => InitProducerIdResponse::default()
-                .with_producer_id(ProducerId(id))
-                .with_producer_epoch(0),
-            Err(e) => InitProducerIdResponse::default()
-                .with_error_code(error_code(&e))
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1),
-        }
+        let (id, epoch, code) = match allocated {
+            Ok(id) => (Some(id), Some(ProducerEpoch::FIRST), 0),
+            Err(e) => (None, None, error_code(&e)),
+        };
+        InitProducerIdResponse::default()
+            .with_error_code(code)
+            .with_producer_id(ProducerId(headway_broker::ProducerId::to_wire(id)))
+            .with_producer_epoch(ProducerEpoch::to_wire(epoch))
     })
 }

@@ -4,7 +4,7 @@
 
 use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
-use headway_group::JoinRequest;
+use headway_group::{GenerationId, JoinRequest};
 use headway_protocol::kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use headway_protocol::kafka_protocol::messages::{ApiKey, JoinGroupRequest, JoinGroupResponse};
 use headway_protocol::kafka_protocol::protocol::StrBytes;
@@ -59,7 +59,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         let r = ctx.groups.join(join).await;
         JoinGroupResponse::default()
             .with_error_code(group_code(r.error))
-            .with_generation_id(r.generation_id)
+            .with_generation_id(GenerationId::to_wire(r.generation_id))
             .with_protocol_type(str_of(r.protocol_type))
             .with_protocol_name(str_of(r.protocol_name))
             .with_leader(StrBytes::from_string(r.leader))

@@ -5,7 +5,7 @@
 
 use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::error_code;
-use headway_broker::{BrokerError, Offset, Partition};
+use headway_broker::{BrokerError, Offset, Partition, PartitionIndex};
 use headway_log::records;
 use headway_protocol::kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -36,7 +36,8 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         for t in body.topics {
             let mut partitions = Vec::with_capacity(t.partitions.len());
             for p in t.partitions {
-                let result = match ctx.broker.readable_partition(&t.name, p.partition_index) {
+                let index = PartitionIndex::new(p.partition_index);
+                let result = match ctx.broker.readable_partition(&t.name, index) {
                     Ok(partition) => lookup(partition, p.timestamp).await,
                     Err(e) => Err(e),
                 };
@@ -44,9 +45,10 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     .with_partition_index(p.partition_index)
                     .with_leader_epoch(leader_epoch);
                 partitions.push(match result {
-                    Ok((offset, timestamp)) => {
-                        response.with_offset(offset).with_timestamp(timestamp)
-                    }
+                    Ok(Some(found)) => response
+                        .with_offset(found.offset.value())
+                        .with_timestamp(found.timestamp_ms.unwrap_or(-1)),
+                    Ok(None) => response.with_offset(-1).with_timestamp(-1),
                     Err(e) => response
                         .with_error_code(error_code(&e))
                         .with_offset(-1)
@@ -63,31 +65,73 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     })
 }
 
-/// The offset and timestamp to answer for one partition.
-async fn lookup(partition: Arc<Partition>, timestamp: i64) -> Result<(i64, i64), BrokerError> {
-    match timestamp {
-        LATEST_TIMESTAMP => Ok((partition.high_watermark().value(), -1)),
-        EARLIEST_TIMESTAMP => Ok((partition.log_start_offset().value(), -1)),
-        MAX_TIMESTAMP => match partition.max_timestamp()? {
+/// What a partition of the request asks for: the wire's negative timestamps name the
+/// special lookups.
+enum Spec {
+    Latest,
+    Earliest,
+    MaxTimestamp,
+    /// The first record at or after this time (ms).
+    Timestamp(i64),
+}
+
+impl Spec {
+    fn from_wire(timestamp: i64) -> Result<Spec, BrokerError> {
+        match timestamp {
+            LATEST_TIMESTAMP => Ok(Spec::Latest),
+            EARLIEST_TIMESTAMP => Ok(Spec::Earliest),
+            MAX_TIMESTAMP => Ok(Spec::MaxTimestamp),
+            t if t >= 0 => Ok(Spec::Timestamp(t)),
+            other => Err(BrokerError::InvalidRequest(format!(
+                "unsupported timestamp {other}"
+            ))),
+        }
+    }
+}
+
+/// A lookup's answer: the offset, and the record's timestamp for lookups by time.
+struct Found {
+    offset: Offset,
+    timestamp_ms: Option<i64>,
+}
+
+impl Found {
+    fn at(offset: Offset) -> Found {
+        Found {
+            offset,
+            timestamp_ms: None,
+        }
+    }
+}
+
+/// The offset (and timestamp) to answer for one partition; `None` when no record
+/// matches (the answer then says -1).
+async fn lookup(partition: Arc<Partition>, timestamp: i64) -> Result<Option<Found>, BrokerError> {
+    match Spec::from_wire(timestamp)? {
+        Spec::Latest => Ok(Some(Found::at(partition.high_watermark()))),
+        Spec::Earliest => Ok(Some(Found::at(partition.log_start_offset()))),
+        Spec::MaxTimestamp => match partition.max_timestamp()? {
             Some(max) => Box::pin(lookup(partition, max)).await,
-            None => Ok((-1, -1)),
+            None => Ok(None),
         },
-        t if t >= 0 => {
+        Spec::Timestamp(t) => {
             let searched = Arc::clone(&partition);
             let found = tokio::task::spawn_blocking(move || searched.offset_for_timestamp(t))
                 .await
                 .map_err(|e| BrokerError::Storage(format!("lookup task failed: {e}")))??;
-            match found {
-                None => Ok((-1, -1)),
-                Some((batch_offset, batch_max_ts)) => {
-                    let exact = first_record_at(&partition, batch_offset, t).await?;
-                    Ok(exact.unwrap_or((batch_offset.value(), batch_max_ts)))
-                }
-            }
+            let Some((batch_offset, batch_max_ts)) = found else {
+                return Ok(None);
+            };
+            let exact = first_record_at(&partition, batch_offset, t).await?;
+            let (offset, timestamp_ms) = match exact {
+                Some((offset, timestamp_ms)) => (Offset::new(offset), timestamp_ms),
+                None => (batch_offset, batch_max_ts),
+            };
+            Ok(Some(Found {
+                offset,
+                timestamp_ms: Some(timestamp_ms),
+            }))
         }
-        other => Err(BrokerError::InvalidRequest(format!(
-            "unsupported timestamp {other}"
-        ))),
     }
 }
 

@@ -92,7 +92,7 @@ async fn requested_topic(
             .topic(&name)
             .ok_or(BrokerError::UnknownTopicOrPartition {
                 topic: name.to_string(),
-                partition: -1,
+                partition: None,
             })
     };
     match found {
@@ -114,7 +114,7 @@ fn error_topic(
 }
 
 fn topic_metadata(node_id: i32, topic: &Topic) -> MetadataResponseTopic {
-    let indexes = topic.partitions().iter().map(|p| p.index().0);
+    let indexes = topic.partitions().iter().map(|p| p.index().value());
     described(node_id, topic.name(), topic.id(), indexes)
 }
 

@@ -5,7 +5,9 @@
 
 use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::{group_code, group_error_code};
-use headway_group::CommitEntry;
+use headway_broker::{Offset, PartitionIndex, TopicPartition};
+use headway_group::state::leader_epoch_from_wire;
+use headway_group::{CommitEntry, GenerationId};
 use headway_protocol::kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -30,10 +32,12 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         .iter()
         .flat_map(|t| {
             t.partitions.iter().map(|p| CommitEntry {
-                topic: t.name.to_string(),
-                partition: p.partition_index,
-                offset: p.committed_offset,
-                leader_epoch: p.committed_leader_epoch,
+                topic_partition: TopicPartition::new(
+                    t.name.to_string(),
+                    PartitionIndex::new(p.partition_index),
+                ),
+                offset: Offset::new(p.committed_offset),
+                leader_epoch: leader_epoch_from_wire(p.committed_leader_epoch),
                 metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
             })
         })
@@ -46,7 +50,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                 &body.group_id,
                 &body.member_id,
                 body.group_instance_id.as_deref(),
-                body.generation_id_or_member_epoch,
+                GenerationId::from_wire(body.generation_id_or_member_epoch),
                 entries,
             )
             .await;

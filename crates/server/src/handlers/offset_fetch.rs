@@ -2,6 +2,8 @@
 //! v8+ asks for several groups at once. A partition without a commit answers -1.
 
 use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
+use headway_broker::{PartitionIndex, TopicPartition};
+use headway_group::state::leader_epoch_to_wire;
 use headway_group::CommittedOffset;
 use headway_protocol::kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
@@ -24,24 +26,26 @@ pub const HANDLER: Handler = Handler {
 const MULTI_GROUP_MIN_VERSION: i16 = 8;
 
 /// Per topic, per partition: the committed offset, if any.
-type Found = BTreeMap<String, Vec<(i32, Option<CommittedOffset>)>>;
+type Found = BTreeMap<String, Vec<(PartitionIndex, Option<CommittedOffset>)>>;
 
 fn lookup(ctx: &Ctx, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) -> Found {
     let mut found: Found = BTreeMap::new();
     match wanted {
         None => {
-            for ((topic, partition), offset) in ctx.groups.committed(group_id, None) {
+            for (key, offset) in ctx.groups.committed(group_id, None) {
                 found
-                    .entry(topic)
+                    .entry(key.topic)
                     .or_default()
-                    .push((partition, Some(offset)));
+                    .push((key.partition, Some(offset)));
             }
         }
         Some(topics) => {
             for (topic, partitions) in topics {
-                let keys: Vec<(String, i32)> =
-                    partitions.iter().map(|p| (topic.clone(), *p)).collect();
-                let committed: BTreeMap<(String, i32), CommittedOffset> = ctx
+                let keys: Vec<TopicPartition> = partitions
+                    .iter()
+                    .map(|p| TopicPartition::new(topic.clone(), PartitionIndex::new(*p)))
+                    .collect();
+                let committed: BTreeMap<TopicPartition, CommittedOffset> = ctx
                     .groups
                     .committed(group_id, Some(&keys))
                     .into_iter()
@@ -49,7 +53,7 @@ fn lookup(ctx: &Ctx, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) ->
                 let entry = found.entry(topic).or_default();
                 for key in keys {
                     let offset = committed.get(&key).cloned();
-                    entry.push((key.1, offset));
+                    entry.push((key.partition, offset));
                 }
             }
         }
@@ -60,9 +64,9 @@ fn lookup(ctx: &Ctx, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) ->
 fn parts(offset: Option<CommittedOffset>) -> (i64, i32, Option<StrBytes>) {
     match offset {
         Some(o) => (
-            o.offset,
-            o.leader_epoch,
-            Some(StrBytes::from_string(o.metadata.unwrap_or_default())),
+            o.commit.offset.value(),
+            leader_epoch_to_wire(o.commit.leader_epoch),
+            Some(StrBytes::from_string(o.commit.metadata.unwrap_or_default())),
         ),
         None => (-1, -1, Some(StrBytes::default())),
     }
@@ -83,7 +87,7 @@ macro_rules! answer_topics {
                             .map(|(index, offset)| {
                                 let (offset, epoch, metadata) = parts(offset);
                                 $partition::default()
-                                    .with_partition_index(index)
+                                    .with_partition_index(index.value())
                                     .with_committed_offset(offset)
                                     .with_committed_leader_epoch(epoch)
                                     .with_metadata(metadata)

@@ -19,7 +19,7 @@
 use super::{pending_with, Call, Handler, HandlerError, Reply, ReplyTiming};
 use crate::errors::code_and_message;
 use headway_broker::timings::{self, ProduceStages, Timings};
-use headway_broker::{Appended, Broker, BrokerError, Partition};
+use headway_broker::{Appended, Broker, BrokerError, Partition, PartitionIndex};
 use headway_protocol::kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
@@ -100,7 +100,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     append(
                         &ctx.broker,
                         &topic_data.name,
-                        p.index,
+                        PartitionIndex::new(p.index),
                         p.records.as_deref(),
                         max_message_bytes,
                     )
@@ -147,7 +147,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
 fn append(
     broker: &Broker,
     name: &TopicName,
-    index: i32,
+    index: PartitionIndex,
     records: Option<&[u8]>,
     max_message_bytes: usize,
 ) -> Result<(Arc<Partition>, Appended), BrokerError> {

@@ -3,7 +3,7 @@
 
 use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
-use headway_group::SyncRequest;
+use headway_group::{GenerationId, SyncRequest};
 use headway_protocol::kafka_protocol::messages::{ApiKey, SyncGroupRequest, SyncGroupResponse};
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
@@ -21,7 +21,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let body: SyncGroupRequest = decode_body(request)?;
     let sync = SyncRequest {
         group_id: body.group_id.to_string(),
-        generation_id: body.generation_id,
+        generation_id: GenerationId::from_wire(body.generation_id),
         member_id: body.member_id.to_string(),
         group_instance_id: body.group_instance_id.map(|s| s.to_string()),
         protocol_type: body.protocol_type.map(|s| s.to_string()),

@@ -10,7 +10,7 @@ fn append_and_read_back_byte_for_byte() {
     assert_eq!(report.segments, 1);
     assert_eq!(
         (report.log_start_offset, report.log_end_offset),
-        (Offset(0), Offset(0))
+        (Offset::new(0), Offset::new(0))
     );
     let mut expected = Vec::new();
     for i in 0..50 {
@@ -46,7 +46,7 @@ fn one_append_of_several_batches() {
     let info = log.append(&mut bytes, NOW_MS).unwrap();
     assert_eq!(
         (info.base_offset, info.last_offset, info.log_end_offset),
-        (Offset(2), Offset(9), Offset(10))
+        (Offset::new(2), Offset::new(9), Offset::new(10))
     );
     assert_eq!(batch_offsets(&bytes), [(2, 4), (5, 5), (6, 9)]);
     assert_eq!(read_all(&log, 2), bytes);
@@ -71,7 +71,7 @@ fn malformed_appends_are_refused() {
         log.append(&mut old_magic, NOW_MS),
         Err(LogError::Batch(_))
     ));
-    assert_eq!(log.log_end_offset(), Offset(0));
+    assert_eq!(log.log_end_offset(), Offset::new(0));
     assert!(!log.is_poisoned());
 }
 
@@ -84,9 +84,9 @@ fn read_from_inside_a_batch_returns_the_whole_batch() {
         .collect();
     for offset in 0..100 {
         let bytes = log
-            .locate(Offset(offset))
+            .locate(Offset::new(offset))
             .unwrap()
-            .read(1, Offset(i64::MAX))
+            .read(1, Offset::new(i64::MAX))
             .unwrap();
         assert_eq!(bytes, batches[offset as usize / 5], "offset {offset}");
     }
@@ -101,9 +101,9 @@ fn max_bytes_stops_before_a_batch_that_does_not_fit() {
         .collect();
     let size = batches[0].len();
     let read = |max_bytes| {
-        log.locate(Offset(2))
+        log.locate(Offset::new(2))
             .unwrap()
-            .read(max_bytes, Offset(i64::MAX))
+            .read(max_bytes, Offset::new(i64::MAX))
             .unwrap()
     };
     assert_eq!(read(3 * size), batches[2..5].concat());
@@ -124,15 +124,15 @@ fn first_batch_larger_than_the_read_ahead_is_read_whole() {
     let big = append_one(&mut log, 3, 40_000, NOW_MS);
     let after = append_one(&mut log, 1, 100, NOW_MS);
     let bytes = log
-        .locate(Offset(2))
+        .locate(Offset::new(2))
         .unwrap()
-        .read(10, Offset(i64::MAX))
+        .read(10, Offset::new(i64::MAX))
         .unwrap();
     assert_eq!(bytes, big);
     let bytes = log
-        .locate(Offset(1))
+        .locate(Offset::new(1))
         .unwrap()
-        .read(big.len() + after.len(), Offset(i64::MAX))
+        .read(big.len() + after.len(), Offset::new(i64::MAX))
         .unwrap();
     assert_eq!(bytes, [big, after].concat());
 }
@@ -145,9 +145,9 @@ fn limit_offset_trims_the_read() {
         .map(|_| append_one(&mut log, 2, 30, NOW_MS))
         .collect();
     let read = |from, limit| {
-        log.locate(Offset(from))
+        log.locate(Offset::new(from))
             .unwrap()
-            .read(1 << 20, Offset(limit))
+            .read(1 << 20, Offset::new(limit))
             .unwrap()
     };
     assert_eq!(read(0, 4), batches[0..2].concat());
@@ -170,19 +170,20 @@ fn locate_outside_the_log_is_out_of_range() {
     let (mut log, _) = open(&dir, config());
     append_one(&mut log, 3, 10, NOW_MS);
     assert!(matches!(
-        log.locate(Offset(4)),
+        log.locate(Offset::new(4)),
         Err(LogError::OffsetOutOfRange {
-            offset: Offset(4),
-            log_start_offset: Offset(0),
-            log_end_offset: Offset(3)
-        })
+            offset,
+            log_start_offset,
+            log_end_offset,
+        }) if (offset, log_start_offset, log_end_offset)
+            == (Offset::new(4), Offset::new(0), Offset::new(3))
     ));
     assert!(matches!(
-        log.locate(Offset(-1)),
+        log.locate(Offset::new(-1)),
         Err(LogError::OffsetOutOfRange { .. })
     ));
-    let slice = log.locate(Offset(3)).unwrap();
-    assert_eq!(slice.fetch_offset(), Offset(3));
+    let slice = log.locate(Offset::new(3)).unwrap();
+    assert_eq!(slice.fetch_offset(), Offset::new(3));
     assert_eq!(slice.len_bytes(), 0);
 }
 
@@ -191,9 +192,9 @@ fn a_slice_sees_only_what_was_written_when_it_was_taken() {
     let dir = TempDir::new().unwrap();
     let (mut log, _) = open(&dir, config());
     let first = append_one(&mut log, 1, 10, NOW_MS);
-    let slice = log.locate(Offset(0)).unwrap();
+    let slice = log.locate(Offset::new(0)).unwrap();
     append_one(&mut log, 1, 10, NOW_MS);
-    assert_eq!(slice.read(1 << 20, Offset(i64::MAX)).unwrap(), first);
+    assert_eq!(slice.read(1 << 20, Offset::new(i64::MAX)).unwrap(), first);
 }
 
 #[test]
@@ -214,11 +215,11 @@ fn cached_reads_return_what_blocking_reads_return_or_give_up() {
     }
     let end = log.log_end_offset();
     let total: u64 = read_all(&log, 0).len() as u64;
-    assert_eq!(log.locate(Offset(0)).unwrap().behind_bytes(), total);
+    assert_eq!(log.locate(Offset::new(0)).unwrap().behind_bytes(), total);
     assert_eq!(log.locate(end).unwrap().behind_bytes(), 0);
     let mut cached_hits = 0;
     for offset in 0..end.value() {
-        let slice = log.locate(Offset(offset)).unwrap();
+        let slice = log.locate(Offset::new(offset)).unwrap();
         for max_bytes in [1, 500, 1 << 20] {
             let blocking = slice.read(max_bytes, end).unwrap();
             // Just read, so the pages are cached: where the kernel supports RWF_NOWAIT
@@ -237,7 +238,7 @@ fn cached_reads_return_what_blocking_reads_return_or_give_up() {
         let file = std::fs::File::open(entry.unwrap().path()).unwrap();
         let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed);
     }
-    let slice = log.locate(Offset(0)).unwrap();
+    let slice = log.locate(Offset::new(0)).unwrap();
     let cold = slice.read_cached(1 << 20, end).unwrap();
     let blocking = slice.read(1 << 20, end).unwrap();
     assert!(!blocking.is_empty());

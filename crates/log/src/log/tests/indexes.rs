@@ -148,7 +148,7 @@ fn offset_for_timestamp_finds_the_first_batch_at_or_after() {
         stamps
             .iter()
             .find(|(_, t)| *t >= target)
-            .map(|(o, t)| (Offset(*o), *t))
+            .map(|(o, t)| (Offset::new(*o), *t))
     };
     for target in [
         i64::MIN,
@@ -207,9 +207,9 @@ fn sealed_segments_keep_a_sixteenth_of_their_index_in_memory_and_read_the_same()
         // Every offset reads back its own batch, and the whole log byte for byte.
         for offset in 0..log.log_end_offset().value() {
             let bytes = log
-                .locate(Offset(offset))
+                .locate(Offset::new(offset))
                 .unwrap()
-                .read(1, Offset(i64::MAX))
+                .read(1, Offset::new(i64::MAX))
                 .unwrap();
             assert_eq!(bytes, batches[offset as usize / 3], "offset {offset}");
         }

@@ -60,9 +60,9 @@ fn read_all(log: &Log, from: i64) -> Vec<u8> {
     let mut offset = from;
     while offset < log.log_end_offset().value() {
         let bytes = log
-            .locate(Offset(offset))
+            .locate(Offset::new(offset))
             .unwrap()
-            .read(1 << 30, Offset(i64::MAX))
+            .read(1 << 30, Offset::new(i64::MAX))
             .unwrap();
         let (header, _) = BatchIter::new(&bytes)
             .last()

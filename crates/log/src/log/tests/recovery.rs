@@ -265,9 +265,9 @@ fn reads_of_corrupt_segment_bytes_fail_instead_of_hanging() {
     for length in [i32::MAX, -5, 3] {
         std::os::unix::fs::FileExt::write_all_at(&file, &length.to_be_bytes(), at).unwrap();
         let error = log
-            .locate(Offset(3))
+            .locate(Offset::new(3))
             .unwrap()
-            .read(1 << 20, Offset(i64::MAX))
+            .read(1 << 20, Offset::new(i64::MAX))
             .unwrap_err();
         assert_eq!(
             error.kind(),
@@ -276,9 +276,9 @@ fn reads_of_corrupt_segment_bytes_fail_instead_of_hanging() {
         );
     }
     assert_eq!(
-        log.locate(Offset(0))
+        log.locate(Offset::new(0))
             .unwrap()
-            .read(0, Offset(i64::MAX))
+            .read(0, Offset::new(i64::MAX))
             .unwrap(),
         batches[0]
     );
@@ -311,9 +311,9 @@ fn a_gap_left_by_a_repaired_middle_segment_is_skipped_by_reads() {
         (batches[1].len() + batches[2].len()) as u64
     );
     let read = |offset| {
-        log.locate(Offset(offset))
+        log.locate(Offset::new(offset))
             .unwrap()
-            .read(0, Offset(i64::MAX))
+            .read(0, Offset::new(i64::MAX))
             .unwrap()
     };
     assert_eq!(read(0), batches[0]);
@@ -405,9 +405,9 @@ fn check_against_model(log: &Log, model: &[Vec<u8>], rng: &mut Rng) {
             .position(|(base, last)| (*base..=*last).contains(&offset))
             .unwrap();
         let bytes = log
-            .locate(Offset(offset))
+            .locate(Offset::new(offset))
             .unwrap()
-            .read(0, Offset(i64::MAX))
+            .read(0, Offset::new(i64::MAX))
             .unwrap();
         assert_eq!(bytes, model[at], "offset {offset}");
     }

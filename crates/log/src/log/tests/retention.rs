@@ -36,7 +36,7 @@ fn retention_by_size_advances_the_log_start_offset() {
     assert!(!segment_path(&dir, 0, "log").exists());
     assert!(!segment_path(&dir, 0, "index").exists());
     assert!(matches!(
-        log.locate(Offset(start.value() - 1)),
+        log.locate(Offset::new(start.value() - 1)),
         Err(LogError::OffsetOutOfRange { .. })
     ));
     let first_kept = start.value() as usize / 2;
@@ -66,12 +66,14 @@ fn delete_segments_before_keeps_the_segment_holding_the_offset() {
     assert!(bases.len() > 3);
     // An offset inside the third segment: the first two go, the third stays.
     let inside_third = bases[2] + 1;
-    let report = log.delete_segments_before(Offset(inside_third)).unwrap();
+    let report = log
+        .delete_segments_before(Offset::new(inside_third))
+        .unwrap();
     assert_eq!(report.deleted_segments, 2);
     assert_eq!(log.log_start_offset().value(), bases[2]);
     assert!(!segment_path(&dir, bases[0], "log").exists());
     // Never the active segment, even for an offset past it.
-    log.delete_segments_before(Offset(i64::MAX)).unwrap();
+    log.delete_segments_before(Offset::new(i64::MAX)).unwrap();
     assert_eq!(log.segment_count(), 1);
     assert_eq!(log.log_end_offset().value(), 60);
 }
@@ -132,7 +134,7 @@ fn retention_by_age_keeps_the_active_segment() {
     log.enforce_retention(NOW_MS + 1_000_000).unwrap();
     assert_eq!(log.segment_count(), 1);
     assert_eq!(log.log_start_offset().value(), segments.last().unwrap().0);
-    assert_eq!(log.log_end_offset(), Offset(10));
+    assert_eq!(log.log_end_offset(), Offset::new(10));
 }
 
 #[test]
@@ -148,7 +150,7 @@ fn a_deleted_segment_stays_readable_through_an_open_slice() {
     );
     let first = append_one(&mut log, 1, 300, NOW_MS);
     append_one(&mut log, 1, 300, NOW_MS);
-    let slice = log.locate(Offset(0)).unwrap();
+    let slice = log.locate(Offset::new(0)).unwrap();
     assert_eq!(log.enforce_retention(NOW_MS).unwrap().deleted_segments, 1);
-    assert_eq!(slice.read(1 << 20, Offset(i64::MAX)).unwrap(), first);
+    assert_eq!(slice.read(1 << 20, Offset::new(i64::MAX)).unwrap(), first);
 }

@@ -32,9 +32,9 @@ fn roll_by_size_and_read_across_segments() {
     assert_eq!(read_all(&log, 0), expected);
     // A read at a segment's base offset lands in that segment.
     let bytes = log
-        .locate(Offset(bases[2]))
+        .locate(Offset::new(bases[2]))
         .unwrap()
-        .read(1, Offset(i64::MAX))
+        .read(1, Offset::new(i64::MAX))
         .unwrap();
     assert_eq!(batch_offsets(&bytes)[0].0, bases[2]);
 }
@@ -54,9 +54,9 @@ fn a_batch_larger_than_a_segment_gets_its_own_segment() {
     append_one(&mut log, 1, 10, NOW_MS);
     assert_eq!(log.segment_count(), 3);
     assert_eq!(
-        log.locate(Offset(1))
+        log.locate(Offset::new(1))
             .unwrap()
-            .read(1, Offset(i64::MAX))
+            .read(1, Offset::new(i64::MAX))
             .unwrap(),
         big
     );

@@ -15,9 +15,9 @@ fn append(log: &mut Log, i: usize) -> Result<Vec<u8>, LogError> {
 }
 
 fn read_from(log: &Log, offset: i64) -> std::io::Result<bytes::Bytes> {
-    log.locate(Offset(offset))
+    log.locate(Offset::new(offset))
         .unwrap()
-        .read(1 << 30, Offset(i64::MAX))
+        .read(1 << 30, Offset::new(i64::MAX))
 }
 
 /// Everything in the log, reading on from each read's last batch.
@@ -171,7 +171,7 @@ fn a_failed_write_is_logged_once_per_run_of_refusals() {
     SPACE_LEFT_BYTES.set(None);
     append(&mut log, 3).unwrap();
     assert_eq!(log.refused_appends, 0);
-    assert_eq!(log.log_end_offset(), Offset(1));
+    assert_eq!(log.log_end_offset(), Offset::new(1));
 }
 
 /// A log of three sealed segments of `per_segment` batches and an active one, with

@@ -16,15 +16,15 @@ fn sync_sets_hold_what_was_written_since_the_last_one() {
     assert!(log.sync_set().is_empty(), "open leaves everything synced");
     append_one(&mut log, 1, 100, NOW_MS);
     let set = log.sync_set();
-    assert_eq!((set.file_count(), set.log_end_offset), (1, Offset(1)));
+    assert_eq!((set.file_count(), set.log_end_offset), (1, Offset::new(1)));
     set.sync().unwrap();
     let set = log.sync_set();
     assert!(set.is_empty());
-    assert_eq!(set.log_end_offset, Offset(1));
+    assert_eq!(set.log_end_offset, Offset::new(1));
     // A roll: the sealed segment's three files, the new active log, and the directory.
     append_one(&mut log, 1, 900, NOW_MS);
     let set = log.sync_set();
-    assert_eq!((set.file_count(), set.log_end_offset), (5, Offset(2)));
+    assert_eq!((set.file_count(), set.log_end_offset), (5, Offset::new(2)));
     set.sync().unwrap();
     assert!(log.sync_set().is_empty());
 }
@@ -59,9 +59,12 @@ fn a_poisoned_log_refuses_appends() {
         log.append(&mut bytes, NOW_MS),
         Err(LogError::Poisoned { .. })
     ));
-    assert_eq!(log.log_end_offset(), Offset(1));
+    assert_eq!(log.log_end_offset(), Offset::new(1));
     assert_eq!(
-        log.locate(Offset(0)).unwrap().read(100, Offset(1)).unwrap(),
+        log.locate(Offset::new(0))
+            .unwrap()
+            .read(100, Offset::new(1))
+            .unwrap(),
         written,
         "reads still work"
     );
