@@ -21,7 +21,8 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import OFFSET_INVALID, Consumer, Producer, TopicPartition
+from confluent_kafka import (OFFSET_INVALID, Consumer, KafkaError, KafkaException, Producer,
+                             TopicPartition)
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 from kafka.structs import OffsetAndMetadata
@@ -402,3 +403,23 @@ def test_group_cli_list_and_describe(make_broker, spawn):
     assert d.state == "Empty" and d.members == [], d.text
     for p in range(partitions):  # a partition nobody committed and nobody owns has no row
         assert d.partitions.get((topic, p), {}).get("committed") == committed.get(p), d.text
+
+
+def test_commit_for_a_topic_that_does_not_exist_is_refused(broker):
+    """Offsets of a topic that does not exist are not stored: UNKNOWN_TOPIC_OR_PART for its
+    partitions (librdkafka's own test 0030 expects it), while the same request's offsets
+    of an existing topic are committed."""
+    create_topic(broker.bootstrap, "exists", 1)
+    consumer = Consumer({**rdkafka_base(broker.bootstrap), "group.id": "committer",
+                         "enable.auto.commit": False})
+    try:
+        # librdkafka raises the first partition error of a synchronous commit.
+        with pytest.raises(KafkaException) as raised:
+            consumer.commit(offsets=[TopicPartition("exists", 0, 5),
+                                     TopicPartition("never-created", 0, 7)],
+                            asynchronous=False)
+        assert raised.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        committed = consumer.committed([TopicPartition("exists", 0)], timeout=30)
+        assert committed[0].offset == 5
+    finally:
+        consumer.close()
