@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import resource
 import signal
 import subprocess
 import threading
@@ -62,8 +63,10 @@ class Broker:
     """
 
     def __init__(self, binary: Path, data_dir: Path, log_dir: Path, extra_args: list[str],
-                 extra_env: dict[str, str] | None = None, listen: str = "127.0.0.1:0"):
+                 extra_env: dict[str, str] | None = None, listen: str = "127.0.0.1:0",
+                 open_files_max: int | None = None):
         self.binary = binary
+        self.open_files_max = open_files_max
         self.data_dir = data_dir
         self.listen = listen
         self.extra_args = list(extra_args)
@@ -81,6 +84,11 @@ class Broker:
 
     # -- lifecycle -----------------------------------------------------------------------
 
+    def _limit_files(self) -> None:
+        """In the child before exec: the soft and hard open files limit, when asked."""
+        if self.open_files_max is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files_max,) * 2)
+
     def start(self) -> "Broker":
         assert self._proc is None or self._proc.poll() is not None, "broker already running"
         self.starts += 1
@@ -96,7 +104,7 @@ class Broker:
             err.write(f"### headway start #{self.starts}: {' '.join(args)}\n".encode())
             err.flush()
             self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=err, env=env)
+                                          stderr=err, env=env, preexec_fn=self._limit_files)
         _LIVE_PROCESSES.add(self._proc)
         self.returncode = None
         self.bootstrap = None
@@ -245,19 +253,21 @@ def _require_binary() -> Path:
 
 @pytest.fixture
 def make_broker(request, tmp_path):
-    """Factory: make_broker(*extra_args, env=None, start=True, listen=...) -> Broker. Each
-    call gets its own data directory; every broker is shut down after the test. `env` adds
-    environment variables (the broker's own HEADWAY_* are otherwise removed); `listen`
-    fixes the address (see Broker)."""
+    """Factory: make_broker(*extra_args, env=None, start=True, listen=...,
+    open_files_max=None) -> Broker. Each call gets its own data directory; every broker is
+    shut down after the test. `env` adds environment variables (the broker's own HEADWAY_*
+    are otherwise removed); `listen` fixes the address (see Broker); `open_files_max` sets
+    the broker process's open files limit (soft and hard)."""
     brokers: list[Broker] = []
     request.node.headway_brokers = brokers
 
     def factory(*extra_args: str, env: dict[str, str] | None = None, start: bool = True,
-                listen: str = "127.0.0.1:0") -> Broker:
+                listen: str = "127.0.0.1:0", open_files_max: int | None = None) -> Broker:
         binary = _require_binary()
         index = len(brokers)
         base = tmp_path / f"broker{index}"
-        broker = Broker(binary, base / "data", base, list(extra_args), env, listen)
+        broker = Broker(binary, base / "data", base, list(extra_args), env, listen,
+                        open_files_max)
         brokers.append(broker)
         return broker.start() if start else broker
 

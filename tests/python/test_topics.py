@@ -13,8 +13,9 @@ from __future__ import annotations
 import signal
 import time
 
-from confluent_kafka import KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (AdminClient, ConfigResource, NewPartitions, NewTopic,
+                                   ResourceType)
 
 from support import (ADMIN_TIMEOUT_S, FLUSH_TIMEOUT_S, Delivery, check_all_present,
                      check_records, consume_all, create_topic, error_code_of, make_record,
@@ -238,3 +239,31 @@ def test_sigterm_then_restart_keeps_data(broker):
 def test_sigint_exits_cleanly(broker):
     code = broker.stop(signal.SIGINT)
     assert code == 0, f"headway exited {code} on SIGINT, expected 0"
+
+
+def test_partitions_past_the_open_files_limit_are_refused_whole(make_broker):
+    """Under a limit of 1,024 open files, a topic of 400 partitions (about 1,200 files) is
+    refused before anything is created, with POLICY_VIOLATION naming the limit; the broker
+    keeps serving, a small topic is created, growing it past the limit is refused too,
+    and the broker starts again under the same limit."""
+    broker = make_broker(open_files_max=1024)
+    admin = admin_for(broker)
+    refused = admin.create_topics([NewTopic("wide", num_partitions=400, replication_factor=1)],
+                                  operation_timeout=ADMIN_TIMEOUT_S)
+    try:
+        refused["wide"].result(timeout=ADMIN_TIMEOUT_S)
+        raise AssertionError("a topic past the open files limit was created")
+    except KafkaException as e:
+        assert e.args[0].code() == KafkaError.POLICY_VIOLATION, e
+        assert "open files limit of 1024" in e.args[0].str(), e
+    assert "wide" not in topic_names(admin)
+    assert not (broker.data_dir / "topics" / "wide").exists()
+
+    create_topic(broker.bootstrap, "narrow", 4)
+    grow = admin.create_partitions([NewPartitions("narrow", 400)])
+    assert error_code_of(grow["narrow"]) == KafkaError.POLICY_VIOLATION
+    wait_for_topic(broker.bootstrap, "narrow", 4)
+
+    broker.stop()
+    broker.start()
+    wait_for_topic(broker.bootstrap, "narrow", 4)

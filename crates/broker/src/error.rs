@@ -25,6 +25,18 @@ pub enum BrokerError {
     InvalidReplicationFactor(i16),
     #[error("invalid replica assignment: {0}")]
     InvalidReplicaAssignment(String),
+    /// New partitions would take the process past its open files limit.
+    #[error(
+        "{partitions} new partition(s) need {needed} open files; {available} are left under \
+         the open files limit of {limit} (beside the files open now and a reserve for \
+         connections): raise the limit (ulimit -n) or create fewer partitions"
+    )]
+    OpenFilesLimit {
+        partitions: u64,
+        needed: u64,
+        available: u64,
+        limit: u64,
+    },
     #[error("invalid config {name}={value}: {reason}")]
     InvalidConfig {
         name: String,

@@ -38,6 +38,7 @@ mod error;
 mod flusher;
 mod ids;
 pub mod limits;
+pub mod open_files;
 pub mod partition;
 pub mod producer_ids;
 pub mod producer_state;

@@ -204,3 +204,8 @@ pub const LOG_CLEANER_PASS_DIRTY_BYTES_MAX: u64 = 1024 * 1024 * 1024;
 /// `log.cleaner.io.max.bytes.per.second`): none by default, since the cleaner's reads
 /// and writes already pass the adaptive bulk budget, which yields to light work.
 pub const LOG_CLEANER_IO_BYTES_PER_SEC_DEFAULT: u64 = u64::MAX;
+
+/// Open files kept back from new partitions beside the connections' reserve: syncs of
+/// directories, side files, the metrics listener, a log cleaner's staged segment
+/// (`crate::open_files`).
+pub const OPEN_FILES_HEADROOM: u64 = 64;

@@ -11,6 +11,7 @@ use crate::disk::{run_disk_checks, DiskSpace};
 use crate::durability::{SyncCounters, SyncMeters};
 use crate::durable_file::{self, sync_dir};
 use crate::flusher::SharedFlusher;
+use crate::open_files::{self, OpenFiles};
 use crate::partition::Partition;
 use crate::producer_ids::ProducerIds;
 use crate::read_pool::ReadPool;
@@ -56,6 +57,8 @@ pub struct Broker {
     shared_flusher: Option<Arc<SharedFlusher>>,
     /// The data directory's free space and the produce threshold.
     disk: Arc<DiskSpace>,
+    /// The open files new partitions may take (`None`: no limit known).
+    open_files: Option<OpenFiles>,
     /// Held for the broker's lifetime: an exclusive lock on `<data_dir>/.lock`, so two
     /// brokers never write the same logs.
     _dir_lock: fs::File,
@@ -113,6 +116,9 @@ impl Broker {
                 data_dir.display()
             ))
         })?;
+        let open_files =
+            open_files::raise_limit().map(|limit| OpenFiles::new(limit, config.connections_max));
+        tracing::info!(limit = open_files.map(|f| f.limit), "open files limit");
         let cluster_id = load_cluster_id(&data_dir)?;
         let producer_ids = ProducerIds::open(&data_dir)?;
         let disk = DiskSpace::open(&data_dir, config.disk_free_bytes_min)
@@ -179,6 +185,7 @@ impl Broker {
             sync_meters,
             shared_flusher,
             disk: Arc::new(disk),
+            open_files,
             _dir_lock: dir_lock,
         })
     }
@@ -226,6 +233,15 @@ impl Broker {
     /// The log cleaner of compacted topics.
     pub fn cleaner(&self) -> &Arc<LogCleaner> {
         &self.cleaner
+    }
+
+    /// Refuses `partitions` new partitions that would not fit under the open files
+    /// limit ([`crate::open_files`]).
+    fn check_open_files(&self, partitions: i32) -> Result<(), BrokerError> {
+        match (self.open_files, open_files::open_now()) {
+            (Some(budget), Some(open)) => budget.check(open, partitions.max(0) as u64),
+            _ => Ok(()),
+        }
     }
 
     /// Serves `log` as the internal topic `name` (one partition, compacted with the
@@ -362,6 +378,7 @@ impl Broker {
         if self.topic(name).is_some() || self.is_internal(name) {
             return Err(BrokerError::TopicAlreadyExists(name.to_string()));
         }
+        self.check_open_files(partitions)?;
         Ok((partitions, config))
     }
 
@@ -424,6 +441,7 @@ impl Broker {
         if count <= current || count > limits::PARTITIONS_PER_TOPIC_MAX {
             return Err(BrokerError::InvalidPartitions(count));
         }
+        self.check_open_files(count - current)?;
         if validate_only {
             return Ok(());
         }

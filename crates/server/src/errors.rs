@@ -21,6 +21,7 @@ fn response_error(error: &BrokerError) -> ResponseError {
         BrokerError::InvalidPartitions(_) => R::InvalidPartitions,
         BrokerError::InvalidReplicationFactor(_) => R::InvalidReplicationFactor,
         BrokerError::InvalidReplicaAssignment(_) => R::InvalidReplicaAssignment,
+        BrokerError::OpenFilesLimit { .. } => R::PolicyViolation,
         BrokerError::InvalidConfig { .. } => R::InvalidConfig,
         BrokerError::MessageTooLarge { .. } => R::MessageTooLarge,
         BrokerError::Batch(BatchError::UnsupportedMagic { .. }) => R::UnsupportedForMessageFormat,

@@ -1,0 +1,105 @@
+//! Open files as a counted resource: the broker raises its own limit at start-up, and a
+//! topic or partitions that would take the process past it are refused whole before
+//! anything is created, instead of failing part-way (and leaving a data directory that
+//! can no longer be opened under the same limit).
+//!
+//! Each partition holds its active segment's three files open (the log, the offset
+//! index, the time index) and each sealed segment's too; sockets take one file each.
+//! The budget for new partitions is what the limit leaves after the files open now, a
+//! reserve for connections (`connections_max`, at most half the limit) and
+//! [`limits::OPEN_FILES_HEADROOM`] for the rest (directories synced, side files,
+//! the metrics listener).
+
+use crate::{limits, BrokerError};
+use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+
+/// Files a new partition opens: its first segment's log, offset index and time index.
+pub const FILES_PER_NEW_PARTITION: u64 = 3;
+
+/// Raises the soft limit on open files to the hard limit; returns the soft limit in
+/// force afterwards (`None`: unlimited, or the limit could not be read).
+pub fn raise_limit() -> Option<u64> {
+    let limit = getrlimit(Resource::Nofile);
+    if let (Some(current), Some(hard)) = (limit.current, limit.maximum) {
+        if current < hard {
+            let raised = Rlimit {
+                current: Some(hard),
+                maximum: Some(hard),
+            };
+            if let Err(error) = setrlimit(Resource::Nofile, raised) {
+                let error = std::io::Error::from(error);
+                tracing::warn!(current, hard, %error, "could not raise the open files limit");
+            }
+        }
+    }
+    getrlimit(Resource::Nofile).current
+}
+
+/// Files this process has open now (`/proc/self/fd`); `None` where that is not there.
+pub fn open_now() -> Option<u64> {
+    let entries = std::fs::read_dir("/proc/self/fd").ok()?;
+    Some(entries.count() as u64)
+}
+
+/// The files a broker may still open for new partitions: plain code over the figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenFiles {
+    /// The process's soft limit.
+    pub limit: u64,
+    /// Kept for connections.
+    pub reserve: u64,
+}
+
+impl OpenFiles {
+    pub fn new(limit: u64, connections_max: usize) -> OpenFiles {
+        let connections = (connections_max as u64).min(limit / 2);
+        OpenFiles {
+            limit,
+            reserve: connections + limits::OPEN_FILES_HEADROOM,
+        }
+    }
+
+    /// Whether `partitions` new partitions fit beside `open` open files.
+    pub fn check(&self, open: u64, partitions: u64) -> Result<(), BrokerError> {
+        let needed = partitions.saturating_mul(FILES_PER_NEW_PARTITION);
+        let available = self.limit.saturating_sub(self.reserve).saturating_sub(open);
+        match needed <= available {
+            true => Ok(()),
+            false => Err(BrokerError::OpenFilesLimit {
+                partitions,
+                needed,
+                available,
+                limit: self.limit,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_fit_what_the_limit_leaves_after_open_files_and_the_reserve() {
+        // 20,000 files, 10,000 connections: 10,000 + headroom kept back.
+        let budget = OpenFiles::new(20_000, 10_000);
+        let room = 20_000 - 10_000 - limits::OPEN_FILES_HEADROOM - 100;
+        let fits = room / FILES_PER_NEW_PARTITION;
+        assert!(budget.check(100, fits).is_ok());
+        match budget.check(100, fits + 1) {
+            Err(BrokerError::OpenFilesLimit {
+                needed,
+                available,
+                limit,
+                ..
+            }) => {
+                assert_eq!((needed, available, limit), ((fits + 1) * 3, room, 20_000));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A small limit keeps at most half of it for connections.
+        let small = OpenFiles::new(1024, 10_000);
+        assert_eq!(small.reserve, 512 + limits::OPEN_FILES_HEADROOM);
+        assert!(small.check(2000, 1).is_err(), "more open than the limit");
+    }
+}
