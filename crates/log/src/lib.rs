@@ -60,8 +60,8 @@ pub use batch::{BatchError, BatchHeader};
 pub use config::{LogConfig, APPEND_BYTES_LIMIT, SEGMENT_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};
 pub use error::{CorruptBatch, LogError};
 pub use log::{
-    AppendInfo, CleanReport, CleanerConfig, CleaningPlan, Log, RecoveryReport, RetentionReport,
-    StagedCleaning,
+    AppendInfo, CleanReport, CleanedPass, CleanerConfig, CleaningPlan, Log, RecoveryReport,
+    RetentionReport, StagedCleaning,
 };
 pub use offset::Offset;
 pub use read::ReadSlice;

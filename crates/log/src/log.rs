@@ -11,7 +11,7 @@
 #[path = "cleaner/mod.rs"]
 pub(crate) mod cleaner;
 
-pub use cleaner::{CleanReport, CleanerConfig, CleaningPlan, StagedCleaning};
+pub use cleaner::{CleanReport, CleanedPass, CleanerConfig, CleaningPlan, StagedCleaning};
 
 use crate::batch::{self, BatchHeader};
 use crate::config::{APPEND_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};

@@ -9,10 +9,12 @@
 //! 2. [`CleaningPlan::stage`], without the lock (`stage.rs`): reads the dirty segments'
 //!    keys into an [`OffsetMap`](crate::compaction::OffsetMap), then writes the cleaned
 //!    segments, grouped, into `<partition dir>/.cleaning/`.
-//! 3. [`Log::install_cleaned`], under the lock (`swap.rs`): swaps each group's cleaned
-//!    segment in, crash-safely, if the group's segments are still the ones planned.
+//! 3. [`Log::install_next_group`], under the lock, once per group (`swap.rs`): swaps
+//!    the group's cleaned segment in, crash-safely, if the group's segments are still
+//!    the ones planned; then [`Log::finish_cleaning`], under the lock, and
+//!    [`CleanedPass::remove_leftovers`] without it, which deletes the replaced files.
 //!
-//! [`Log::clean`] runs the three in a row for a caller that holds the log alone.
+//! [`Log::clean`] runs them in a row for a caller that holds the log alone.
 //!
 //! The log keeps one number for the cleaner, the first dirty offset: the segments
 //! before it were cleaned since the log was opened, so a pass reads only the keys of
@@ -163,12 +165,40 @@ pub(crate) struct StagedGroup {
 #[derive(Debug)]
 pub struct StagedCleaning {
     dir: PathBuf,
-    groups: Vec<StagedGroup>,
+    /// The groups not yet swapped in, in offset order.
+    groups: std::collections::VecDeque<StagedGroup>,
     /// Where the next pass starts reading keys, once every group is swapped in.
     first_dirty_offset: Option<i64>,
+    /// A group was not swapped in and ended the pass.
+    stopped: bool,
     now_ms: i64,
     report: CleanReport,
+    busy: Busy,
+}
+
+/// A pass whose groups are all swapped in (or skipped): its report, and the staging
+/// directory, which holds the replaced segments' files until
+/// [`CleanedPass::remove_leftovers`] deletes them.
+#[derive(Debug)]
+pub struct CleanedPass {
+    dir: PathBuf,
+    report: CleanReport,
     _busy: Busy,
+}
+
+impl CleanedPass {
+    pub fn report(&self) -> &CleanReport {
+        &self.report
+    }
+
+    /// Deletes the staging directory with the replaced segments' files (what frees
+    /// their disk space). Blocking: call it without the log's lock. The next pass can
+    /// be planned once this is done (or the value dropped, which leaves the files to the
+    /// next pass or the next open).
+    pub fn remove_leftovers(self) -> Result<CleanReport, LogError> {
+        swap::remove_staging(&self.dir)?;
+        Ok(self.report)
+    }
 }
 
 impl Log {
@@ -223,43 +253,48 @@ impl Log {
         })
     }
 
-    /// Swaps the staged groups in, in offset order, each crash-safely (`swap.rs`). A
-    /// group whose segments all went meanwhile is skipped; one whose segments changed
-    /// otherwise ends the pass there (the later groups may have removed tombstones
-    /// whose older records the skipped group still holds). A failure after a group's
-    /// commit point poisons the log: the next open finishes the swap.
-    pub fn install_cleaned(&mut self, staged: StagedCleaning) -> Result<CleanReport, LogError> {
+    /// Swaps the next staged group in, crash-safely (`swap.rs`); true while groups
+    /// remain. Under the log's lock, for about three directory syncs: a caller that
+    /// shares the log takes the lock once per group. A group whose segments all went
+    /// meanwhile is skipped; one whose segments changed otherwise ends the pass there
+    /// (a later group may have removed a tombstone whose older records the skipped
+    /// group still holds). A failure after a group's commit point poisons the log: the
+    /// next open finishes the swap.
+    pub fn install_next_group(&mut self, staged: &mut StagedCleaning) -> Result<bool, LogError> {
         if self.poisoned {
             return Err(LogError::Poisoned {
                 path: self.dir.clone(),
             });
         }
-        let mut report = staged.report;
-        let mut complete = true;
-        let mut groups = staged.groups.into_iter();
-        for group in groups.by_ref() {
-            match self.group_state(&group) {
-                GroupState::Gone => {
-                    report.groups_aborted += 1;
-                    continue;
-                }
-                GroupState::Changed => {
-                    report.groups_aborted += 1;
-                    complete = false;
-                    break;
-                }
-                GroupState::AsPlanned => {}
+        let Some(group) = staged.groups.pop_front().filter(|_| !staged.stopped) else {
+            return Ok(false);
+        };
+        let report = &mut staged.report;
+        match self.group_state(&group) {
+            GroupState::Gone => report.groups_aborted += 1,
+            GroupState::Changed => {
+                report.groups_aborted += 1 + staged.groups.len();
+                staged.stopped = true;
             }
-            self.swap_in(&group, staged.now_ms)?;
-            report.segments_replaced += group.replaces.len();
-            report.segments_installed += 1;
-            report.records_removed += group.records_removed;
-            report.tombstones_removed += group.tombstones_removed;
+            GroupState::AsPlanned => {
+                self.swap_in(&group, staged.now_ms)?;
+                report.segments_replaced += group.replaces.len();
+                report.segments_installed += 1;
+                report.records_removed += group.records_removed;
+                report.tombstones_removed += group.tombstones_removed;
+            }
         }
-        report.groups_aborted += groups.count();
-        if let Err(error) = swap::remove_staging(&staged.dir) {
-            // Garbage only: the next pass or the next open deletes it.
-            tracing::warn!(%error, "could not delete the cleaner's staging directory");
+        Ok(!staged.stopped && !staged.groups.is_empty())
+    }
+
+    /// Ends a pass whose groups were installed (cheap, under the log's lock): moves the
+    /// first dirty offset when every group is in, and reports. Groups not installed yet
+    /// count as aborted.
+    pub fn finish_cleaning(&mut self, staged: StagedCleaning) -> CleanedPass {
+        let mut report = staged.report;
+        let complete = !staged.stopped && staged.groups.is_empty();
+        if !staged.stopped {
+            report.groups_aborted += staged.groups.len();
         }
         if let Some(first_dirty) = staged.first_dirty_offset.filter(|_| complete) {
             self.first_dirty_offset = self.first_dirty_offset.max(first_dirty);
@@ -267,7 +302,18 @@ impl Log {
         report.dirty_ratio_after = self.dirty_ratio();
         report.first_dirty_offset = Offset::new(self.first_dirty_offset);
         tracing::debug!(dir = %self.dir.display(), ?report, "cleaning pass done");
-        Ok(report)
+        CleanedPass {
+            dir: staged.dir,
+            report,
+            _busy: staged.busy,
+        }
+    }
+
+    /// Installs every staged group and finishes the pass, deleting the leftovers, all
+    /// under one borrow: for a caller that holds the log alone.
+    pub fn install_cleaned(&mut self, mut staged: StagedCleaning) -> Result<CleanReport, LogError> {
+        while self.install_next_group(&mut staged)? {}
+        self.finish_cleaning(staged).remove_leftovers()
     }
 
     /// One whole cleaning pass (plan, stage, install) for a caller that holds the log

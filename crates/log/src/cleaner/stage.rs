@@ -121,11 +121,12 @@ impl CleaningPlan {
         let first_dirty_offset = cleaned.last().map(|s| s.end_offset).filter(|_| complete);
         Ok(StagedCleaning {
             dir: self.dir,
-            groups: staged,
+            groups: staged.into(),
             first_dirty_offset,
+            stopped: false,
             now_ms,
             report,
-            _busy: self.busy,
+            busy: self.busy,
         })
     }
 

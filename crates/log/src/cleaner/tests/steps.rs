@@ -1,7 +1,7 @@
 //! Each step of a cleaning pass, on small deterministic logs.
 
 use super::*;
-use crate::log::cleaner::swap::STEPS_LEFT;
+use crate::log::cleaner::swap::{STAGING_DIR, STEPS_LEFT};
 use tempfile::TempDir;
 
 const SEGMENT_BYTES: u64 = 1024;
@@ -490,4 +490,52 @@ fn a_staging_directory_left_by_a_crash_is_deleted_at_open() {
     let log = reopen(&dir);
     assert!(!staging.exists());
     assert_eq!(survivors(&log), before);
+}
+
+#[test]
+fn groups_go_in_one_at_a_time_while_appends_go_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut log, mut written) = overwritten_log(dir.path());
+    let plan = log.plan_cleaning(&cleaner_config(), NOW_MS).expect("plan");
+    let mut staged = plan
+        .stage(&cleaner_config(), NOW_MS, &mut |_| {})
+        .expect("stage");
+    let groups = staged.groups.len();
+    assert!(groups > 2, "the test needs several groups");
+    let mut installed = 0;
+    loop {
+        // What the broker does between two groups, with the log's lock released.
+        for i in 0..3 {
+            let record = kv(
+                &format!("k{i}"),
+                Some(&format!("meanwhile-{installed}-{i}")),
+            );
+            let base = append(
+                &mut log,
+                Compression::Gzip,
+                std::slice::from_ref(&record),
+                2_000,
+            );
+            written.insert(base, (record, 2_000));
+        }
+        sync(&mut log);
+        check_cleaned(&log, &written, i64::MIN, &format!("{installed} groups in"));
+        installed += 1;
+        if !log.install_next_group(&mut staged).expect("install") {
+            break;
+        }
+    }
+    assert_eq!(installed, groups);
+    let done = log.finish_cleaning(staged);
+    assert_eq!(done.report().segments_installed, groups);
+    assert!(
+        log.plan_cleaning(&cleaner_config(), NOW_MS).is_none(),
+        "no pass while the last one's leftovers remain"
+    );
+    assert!(dir.path().join(STAGING_DIR).exists());
+    done.remove_leftovers().expect("remove leftovers");
+    assert!(!dir.path().join(STAGING_DIR).exists());
+    check_cleaned(&log, &written, i64::MIN, "all groups in");
+    drop(log);
+    check_cleaned(&reopen(&dir), &written, i64::MIN, "reopened");
 }
