@@ -125,9 +125,7 @@ class JavaProcess:
             self.kill()
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
+        kill(self.proc)
         self._reader.join(timeout=10)
 
 
@@ -137,3 +135,10 @@ def tail(path: Path, lines: int = 30) -> str:
     except FileNotFoundError:
         return ""
     return f"--- last {len(text)} lines of {path} ---\n" + "\n".join(text)
+
+
+def kill(proc: subprocess.Popen) -> None:
+    """SIGKILL, if it still runs, and reap."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=30)

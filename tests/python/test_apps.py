@@ -31,7 +31,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from java_support import JVM_OPTIONS, JavaClient, JavaProcess, tail
+from java_support import JVM_OPTIONS, JavaClient, JavaProcess, kill, tail
 from support import ADMIN_TIMEOUT_S, FLUSH_TIMEOUT_S, create_topic, rdkafka_base
 
 GROUP_ARGS = ("--group-initial-rebalance-delay-ms", "0")
@@ -214,9 +214,7 @@ class ConnectWorker:
             self.kill()
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
+        kill(self.proc)
 
 
 def file_lines(path: Path) -> list[str]:
