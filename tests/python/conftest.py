@@ -7,6 +7,10 @@ sleeping, and tears the process down whatever happens: SIGTERM first, SIGKILL if
 not end it. A test that fails gets the tail of the broker's stderr in its report.
 
 The binary comes from $HEADWAY_BIN, default <repo>/target/release/headway.
+
+`kafka_peer` runs Apache Kafka 4.3.1 (peers/kafka/start) once per test module, for tests
+that hold headway's answers next to Kafka's; it skips, saying why, where peers/kafka/setup
+has not assembled Kafka.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import atexit
 import os
 import re
 import resource
+import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -297,3 +303,60 @@ def pytest_runtest_makereport(item, call):
     for i, b in enumerate(brokers):
         state = b.bootstrap if b.running else f"exit code {b.returncode}"
         report.sections.append((f"headway broker{i} stderr ({state})", b.stderr_tail()))
+
+
+# -- Apache Kafka as a peer ------------------------------------------------------------------
+
+KAFKA_PEER_DIR = REPO_ROOT / "peers" / "kafka"
+
+
+class KafkaPeer:
+    """One Kafka 4.3.1 broker started by peers/kafka/start; `bootstrap` is its address."""
+
+    def __init__(self, data_dir: Path, port: int):
+        self.data_dir = data_dir
+        self.bootstrap = f"127.0.0.1:{port}"
+
+    def log_tail(self, lines: int = STDERR_TAIL_LINES) -> str:
+        try:
+            text = (self.data_dir / "kafka.log").read_text("utf-8", "replace")
+        except FileNotFoundError:
+            return "(no kafka.log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def kafka_peer_missing() -> str | None:
+    """Why a Kafka broker cannot be started here, or None when it can."""
+    if not (KAFKA_PEER_DIR / "lib" / ".complete").is_file():
+        return ("Kafka 4.3.1 is not assembled in peers/kafka/lib: run peers/kafka/setup "
+                "(scripts/setup does not, so CI skips the Kafka side)")
+    for tool in ("java", "kcat"):
+        if shutil.which(tool) is None:
+            return f"'{tool}' is not on PATH: peers/kafka/start needs it (run scripts/setup)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def kafka_peer(tmp_path_factory) -> KafkaPeer:
+    """A Kafka 4.3.1 broker shared by the tests of one module (a JVM start takes seconds),
+    stopped after them; skipped, saying why, where Kafka is not set up."""
+    missing = kafka_peer_missing()
+    if missing:
+        pytest.skip(missing)
+    data_dir = tmp_path_factory.mktemp("kafka")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = subprocess.run([str(KAFKA_PEER_DIR / "start"), str(data_dir), str(port)],
+                             capture_output=True, text=True, timeout=300)
+    if started.returncode != 0:
+        subprocess.run([str(KAFKA_PEER_DIR / "stop"), str(data_dir)], capture_output=True,
+                       timeout=120)
+        pytest.fail(f"peers/kafka/start failed:\n{started.stdout}\n{started.stderr}",
+                    pytrace=False)
+    peer = KafkaPeer(data_dir, port)
+    try:
+        yield peer
+    finally:
+        subprocess.run([str(KAFKA_PEER_DIR / "stop"), str(data_dir)], capture_output=True,
+                       timeout=120)

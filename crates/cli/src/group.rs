@@ -1,9 +1,13 @@
-//! `headway group list` and `headway group describe NAME`.
+//! `headway group list|describe|delete|seek`: consumer groups of any Kafka-compatible
+//! broker. `seek` resets a group's committed offsets as `kafka-consumer-groups.sh
+//! --reset-offsets` does: only while the group has no members, committed from outside the
+//! group.
 
-use anyhow::Context;
+use crate::output::{self, or_dash, table, AdminArgs, Format};
+use crate::row;
 use clap::{Args, Subcommand};
-use headway_broker::{PartitionIndex, TopicPartition};
-use headway_client::{ClientConfig, Cluster, LATEST};
+use headway_client::{Cluster, GroupDescription, GroupListing, OffsetReset, OffsetSpec, LATEST};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
@@ -12,15 +16,8 @@ use std::sync::Arc;
 pub struct GroupArgs {
     #[command(subcommand)]
     command: GroupCommand,
-    /// Broker to start from, HOST:PORT[,HOST:PORT...].
-    #[arg(
-        long,
-        short = 'b',
-        env = "HEADWAY_BOOTSTRAP",
-        default_value = "127.0.0.1:9092",
-        global = true
-    )]
-    bootstrap: String,
+    #[command(flatten)]
+    admin: AdminArgs,
 }
 
 #[derive(Subcommand)]
@@ -30,56 +27,130 @@ enum GroupCommand {
     /// A group's members and assignments, and per partition the committed offset,
     /// the log end offset and the lag.
     Describe { group: String },
+    /// Delete groups that have no members, with their committed offsets.
+    Delete {
+        #[arg(required = true)]
+        groups: Vec<String>,
+    },
+    /// Reset a group's committed offsets (the group must have no members).
+    Seek(SeekArgs),
+}
+
+#[derive(Args)]
+struct SeekArgs {
+    group: String,
+    #[command(flatten)]
+    to: SeekTo,
+    /// TOPIC or TOPIC:P,P,... (repeatable) [default: every partition the group has
+    /// committed offsets for].
+    #[arg(long, short = 't', value_parser = topic_partitions)]
+    topic: Vec<(String, Option<Vec<i32>>)>,
+    /// Print what would be committed, commit nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// Where to seek to: exactly one of these.
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+struct SeekTo {
+    /// Each partition's earliest offset (its log start).
+    #[arg(long)]
+    to_earliest: bool,
+    /// Each partition's log end offset.
+    #[arg(long)]
+    to_latest: bool,
+    /// The first record at or after this time, ms since the epoch (the log end where
+    /// there is none).
+    #[arg(long, value_name = "MS")]
+    to_timestamp: Option<i64>,
+    /// This offset, brought within each partition's earliest and latest offsets.
+    #[arg(long, value_name = "OFFSET")]
+    to_offset: Option<i64>,
+}
+
+impl SeekTo {
+    fn spec(&self) -> OffsetSpec {
+        match (self.to_timestamp, self.to_offset) {
+            (Some(ms), _) => OffsetSpec::Timestamp(ms),
+            (_, Some(offset)) => OffsetSpec::Offset(offset),
+            _ if self.to_earliest => OffsetSpec::Earliest,
+            _ => OffsetSpec::Latest,
+        }
+    }
+}
+
+/// `TOPIC` or `TOPIC:P,P,...`.
+fn topic_partitions(s: &str) -> Result<(String, Option<Vec<i32>>), String> {
+    let (topic, partitions) = match s.rsplit_once(':') {
+        None => return Ok((s.to_string(), None)),
+        Some(split) => split,
+    };
+    if topic.is_empty() {
+        return Err(format!("expected TOPIC or TOPIC:P,P,..., got {s:?}"));
+    }
+    let partitions = partitions
+        .split(',')
+        .map(|p| {
+            p.trim()
+                .parse::<i32>()
+                .map_err(|_| format!("{p:?} is not a partition number in {s:?}"))
+        })
+        .collect::<Result<Vec<i32>, String>>()?;
+    Ok((topic.to_string(), Some(partitions)))
 }
 
 pub async fn run(args: GroupArgs) -> anyhow::Result<()> {
-    let cluster = Cluster::connect(&args.bootstrap, ClientConfig::default())
-        .await
-        .with_context(|| format!("connecting to {}", args.bootstrap))?;
+    let cluster = args.admin.connect().await?;
+    let format = args.admin.format;
     match args.command {
-        GroupCommand::List => list(&cluster).await,
-        GroupCommand::Describe { group } => describe(&cluster, &group).await,
+        GroupCommand::List => list(&cluster, format).await,
+        GroupCommand::Describe { group } => describe(&cluster, format, &group).await,
+        GroupCommand::Delete { groups } => delete(&cluster, format, &groups).await,
+        GroupCommand::Seek(seek) => self::seek(&cluster, format, seek).await,
     }
 }
 
-async fn list(cluster: &Arc<Cluster>) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    let groups = cluster.list_groups().await?;
-    let width = groups
-        .iter()
-        .map(|g| g.group_id.len())
-        .max()
-        .unwrap_or(5)
-        .max(5);
-    writeln!(out, "{:width$}  {:20}  PROTOCOL-TYPE", "GROUP", "STATE")?;
-    for g in groups {
-        writeln!(
-            out,
-            "{:width$}  {:20}  {}",
-            g.group_id, g.state, g.protocol_type
-        )?;
-    }
-    Ok(())
+/// Context of every error about one group.
+fn about(group: &str) -> String {
+    format!("group {group:?}")
 }
 
-/// Prints rows as left-aligned columns.
-fn table(out: &mut impl Write, rows: &[Vec<String>]) -> std::io::Result<()> {
-    let columns = rows.first().map_or(0, Vec::len);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
-    for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:w$}"))
-            .collect();
-        writeln!(out, "{}", cells.join("  ").trim_end())?;
+async fn list(cluster: &Arc<Cluster>, format: Format) -> anyhow::Result<()> {
+    #[derive(Serialize)]
+    struct Groups {
+        groups: Vec<GroupListing>,
     }
-    Ok(())
+    let groups = Groups {
+        groups: cluster.list_groups().await?,
+    };
+    output::print(format, &groups, |out| {
+        let mut rows = vec![row!["GROUP", "STATE", "PROTOCOL-TYPE"]];
+        for g in &groups.groups {
+            rows.push(row![g.group_id, g.state, g.protocol_type]);
+        }
+        table(out, &rows)
+    })
 }
 
-async fn describe(cluster: &Arc<Cluster>, group: &str) -> anyhow::Result<()> {
+#[derive(Serialize)]
+struct PartitionLag {
+    topic: String,
+    partition: i32,
+    committed_offset: Option<i64>,
+    log_end_offset: Option<i64>,
+    lag: Option<i64>,
+    member_id: Option<String>,
+}
+
+#[derive(Serialize)]
+struct GroupState {
+    #[serde(flatten)]
+    description: GroupDescription,
+    offsets: Vec<PartitionLag>,
+}
+
+async fn describe(cluster: &Arc<Cluster>, format: Format, group: &str) -> anyhow::Result<()> {
     let description = cluster.describe_group(group).await?;
     let committed = cluster.committed_offsets(group).await?;
     // Kafka describes a group it does not know as Dead with no members; one that only
@@ -87,80 +158,198 @@ async fn describe(cluster: &Arc<Cluster>, group: &str) -> anyhow::Result<()> {
     if description.state == "Dead" && committed.is_empty() {
         anyhow::bail!("group {group} does not exist");
     }
-    let mut out = std::io::stdout().lock();
+    let mut owner: BTreeMap<(String, i32), String> = BTreeMap::new();
+    for m in &description.members {
+        for (t, ps) in &m.assignment {
+            for p in ps {
+                owner.insert((t.clone(), *p), m.member_id.clone());
+            }
+        }
+    }
+    let mut partitions: BTreeMap<(String, i32), Option<i64>> =
+        owner.keys().map(|k| (k.clone(), None)).collect();
+    for (t, p, offset) in committed {
+        partitions.insert((t, p), (offset >= 0).then_some(offset));
+    }
+    let mut offsets = Vec::with_capacity(partitions.len());
+    for ((topic, partition), committed) in partitions {
+        let end = cluster.list_offset(&topic, partition, LATEST).await.ok();
+        offsets.push(PartitionLag {
+            member_id: owner.get(&(topic.clone(), partition)).cloned(),
+            topic,
+            partition,
+            committed_offset: committed,
+            log_end_offset: end,
+            lag: committed.zip(end).map(|(c, e)| (e - c).max(0)),
+        });
+    }
+    let state = GroupState {
+        description,
+        offsets,
+    };
+    output::print(format, &state, |out| describe_table(out, &state))
+}
+
+fn describe_table(out: &mut dyn Write, state: &GroupState) -> std::io::Result<()> {
+    let d = &state.description;
     writeln!(
         out,
         "group {}: {}, protocol {}/{}, {} members",
-        description.group_id,
-        description.state,
-        description.protocol_type,
-        description.protocol,
-        description.members.len()
+        d.group_id,
+        d.state,
+        d.protocol_type,
+        d.protocol,
+        d.members.len()
     )?;
-    let mut owner: BTreeMap<TopicPartition, String> = BTreeMap::new();
-    let mut rows = vec![vec![
-        "MEMBER".into(),
-        "INSTANCE".into(),
-        "CLIENT-ID".into(),
-        "HOST".into(),
-        "ASSIGNMENT".into(),
+    let mut rows = vec![row![
+        "MEMBER",
+        "INSTANCE",
+        "CLIENT-ID",
+        "HOST",
+        "ASSIGNMENT"
     ]];
-    for m in &description.members {
+    for m in &d.members {
         let assignment: Vec<String> = m
             .assignment
             .iter()
-            .map(|(t, ps)| {
-                format!(
-                    "{t}:{}",
-                    ps.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
-                )
-            })
+            .map(|(t, ps)| format!("{t}:{}", output::ids(ps)))
             .collect();
-        for (t, ps) in &m.assignment {
-            for p in ps {
-                let key = TopicPartition::new(t.clone(), PartitionIndex::new(*p));
-                owner.insert(key, m.member_id.clone());
+        rows.push(row![
+            m.member_id,
+            or_dash(m.group_instance_id.as_deref()),
+            m.client_id,
+            m.client_host,
+            assignment.join(" ")
+        ]);
+    }
+    writeln!(out)?;
+    table(out, &rows)?;
+    let mut rows = vec![row![
+        "TOPIC",
+        "PARTITION",
+        "COMMITTED",
+        "LOG-END",
+        "LAG",
+        "MEMBER"
+    ]];
+    for p in &state.offsets {
+        rows.push(row![
+            p.topic,
+            p.partition,
+            or_dash(p.committed_offset),
+            or_dash(p.log_end_offset),
+            or_dash(p.lag),
+            or_dash(p.member_id.as_deref())
+        ]);
+    }
+    writeln!(out)?;
+    table(out, &rows)
+}
+
+async fn delete(cluster: &Arc<Cluster>, format: Format, groups: &[String]) -> anyhow::Result<()> {
+    let results = cluster.delete_groups(groups).await?;
+    output::print_deleted(format, "group", results)
+}
+
+async fn seek(cluster: &Arc<Cluster>, format: Format, args: SeekArgs) -> anyhow::Result<()> {
+    let group = args.group.as_str();
+    let description = cluster
+        .describe_group(group)
+        .await
+        .map_err(|e| anyhow::Error::new(e).context(about(group)))?;
+    // As Kafka's tool: a member would overwrite the reset with its next commit, and the
+    // broker refuses a commit from outside a group that has members.
+    if !description.members.is_empty() {
+        anyhow::bail!(
+            "{}: offsets can only be reset while the group is inactive, but it has {} \
+             member(s) (state {}): stop its consumers first",
+            about(group),
+            description.members.len(),
+            description.state
+        );
+    }
+    let partitions: Vec<(String, i32)> = if args.topic.is_empty() {
+        let committed = cluster
+            .committed_offsets(group)
+            .await
+            .map_err(|e| anyhow::Error::new(e).context(about(group)))?;
+        anyhow::ensure!(
+            !committed.is_empty(),
+            "{}: no committed offsets to reset; name topics with --topic",
+            about(group)
+        );
+        committed.into_iter().map(|(t, p, _)| (t, p)).collect()
+    } else {
+        let mut topics: BTreeMap<String, Option<Vec<i32>>> = BTreeMap::new();
+        for (topic, chosen) in args.topic {
+            // A topic named twice, once without partitions, means all of it.
+            let entry = topics.entry(topic).or_insert_with(|| Some(Vec::new()));
+            match chosen {
+                Some(chosen) => {
+                    if let Some(all) = entry {
+                        all.extend(chosen);
+                    }
+                }
+                None => *entry = None,
             }
         }
-        rows.push(vec![
-            m.member_id.clone(),
-            m.group_instance_id.clone().unwrap_or_else(|| "-".into()),
-            m.client_id.clone(),
-            m.client_host.clone(),
-            assignment.join(" "),
-        ]);
+        for p in topics.values_mut().flatten() {
+            p.sort_unstable();
+            p.dedup();
+        }
+        crate::topic::partitions_of(cluster, &topics).await?
+    };
+    let plan = cluster
+        .plan_offset_reset(group, &partitions, args.to.spec())
+        .await
+        .map_err(|e| anyhow::Error::new(e).context(about(group)))?;
+    if !args.dry_run {
+        cluster
+            .commit_offset_reset(group, &plan)
+            .await
+            .map_err(|e| anyhow::Error::new(e).context(about(group)))?;
     }
-    writeln!(out)?;
-    table(&mut out, &rows)?;
-    let mut partitions: BTreeMap<TopicPartition, Option<i64>> =
-        owner.keys().map(|k| (k.clone(), None)).collect();
-    for (t, p, offset) in committed {
-        let key = TopicPartition::new(t, PartitionIndex::new(p));
-        partitions.insert(key, (offset >= 0).then_some(offset));
+    #[derive(Serialize)]
+    struct Seek<'a> {
+        group: &'a str,
+        dry_run: bool,
+        offsets: &'a [OffsetReset],
     }
-    let mut rows = vec![vec![
-        "TOPIC".into(),
-        "PARTITION".into(),
-        "COMMITTED".into(),
-        "LOG-END".into(),
-        "LAG".into(),
-        "MEMBER".into(),
-    ]];
-    for (key, committed) in partitions {
-        let (topic, partition) = (&key.topic, key.partition.value());
-        let end = cluster.list_offset(topic, partition, LATEST).await.ok();
-        let show = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
-        let lag = committed.zip(end).map(|(c, e)| (e - c).max(0));
-        rows.push(vec![
-            topic.clone(),
-            partition.to_string(),
-            show(committed),
-            show(end),
-            show(lag),
-            owner.get(&key).cloned().unwrap_or_else(|| "-".into()),
-        ]);
+    let seek = Seek {
+        group,
+        dry_run: args.dry_run,
+        offsets: &plan,
+    };
+    output::print(format, &seek, |out| {
+        let mut rows = vec![row!["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"]];
+        for r in &plan {
+            rows.push(row![
+                r.topic,
+                r.partition,
+                or_dash(r.current_offset),
+                r.new_offset
+            ]);
+        }
+        table(out, &rows)?;
+        if args.dry_run {
+            writeln!(out, "dry run: nothing committed")?;
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_take_optional_partitions() {
+        assert_eq!(topic_partitions("events"), Ok(("events".into(), None)));
+        assert_eq!(
+            topic_partitions("events:0, 2"),
+            Ok(("events".into(), Some(vec![0, 2])))
+        );
+        assert!(topic_partitions("events:x").is_err());
+        assert!(topic_partitions(":1").is_err());
     }
-    writeln!(out)?;
-    table(&mut out, &rows)?;
-    Ok(())
 }

@@ -2,14 +2,19 @@
 //!
 //! `headway serve` starts the broker. Settings come from, in increasing precedence:
 //! built-in defaults, a TOML file (`--config`), environment variables
-//! (`HEADWAY_<NAME>`), and flags. `headway produce`, `headway consume` and
-//! `headway group` are clients for any Kafka-compatible broker; `headway bench` runs
-//! the lab's scenarios (`crates/bench`).
+//! (`HEADWAY_<NAME>`), and flags. `headway produce` and `headway consume` are clients
+//! for any Kafka-compatible broker, and `headway topic`, `headway group` and
+//! `headway cluster` manage one (`output.rs` holds what those three share);
+//! `headway bench` runs the lab's scenarios (`crates/bench`). Every failure ends the
+//! command with one `error: ...` line on stderr and exit status 1.
 
+mod cluster;
 mod consume;
 mod group;
+mod output;
 mod produce;
 mod progress;
+mod topic;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -37,8 +42,12 @@ enum Command {
     Produce(produce::ProduceArgs),
     /// Print records of a topic.
     Consume(consume::ConsumeArgs),
-    /// Inspect consumer groups.
+    /// Create, list, describe, alter and delete topics.
+    Topic(topic::TopicArgs),
+    /// Inspect, delete and reset consumer groups.
     Group(group::GroupArgs),
+    /// The cluster's brokers and their settings.
+    Cluster(cluster::ClusterArgs),
     /// Run a benchmark scenario against headway or any Kafka-compatible broker.
     Bench(headway_bench::BenchArgs),
 }
@@ -221,7 +230,7 @@ fn main() -> std::process::ExitCode {
         Err(e) if closed_stdout(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // `{:#}` prints the chain of causes on one line, without a backtrace.
-            eprintln!("headway: {e:#}");
+            eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
@@ -258,7 +267,9 @@ fn run() -> anyhow::Result<()> {
         Command::Serve(args) => serve(args.into_config()?),
         Command::Produce(args) => client_runtime()?.block_on(produce::run(args)),
         Command::Consume(args) => client_runtime()?.block_on(consume::run(args)),
+        Command::Topic(args) => client_runtime()?.block_on(topic::run(args)),
         Command::Group(args) => client_runtime()?.block_on(group::run(args)),
+        Command::Cluster(args) => client_runtime()?.block_on(cluster::run(args)),
         Command::Bench(args) => headway_bench::run(args),
     }
 }

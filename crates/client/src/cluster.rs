@@ -6,12 +6,9 @@
 
 use crate::connection::Connection;
 use crate::error::{check, ClientError};
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{
-    BrokerId, CreateTopicsRequest, ListOffsetsRequest, MetadataRequest, TopicName,
-};
+use kafka_protocol::messages::{BrokerId, ListOffsetsRequest, MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use std::collections::HashMap;
@@ -275,36 +272,30 @@ impl Cluster {
         partitions: i32,
         configs: &[(&str, &str)],
     ) -> Result<bool, ClientError> {
-        let topic = CreatableTopic::default()
-            .with_name(TopicName(StrBytes::from_string(name.to_string())))
-            .with_num_partitions(partitions)
-            .with_replication_factor(-1)
-            .with_configs(
-                configs
-                    .iter()
-                    .map(|(k, v)| {
-                        CreatableTopicConfig::default()
-                            .with_name(StrBytes::from_string(k.to_string()))
-                            .with_value(Some(StrBytes::from_string(v.to_string())))
-                    })
-                    .collect(),
-            );
-        let request = CreateTopicsRequest::default()
-            .with_topics(vec![topic])
-            .with_timeout_ms(30_000);
-        let response = self
-            .retry(|| async { self.any_connection().await?.request(&request).await })
-            .await?;
-        let result = response
-            .topics
-            .first()
+        let topic = crate::admin::NewTopic {
+            name: name.to_string(),
+            partitions,
+            replication_factor: -1,
+            configs: configs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        let (_, result) = self
+            .create_topics(std::slice::from_ref(&topic))
+            .await?
+            .into_iter()
+            .next()
             .ok_or_else(|| ClientError::Protocol("empty CreateTopics answer".into()))?;
-        if result.error_code == ResponseError::TopicAlreadyExists.code() {
-            return Ok(false);
+        match result {
+            Ok(_) => Ok(true),
+            Err(ClientError::Broker { code, .. })
+                if code == ResponseError::TopicAlreadyExists.code() =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
         }
-        check(result.error_code, result.error_message.as_deref())?;
-        self.invalidate(name);
-        Ok(true)
     }
 
     /// The offset for `timestamp` ([`EARLIEST`], [`LATEST`] or milliseconds).

@@ -41,6 +41,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::LeaveGroup, 3, 4),
     (ApiKey::OffsetCommit, 2, 8),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::DescribeCluster, 0, 2),
 ];
 
 /// Largest answer accepted; a larger length means a corrupt stream.
@@ -245,6 +251,12 @@ fn api_name(key: ApiKey) -> &'static str {
         ApiKey::LeaveGroup => "LeaveGroup",
         ApiKey::OffsetCommit => "OffsetCommit",
         ApiKey::InitProducerId => "InitProducerId",
+        ApiKey::DeleteTopics => "DeleteTopics",
+        ApiKey::DescribeConfigs => "DescribeConfigs",
+        ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
+        ApiKey::CreatePartitions => "CreatePartitions",
+        ApiKey::DeleteGroups => "DeleteGroups",
+        ApiKey::DescribeCluster => "DescribeCluster",
         _ => "ApiVersions",
     }
 }

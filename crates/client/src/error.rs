@@ -7,8 +7,9 @@ pub enum ClientError {
     Connection { addr: String, reason: String },
     #[error("protocol error: {0}")]
     Protocol(String),
-    /// The broker answered with a Kafka error code.
-    #[error("broker error {code} ({name}){}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    /// The broker answered with a Kafka error code; `name` is Kafka's name of it
+    /// (`TOPIC_ALREADY_EXISTS`), the one operators search for.
+    #[error("{name}{}", message.as_deref().filter(|m| !m.is_empty()).map(|m| format!(": {m}")).unwrap_or_default())]
     Broker {
         code: i16,
         name: String,
@@ -33,8 +34,8 @@ pub enum ClientError {
 impl ClientError {
     pub fn from_code(code: i16, message: Option<String>) -> ClientError {
         let name = match ResponseError::try_from_code(code) {
-            Some(e) => format!("{e:?}"),
-            None => "UNKNOWN".to_string(),
+            Some(ResponseError::Unknown(_)) | None => format!("UNKNOWN_ERROR_CODE_{code}"),
+            Some(e) => kafka_error_name(&e.to_string()),
         };
         ClientError::Broker {
             code,
@@ -55,11 +56,45 @@ impl ClientError {
     }
 }
 
+/// Kafka's spelling of an error name: `TopicAlreadyExists` becomes `TOPIC_ALREADY_EXISTS`.
+fn kafka_error_name(camel: &str) -> String {
+    let mut name = String::with_capacity(camel.len() + 8);
+    for (i, c) in camel.char_indices() {
+        if c.is_ascii_uppercase() && i > 0 {
+            name.push('_');
+        }
+        name.push(c.to_ascii_uppercase());
+    }
+    name
+}
+
 /// Converts a response's error code into a result.
 pub fn check(code: i16, message: Option<&str>) -> Result<(), ClientError> {
     if code == 0 {
         Ok(())
     } else {
         Err(ClientError::from_code(code, message.map(str::to_string)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_carry_kafka_names() {
+        let e = ClientError::from_code(36, Some("Topic 'x' already exists.".into()));
+        assert_eq!(
+            e.to_string(),
+            "TOPIC_ALREADY_EXISTS: Topic 'x' already exists."
+        );
+        assert_eq!(
+            ClientError::from_code(3, None).to_string(),
+            "UNKNOWN_TOPIC_OR_PARTITION"
+        );
+        assert_eq!(
+            ClientError::from_code(9999, None).to_string(),
+            "UNKNOWN_ERROR_CODE_9999"
+        );
     }
 }

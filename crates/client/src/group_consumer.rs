@@ -74,7 +74,7 @@ fn str_bytes(s: &str) -> StrBytes {
 }
 
 /// Next offset per partition of the current generation.
-type Positions = HashMap<(Arc<str>, i32), i64>;
+pub(crate) type Positions = HashMap<(Arc<str>, i32), i64>;
 
 /// What the application has been handed, and what the coordinator has accepted.
 #[derive(Default)]
@@ -609,7 +609,9 @@ fn ranges(partitions: i32, members: i32) -> Vec<std::ops::Range<i32>> {
         .collect()
 }
 
-async fn commit(
+/// Commits `positions`; generation -1 and an empty member id commit from outside the
+/// group (an offset reset).
+pub(crate) async fn commit(
     coordinator: &Connection,
     group: &str,
     member_id: &str,

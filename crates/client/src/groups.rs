@@ -12,14 +12,14 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, StrBytes};
 use std::sync::Arc;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct GroupListing {
     pub group_id: String,
     pub protocol_type: String,
     pub state: String,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct GroupMemberDescription {
     pub member_id: String,
     pub group_instance_id: Option<String>,
@@ -29,7 +29,7 @@ pub struct GroupMemberDescription {
     pub assignment: Vec<(String, Vec<i32>)>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct GroupDescription {
     pub group_id: String,
     pub state: String,

@@ -9,7 +9,10 @@
 //! - [`Consumer`]: reads assigned partitions through a credit window: at most
 //!   `window_bytes` fetched and not yet consumed, refilled when what is left falls to
 //!   `refill_threshold_bytes`, by `refill_increment_bytes` at a time.
+//! - [`admin`]: topics, configs, offsets by time, group offset resets and deletes, and
+//!   the cluster's brokers, for operators' tools.
 
+pub mod admin;
 pub mod cluster;
 pub mod connection;
 pub mod consumer;
@@ -19,6 +22,11 @@ pub mod groups;
 pub mod partitioner;
 pub mod producer;
 
+pub use admin::{
+    BrokerDescription, ClusterDescription, ClusterMetadata, ConfigChange, ConfigEntry,
+    ConfigResource, CreatedTopic, NewTopic, OffsetReset, OffsetSpec, PartitionDescription,
+    TopicDescription,
+};
 pub use cluster::{ClientConfig, Cluster, EARLIEST, LATEST};
 pub use consumer::{ConsumedRecord, Consumer, ConsumerConfig, StartOffset, WindowState};
 pub use error::ClientError;
