@@ -152,7 +152,7 @@ struct ServeArgs {
     #[arg(long, env = "HEADWAY_LOG_CLEANER_DEDUPE_BUFFER_BYTES")]
     log_cleaner_dedupe_buffer_bytes: Option<usize>,
     /// A fixed cap on the log cleaner's I/O, bytes per second, below the adaptive bulk
-    /// budget [default: none].
+    /// budget [default: 67108864].
     #[arg(long, env = "HEADWAY_LOG_CLEANER_IO_BYTES_PER_SEC")]
     log_cleaner_io_bytes_per_sec: Option<u64>,
     /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
