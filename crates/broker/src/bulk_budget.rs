@@ -4,9 +4,10 @@
 //! Reads on the read threads (consumers catching up on data behind the tail) and
 //! produce requests larger than 64 KiB (heavy writers) pass one token bucket whose rate
 //! adapts to the latency of the work that must stay fast, the way a congestion
-//! controller adapts a sending rate. The broker notes that latency in its
-//! [`LatencySignal`] (`Timings::light_latency`): every small sync, and every small
-//! produce's wait from its append to its data being durable. Every `interval` the
+//! controller adapts a sending rate. The broker notes that latency in the
+//! [`LatencySignal`](crate::timings::LatencySignal) of its stage timings
+//! (`Timings::light_latency`): every small sync, and every small produce's wait from its
+//! append to its data being durable. Every `interval` the
 //! controller looks at the slowest of the interval: above `target` the rate halves
 //! (never below `min`), otherwise it grows by a fiftieth of `max` (never above `max`).
 //! Catching up and heavy writing therefore run at full speed on a quiet disk, and slow
@@ -23,36 +24,6 @@ use crate::timings::Timings;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// The latency signal: the slowest light work noted since it was last taken.
-#[derive(Debug, Default)]
-pub struct LatencySignal {
-    max_us: AtomicU64,
-    count: AtomicU64,
-}
-
-impl LatencySignal {
-    pub const fn new() -> LatencySignal {
-        LatencySignal {
-            max_us: AtomicU64::new(0),
-            count: AtomicU64::new(0),
-        }
-    }
-
-    /// Light work took `elapsed`.
-    pub fn note(&self, elapsed: Duration) {
-        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        self.max_us.fetch_max(us, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The slowest light work since the last call, if there was any.
-    pub fn take(&self) -> Option<Duration> {
-        let count = self.count.swap(0, Ordering::Relaxed);
-        let max = self.max_us.swap(0, Ordering::Relaxed);
-        (count > 0).then(|| Duration::from_micros(max))
-    }
-}
 
 /// Additive increase: the rate climbs from nothing to its maximum in this many quiet
 /// intervals (5 s at 100 ms).
@@ -336,16 +307,5 @@ mod tests {
         assert_eq!(c.wait(later), Duration::ZERO);
         c.charge((102.4 * MIB) as usize + 1024 * 1024);
         assert!(c.wait(later) > Duration::ZERO);
-    }
-
-    #[test]
-    fn the_signal_is_the_slowest_light_work_since_it_was_last_taken() {
-        let signal = LatencySignal::new();
-        assert_eq!(signal.take(), None, "no sync, no signal");
-        signal.note(Duration::from_millis(3));
-        signal.note(Duration::from_millis(30));
-        signal.note(Duration::from_millis(1));
-        assert_eq!(signal.take(), Some(Duration::from_millis(30)));
-        assert_eq!(signal.take(), None);
     }
 }

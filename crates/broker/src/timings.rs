@@ -25,10 +25,10 @@
 //! `headway_fetch_stage_seconds` and `headway_sync_seconds`. The slowest small sync is
 //! also part of the bulk budget's latency signal ([`Timings::light_latency`]).
 
-use crate::bulk_budget::LatencySignal;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::exponential_buckets;
 pub use prometheus_client::metrics::histogram::Histogram;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// A produce request partition of at most this many bytes counts as small: the bulk
@@ -45,6 +45,36 @@ pub type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
 /// 25 µs to 3.3 s, doubling.
 fn new_histogram() -> Histogram {
     Histogram::new(exponential_buckets(25e-6, 2.0, 18))
+}
+
+/// The latency signal: the slowest light work noted since it was last taken.
+#[derive(Debug, Default)]
+pub struct LatencySignal {
+    max_us: AtomicU64,
+    count: AtomicU64,
+}
+
+impl LatencySignal {
+    pub const fn new() -> LatencySignal {
+        LatencySignal {
+            max_us: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// Light work took `elapsed`.
+    pub fn note(&self, elapsed: Duration) {
+        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.max_us.fetch_max(us, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The slowest light work since the last call, if there was any.
+    pub fn take(&self) -> Option<Duration> {
+        let count = self.count.swap(0, Ordering::Relaxed);
+        let max = self.max_us.swap(0, Ordering::Relaxed);
+        (count > 0).then(|| Duration::from_micros(max))
+    }
 }
 
 /// One produce size class's stages.
@@ -158,4 +188,20 @@ impl Timings {
 /// Records `elapsed` in `histogram`, in seconds.
 pub fn observe(histogram: &Histogram, elapsed: Duration) {
     histogram.observe(elapsed.as_secs_f64());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signal_is_the_slowest_light_work_since_it_was_last_taken() {
+        let signal = LatencySignal::new();
+        assert_eq!(signal.take(), None, "no sync, no signal");
+        signal.note(Duration::from_millis(3));
+        signal.note(Duration::from_millis(30));
+        signal.note(Duration::from_millis(1));
+        assert_eq!(signal.take(), Some(Duration::from_millis(30)));
+        assert_eq!(signal.take(), None);
+    }
 }
