@@ -30,6 +30,9 @@ pub struct Cleanable {
     pub partition: Arc<Partition>,
     /// `min.cleanable.dirty.ratio`.
     pub min_dirty_ratio: f64,
+    /// `max.compaction.lag.ms`: a log whose oldest dirty segment is older than this is
+    /// cleaned whatever its dirty ratio.
+    pub max_compaction_lag_ms: u64,
     pub config: CleanerConfig,
 }
 
@@ -45,6 +48,7 @@ impl Cleanable {
             topic: topic.to_string(),
             partition,
             min_dirty_ratio: config.min_cleanable_dirty_ratio,
+            max_compaction_lag_ms: config.max_compaction_lag_ms,
             config: CleanerConfig {
                 map_bytes_max: broker.log_cleaner_dedupe_buffer_bytes,
                 delete_retention_ms: config.delete_retention_ms,
@@ -79,17 +83,32 @@ impl PartitionCleaning {
     }
 }
 
-/// The order in which candidates are tried: the dirtiest first, among those above
-/// their own minimum ratio (as Kafka compares them: a minimum of 1 never cleans). Plain
-/// code over the ratios.
-pub fn cleaning_order(ratios: &[(f64, f64)]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..ratios.len())
+/// One candidate as the cleaner measured it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Dirtiness {
+    /// The dirty ratio.
+    pub ratio: f64,
+    /// Its `min.cleanable.dirty.ratio`.
+    pub min_ratio: f64,
+    /// Its oldest dirty segment waited past `max.compaction.lag.ms`.
+    pub overdue: bool,
+}
+
+/// The order in which candidates are tried: those overdue by `max.compaction.lag.ms`
+/// first, then those above their own minimum ratio (as Kafka compares them: a minimum of
+/// 1 never cleans), the dirtiest first in each; candidates with nothing dirty never.
+/// Plain code over the measurements.
+pub fn cleaning_order(candidates: &[Dirtiness]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..candidates.len())
         .filter(|&i| {
-            let (ratio, min) = ratios[i];
-            ratio > 0.0 && ratio > min
+            let c = candidates[i];
+            c.ratio > 0.0 && (c.overdue || c.ratio > c.min_ratio)
         })
         .collect();
-    order.sort_by(|&a, &b| ratios[b].0.total_cmp(&ratios[a].0));
+    order.sort_by(|&a, &b| {
+        let (a, b) = (candidates[a], candidates[b]);
+        b.overdue.cmp(&a.overdue).then(b.ratio.total_cmp(&a.ratio))
+    });
     order
 }
 
@@ -193,15 +212,22 @@ impl LogCleaner {
     /// One round: measures every candidate and cleans the dirtiest that has something
     /// to clean. Whether a pass ran.
     pub fn round(&self, candidates: &[Cleanable]) -> bool {
-        let ratios: Vec<(f64, f64)> = candidates
+        let now_ms = crate::now_ms();
+        let measured: Vec<Dirtiness> = candidates
             .iter()
             .map(|c| {
                 let ratio = c.partition.dirty_ratio().unwrap_or(0.0);
                 self.with_stats(c, |s| s.dirty_ratio = ratio);
-                (ratio, c.min_dirty_ratio)
+                let lag = i64::try_from(c.max_compaction_lag_ms).unwrap_or(i64::MAX);
+                let newest = c.partition.first_dirty_max_timestamp().ok().flatten();
+                Dirtiness {
+                    ratio,
+                    min_ratio: c.min_dirty_ratio,
+                    overdue: newest.is_some_and(|t| t < now_ms.saturating_sub(lag)),
+                }
             })
             .collect();
-        for i in cleaning_order(&ratios) {
+        for i in cleaning_order(&measured) {
             if self.pass(&candidates[i]) {
                 return true;
             }
@@ -272,14 +298,42 @@ mod tests {
 
     #[test]
     fn the_dirtiest_partition_over_its_ratio_goes_first() {
-        // (ratio, minimum): 0 is under its minimum, 3 has nothing dirty, 4 is at it.
-        let ratios = [(0.4, 0.5), (0.6, 0.5), (0.9, 0.1), (0.0, 0.0), (0.5, 0.5)];
-        assert_eq!(cleaning_order(&ratios), vec![2, 1]);
-        assert!(
-            cleaning_order(&[(1.0, 1.0)]).is_empty(),
-            "a minimum of 1 never cleans"
+        let at = |ratio, min_ratio| Dirtiness {
+            ratio,
+            min_ratio,
+            overdue: false,
+        };
+        // 0 is under its minimum, 3 has nothing dirty, 4 is at it.
+        let measured = [
+            at(0.4, 0.5),
+            at(0.6, 0.5),
+            at(0.9, 0.1),
+            at(0.0, 0.0),
+            at(0.5, 0.5),
+        ];
+        assert_eq!(cleaning_order(&measured), vec![2, 1]);
+        let never = cleaning_order(&[at(1.0, 1.0)]);
+        assert!(never.is_empty(), "a minimum of 1 never cleans");
+        assert!(cleaning_order(&[at(0.0, 0.0)]).is_empty());
+    }
+
+    #[test]
+    fn a_log_past_its_max_compaction_lag_goes_first_whatever_its_ratio() {
+        let overdue = |ratio| Dirtiness {
+            ratio,
+            min_ratio: 1.0,
+            overdue: true,
+        };
+        let dirty = Dirtiness {
+            ratio: 0.9,
+            min_ratio: 0.5,
+            overdue: false,
+        };
+        assert_eq!(
+            cleaning_order(&[dirty, overdue(0.2), overdue(0.3)]),
+            vec![2, 1, 0]
         );
-        assert!(cleaning_order(&[(0.0, 0.0)]).is_empty());
+        assert!(cleaning_order(&[overdue(0.0)]).is_empty(), "nothing dirty");
     }
 
     #[test]

@@ -10,8 +10,13 @@ use kafka_protocol::records::{
 };
 use std::collections::BTreeMap;
 
-/// One batch of one record, `key` = `value`'s key.
+/// One batch of one record, written now.
 fn keyed(key: &str, value: &str) -> Vec<u8> {
+    keyed_at(key, value, crate::now_ms())
+}
+
+/// One batch of one record with this timestamp.
+fn keyed_at(key: &str, value: &str, timestamp: i64) -> Vec<u8> {
     let record = Record {
         transactional: false,
         control: false,
@@ -22,7 +27,7 @@ fn keyed(key: &str, value: &str) -> Vec<u8> {
         timestamp_type: TimestampType::Creation,
         offset: 0,
         sequence: 0,
-        timestamp: crate::now_ms(),
+        timestamp,
         key: Some(Bytes::from(key.to_string())),
         value: Some(Bytes::from(value.to_string())),
         headers: Default::default(),
@@ -184,5 +189,38 @@ async fn a_partition_under_its_dirty_ratio_is_left_alone() {
         .unwrap();
     assert!(!ran, "below min.cleanable.dirty.ratio nothing is cleaned");
     assert_eq!(read_all(&p).await.len(), 50);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_log_past_its_max_compaction_lag_is_cleaned_below_its_dirty_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path()).await;
+    let mut config = settings("compact");
+    config.insert("min.cleanable.dirty.ratio".into(), "1.0".into());
+    config.insert("max.compaction.lag.ms".into(), "60000".into());
+    broker.create_topic("late", Some(1), config).await.unwrap();
+    let p = broker.partition("late", PartitionIndex::new(0)).unwrap();
+    // Written an hour ago (by their timestamps): past the lag of a minute.
+    let an_hour_ago = crate::now_ms() - 3_600_000;
+    let mut end = Offset::new(0);
+    for i in 0..50 {
+        let batch = keyed_at("same", &format!("v{i}"), an_hour_ago);
+        end = p.append(&batch, 1 << 20).unwrap().log_end_offset;
+    }
+    tokio::time::timeout(std::time::Duration::from_secs(30), p.wait_durable(end))
+        .await
+        .expect("durable within the deadline")
+        .unwrap();
+    let logs = broker.compacted_logs();
+    let cleaner = std::sync::Arc::clone(broker.cleaner());
+    let ran = tokio::task::spawn_blocking(move || cleaner.round(&logs))
+        .await
+        .unwrap();
+    assert!(
+        ran,
+        "past max.compaction.lag.ms the log is cleaned though its ratio is 1.0"
+    );
+    assert!(read_all(&p).await.len() < 50);
     broker.shutdown().await;
 }

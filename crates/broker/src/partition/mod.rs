@@ -632,6 +632,12 @@ impl Partition {
         self.with_log(|log| Ok(log.dirty_ratio()))
     }
 
+    /// The newest timestamp of the first segment a cleaning pass would read keys from
+    /// (`Log::first_dirty_max_timestamp`).
+    pub fn first_dirty_max_timestamp(&self) -> Result<Option<i64>, BrokerError> {
+        self.with_log(|log| Ok(log.first_dirty_max_timestamp()))
+    }
+
     /// Plans a cleaning pass under the mutex (cheap); `None`: nothing to clean. The
     /// plan is staged without the mutex, then [`Partition::install_cleaned`].
     pub fn plan_cleaning(

@@ -331,6 +331,17 @@ impl Log {
         self.install_cleaned(staged)
     }
 
+    /// The newest record timestamp of the first dirty segment a pass could take (sealed
+    /// and durable), if there is one: once it is older than `max.compaction.lag.ms`,
+    /// every record of that segment has waited at least that long to be compacted.
+    pub fn first_dirty_max_timestamp(&self) -> Option<i64> {
+        self.segments
+            .values()
+            .take(self.durable_sealed_segments())
+            .find(|segment| segment.base_offset() >= self.first_dirty_offset)
+            .and_then(|segment| segment.max_timestamp_ms())
+    }
+
     /// Bytes of sealed segments at or past the first dirty offset, over all sealed
     /// bytes: the share of the log a pass would read keys from. 0 without sealed bytes.
     pub fn dirty_ratio(&self) -> f64 {
