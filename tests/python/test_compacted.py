@@ -14,7 +14,9 @@ for its condition with a deadline.
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 import time
 import urllib.request
 
@@ -197,6 +199,15 @@ def test_the_cleaner_keeps_each_keys_latest_record(make_broker):
         # A deleted key may be gone entirely once its tombstone is cleaned away too.
         assert last_read.get(key) == value, (key, last_read.get(key), value)
     assert cleaner_passes(broker.metrics_address(), "table") >= 1
+    # The CLI shows the same figures.
+    shown = subprocess.run([str(broker.binary), "cleaner", "--metrics", broker.metrics_address(),
+                            "--topic", "table", "--format", "json"],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    rows = json.loads(shown.stdout)
+    assert [(r["topic"], r["partition"]) for r in rows] == [("table", 0)]
+    assert rows[0]["passes"] >= 1 and rows[0]["records_removed"] > 0, rows
+    assert rows[0]["last_pass"] is not None, rows
 
 
 def test_consumer_offsets_is_an_internal_topic(make_broker):

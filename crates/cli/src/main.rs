@@ -8,6 +8,7 @@
 //! `headway bench` runs the lab's scenarios (`crates/bench`). Every failure ends the
 //! command with one `error: ...` line on stderr and exit status 1.
 
+mod cleaner;
 mod cluster;
 mod consume;
 mod group;
@@ -48,6 +49,9 @@ enum Command {
     Group(group::GroupArgs),
     /// The cluster's brokers and their settings.
     Cluster(cluster::ClusterArgs),
+    /// What a headway broker's log cleaner did to each compacted partition (from its
+    /// /metrics).
+    Cleaner(cleaner::CleanerArgs),
     /// Run a benchmark scenario against headway or any Kafka-compatible broker.
     Bench(headway_bench::BenchArgs),
 }
@@ -270,6 +274,7 @@ fn run() -> anyhow::Result<()> {
         Command::Topic(args) => client_runtime()?.block_on(topic::run(args)),
         Command::Group(args) => client_runtime()?.block_on(group::run(args)),
         Command::Cluster(args) => client_runtime()?.block_on(cluster::run(args)),
+        Command::Cleaner(args) => cleaner::run(args),
         Command::Bench(args) => headway_bench::run(args),
     }
 }
