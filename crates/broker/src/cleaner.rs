@@ -212,6 +212,7 @@ impl LogCleaner {
     /// One round: measures every candidate and cleans the dirtiest that has something
     /// to clean. Whether a pass ran.
     pub fn round(&self, candidates: &[Cleanable]) -> bool {
+        self.forget_all_but(candidates);
         let now_ms = crate::now_ms();
         let measured: Vec<Dirtiness> = candidates
             .iter()
@@ -233,6 +234,18 @@ impl LogCleaner {
             }
         }
         false
+    }
+
+    /// Drops the figures of logs that are no longer candidates (a deleted topic, a
+    /// topic whose policy no longer compacts), so that they are bounded by the
+    /// compacted partitions there are.
+    fn forget_all_but(&self, candidates: &[Cleanable]) {
+        let keep: std::collections::BTreeSet<(&str, i32)> = candidates
+            .iter()
+            .map(|c| (c.topic.as_str(), c.partition.index().value()))
+            .collect();
+        let mut stats = self.stats.lock().expect("cleaner lock");
+        stats.retain(|(topic, index), _| keep.contains(&(topic.as_str(), *index)));
     }
 
     fn with_stats(&self, c: &Cleanable, f: impl FnOnce(&mut PartitionCleaning)) {

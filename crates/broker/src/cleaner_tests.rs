@@ -159,6 +159,17 @@ async fn a_round_cleans_compacted_partitions_and_keeps_each_keys_latest_record()
     assert_eq!(done.passes, 1);
     assert!(done.records_removed >= 300, "{done:?}");
     assert!(done.dirty_ratio < 0.5, "{done:?}");
+    // Once the partition is no longer a candidate (its topic deleted), its figures go.
+    broker.delete_topic("table").await.unwrap();
+    let logs = broker.compacted_logs();
+    assert!(logs.is_empty());
+    let cleaner = std::sync::Arc::clone(cleaner);
+    tokio::task::spawn_blocking(move || {
+        cleaner.round(&logs);
+        assert!(cleaner.snapshot().is_empty(), "{:?}", cleaner.snapshot());
+    })
+    .await
+    .unwrap();
     broker.shutdown().await;
 }
 
