@@ -6,7 +6,8 @@ without a key with INVALID_RECORD while keyed records go through; a manual repli
 assignment that places every partition on this broker is accepted (librdkafka's admin
 tests create topics that way) and one naming another broker is refused; the log cleaner
 compacts a topic as it is written (each key's latest record stays, at its offset) and
-shows its work on /metrics; the committed-offsets log is listed as the internal topic
+shows its work on /metrics; a tombstone stays `delete.retention.ms` after its first
+cleaning whatever its timestamp, then goes; the committed-offsets log is listed as the internal topic
 `__consumer_offsets`, readable and compacted, but neither writable nor creatable.
 Method: one broker per test, confluent-kafka's AdminClient and Producer; every wait polls
 for its condition with a deadline.
@@ -208,6 +209,48 @@ def test_the_cleaner_keeps_each_keys_latest_record(make_broker):
     assert [(r["topic"], r["partition"]) for r in rows] == [("table", 0)]
     assert rows[0]["passes"] >= 1 and rows[0]["records_removed"] > 0, rows
     assert rows[0]["last_pass"] is not None, rows
+
+
+def test_tombstones_stay_for_delete_retention_after_their_first_cleaning(make_broker):
+    """Tombstones written with timestamps two days old: on a topic that keeps them an
+    hour, cleaning removes the values they delete but keeps them, whatever their age;
+    on a topic that keeps them half a second, a later pass removes them too."""
+    broker = make_broker("--log-cleaner-backoff-ms", "100", "--metrics-listen", "127.0.0.1:0")
+    two_days_ago_ms = int(time.time() * 1000) - 2 * 86_400_000
+    deleted = [b"key-%d" % k for k in range(5)]
+    for topic, retention_ms in (("kept", "3600000"), ("dropped", "500")):
+        create_topic(broker.bootstrap, topic, 1, **{
+            "cleanup.policy": "compact", "segment.bytes": "16384",
+            "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": retention_ms})
+        producer = Producer({**rdkafka_base(broker.bootstrap), "linger.ms": 1,
+                             "batch.size": 4096})
+        for key in deleted:
+            producer.produce(topic, key=key, value=b"old", partition=0,
+                             timestamp=two_days_ago_ms)
+        for key in deleted:
+            producer.produce(topic, key=key, value=None, partition=0,
+                             timestamp=two_days_ago_ms)
+        for i in range(600):  # other keys, so that the tombstones' segment is sealed
+            producer.produce(topic, key=b"other-%d" % i, value=b"x" * 100, partition=0)
+            producer.poll(0)
+        assert producer.flush(FLUSH_TIMEOUT_S) == 0
+
+    def of_deleted(topic: str) -> list[tuple[bytes, bytes | None]]:
+        return [(key, value) for _offset, key, value in read_from_start(broker.bootstrap, topic)
+                if key in deleted]
+
+    deadline = time.monotonic() + CLEANER_DEADLINE_S
+    while time.monotonic() < deadline:
+        if cleaner_passes(broker.metrics_address(), "kept") >= 1 and \
+                all(value is None for _key, value in of_deleted("kept")):
+            break
+        time.sleep(0.5)
+    assert of_deleted("kept") == [(key, None) for key in deleted], \
+        "the values are cleaned away, the tombstones stay"
+    while of_deleted("dropped") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert of_deleted("dropped") == [], "past its horizon a tombstone goes"
+    assert cleaner_passes(broker.metrics_address(), "dropped") >= 2
 
 
 def test_consumer_offsets_is_an_internal_topic(make_broker):

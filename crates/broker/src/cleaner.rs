@@ -92,22 +92,26 @@ pub struct Dirtiness {
     pub min_ratio: f64,
     /// Its oldest dirty segment waited past `max.compaction.lag.ms`.
     pub overdue: bool,
+    /// A tombstone it kept is past its horizon (`delete.retention.ms` after its first
+    /// cleaning): a pass removes it, even when nothing is dirty.
+    pub tombstones_due: bool,
 }
 
-/// The order in which candidates are tried: those overdue by `max.compaction.lag.ms`
-/// first, then those above their own minimum ratio (as Kafka compares them: a minimum of
-/// 1 never cleans), the dirtiest first in each; candidates with nothing dirty never.
-/// Plain code over the measurements.
+/// The order in which candidates are tried: those overdue by `max.compaction.lag.ms` or
+/// with tombstones due first, then those above their own minimum ratio (as Kafka
+/// compares them: a minimum of 1 never cleans), the dirtiest first in each; candidates
+/// with nothing dirty and no tombstone due never. Plain code over the measurements.
 pub fn cleaning_order(candidates: &[Dirtiness]) -> Vec<usize> {
+    let urgent = |c: Dirtiness| (c.ratio > 0.0 && c.overdue) || c.tombstones_due;
     let mut order: Vec<usize> = (0..candidates.len())
         .filter(|&i| {
             let c = candidates[i];
-            c.ratio > 0.0 && (c.overdue || c.ratio > c.min_ratio)
+            urgent(c) || (c.ratio > 0.0 && c.ratio > c.min_ratio)
         })
         .collect();
     order.sort_by(|&a, &b| {
         let (a, b) = (candidates[a], candidates[b]);
-        b.overdue.cmp(&a.overdue).then(b.ratio.total_cmp(&a.ratio))
+        urgent(b).cmp(&urgent(a)).then(b.ratio.total_cmp(&a.ratio))
     });
     order
 }
@@ -221,10 +225,12 @@ impl LogCleaner {
                 self.with_stats(c, |s| s.dirty_ratio = ratio);
                 let lag = i64::try_from(c.max_compaction_lag_ms).unwrap_or(i64::MAX);
                 let newest = c.partition.first_dirty_max_timestamp().ok().flatten();
+                let due = c.partition.tombstones_due_ms().ok().flatten();
                 Dirtiness {
                     ratio,
                     min_ratio: c.min_dirty_ratio,
                     overdue: newest.is_some_and(|t| t < now_ms.saturating_sub(lag)),
+                    tombstones_due: due.is_some_and(|t| t < now_ms),
                 }
             })
             .collect();
@@ -309,13 +315,18 @@ mod cleaner_tests;
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_dirtiest_partition_over_its_ratio_goes_first() {
-        let at = |ratio, min_ratio| Dirtiness {
+    fn measured(ratio: f64, min_ratio: f64, overdue: bool, tombstones_due: bool) -> Dirtiness {
+        Dirtiness {
             ratio,
             min_ratio,
-            overdue: false,
-        };
+            overdue,
+            tombstones_due,
+        }
+    }
+
+    #[test]
+    fn the_dirtiest_partition_over_its_ratio_goes_first() {
+        let at = |ratio, min_ratio| measured(ratio, min_ratio, false, false);
         // 0 is under its minimum, 3 has nothing dirty, 4 is at it.
         let measured = [
             at(0.4, 0.5),
@@ -332,21 +343,23 @@ mod tests {
 
     #[test]
     fn a_log_past_its_max_compaction_lag_goes_first_whatever_its_ratio() {
-        let overdue = |ratio| Dirtiness {
-            ratio,
-            min_ratio: 1.0,
-            overdue: true,
-        };
-        let dirty = Dirtiness {
-            ratio: 0.9,
-            min_ratio: 0.5,
-            overdue: false,
-        };
+        let overdue = |ratio| measured(ratio, 1.0, true, false);
+        let dirty = measured(0.9, 0.5, false, false);
         assert_eq!(
             cleaning_order(&[dirty, overdue(0.2), overdue(0.3)]),
             vec![2, 1, 0]
         );
         assert!(cleaning_order(&[overdue(0.0)]).is_empty(), "nothing dirty");
+    }
+
+    #[test]
+    fn a_log_with_tombstones_due_is_cleaned_even_with_nothing_dirty() {
+        let clean = |tombstones_due| measured(0.0, 0.5, false, tombstones_due);
+        let dirty = measured(0.9, 0.5, false, false);
+        assert_eq!(
+            cleaning_order(&[dirty, clean(true), clean(false)]),
+            vec![1, 0]
+        );
     }
 
     #[test]

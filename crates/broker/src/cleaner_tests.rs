@@ -17,6 +17,15 @@ fn keyed(key: &str, value: &str) -> Vec<u8> {
 
 /// One batch of one record with this timestamp.
 fn keyed_at(key: &str, value: &str, timestamp: i64) -> Vec<u8> {
+    batch_of(key, Some(value), timestamp)
+}
+
+/// One batch of one record deleting `key`, written now.
+fn tombstone(key: &str) -> Vec<u8> {
+    batch_of(key, None, crate::now_ms())
+}
+
+fn batch_of(key: &str, value: Option<&str>, timestamp: i64) -> Vec<u8> {
     let record = Record {
         transactional: false,
         control: false,
@@ -29,7 +38,7 @@ fn keyed_at(key: &str, value: &str, timestamp: i64) -> Vec<u8> {
         sequence: 0,
         timestamp,
         key: Some(Bytes::from(key.to_string())),
-        value: Some(Bytes::from(value.to_string())),
+        value: value.map(|v| Bytes::from(v.to_string())),
         headers: Default::default(),
     };
     let mut out = bytes::BytesMut::new();
@@ -41,8 +50,9 @@ fn keyed_at(key: &str, value: &str, timestamp: i64) -> Vec<u8> {
     out.to_vec()
 }
 
-/// Every record of the partition from its start: (offset, key, value). A batch the
-/// cleaner emptied holds no records but still advances the offset.
+/// Every record of the partition from its start: (offset, key, value, with
+/// [`NULL`] for a tombstone's). A batch the cleaner emptied holds no records but still
+/// advances the offset.
 async fn read_all(p: &Partition) -> Vec<(i64, String, String)> {
     let mut out = Vec::new();
     let mut offset = p.log_start_offset();
@@ -59,7 +69,9 @@ async fn read_all(p: &Partition) -> Vec<(i64, String, String)> {
             let mut batch = rest.split_to(header.total_bytes());
             for set in RecordBatchDecoder::decode_all(&mut batch).unwrap() {
                 for r in set.records {
-                    let text = |b: Option<Bytes>| String::from_utf8(b.unwrap().to_vec()).unwrap();
+                    let text = |b: Option<Bytes>| {
+                        b.map_or(NULL.to_string(), |b| String::from_utf8(b.to_vec()).unwrap())
+                    };
                     out.push((r.offset, text(r.key), text(r.value)));
                 }
             }
@@ -68,6 +80,9 @@ async fn read_all(p: &Partition) -> Vec<(i64, String, String)> {
     }
     out
 }
+
+/// A tombstone's value as [`read_all`] shows it.
+const NULL: &str = "(null)";
 
 async fn broker(dir: &std::path::Path) -> std::sync::Arc<Broker> {
     Broker::open(BrokerConfig {
@@ -233,5 +248,65 @@ async fn a_log_past_its_max_compaction_lag_is_cleaned_below_its_dirty_ratio() {
         "past max.compaction.lag.ms the log is cleaned though its ratio is 1.0"
     );
     assert!(read_all(&p).await.len() < 50);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_tombstone_goes_once_its_horizon_passed_even_with_nothing_dirty() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path()).await;
+    let mut config = settings("compact");
+    config.insert("delete.retention.ms".into(), "200".into());
+    broker
+        .create_topic("deletes", Some(1), config)
+        .await
+        .unwrap();
+    let p = broker.partition("deletes", PartitionIndex::new(0)).unwrap();
+    p.append(&keyed("gone", "v"), 1 << 20).unwrap();
+    let deleted_at = p.append(&tombstone("gone"), 1 << 20).unwrap().base_offset;
+    let mut end = Offset::new(0);
+    for i in 0..100 {
+        let batch = keyed(&format!("key-{i}"), "filler");
+        end = p.append(&batch, 1 << 20).unwrap().log_end_offset;
+    }
+    tokio::time::timeout(std::time::Duration::from_secs(30), p.wait_durable(end))
+        .await
+        .expect("durable within the deadline")
+        .unwrap();
+    let round = || {
+        let logs = broker.compacted_logs();
+        let cleaner = std::sync::Arc::clone(broker.cleaner());
+        tokio::task::spawn_blocking(move || cleaner.round(&logs))
+    };
+    let of_gone = |records: Vec<(i64, String, String)>| -> Vec<(i64, String)> {
+        records
+            .into_iter()
+            .filter(|(_, k, _)| k == "gone")
+            .map(|(o, _, v)| (o, v))
+            .collect()
+    };
+    assert!(round().await.unwrap(), "the first pass runs");
+    assert_eq!(
+        of_gone(read_all(&p).await),
+        vec![(deleted_at.value(), NULL.to_string())],
+        "the first cleaning keeps the tombstone and removes what it deletes"
+    );
+    let due = p.tombstones_due_ms().unwrap().expect("a tombstone is due");
+    assert!(p.dirty_ratio().unwrap() < 0.5);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while crate::now_ms() <= due {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the clock passes {due}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        round().await.unwrap(),
+        "a pass runs for the tombstone alone"
+    );
+    assert_eq!(of_gone(read_all(&p).await), vec![]);
+    assert_eq!(p.tombstones_due_ms().unwrap(), None);
+    assert_eq!(read_all(&p).await.len(), 100, "the other keys stay");
     broker.shutdown().await;
 }

@@ -75,9 +75,9 @@ pub struct Log {
     refused_appends: u64,
     /// Base offsets of segments marked for repair since the log was opened.
     repair: BTreeSet<i64>,
-    /// Where the log cleaner's next pass starts reading keys: the segments before it
-    /// were cleaned since the log was opened (`cleaner/mod.rs`).
-    first_dirty_offset: i64,
+    /// Where the log cleaner's next pass starts reading keys, and when the offsets
+    /// before it were first cleaned (`cleaner/checkpoint.rs`).
+    cleaner: cleaner::CleanerState,
     /// Set while a cleaning pass is planned and not yet installed or dropped.
     cleaner_busy: Arc<AtomicBool>,
 }
@@ -101,6 +101,7 @@ impl Log {
             .filter(|(base, _)| Some(**base) != active)
             .for_each(|(_, segment)| segment.thin_indexes());
         tracing::debug!(dir = %dir.display(), ?report, "log opened");
+        let cleaner = cleaner::state_at_open(dir, &segments, report.log_start_offset.value());
         let log = Log {
             dir: dir.to_path_buf(),
             dir_file: recovered.dir_file,
@@ -113,7 +114,7 @@ impl Log {
             poisoned: false,
             refused_appends: 0,
             repair: BTreeSet::new(),
-            first_dirty_offset: report.log_start_offset.value(),
+            cleaner,
             cleaner_busy: Arc::new(AtomicBool::new(false)),
         };
         Ok((log, report))

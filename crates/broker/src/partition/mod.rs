@@ -638,6 +638,11 @@ impl Partition {
         self.with_log(|log| Ok(log.first_dirty_max_timestamp()))
     }
 
+    /// When a tombstone the cleaner kept becomes removable (`Log::tombstones_due_ms`).
+    pub fn tombstones_due_ms(&self) -> Result<Option<i64>, BrokerError> {
+        self.with_log(|log| Ok(log.tombstones_due_ms()))
+    }
+
     /// Plans a cleaning pass under the mutex (cheap); `None`: nothing to clean. The
     /// plan is staged without the mutex, then [`Partition::install_cleaned`].
     pub fn plan_cleaning(

@@ -16,18 +16,21 @@
 //!
 //! [`Log::clean`] runs them in a row for a caller that holds the log alone.
 //!
-//! The log keeps one number for the cleaner, the first dirty offset: the segments
-//! before it were cleaned since the log was opened, so a pass reads only the keys of
-//! the segments from there on (and rewrites the clean ones against them). It starts at
-//! the log start offset at every open: the first pass after a restart reads every key.
+//! The log keeps the cleaner's state (`checkpoint.rs`): the first dirty offset, before
+//! which the segments were cleaned, so that a pass reads only the keys of the segments
+//! from there on (and rewrites the clean ones against them); and when each part of the
+//! clean segments was first cleaned, which decides when its tombstones go. The state is
+//! checkpointed after each pass, so a restart does not read every key again.
 //!
 //! One pass at a time per log: a plan taken while another is pending is refused.
 
+mod checkpoint;
 mod stage;
 mod swap;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use checkpoint::CleanerState;
 pub(crate) use swap::finish_interrupted_swaps;
 
 use super::Log;
@@ -47,7 +50,8 @@ pub struct CleanerConfig {
     /// segment boundary before and cleans only up to there.
     pub map_bytes_max: usize,
     /// A tombstone (a record with a null value) that is its key's latest record is
-    /// removed once its batch's max timestamp is older than `now - delete_retention_ms`.
+    /// removed by a pass that runs more than this long after the pass that first
+    /// cleaned it (its horizon, `checkpoint.rs`).
     pub delete_retention_ms: u64,
     /// A segment whose newest record is younger than `now - min_compaction_lag_ms` is
     /// not cleaned (nor any after it).
@@ -70,10 +74,10 @@ impl Default for CleanerConfig {
 }
 
 impl CleanerConfig {
-    /// Tombstones in batches whose max timestamp is below this are removed.
+    /// The horizon of the tombstones a pass at `now_ms` cleans for the first time.
     fn tombstone_horizon_ms(&self, now_ms: i64) -> i64 {
         let retention = i64::try_from(self.delete_retention_ms).unwrap_or(i64::MAX);
-        now_ms.saturating_sub(retention)
+        now_ms.saturating_add(retention)
     }
 }
 
@@ -95,7 +99,7 @@ pub struct CleanReport {
     pub bytes_written: u64,
     /// Records removed from the swapped-in segments, tombstones included.
     pub records_removed: u64,
-    /// Tombstones removed because they were older than `delete_retention_ms`.
+    /// Tombstones removed because their horizon had passed.
     pub tombstones_removed: u64,
     /// The key map filled up: the pass cleaned less than it planned.
     pub map_full: bool,
@@ -106,6 +110,8 @@ pub struct CleanReport {
     pub dirty_ratio_after: f64,
     /// Where the next pass starts reading keys.
     pub first_dirty_offset: Offset,
+    /// When the earliest tombstone kept becomes removable (after the pass).
+    pub tombstones_due_ms: Option<i64>,
 }
 
 /// A sealed segment as the plan saw it.
@@ -142,7 +148,8 @@ pub struct CleaningPlan {
     dir: PathBuf,
     /// Cleanable segments from the log's start, ascending.
     segments: Vec<Planned>,
-    first_dirty_offset: i64,
+    /// The log's cleaner state when the plan was taken.
+    cleaner: CleanerState,
     index_interval_bytes: u32,
     segment_bytes_max: u64,
     dirty_ratio_before: f64,
@@ -169,6 +176,10 @@ pub struct StagedCleaning {
     groups: std::collections::VecDeque<StagedGroup>,
     /// Where the next pass starts reading keys, once every group is swapped in.
     first_dirty_offset: Option<i64>,
+    /// The horizon of the tombstones this pass cleans for the first time.
+    horizon_ms: i64,
+    /// The earliest horizon of a tombstone the staged groups keep.
+    tombstones_due_ms: Option<i64>,
     /// A group was not swapped in and ended the pass.
     stopped: bool,
     now_ms: i64,
@@ -183,6 +194,8 @@ pub struct StagedCleaning {
 pub struct CleanedPass {
     dir: PathBuf,
     report: CleanReport,
+    /// The log's cleaner state to checkpoint, when the pass changed it.
+    checkpoint: Option<CleanerState>,
     _busy: Busy,
 }
 
@@ -191,11 +204,15 @@ impl CleanedPass {
         &self.report
     }
 
-    /// Deletes the staging directory with the replaced segments' files (what frees
-    /// their disk space). Blocking: call it without the log's lock. The next pass can
-    /// be planned once this is done (or the value dropped, which leaves the files to the
-    /// next pass or the next open).
+    /// Checkpoints the log's cleaner state and deletes the staging directory with the
+    /// replaced segments' files (what frees their disk space). Blocking: call it
+    /// without the log's lock. The next pass can be planned once this is done (or the
+    /// value dropped, which leaves the files to the next pass or the next open, and the
+    /// checkpoint as it was).
     pub fn remove_leftovers(self) -> Result<CleanReport, LogError> {
+        if let Some(state) = &self.checkpoint {
+            state.store(&self.dir)?;
+        }
         swap::remove_staging(&self.dir)?;
         Ok(self.report)
     }
@@ -224,7 +241,7 @@ impl Log {
             if too_young || self.repair.contains(&segment.base_offset()) {
                 break;
             }
-            if segment.base_offset() >= self.first_dirty_offset {
+            if segment.base_offset() >= self.cleaner.first_dirty_offset {
                 let over = dirty_bytes + segment.size_bytes() > config.dirty_bytes_max;
                 if dirty_bytes > 0 && over {
                     break;
@@ -245,7 +262,7 @@ impl Log {
         Some(CleaningPlan {
             dir: self.dir.clone(),
             segments,
-            first_dirty_offset: self.first_dirty_offset,
+            cleaner: self.cleaner.clone(),
             index_interval_bytes: self.config.index_interval_bytes,
             segment_bytes_max: self.config.segment_bytes_max,
             dirty_ratio_before: self.dirty_ratio(),
@@ -288,23 +305,33 @@ impl Log {
     }
 
     /// Ends a pass whose groups were installed (cheap, under the log's lock): moves the
-    /// first dirty offset when every group is in, and reports. Groups not installed yet
-    /// count as aborted.
+    /// first dirty offset when every group is in, notes the horizon of what it cleaned
+    /// first, and reports. Groups not installed yet count as aborted.
     pub fn finish_cleaning(&mut self, staged: StagedCleaning) -> CleanedPass {
         let mut report = staged.report;
         let complete = !staged.stopped && staged.groups.is_empty();
         if !staged.stopped {
             report.groups_aborted += staged.groups.len();
         }
+        let before = self.cleaner.clone();
         if let Some(first_dirty) = staged.first_dirty_offset.filter(|_| complete) {
-            self.first_dirty_offset = self.first_dirty_offset.max(first_dirty);
+            self.cleaner
+                .cleaned(first_dirty, staged.horizon_ms, staged.now_ms);
         }
+        // A pass that did not finish leaves earlier tombstones' due time standing.
+        self.cleaner.tombstones_due_ms = match complete {
+            true => staged.tombstones_due_ms,
+            false => earliest(before.tombstones_due_ms, staged.tombstones_due_ms),
+        };
+        self.cleaner.forget_below(self.log_start_offset().value());
         report.dirty_ratio_after = self.dirty_ratio();
-        report.first_dirty_offset = Offset::new(self.first_dirty_offset);
+        report.first_dirty_offset = Offset::new(self.cleaner.first_dirty_offset);
+        report.tombstones_due_ms = self.cleaner.tombstones_due_ms;
         tracing::debug!(dir = %self.dir.display(), ?report, "cleaning pass done");
         CleanedPass {
             dir: staged.dir,
             report,
+            checkpoint: (self.cleaner != before).then(|| self.cleaner.clone()),
             _busy: staged.busy,
         }
     }
@@ -323,7 +350,8 @@ impl Log {
             return Ok(CleanReport {
                 dirty_ratio_before: self.dirty_ratio(),
                 dirty_ratio_after: self.dirty_ratio(),
-                first_dirty_offset: Offset::new(self.first_dirty_offset),
+                first_dirty_offset: Offset::new(self.cleaner.first_dirty_offset),
+                tombstones_due_ms: self.cleaner.tombstones_due_ms,
                 ..CleanReport::default()
             });
         };
@@ -338,7 +366,7 @@ impl Log {
         self.segments
             .values()
             .take(self.durable_sealed_segments())
-            .find(|segment| segment.base_offset() >= self.first_dirty_offset)
+            .find(|segment| segment.base_offset() >= self.cleaner.first_dirty_offset)
             .and_then(|segment| segment.max_timestamp_ms())
     }
 
@@ -349,7 +377,7 @@ impl Log {
         let (mut dirty, mut total) = (0u64, 0u64);
         for segment in sealed {
             total += segment.size_bytes();
-            if segment.base_offset() >= self.first_dirty_offset {
+            if segment.base_offset() >= self.cleaner.first_dirty_offset {
                 dirty += segment.size_bytes();
             }
         }
@@ -361,7 +389,13 @@ impl Log {
 
     /// Where the next cleaning pass starts reading keys.
     pub fn first_dirty_offset(&self) -> Offset {
-        Offset::new(self.first_dirty_offset)
+        Offset::new(self.cleaner.first_dirty_offset)
+    }
+
+    /// When a tombstone the cleaner kept becomes removable: a pass then removes it, even
+    /// when nothing is dirty.
+    pub fn tombstones_due_ms(&self) -> Option<i64> {
+        self.cleaner.tombstones_due_ms
     }
 
     /// Sealed segments whose files are durable: all but the active segment and, until
@@ -435,4 +469,36 @@ fn groups(segments: &[Planned], segment_bytes_max: u64) -> Vec<std::ops::Range<u
         groups.push(start..segments.len());
     }
     groups
+}
+
+/// The earlier of two times, either of which may be absent.
+fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The cleaner's state of a log being opened: its checkpoint, with the first dirty
+/// offset moved down to a segment boundary at or below the log's end, so that every
+/// record past it is in a segment the next pass reads keys from.
+pub(crate) fn state_at_open(
+    dir: &std::path::Path,
+    segments: &std::collections::BTreeMap<i64, crate::segment::Segment>,
+    log_start_offset: i64,
+) -> CleanerState {
+    let Some(mut state) = CleanerState::load(dir) else {
+        return CleanerState::new(log_start_offset);
+    };
+    let active = segments.keys().next_back().copied().unwrap_or(0);
+    let log_end = segments.values().next_back().map_or(0, |s| s.end_offset());
+    let target = state.first_dirty_offset.min(log_end);
+    if let Some((base, segment)) = segments.range(..=target).next_back() {
+        if target > *base && (target < segment.end_offset() || *base == active) {
+            state.dirty_from(*base);
+        }
+    }
+    state.dirty_from(target);
+    state.forget_below(log_start_offset);
+    state
 }

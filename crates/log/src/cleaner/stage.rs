@@ -11,7 +11,8 @@
 //! segment's in-memory indexes (24 bytes per `index_interval_bytes` written, about
 //! 6 MiB for a 1 GiB segment at 4 KiB), freed when it is sealed.
 
-use super::{groups, CleanReport, CleanerConfig, CleaningPlan, Planned, StagedCleaning};
+use super::StagedCleaning;
+use super::{earliest, groups, CleanReport, CleanerConfig, CleanerState, CleaningPlan, Planned};
 use super::{swap, StagedGroup};
 use crate::batch::BatchHeader;
 use crate::compaction::{emptied, retain_records, OffsetMap, Retained, OFFSET_MAP_ENTRY_BYTES};
@@ -47,6 +48,8 @@ struct GroupWriter<'a> {
     changed: bool,
     records_removed: u64,
     tombstones_removed: u64,
+    /// The earliest horizon of a tombstone the group keeps.
+    tombstones_due_ms: Option<i64>,
     bytes_written: u64,
     /// The group's base offset and the end offset of its last non-empty segment: the
     /// batches that start and end there stay (as headers alone, when none of their
@@ -55,6 +58,9 @@ struct GroupWriter<'a> {
     /// chain check holds.
     base_offset: i64,
     end_offset: i64,
+    /// The log's cleaner state at the plan: when the clean offsets' tombstones go.
+    cleaner: &'a CleanerState,
+    /// The horizon of the tombstones cleaned for the first time.
     horizon_ms: i64,
     index_interval_bytes: u32,
     now_ms: i64,
@@ -96,19 +102,15 @@ impl CleaningPlan {
         let cleaned = &self.segments[..mapped.segments];
         let mut staged = Vec::new();
         let mut complete = true;
+        let mut tombstones_due_ms = None;
         for group in groups(cleaned, self.segment_bytes_max) {
             let segments = &cleaned[group];
-            let writer = GroupWriter::start(
-                &staging,
-                segments,
-                self.index_interval_bytes,
-                config,
-                now_ms,
-                &mapped,
-                throttle,
-            );
+            let writer =
+                GroupWriter::start(&staging, segments, &self, config, now_ms, &mapped, throttle);
             let Some(writer) = writer? else { continue };
-            match writer.write(segments, &staging, &mut report)? {
+            let (outcome, due) = writer.write(segments, &staging, &mut report)?;
+            tombstones_due_ms = earliest(tombstones_due_ms, due);
+            match outcome {
                 Outcome::Staged(group) => staged.push(group),
                 Outcome::Unchanged => report.groups_unchanged += 1,
                 Outcome::Damaged => {
@@ -123,6 +125,8 @@ impl CleaningPlan {
             dir: self.dir,
             groups: staged.into(),
             first_dirty_offset,
+            horizon_ms: config.tombstone_horizon_ms(now_ms),
+            tombstones_due_ms,
             stopped: false,
             now_ms,
             report,
@@ -149,7 +153,7 @@ impl CleaningPlan {
             damaged: false,
         };
         for (i, segment) in self.segments.iter().enumerate() {
-            let dirty = segment.base_offset >= self.first_dirty_offset;
+            let dirty = segment.base_offset >= self.cleaner.first_dirty_offset;
             let options = WalkOptions {
                 validate: dirty,
                 chunk_bytes: SCAN_CHUNK_BYTES,
@@ -241,7 +245,7 @@ impl<'a> GroupWriter<'a> {
     fn start(
         staging: &Path,
         segments: &[Planned],
-        index_interval_bytes: u32,
+        plan: &'a CleaningPlan,
         config: &CleanerConfig,
         now_ms: i64,
         mapped: &'a Mapped,
@@ -259,11 +263,13 @@ impl<'a> GroupWriter<'a> {
             changed: segments.len() > 1,
             records_removed: 0,
             tombstones_removed: 0,
+            tombstones_due_ms: None,
             bytes_written: 0,
             base_offset,
             end_offset: last.end_offset,
+            cleaner: &plan.cleaner,
             horizon_ms: config.tombstone_horizon_ms(now_ms),
-            index_interval_bytes,
+            index_interval_bytes: plan.index_interval_bytes,
             now_ms,
             mapped,
             throttle,
@@ -271,13 +277,14 @@ impl<'a> GroupWriter<'a> {
     }
 
     /// Walks the group's batches, writes what stays, and seals and syncs the staged
-    /// segment (or deletes it when nothing changed).
+    /// segment (or deletes it when nothing changed). Also the earliest horizon of a
+    /// tombstone it keeps.
     fn write(
         mut self,
         segments: &[Planned],
         staging: &Path,
         report: &mut CleanReport,
-    ) -> Result<Outcome, LogError> {
+    ) -> Result<(Outcome, Option<i64>), LogError> {
         let mut failed = None;
         for planned in segments {
             let options = WalkOptions {
@@ -308,12 +315,13 @@ impl<'a> GroupWriter<'a> {
                 tracing::warn!(path = %planned.path.display(), position = walked.position, end = ?walked.end,
                     "the cleaner found a damaged batch; its group is not cleaned");
                 self.discard()?;
-                return Ok(Outcome::Damaged);
+                return Ok((Outcome::Damaged, None));
             }
         }
         self.flush()?;
         report.bytes_written += self.bytes_written;
-        self.finish(segments, staging)
+        let due = self.tombstones_due_ms;
+        Ok((self.finish(segments, staging)?, due))
     }
 
     /// Decides on one batch and buffers what stays of it.
@@ -323,8 +331,9 @@ impl<'a> GroupWriter<'a> {
         if header.is_control() || header.is_transactional() {
             return self.keep(bytes);
         }
-        let (map, horizon_ms) = (&self.mapped.map, self.horizon_ms);
+        let (map, cleaner, now_ms) = (&self.mapped.map, self.cleaner, self.now_ms);
         let mut tombstones = 0u64;
+        let mut due = self.tombstones_due_ms;
         let retained = retain_records(bytes, |record| {
             let Some(key) = record.key else {
                 return true; // a record without a key cannot be compacted
@@ -332,10 +341,18 @@ impl<'a> GroupWriter<'a> {
             if map.superseded(key, record.offset) {
                 return false;
             }
-            let expired = record.tombstone && header.max_timestamp < horizon_ms;
+            if !record.tombstone {
+                return true;
+            }
+            let horizon_ms = cleaner.horizon_ms(record.offset);
+            let expired = horizon_ms.is_some_and(|h| h < now_ms);
             tombstones += u64::from(expired);
+            if !expired {
+                due = earliest(due, Some(horizon_ms.unwrap_or(self.horizon_ms)));
+            }
             !expired
         });
+        self.tombstones_due_ms = due;
         let records = u64::try_from(header.records_count).unwrap_or(0);
         match retained {
             Ok(Retained::Whole) => self.keep(bytes),

@@ -154,14 +154,19 @@ fn entries_ending(dir: &Path, suffix: &str) -> Vec<String> {
 }
 
 /// What every record written (offset to record and its batch's max timestamp) may
-/// have become in the log after cleaning passes whose tombstone horizons were at most
-/// `horizon_ms`, checked against what the log serves:
+/// have become in the log after cleaning passes that may have removed the tombstones
+/// for which `removable(offset, timestamp)` holds, checked against what the log serves:
 /// - every record served is the one written at its offset (no mix of old and new);
 /// - a record is gone only if a later record of its key was written, or it is a
-///   tombstone older than the horizon; records without a key all stay;
+///   removable tombstone; records without a key all stay;
 /// - a key's latest record is gone only as such a tombstone, and then nothing of the
 ///   key is served (no older value comes back).
-fn check_cleaned(log: &Log, written: &BTreeMap<i64, (Kv, i64)>, horizon_ms: i64, context: &str) {
+fn check_cleaned(
+    log: &Log,
+    written: &BTreeMap<i64, (Kv, i64)>,
+    removable: impl Fn(i64, i64) -> bool,
+    context: &str,
+) {
     let got = survivors(log);
     let next_offset = written.keys().next_back().map_or(0, |o| o + 1);
     assert_eq!(
@@ -181,7 +186,7 @@ fn check_cleaned(log: &Log, written: &BTreeMap<i64, (Kv, i64)>, horizon_ms: i64,
         let Some(key) = key else {
             panic!("{context}: record {offset} without a key was removed");
         };
-        let expired_tombstone = value.is_none() && *timestamp_ms < horizon_ms;
+        let expired_tombstone = value.is_none() && removable(*offset, *timestamp_ms);
         let superseded = latest[key] > *offset;
         assert!(
             superseded || expired_tombstone,
@@ -197,6 +202,11 @@ fn check_cleaned(log: &Log, written: &BTreeMap<i64, (Kv, i64)>, horizon_ms: i64,
             );
         }
     }
+}
+
+/// For passes that removed no tombstone.
+fn no_tombstone(_offset: i64, _timestamp_ms: i64) -> bool {
+    false
 }
 
 /// The headers of every batch the log serves, in order.

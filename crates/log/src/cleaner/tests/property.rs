@@ -8,13 +8,37 @@
 use super::*;
 use crate::testutil::{seed, Rng};
 
-/// What one round wrote, and the largest tombstone horizon any pass used.
+/// What one round wrote, and which offsets' tombstones the passes may have removed.
 struct Model {
     written: BTreeMap<i64, (Kv, i64)>,
     /// Producer id to the base offset of its last batch.
     producers: BTreeMap<i64, i64>,
     sequences: BTreeMap<i64, i32>,
-    horizon_ms: i64,
+    /// Per pass that moved the first dirty offset: where it moved it, the horizon of
+    /// what it cleaned first, and whether a later pass ran past that horizon.
+    spans: Vec<(i64, i64, bool)>,
+}
+
+impl Model {
+    /// Notes a pass at `now_ms` that left the log's first dirty offset at `first_dirty`.
+    fn passed(&mut self, now_ms: i64, retention_ms: u64, first_dirty: i64) {
+        for span in &mut self.spans {
+            span.2 |= span.1 < now_ms;
+        }
+        if self.spans.last().is_none_or(|s| s.0 < first_dirty) {
+            self.spans
+                .push((first_dirty, now_ms + retention_ms as i64, false));
+        }
+    }
+
+    /// Whether a pass may have removed a tombstone at `offset`: one ran past the
+    /// horizon of the pass that first cleaned it.
+    fn removable(&self, offset: i64) -> bool {
+        self.spans
+            .iter()
+            .find(|s| offset < s.0)
+            .is_some_and(|s| s.2)
+    }
 }
 
 #[test]
@@ -32,7 +56,7 @@ fn randomized_passes_keep_each_keys_latest_record() {
             written: BTreeMap::new(),
             producers: BTreeMap::new(),
             sequences: BTreeMap::new(),
-            horizon_ms: i64::MIN,
+            spans: Vec::new(),
         };
         let mut clock_ms = 10_000i64;
         let mut passes = 0;
@@ -52,7 +76,7 @@ fn randomized_passes_keep_each_keys_latest_record() {
                 };
                 let now_ms = clock_ms + rng.range(0, 2_000) as i64;
                 totals.add(&log.clean(&cleaner, now_ms).expect("clean"));
-                model.horizon_ms = model.horizon_ms.max(now_ms - retention_ms as i64);
+                model.passed(now_ms, retention_ms, log.first_dirty_offset().value());
                 passes += 1;
                 let context = format!("seed {seed} round {round} pass {passes}");
                 check(&log, &model, &mut rng, &context);
@@ -79,13 +103,28 @@ fn randomized_passes_keep_each_keys_latest_record() {
             ..cleaner_config()
         };
         totals.add(&log.clean(&cleaner, clock_ms).expect("clean"));
-        model.horizon_ms = model.horizon_ms.max(clock_ms - retention_ms as i64);
+        model.passed(clock_ms, retention_ms, log.first_dirty_offset().value());
         check(
             &log,
             &model,
             &mut rng,
             &format!("seed {seed} round {round} last pass"),
         );
+        // A pass past every horizon removes every tombstone that is its key's latest
+        // below the first dirty offset.
+        let late_ms = clock_ms + retention_ms as i64 + 3_000;
+        totals.add(&log.clean(&cleaner, late_ms).expect("clean"));
+        model.passed(late_ms, retention_ms, log.first_dirty_offset().value());
+        let context = format!("seed {seed} round {round} past every horizon");
+        check(&log, &model, &mut rng, &context);
+        let served = survivors(&log);
+        let first_dirty = log.first_dirty_offset().value();
+        for (offset, ((key, value), _)) in model.written.range(..first_dirty) {
+            assert!(
+                key.is_none() || value.is_some() || !served.contains_key(offset),
+                "{context}: the tombstone at {offset} is still served"
+            );
+        }
     }
     // What the passes did varies with the seed; the checks hold for all.
     println!("{totals:?}");
@@ -157,7 +196,7 @@ fn append_random(
 }
 
 fn check(log: &Log, model: &Model, rng: &mut Rng, context: &str) {
-    check_cleaned(log, &model.written, model.horizon_ms, context);
+    check_cleaned(log, &model.written, |o, _| model.removable(o), context);
     let headers = served_headers(log);
     for (producer, base) in &model.producers {
         assert!(

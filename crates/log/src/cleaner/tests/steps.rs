@@ -55,7 +55,7 @@ fn a_pass_keeps_each_keys_latest_record_at_its_offset() {
     let segments_before = log.segment_count();
     let active = active_base(&log);
     let report = log.clean(&cleaner_config(), NOW_MS).expect("clean");
-    check_cleaned(&log, &written, i64::MIN, "one pass");
+    check_cleaned(&log, &written, no_tombstone, "one pass");
     let got = survivors(&log);
     let sealed = records(&written)
         .range(..active)
@@ -208,7 +208,7 @@ fn check_time_lookups(log: &Log, context: &str) {
 }
 
 #[test]
-fn tombstones_stay_until_the_delete_retention_has_passed() {
+fn tombstones_stay_for_the_delete_retention_after_their_first_cleaning_across_restarts() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (mut log, _) = Log::open(dir.path(), log_config(SEGMENT_BYTES), NOW_MS).expect("open");
     let value = |k: &str| kv(k, Some(&"v".repeat(100)));
@@ -234,22 +234,72 @@ fn tombstones_stay_until_the_delete_retention_has_passed() {
             .map(|(o, _)| *o)
             .collect()
     };
-    let report = log.clean(&config, 12_000).expect("clean");
+    // The tombstone's record is far older than the retention, but it was never
+    // cleaned: the first pass keeps it, whatever its timestamp.
+    let report = log.clean(&config, 100_000).expect("clean");
     assert_eq!(report.tombstones_removed, 0);
+    assert_eq!(report.tombstones_due_ms, Some(110_000));
     assert_eq!(
         keys_of_a(&log),
         vec![tombstone],
         "the older value goes first"
     );
-    let report = log.clean(&config, 12_000).expect("clean at the horizon");
+    let first_dirty = log.first_dirty_offset();
+    assert!(first_dirty.value() > tombstone);
+    // Reopened, the log remembers what was cleaned and when.
+    log.close().expect("close");
+    let (mut log, _) = Log::open(dir.path(), log_config(SEGMENT_BYTES), NOW_MS).expect("open");
+    assert_eq!(log.first_dirty_offset(), first_dirty);
+    assert_eq!(log.tombstones_due_ms(), Some(110_000));
+    let report = log.clean(&config, 110_000).expect("clean at the horizon");
     assert_eq!(
         (report.tombstones_removed, keys_of_a(&log)),
         (0, vec![tombstone])
     );
-    let report = log.clean(&config, 12_001).expect("clean past the horizon");
+    let report = log.clean(&config, 110_001).expect("clean past the horizon");
     assert_eq!(report.tombstones_removed, 1);
+    assert_eq!(report.tombstones_due_ms, None);
     assert_eq!(keys_of_a(&log), Vec::<i64>::new());
     assert!(old < tombstone);
+}
+
+#[test]
+fn a_restarted_log_reads_only_the_keys_cleaned_since_its_checkpoint() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut log, _) = Log::open(dir.path(), log_config(SEGMENT_BYTES), NOW_MS).expect("open");
+    let value = |k: usize| kv(&format!("k{}", k % 10), Some(&"v".repeat(100)));
+    for i in 0..60 {
+        append(&mut log, Compression::None, &[value(i)], 1_000);
+    }
+    sync(&mut log);
+    let first = log.clean(&cleaner_config(), NOW_MS).expect("clean");
+    assert!(first.segments_installed > 0);
+    let cleaned_to = log.first_dirty_offset();
+    for i in 0..30 {
+        append(&mut log, Compression::None, &[value(i)], 1_000);
+    }
+    sync(&mut log);
+    drop(log); // as a crash would leave it, with no clean close
+    let (mut log, _) = Log::open(dir.path(), log_config(SEGMENT_BYTES), NOW_MS).expect("reopen");
+    assert_eq!(log.first_dirty_offset(), cleaned_to);
+    let dirty_ratio = log.dirty_ratio();
+    assert!(
+        dirty_ratio > 0.0 && dirty_ratio < 1.0,
+        "only what came after the pass is dirty: {dirty_ratio}"
+    );
+    let second = log.clean(&cleaner_config(), NOW_MS).expect("clean");
+    let keys = survivors(&log);
+    let latest: BTreeMap<String, i64> = keys
+        .iter()
+        .filter_map(|(o, (k, _))| Some((k.clone()?, *o)))
+        .collect();
+    assert_eq!(latest.len(), 10, "each key once: {keys:?}");
+    assert!(second.first_dirty_offset > cleaned_to);
+    // A lost or damaged checkpoint reads as a log never cleaned.
+    drop(log);
+    std::fs::write(dir.path().join("cleaner-checkpoint"), "garbage").expect("write");
+    let (log, _) = Log::open(dir.path(), log_config(SEGMENT_BYTES), NOW_MS).expect("reopen");
+    assert_eq!(log.first_dirty_offset(), log.log_start_offset());
 }
 
 #[test]
@@ -356,7 +406,7 @@ fn groups_whose_segments_went_meanwhile_are_not_swapped() {
     let report = log.install_cleaned(staged).expect("install");
     assert_eq!(report.groups_aborted, 1);
     assert!(report.segments_installed > 0);
-    check_cleaned(&log, &written, i64::MIN, "first group deleted");
+    check_cleaned(&log, &written, no_tombstone, "first group deleted");
 
     // Part of a group goes: that group and every later one stay as they were.
     let plan = log.plan_cleaning(&cleaner_config(), NOW_MS).expect("plan");
@@ -413,7 +463,7 @@ fn a_full_key_map_stops_at_a_segment_boundary_and_later_passes_go_on() {
     while log.first_dirty_offset().value() < active {
         let report = log.clean(&config, NOW_MS).expect("clean");
         full |= report.map_full;
-        check_cleaned(&log, &written, i64::MIN, &format!("pass {passes}"));
+        check_cleaned(&log, &written, no_tombstone, &format!("pass {passes}"));
         passes += 1;
         assert!(passes < 40, "passes make progress: {report:?}");
     }
@@ -458,7 +508,7 @@ fn a_swap_stopped_at_any_step_leaves_the_old_segments_or_the_cleaned_ones() {
         let context = format!("stopped after {steps} steps");
         assert!(entries_ending(dir.path(), ".swap").is_empty(), "{context}");
         assert!(!dir.path().join(".cleaning").exists(), "{context}");
-        check_cleaned(&log, &written, i64::MIN, &context);
+        check_cleaned(&log, &written, no_tombstone, &context);
         let got = survivors(&log);
         for segment in log.segments.values() {
             let range = segment.base_offset()..segment.end_offset();
@@ -519,7 +569,12 @@ fn groups_go_in_one_at_a_time_while_appends_go_on() {
             written.insert(base, (record, 2_000));
         }
         sync(&mut log);
-        check_cleaned(&log, &written, i64::MIN, &format!("{installed} groups in"));
+        check_cleaned(
+            &log,
+            &written,
+            no_tombstone,
+            &format!("{installed} groups in"),
+        );
         installed += 1;
         if !log.install_next_group(&mut staged).expect("install") {
             break;
@@ -535,7 +590,7 @@ fn groups_go_in_one_at_a_time_while_appends_go_on() {
     assert!(dir.path().join(STAGING_DIR).exists());
     done.remove_leftovers().expect("remove leftovers");
     assert!(!dir.path().join(STAGING_DIR).exists());
-    check_cleaned(&log, &written, i64::MIN, "all groups in");
+    check_cleaned(&log, &written, no_tombstone, "all groups in");
     drop(log);
-    check_cleaned(&reopen(&dir), &written, i64::MIN, "reopened");
+    check_cleaned(&reopen(&dir), &written, no_tombstone, "reopened");
 }
