@@ -13,7 +13,9 @@ use crate::state::{
 };
 use crate::{GenerationId, GroupError};
 use bytes::Bytes;
-use headway_broker::{BrokerError, FlushPolicy, Offset, Partition, PartitionIndex, TopicPartition};
+use headway_broker::{
+    BrokerError, FlushPolicy, Offset, Partition, PartitionIndex, ProducerId, TopicPartition,
+};
 use headway_log::LogConfig;
 use kafka_protocol::records::RecordBatchDecoder;
 use std::path::Path;
@@ -182,42 +184,96 @@ impl GroupCoordinator {
             groups.config.offset_metadata_bytes_max
         };
         let now = now_ms();
-        let results: Vec<Result<(), GroupError>> = entries
-            .iter()
-            .map(|e| match &e.metadata {
-                Some(m) if m.len() > metadata_max => Err(GroupError::OffsetMetadataTooLarge),
-                _ => Ok(()),
-            })
-            .collect();
-        let records: Vec<OffsetRecord> = entries
-            .iter()
-            .zip(&results)
-            .filter(|(_, r)| r.is_ok())
-            .map(|(e, _)| OffsetRecord {
-                group_id: group_id.to_string(),
-                topic_partition: e.topic_partition.clone(),
-                value: Some(OffsetCommit {
-                    offset: e.offset,
-                    leader_epoch: e.leader_epoch,
-                    metadata: e.metadata.clone(),
-                    commit_timestamp_ms: now,
-                }),
-            })
-            .collect();
+        let (results, records) = commit_records(group_id, None, &entries, metadata_max, now);
         if records.is_empty() {
             return Ok(results);
         }
         let base = self.append(&records).await?;
-        let applied = records
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, r)| {
-                let committed = r.value?.at(base.plus(i as i64));
-                Some((r.topic_partition, committed))
+        self.groups()
+            .apply_commit(group_id, at_offsets(records, base), now);
+        Ok(results)
+    }
+
+    /// Commits offsets inside the transaction of `producer_id` (TxnOffsetCommit): they
+    /// are durable once answered, but count (for OffsetFetch, for consumers) only once
+    /// [`GroupCoordinator::end_transaction`] commits them. The transaction coordinator
+    /// has checked that the producer's transaction is open and holds the group.
+    pub async fn txn_commit(
+        &self,
+        producer_id: ProducerId,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: Option<GenerationId>,
+        entries: Vec<CommitEntry>,
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let metadata_max = {
+            let groups = self.groups();
+            groups.check_txn_commit(group_id, member_id, instance, generation_id, entries.len())?;
+            groups.config.offset_metadata_bytes_max
+        };
+        let now = now_ms();
+        let pending_in = Some(producer_id);
+        let (results, records) = commit_records(group_id, pending_in, &entries, metadata_max, now);
+        if records.is_empty() {
+            return Ok(results);
+        }
+        let base = self.append(&records).await?;
+        self.groups()
+            .apply_pending(producer_id, group_id, at_offsets(records, base));
+        Ok(results)
+    }
+
+    /// Ends the transaction of `producer_id` for its pending offsets: on commit they
+    /// become the groups' committed offsets, on abort they go. One batch in the offsets
+    /// log does it (tombstones for the pending records, and the offsets again as plain
+    /// records on commit), durable before this returns. Ending a transaction that holds
+    /// no offsets here (or was ended already: the transaction coordinator retries its
+    /// markers after a crash) does nothing.
+    pub async fn end_transaction(
+        &self,
+        producer_id: ProducerId,
+        commit: bool,
+    ) -> Result<(), GroupError> {
+        let pending = self.groups().pending_of(producer_id);
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let mut records: Vec<OffsetRecord> = pending
+            .iter()
+            .map(|(group_id, tp, _)| OffsetRecord {
+                pending_in: Some(producer_id),
+                group_id: group_id.clone(),
+                topic_partition: tp.clone(),
+                value: None,
             })
             .collect();
-        self.groups().apply_commit(group_id, applied, now);
-        Ok(results)
+        if commit {
+            records.extend(pending.iter().map(|(group_id, tp, offset)| OffsetRecord {
+                pending_in: None,
+                group_id: group_id.clone(),
+                topic_partition: tp.clone(),
+                value: Some(offset.commit.clone()),
+            }));
+        }
+        let base = self.append(&records).await?;
+        let now = now_ms();
+        let mut groups = self.groups();
+        let ended = pending.len();
+        for (i, (group_id, tp, offset)) in pending.into_iter().enumerate() {
+            groups.remove_pending(producer_id, &group_id, &tp, Some(offset.log_offset));
+            if commit {
+                let log_offset = base.plus((ended + i) as i64);
+                groups.apply_commit(&group_id, vec![(tp, offset.commit.at(log_offset))], now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether an open transaction holds an offset for the group's partition
+    /// (OffsetFetch with `require_stable` answers UNSTABLE_OFFSET_COMMIT then).
+    pub fn has_pending(&self, group_id: &str, key: &TopicPartition) -> bool {
+        self.groups().has_pending(group_id, key)
     }
 
     /// Appends records to the offsets log and waits until they are durable. Returns
@@ -277,6 +333,7 @@ impl GroupCoordinator {
         let tombstones: Vec<OffsetRecord> = keys
             .into_iter()
             .map(|topic_partition| OffsetRecord {
+                pending_in: None,
                 group_id: group_id.to_string(),
                 topic_partition,
                 value: None,
@@ -352,12 +409,22 @@ async fn replay(log: &Partition, groups: &mut Groups) -> Result<usize, BrokerErr
                 continue;
             };
             let key = r.topic_partition;
-            match r.value {
-                Some(v) => {
+            match (r.pending_in, r.value) {
+                (None, Some(v)) => {
                     let at = v.commit_timestamp_ms;
                     groups.apply_commit(&r.group_id, vec![(key, v.at(record_offset))], at);
                 }
-                None => groups.apply_delete(&r.group_id, &key),
+                (None, None) => groups.apply_delete(&r.group_id, &key),
+                (Some(producer_id), Some(v)) => {
+                    groups.apply_pending(
+                        producer_id,
+                        &r.group_id,
+                        vec![(key, v.at(record_offset))],
+                    );
+                }
+                (Some(producer_id), None) => {
+                    groups.remove_pending(producer_id, &r.group_id, &key, None);
+                }
             }
         }
     }
@@ -378,6 +445,7 @@ async fn run_ticker(coordinator: Weak<GroupCoordinator>) {
             let tombstones: Vec<OffsetRecord> = expired
                 .into_iter()
                 .map(|(group_id, topic_partition)| OffsetRecord {
+                    pending_in: None,
                     group_id,
                     topic_partition,
                     value: None,
@@ -386,5 +454,174 @@ async fn run_ticker(coordinator: Weak<GroupCoordinator>) {
             tracing::info!(offsets = tombstones.len(), "expired offsets of idle groups");
             let _ = c.append(&tombstones).await;
         }
+    }
+}
+
+/// The records of a commit's entries, and one result per entry (an entry whose metadata
+/// is too long is refused alone).
+fn commit_records(
+    group_id: &str,
+    pending_in: Option<ProducerId>,
+    entries: &[CommitEntry],
+    metadata_max: usize,
+    now: i64,
+) -> (Vec<Result<(), GroupError>>, Vec<OffsetRecord>) {
+    let results: Vec<Result<(), GroupError>> = entries
+        .iter()
+        .map(|e| match &e.metadata {
+            Some(m) if m.len() > metadata_max => Err(GroupError::OffsetMetadataTooLarge),
+            _ => Ok(()),
+        })
+        .collect();
+    let records = entries
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| r.is_ok())
+        .map(|(e, _)| OffsetRecord {
+            pending_in,
+            group_id: group_id.to_string(),
+            topic_partition: e.topic_partition.clone(),
+            value: Some(OffsetCommit {
+                offset: e.offset,
+                leader_epoch: e.leader_epoch,
+                metadata: e.metadata.clone(),
+                commit_timestamp_ms: now,
+            }),
+        })
+        .collect();
+    (results, records)
+}
+
+/// The offsets of records appended from `base`, by partition.
+fn at_offsets(records: Vec<OffsetRecord>, base: Offset) -> Vec<(TopicPartition, CommittedOffset)> {
+    records
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            let committed = r.value?.at(base.plus(i as i64));
+            Some((r.topic_partition, committed))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(topic: &str, partition: i32, offset: i64) -> CommitEntry {
+        CommitEntry {
+            topic_partition: tp(topic, partition),
+            offset: Offset::new(offset),
+            leader_epoch: None,
+            metadata: None,
+        }
+    }
+
+    fn tp(topic: &str, partition: i32) -> TopicPartition {
+        TopicPartition::new(topic, PartitionIndex::new(partition))
+    }
+
+    async fn open(dir: &Path) -> Arc<GroupCoordinator> {
+        GroupCoordinator::open(dir, FlushPolicy::Sync, GroupConfig::default())
+            .await
+            .expect("open")
+    }
+
+    fn committed_offset(c: &GroupCoordinator, group: &str, key: &TopicPartition) -> Option<i64> {
+        c.committed(group, Some(std::slice::from_ref(key)))
+            .first()
+            .map(|(_, o)| o.commit.offset.value())
+    }
+
+    #[tokio::test]
+    async fn offsets_in_a_transaction_count_only_once_it_commits_across_restarts() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (committer, aborter) = (ProducerId::new(10), ProducerId::new(11));
+        let (a, b) = (tp("in", 0), tp("in", 1));
+        {
+            let c = open(dir.path()).await;
+            c.commit("g", "", None, None, vec![entry("in", 0, 5)])
+                .await
+                .expect("plain commit");
+            let results = c
+                .txn_commit(committer, "g", "", None, None, vec![entry("in", 0, 8)])
+                .await
+                .expect("txn commit");
+            assert_eq!(results, vec![Ok(())]);
+            c.txn_commit(aborter, "g", "", None, None, vec![entry("in", 1, 3)])
+                .await
+                .expect("txn commit");
+            assert_eq!(
+                committed_offset(&c, "g", &a),
+                Some(5),
+                "pending is not committed"
+            );
+            assert_eq!(committed_offset(&c, "g", &b), None);
+            assert!(c.has_pending("g", &a) && c.has_pending("g", &b));
+            c.close();
+        }
+        // Reopened with both transactions open: still pending, nothing committed.
+        {
+            let c = open(dir.path()).await;
+            assert_eq!(committed_offset(&c, "g", &a), Some(5));
+            assert!(c.has_pending("g", &a) && c.has_pending("g", &b));
+            c.end_transaction(committer, true).await.expect("commit");
+            c.end_transaction(aborter, false).await.expect("abort");
+            // A marker written again after a crash finds nothing to do.
+            c.end_transaction(committer, true).await.expect("again");
+            assert_eq!(committed_offset(&c, "g", &a), Some(8));
+            assert_eq!(committed_offset(&c, "g", &b), None, "aborted");
+            assert!(!c.has_pending("g", &a) && !c.has_pending("g", &b));
+            c.close();
+        }
+        let c = open(dir.path()).await;
+        assert_eq!(committed_offset(&c, "g", &a), Some(8));
+        assert_eq!(committed_offset(&c, "g", &b), None);
+        assert!(!c.has_pending("g", &a) && !c.has_pending("g", &b));
+        assert_eq!(c.groups().pending_len(), 0);
+        c.close();
+    }
+
+    #[tokio::test]
+    async fn a_producer_that_names_no_member_may_commit_to_a_group_with_members() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let c = open(dir.path()).await;
+        let (tx, _rx) = oneshot::channel();
+        c.groups().join(
+            JoinRequest {
+                group_id: "g".into(),
+                member_id: String::new(),
+                group_instance_id: None,
+                client_id: "c".into(),
+                client_host: "h".into(),
+                session_timeout_ms: 10_000,
+                rebalance_timeout_ms: 10_000,
+                protocol_type: "consumer".into(),
+                protocols: vec![("range".into(), Bytes::new())],
+                require_known_member_id: false,
+            },
+            tx,
+            now_ms(),
+        );
+        let producer = ProducerId::new(1);
+        let named = c
+            .txn_commit(
+                producer,
+                "g",
+                "stranger",
+                None,
+                Some(GenerationId::INITIAL),
+                vec![entry("in", 0, 1)],
+            )
+            .await;
+        assert!(
+            named.is_err(),
+            "a member id the group does not know is refused"
+        );
+        let anonymous = c
+            .txn_commit(producer, "g", "", None, None, vec![entry("in", 0, 1)])
+            .await;
+        assert_eq!(anonymous, Ok(vec![Ok(())]));
+        c.close();
     }
 }

@@ -28,4 +28,6 @@ pub enum GroupError {
     OffsetMetadataTooLarge,
     #[error("the group coordinator is loading or failed to store offsets")]
     CoordinatorNotAvailable,
+    #[error("open transactions hold as many pending offsets as the broker keeps")]
+    TooManyPendingOffsets,
 }

@@ -20,21 +20,33 @@
 //! | 8 | commit time, ms since the epoch |
 //! | 2 + n | metadata: length i16 (-1 for none), UTF-8 |
 //!
+//! A record whose key starts with format version 1 is an offset committed inside a
+//! transaction (TxnOffsetCommit), pending until the transaction ends: its key has the
+//! producer id (i64) of the transaction between the version and the group id; its value
+//! is as above. When the transaction ends, one batch holds a tombstone for each of its
+//! pending keys and, if it committed, the same offsets as plain records: the batch is
+//! appended whole or not at all, so a crash leaves the offsets either pending or ended.
+//!
 //! Replaying the log in order and keeping the last record per key gives the committed
-//! offsets; a tombstone removes the key.
+//! offsets and the pending ones; a tombstone removes the key.
 
 use crate::state::{leader_epoch_from_wire, leader_epoch_to_wire, OffsetCommit};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use headway_broker::{Offset, PartitionIndex, TopicPartition};
+use headway_broker::{Offset, PartitionIndex, ProducerId, TopicPartition};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
 const FORMAT_VERSION: u8 = 0;
+/// The key's version byte of an offset pending in a transaction.
+const PENDING_FORMAT_VERSION: u8 = 1;
 
 /// One record of the offsets log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetRecord {
+    /// The transaction (its producer id) the offset is pending in; `None` for a
+    /// committed offset.
+    pub pending_in: Option<ProducerId>,
     pub group_id: String,
     pub topic_partition: TopicPartition,
     /// `None` deletes the committed offset.
@@ -60,8 +72,14 @@ fn get_str(buf: &mut Bytes) -> Option<String> {
 impl OffsetRecord {
     pub fn encode_key(&self) -> Bytes {
         let TopicPartition { topic, partition } = &self.topic_partition;
-        let mut buf = BytesMut::with_capacity(9 + self.group_id.len() + topic.len());
-        buf.put_u8(FORMAT_VERSION);
+        let mut buf = BytesMut::with_capacity(17 + self.group_id.len() + topic.len());
+        match self.pending_in {
+            None => buf.put_u8(FORMAT_VERSION),
+            Some(producer_id) => {
+                buf.put_u8(PENDING_FORMAT_VERSION);
+                buf.put_i64(producer_id.value());
+            }
+        }
         put_str(&mut buf, &self.group_id);
         put_str(&mut buf, topic);
         buf.put_i32(partition.value());
@@ -88,9 +106,14 @@ impl OffsetRecord {
     /// Decodes a record; `None` for a record this version does not understand.
     pub fn decode(key: Option<Bytes>, value: Option<Bytes>) -> Option<OffsetRecord> {
         let mut key = key?;
-        if key.remaining() < 1 || key.get_u8() != FORMAT_VERSION {
+        if key.remaining() < 1 {
             return None;
         }
+        let pending_in = match key.get_u8() {
+            FORMAT_VERSION => None,
+            PENDING_FORMAT_VERSION if key.remaining() >= 8 => Some(ProducerId::new(key.get_i64())),
+            _ => return None,
+        };
         let group_id = get_str(&mut key)?;
         let topic = get_str(&mut key)?;
         if key.remaining() != 4 {
@@ -123,6 +146,7 @@ impl OffsetRecord {
             }
         };
         Some(OffsetRecord {
+            pending_in,
             group_id,
             topic_partition: TopicPartition::new(topic, partition),
             value,
@@ -170,6 +194,7 @@ mod tests {
     fn records_round_trip_through_a_batch() {
         let records = vec![
             OffsetRecord {
+                pending_in: None,
                 group_id: "g".into(),
                 topic_partition: TopicPartition::new("orders", PartitionIndex::new(3)),
                 value: Some(OffsetCommit {
@@ -180,8 +205,26 @@ mod tests {
                 }),
             },
             OffsetRecord {
+                pending_in: None,
                 group_id: "g".into(),
                 topic_partition: TopicPartition::new("orders", PartitionIndex::new(4)),
+                value: None,
+            },
+            OffsetRecord {
+                pending_in: Some(ProducerId::new(7)),
+                group_id: "g".into(),
+                topic_partition: TopicPartition::new("orders", PartitionIndex::new(5)),
+                value: Some(OffsetCommit {
+                    offset: Offset::new(9),
+                    leader_epoch: None,
+                    metadata: None,
+                    commit_timestamp_ms: 2,
+                }),
+            },
+            OffsetRecord {
+                pending_in: Some(ProducerId::new(7)),
+                group_id: "g".into(),
+                topic_partition: TopicPartition::new("orders", PartitionIndex::new(5)),
                 value: None,
             },
         ];
@@ -207,5 +250,10 @@ mod tests {
             None
         );
         assert_eq!(OffsetRecord::decode(None, None), None);
+        // A pending key cut inside its producer id.
+        assert_eq!(
+            OffsetRecord::decode(Some(Bytes::from_static(&[1, 0, 0, 0])), None),
+            None
+        );
     }
 }

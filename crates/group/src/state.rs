@@ -18,7 +18,7 @@
 
 use crate::{GenerationId, GroupError};
 use bytes::Bytes;
-use headway_broker::{Offset, TopicPartition};
+use headway_broker::{Offset, ProducerId, TopicPartition};
 use std::collections::{BTreeMap, HashMap};
 use tokio::sync::oneshot;
 
@@ -482,7 +482,16 @@ impl Group {
 pub struct Groups {
     pub config: GroupConfig,
     groups: BTreeMap<String, Group>,
+    /// Offsets committed inside transactions that have not ended, by the transaction's
+    /// producer id: they count only once it commits (`TxnOffsetCommit`).
+    pending: BTreeMap<ProducerId, BTreeMap<(String, TopicPartition), CommittedOffset>>,
+    /// How many offsets `pending` holds.
+    pending_len: usize,
 }
+
+/// Offsets pending in open transactions, at most; a TxnOffsetCommit past it is refused
+/// (bounds the coordinator's memory; a transaction's offsets go when it ends).
+pub const PENDING_TXN_OFFSETS_MAX: usize = 100_000;
 
 fn new_member_id(prefix: &str) -> String {
     let prefix = if prefix.is_empty() { "member" } else { prefix };
@@ -494,6 +503,8 @@ impl Groups {
         Groups {
             config,
             groups: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            pending_len: 0,
         }
     }
 
@@ -735,6 +746,98 @@ impl Groups {
             GroupState::CompletingRebalance => Err(GroupError::RebalanceInProgress),
             _ => Ok(()),
         }
+    }
+
+    /// Checks that offsets may be committed inside a transaction: as a plain commit,
+    /// except that a producer that names no member (no generation, no member id, as the
+    /// `sendOffsetsToTransaction(offsets, groupId)` form sends) may commit to a group
+    /// with members, as Kafka allows; and that there is room for `count` more pending
+    /// offsets.
+    pub fn check_txn_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: Option<GenerationId>,
+        count: usize,
+    ) -> Result<(), GroupError> {
+        if self.pending_len + count > PENDING_TXN_OFFSETS_MAX {
+            return Err(GroupError::TooManyPendingOffsets);
+        }
+        let anonymous = generation_id.is_none() && member_id.is_empty() && instance.is_none();
+        match self.groups.get(group_id) {
+            Some(_) if anonymous => Ok(()),
+            _ => self.check_commit(group_id, member_id, instance, generation_id),
+        }
+    }
+
+    /// Records offsets committed inside the transaction of `producer_id` (already
+    /// durable in the offsets log); they count once it commits.
+    pub fn apply_pending(
+        &mut self,
+        producer_id: ProducerId,
+        group_id: &str,
+        offsets: Vec<(TopicPartition, CommittedOffset)>,
+    ) {
+        let pending = self.pending.entry(producer_id).or_default();
+        for (key, offset) in offsets {
+            let key = (group_id.to_string(), key);
+            match pending.get(&key) {
+                Some(current) if current.log_offset > offset.log_offset => {}
+                _ => {
+                    self.pending_len += usize::from(pending.insert(key, offset).is_none());
+                }
+            }
+        }
+    }
+
+    /// The offsets pending in the transaction of `producer_id`.
+    pub fn pending_of(
+        &self,
+        producer_id: ProducerId,
+    ) -> Vec<(String, TopicPartition, CommittedOffset)> {
+        self.pending.get(&producer_id).map_or_else(Vec::new, |p| {
+            p.iter()
+                .map(|((group, tp), offset)| (group.clone(), tp.clone(), offset.clone()))
+                .collect()
+        })
+    }
+
+    /// Forgets a pending offset (its transaction ended), unless a later one replaced
+    /// it: `at_or_before` is the log offset of the pending record that was ended.
+    pub fn remove_pending(
+        &mut self,
+        producer_id: ProducerId,
+        group_id: &str,
+        key: &TopicPartition,
+        at_or_before: Option<Offset>,
+    ) {
+        let Some(pending) = self.pending.get_mut(&producer_id) else {
+            return;
+        };
+        let key = (group_id.to_string(), key.clone());
+        let ended = pending
+            .get(&key)
+            .is_some_and(|p| at_or_before.is_none_or(|at| p.log_offset <= at));
+        if ended {
+            pending.remove(&key);
+            self.pending_len -= 1;
+        }
+        if pending.is_empty() {
+            self.pending.remove(&producer_id);
+        }
+    }
+
+    /// Whether an open transaction holds an offset for the partition of the group:
+    /// a fetch that asks for stable offsets is then told to retry.
+    pub fn has_pending(&self, group_id: &str, key: &TopicPartition) -> bool {
+        let key = (group_id.to_string(), key.clone());
+        self.pending.values().any(|p| p.contains_key(&key))
+    }
+
+    /// Offsets pending in open transactions.
+    pub fn pending_len(&self) -> usize {
+        self.pending_len
     }
 
     /// Records committed offsets (already durable in the offsets log).

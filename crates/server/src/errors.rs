@@ -71,6 +71,7 @@ pub fn group_error_code(error: GroupError) -> i16 {
         GroupError::OffsetMetadataTooLarge => R::OffsetMetadataTooLarge,
         GroupError::GroupMaxSizeReached => R::GroupMaxSizeReached,
         GroupError::CoordinatorNotAvailable => R::CoordinatorNotAvailable,
+        GroupError::TooManyPendingOffsets => R::InvalidCommitOffsetSize,
     };
     e.code()
 }

@@ -1,5 +1,8 @@
 //! OffsetFetch: a group's committed offsets, for given partitions or all of them.
 //! v8+ asks for several groups at once. A partition without a commit answers -1.
+//! With `require_stable` (v7+, sent by read_committed consumers), a named partition
+//! for which an open transaction holds an offset answers UNSTABLE_OFFSET_COMMIT, which
+//! the client retries until the transaction ends (KIP-447).
 
 use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use headway_broker::{PartitionIndex, TopicPartition};
@@ -13,6 +16,7 @@ use headway_protocol::kafka_protocol::messages::{
     ApiKey, OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
 use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::kafka_protocol::ResponseError;
 use headway_protocol::{decode_body, Request};
 use std::collections::BTreeMap;
 
@@ -25,10 +29,15 @@ pub const HANDLER: Handler = Handler {
 
 const MULTI_GROUP_MIN_VERSION: i16 = 8;
 
-/// Per topic, per partition: the committed offset, if any.
-type Found = BTreeMap<String, Vec<(PartitionIndex, Option<CommittedOffset>)>>;
+/// Per topic, per partition: the committed offset, if any, or an error code.
+type Found = BTreeMap<String, Vec<(PartitionIndex, Result<Option<CommittedOffset>, i16>)>>;
 
-fn lookup(ctx: &Ctx, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) -> Found {
+fn lookup(
+    ctx: &Ctx,
+    group_id: &str,
+    wanted: Option<Vec<(String, Vec<i32>)>>,
+    require_stable: bool,
+) -> Found {
     let mut found: Found = BTreeMap::new();
     match wanted {
         None => {
@@ -36,7 +45,7 @@ fn lookup(ctx: &Ctx, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) ->
                 found
                     .entry(key.topic)
                     .or_default()
-                    .push((key.partition, Some(offset)));
+                    .push((key.partition, Ok(Some(offset))));
             }
         }
         Some(topics) => {
@@ -52,7 +61,10 @@ fn lookup(ctx: &Ctx, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) ->
                     .collect();
                 let entry = found.entry(topic).or_default();
                 for key in keys {
-                    let offset = committed.get(&key).cloned();
+                    let offset = match require_stable && ctx.groups.has_pending(group_id, &key) {
+                        true => Err(ResponseError::UnstableOffsetCommit.code()),
+                        false => Ok(committed.get(&key).cloned()),
+                    };
                     entry.push((key.partition, offset));
                 }
             }
@@ -61,14 +73,16 @@ fn lookup(ctx: &Ctx, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) ->
     found
 }
 
-fn parts(offset: Option<CommittedOffset>) -> (i64, i32, Option<StrBytes>) {
+fn parts(offset: Result<Option<CommittedOffset>, i16>) -> (i64, i32, Option<StrBytes>, i16) {
     match offset {
-        Some(o) => (
+        Ok(Some(o)) => (
             o.commit.offset.value(),
             leader_epoch_to_wire(o.commit.leader_epoch),
             Some(StrBytes::from_string(o.commit.metadata.unwrap_or_default())),
+            0,
         ),
-        None => (-1, -1, Some(StrBytes::default())),
+        Ok(None) => (-1, -1, Some(StrBytes::default()), 0),
+        Err(code) => (-1, -1, Some(StrBytes::default()), code),
     }
 }
 
@@ -85,9 +99,10 @@ macro_rules! answer_topics {
                         partitions
                             .into_iter()
                             .map(|(index, offset)| {
-                                let (offset, epoch, metadata) = parts(offset);
+                                let (offset, epoch, metadata, code) = parts(offset);
                                 $partition::default()
                                     .with_partition_index(index.value())
+                                    .with_error_code(code)
                                     .with_committed_offset(offset)
                                     .with_committed_leader_epoch(epoch)
                                     .with_metadata(metadata)
@@ -116,7 +131,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .into_iter()
             .map(|g| {
                 let asked = wanted(g.topics, |t| (t.name.to_string(), t.partition_indexes));
-                let found = lookup(ctx, &g.group_id, asked);
+                let found = lookup(ctx, &g.group_id, asked, body.require_stable);
                 OffsetFetchResponseGroup::default()
                     .with_group_id(g.group_id)
                     .with_topics(answer_topics!(
@@ -129,7 +144,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         return ready(request, &OffsetFetchResponse::default().with_groups(groups));
     }
     let asked = wanted(body.topics, |t| (t.name.to_string(), t.partition_indexes));
-    let found = lookup(ctx, &body.group_id, asked);
+    let found = lookup(ctx, &body.group_id, asked, body.require_stable);
     let topics = answer_topics!(
         found,
         OffsetFetchResponseTopic,
