@@ -178,20 +178,10 @@ impl GroupCoordinator {
         generation_id: Option<GenerationId>,
         entries: Vec<CommitEntry>,
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
-        let metadata_max = {
-            let groups = self.groups();
-            groups.check_commit(group_id, member_id, instance, generation_id)?;
-            groups.config.offset_metadata_bytes_max
-        };
-        let now = now_ms();
-        let (results, records) = commit_records(group_id, None, &entries, metadata_max, now);
-        if records.is_empty() {
-            return Ok(results);
-        }
-        let base = self.append(&records).await?;
-        self.groups()
-            .apply_commit(group_id, at_offsets(records, base), now);
-        Ok(results)
+        self.store(group_id, None, entries, |groups| {
+            groups.check_commit(group_id, member_id, instance, generation_id)
+        })
+        .await
     }
 
     /// Commits offsets inside the transaction of `producer_id` (TxnOffsetCommit): they
@@ -207,20 +197,39 @@ impl GroupCoordinator {
         generation_id: Option<GenerationId>,
         entries: Vec<CommitEntry>,
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let count = entries.len();
+        self.store(group_id, Some(producer_id), entries, |groups| {
+            groups.check_txn_commit(group_id, member_id, instance, generation_id, count)
+        })
+        .await
+    }
+
+    /// Checks a commit with `check`, appends its records (pending in a transaction or
+    /// not), waits until they are durable, then applies them.
+    async fn store(
+        &self,
+        group_id: &str,
+        pending_in: Option<ProducerId>,
+        entries: Vec<CommitEntry>,
+        check: impl FnOnce(&Groups) -> Result<(), GroupError>,
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
         let metadata_max = {
             let groups = self.groups();
-            groups.check_txn_commit(group_id, member_id, instance, generation_id, entries.len())?;
+            check(&groups)?;
             groups.config.offset_metadata_bytes_max
         };
         let now = now_ms();
-        let pending_in = Some(producer_id);
         let (results, records) = commit_records(group_id, pending_in, &entries, metadata_max, now);
         if records.is_empty() {
             return Ok(results);
         }
         let base = self.append(&records).await?;
-        self.groups()
-            .apply_pending(producer_id, group_id, at_offsets(records, base));
+        let applied = at_offsets(records, base);
+        let mut groups = self.groups();
+        match pending_in {
+            None => groups.apply_commit(group_id, applied, now),
+            Some(producer_id) => groups.apply_pending(producer_id, group_id, applied),
+        }
         Ok(results)
     }
 
