@@ -17,24 +17,20 @@ checked byte for byte with support.check_records.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import HEADWAY_BIN, REPO_ROOT
+from conftest import HEADWAY_BIN
+from go_support import build_go_command
 from support import check_all_present, check_records, consume_all, create_topic
 
-GO_MODULE_DIR = REPO_ROOT / "tests" / "go"
 GROUP_ARGS = ("--group-initial-rebalance-delay-ms", "0")
 PARTITIONS = 3
 RECORDS = 3_000
 MORE_RECORDS = 700
-# A cold build compiles franz-go and the standard library on two busy cores.
-GO_BUILD_TIMEOUT_S = 900.0
 # franzcheck's own deadline, and a little more for the process as a whole.
 FRANZCHECK_DEADLINE_S = 180
 FRANZCHECK_TIMEOUT_S = FRANZCHECK_DEADLINE_S + 60.0
@@ -43,23 +39,8 @@ CLI_TIMEOUT_S = 60.0
 
 @pytest.fixture(scope="session")
 def franzcheck(tmp_path_factory) -> Path:
-    """Builds tests/go/cmd/franzcheck into a temporary directory; fails (never skips) when
-    Go is missing, since franz-go is one of the clients headway must serve."""
-    go = shutil.which("go")
-    if go is None:
-        pytest.fail("the Go toolchain is not installed: install Go (1.26 or newer, see "
-                    "tests/go/go.mod), then run scripts/setup-go", pytrace=False)
-    out = tmp_path_factory.mktemp("franzcheck") / "franzcheck"
-    # GOTOOLCHAIN=local: never download another toolchain in the middle of a test run.
-    # -mod=readonly: go.mod and go.sum are the pins; a build must not rewrite them.
-    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly -buildvcs=false"}
-    result = subprocess.run([go, "build", "-o", str(out), "./cmd/franzcheck"],
-                            cwd=GO_MODULE_DIR, env=env, capture_output=True, text=True,
-                            timeout=GO_BUILD_TIMEOUT_S)
-    if result.returncode != 0:
-        pytest.fail(f"go build ./cmd/franzcheck failed (exit {result.returncode}); "
-                    f"did scripts/setup-go run?\n{result.stderr}", pytrace=False)
-    return out
+    """tests/go/cmd/franzcheck, built once per session."""
+    return build_go_command(tmp_path_factory, "franzcheck")
 
 
 def run_franzcheck(binary: Path, bootstrap: str, topic: str, group: str, first: int,

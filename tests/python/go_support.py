@@ -1,0 +1,36 @@
+"""Building the Go programs of tests/go (franz-go's check programs) for the tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+
+GO_MODULE_DIR = REPO_ROOT / "tests" / "go"
+# A cold build compiles franz-go and the standard library on two busy cores.
+GO_BUILD_TIMEOUT_S = 900.0
+
+
+def build_go_command(tmp_path_factory, name: str) -> Path:
+    """Builds tests/go/cmd/<name> into a temporary directory; fails (never skips) when
+    Go is missing, since franz-go is one of the clients headway must serve."""
+    go = shutil.which("go")
+    if go is None:
+        pytest.fail("the Go toolchain is not installed: install Go (1.26 or newer, see "
+                    "tests/go/go.mod), then run scripts/setup-go", pytrace=False)
+    out = tmp_path_factory.mktemp(name) / name
+    # GOTOOLCHAIN=local: never download another toolchain in the middle of a test run.
+    # -mod=readonly: go.mod and go.sum are the pins; a build must not rewrite them.
+    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly -buildvcs=false"}
+    result = subprocess.run([go, "build", "-o", str(out), f"./cmd/{name}"],
+                            cwd=GO_MODULE_DIR, env=env, capture_output=True, text=True,
+                            timeout=GO_BUILD_TIMEOUT_S)
+    if result.returncode != 0:
+        pytest.fail(f"go build ./cmd/{name} failed (exit {result.returncode}); "
+                    f"did scripts/setup-go run?\n{result.stderr}", pytrace=False)
+    return out
