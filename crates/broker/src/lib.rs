@@ -52,9 +52,10 @@ pub use config::{BrokerConfig, FlushPolicy, SyncScope, TopicConfig};
 pub use disk::{DiskSnapshot, DiskSpace};
 pub use durability::SyncCounters;
 pub use error::BrokerError;
-pub use headway_log::{BatchError, BatchHeader, Offset};
+pub use headway_log::{AbortedTxn, BatchError, BatchHeader, Offset};
 pub use ids::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
-pub use partition::{Appended, Partition, PartitionHealth, ReadResult};
+pub use partition::{Appended, Isolation, Partition, PartitionHealth, ReadResult};
+pub use producer_state::TransactionResult;
 pub use registry::Broker;
 pub use topic::{validate_topic_name, Topic};
 

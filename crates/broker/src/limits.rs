@@ -171,6 +171,20 @@ pub const OUTBOUND_BYTES_MIN: usize = 64 * 1024;
 /// with a later sequence it gets UNKNOWN_PRODUCER_ID and resets, as after expiry.
 pub const PRODUCERS_PER_PARTITION_MAX: usize = 10_000;
 
+/// Transactions open at once in one partition (each one producer of the table above,
+/// which is never evicted while its transaction is open). Past it, a producer's first
+/// transactional batch is refused (POLICY_VIOLATION, with the reason) until a
+/// coordinator ends some: a transaction coordinator bounds its open transactions far
+/// lower, so the bound is reached only by a broken or hostile coordinator or producer.
+pub const TRANSACTIONS_PER_PARTITION_MAX: usize = 5_000;
+
+/// Aborted transactions a read_committed fetch names for one partition. A fetch returns
+/// about a megabyte per partition, and each aborted transaction in that range holds at
+/// least one batch and one marker, so a fetch rarely meets more than a few hundred;
+/// past the bound, the records are cut before the first transaction left unnamed, so
+/// a client is never shown an aborted record it was not told about.
+pub const ABORTED_TRANSACTIONS_PER_FETCH_MAX: usize = 1_000;
+
 /// Free bytes the data directory's filesystem must keep (`disk_free_bytes_min`):
 /// below it, produces are refused with KAFKA_STORAGE_ERROR (retriable: clients retry
 /// until space returns) while the broker's own small writes (committed offsets,
