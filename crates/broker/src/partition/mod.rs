@@ -41,6 +41,8 @@
 
 mod side_files;
 pub mod state;
+#[cfg(test)]
+mod txn_tests;
 
 use crate::durability::{OwnFlusher, SyncMeters, SyncTake, SyncTarget};
 use crate::flusher::SharedFlusher;
