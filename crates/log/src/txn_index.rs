@@ -141,6 +141,8 @@ pub(crate) fn load(
     let mut loaded = BTreeMap::new();
     for (base, end) in segments {
         let path = path(dir, base);
+        // A rewrite a crash interrupted: the file it was to replace is still whole.
+        let _ = std::fs::remove_file(path.with_extension("txnindex.tmp"));
         let stored = read_entries(&path)?;
         let on_disk = std::fs::metadata(&path).map_or(0, |m| m.len());
         let mut kept: Vec<AbortedTxn> = stored
