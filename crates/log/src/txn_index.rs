@@ -13,7 +13,7 @@
 //! `producer_id: i64, first_offset: i64, last_offset: i64, crc32c: u32` (big-endian;
 //! the CRC-32C covers the 24 bytes before it), in the order the markers were written.
 //! A torn or damaged entry ends the file at open. The entries are kept in memory
-//! (28 bytes each, like the offset index's), appended to the file when a marker is
+//! (24 bytes each, like the offset index), appended to the file when a marker is
 //! written and synced at close; a crash may lose the newest entries, which the broker
 //! rebuilds from the markers it replays at open ([`crate::Log::add_aborted`] takes a
 //! known entry again without a second copy).
