@@ -117,20 +117,14 @@ pub fn marker_kind(header: &BatchHeader, batch: &[u8]) -> Option<MarkerKind> {
 
 /// The coordinator epoch a marker's value carries; 0 when it does not read as one.
 pub fn marker_coordinator_epoch(batch: &[u8]) -> i32 {
-    let Some(data) = batch.get(BATCH_HEADER_BYTES..) else {
-        return 0;
-    };
-    record_refs(data)
-        .next()
-        .flatten()
-        .and_then(|r| {
-            // The value follows the key inside the record; the last 7 bytes of a
-            // marker record are `value (6 bytes), headers (1 byte)`.
-            let tail = r.raw.len().checked_sub(7)?;
-            let value = r.raw.get(tail..tail + 6)?;
-            Some(i32::from_be_bytes(value.get(2..6)?.try_into().ok()?))
-        })
-        .unwrap_or(0)
+    let value = batch
+        .get(BATCH_HEADER_BYTES..)
+        .and_then(|data| record_refs(data).next().flatten())
+        .and_then(|record| record.value);
+    value
+        .and_then(|v| v.get(2..6))
+        .and_then(|epoch| epoch.try_into().ok())
+        .map_or(0, i32::from_be_bytes)
 }
 
 #[cfg(test)]

@@ -33,6 +33,14 @@
 //! progress, and the state takes `synced_to` in at the start of every step under the
 //! mutex. So whatever the state decides on is never behind what readers saw.
 //!
+//! Transactions (`docs/transactions.md`): transactional batches are appended like
+//! idempotent ones and open their producer's transaction in the state;
+//! [`Partition::write_marker`] appends a commit or abort marker, ends it, and records
+//! an abort in the log's aborted-transaction index. The first offset of the oldest
+//! open transaction is mirrored in the watch beside the high watermark, so the last
+//! stable offset (what read_committed fetches see) needs no mutex either, and waiting
+//! fetches wake when it moves.
+//!
 //! Storage errors (`docs/storage-errors.md`): an append whose write fails (a full disk)
 //! is undone by the log and refused, and the next append tries again; a failed fsync
 //! takes the partition offline for good (`SyncTarget::fail`); a read that finds a
