@@ -218,3 +218,46 @@ fn control_batches_and_transactional_batches_without_a_producer_are_refused() {
         Err(BrokerError::InvalidRequest(_))
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_committed_read_is_shortened_until_its_aborted_transactions_fit() {
+    use crate::bulk_budget::BulkBudget;
+    use crate::read_pool::{ReadPool, ReadVia};
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), FlushPolicy::None);
+    let most = limits::ABORTED_TRANSACTIONS_PER_FETCH_MAX;
+    for i in 0..=most as i32 {
+        p.append(&txn_batch(1, 0, i, 1), MAX).unwrap();
+        marker(&p, 1, TransactionResult::Abort);
+    }
+    let budget = crate::BrokerConfig::default().bulk_budget();
+    let via = ReadVia {
+        pool: ReadPool::new(1, 0, Arc::new(BulkBudget::new(budget, Arc::default()))),
+        cache_first: true,
+        tail_bytes: u64::MAX,
+    };
+    let all_bytes = 64 << 20;
+    let read = p
+        .read_via(Offset::ZERO, all_bytes, &via, Isolation::ReadCommitted)
+        .await
+        .unwrap();
+    let named = read
+        .aborted
+        .expect("read_committed names aborted transactions");
+    let (end, _) = records_end(&read.records).expect("records");
+    assert!(end < p.last_stable_offset(), "the read was shortened");
+    assert!(named.len() <= most && !named.is_empty());
+    assert_eq!(
+        named,
+        p.aborted_transactions(Offset::ZERO, end, usize::MAX)
+            .unwrap(),
+        "every aborted transaction in the records is named"
+    );
+    // read_uncommitted reads it all and names none.
+    let read = p
+        .read_via(Offset::ZERO, all_bytes, &via, Isolation::ReadUncommitted)
+        .await
+        .unwrap();
+    assert!(read.aborted.is_none());
+    assert_eq!(records_end(&read.records).unwrap().0, p.high_watermark());
+}
