@@ -15,7 +15,8 @@
 //!   (what consumers may read and what acks wait for) advances only after the sync
 //!   returns. Flushers see a partition only through `durability::SyncTarget`.
 //! - [`producer_state`] remembers each idempotent producer's last batches per
-//!   partition, so retries are answered with their original offsets; [`producer_ids`]
+//!   partition, so retries are answered with their original offsets, and its open
+//!   transaction there (the bound of the last stable offset); [`producer_ids`]
 //!   hands out producer ids that stay unique across restarts.
 //! - [`read_pool`] runs reads that may wait for the disk on threads of their own, one
 //!   read per connection at a time; reads of cached data skip it (`read_route`
@@ -52,9 +53,10 @@ pub use config::{BrokerConfig, FlushPolicy, SyncScope, TopicConfig};
 pub use disk::{DiskSnapshot, DiskSpace};
 pub use durability::SyncCounters;
 pub use error::BrokerError;
-pub use headway_log::{BatchError, BatchHeader, Offset};
+pub use headway_log::{AbortedTxn, BatchError, BatchHeader, Offset};
 pub use ids::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
-pub use partition::{Appended, Partition, PartitionHealth, ReadResult};
+pub use partition::{Appended, Isolation, Partition, PartitionHealth, ReadResult};
+pub use producer_state::TransactionResult;
 pub use registry::Broker;
 pub use topic::{validate_topic_name, Topic};
 

@@ -27,7 +27,9 @@
 //!   bytes per `index_interval_bytes` of the active segment, about 6 MiB per GiB at the
 //!   default 4 KiB; a sealed segment keeps one entry in 16, about 384 KiB per GiB) and
 //!   at most [`PRODUCERS_PER_PARTITION_MAX`] idempotent producers (about 150 bytes
-//!   each);
+//!   each, at most [`TRANSACTIONS_PER_PARTITION_MAX`] of them with an open
+//!   transaction), and 24 bytes per aborted transaction whose marker the log holds
+//!   (like the offset index, it grows with the log: `docs/log-format.md`);
 //! - per group: its members' metadata and assignments, with at most
 //!   `members_per_group_max` members and `groups_max` groups.
 //!
@@ -170,6 +172,22 @@ pub const OUTBOUND_BYTES_MIN: usize = 64 * 1024;
 /// 150 bytes). Past it the producer idle for longest is forgotten; if it comes back
 /// with a later sequence it gets UNKNOWN_PRODUCER_ID and resets, as after expiry.
 pub const PRODUCERS_PER_PARTITION_MAX: usize = 10_000;
+
+/// Transactions open at once in one partition (each one producer of the table above,
+/// which is never evicted while its transaction is open). Past it, a producer's first
+/// transactional batch is refused (POLICY_VIOLATION, with the reason) until a
+/// coordinator ends some: a transaction coordinator bounds its open transactions far
+/// lower, so the bound is reached only by a broken or hostile coordinator or producer.
+pub const TRANSACTIONS_PER_PARTITION_MAX: usize = 5_000;
+
+/// Aborted transactions a read_committed fetch names for one partition (12 bytes each
+/// on the wire). Each aborted transaction in a fetched range holds at least a batch and
+/// a marker (about 140 bytes), so a read of a megabyte rarely meets more than a few
+/// hundred. Past the bound the read is halved until its transactions fit, so a client
+/// is never shown an aborted record it was not told about; a single batch overlaps at
+/// most the transactions open at its offset ([`TRANSACTIONS_PER_PARTITION_MAX`]), which
+/// fit.
+pub const ABORTED_TRANSACTIONS_PER_FETCH_MAX: usize = 10_000;
 
 /// Free bytes the data directory's filesystem must keep (`disk_free_bytes_min`):
 /// below it, produces are refused with KAFKA_STORAGE_ERROR (retriable: clients retry

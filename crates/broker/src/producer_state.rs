@@ -9,13 +9,21 @@
 //! has in flight per partition (`max.in.flight.requests.per.connection` ≤ 5 with
 //! idempotence), so any retry it can send is recognised.
 //!
+//! Transactions (KIP-98): a producer's transactional batches since its last marker in
+//! this partition form its ongoing transaction, remembered by its first offset; the
+//! smallest such offset bounds the last stable offset. A marker ([`ProducerStates::
+//! complete`]) ends it; a marker at a newer epoch fences the older one (KIP-890 bumps
+//! the epoch at every transaction's end), and one from an older coordinator epoch is
+//! refused. A producer with an ongoing transaction is never evicted or expired: its
+//! first offset pins the last stable offset until the coordinator ends it.
+//!
 //! The table is plain data checked and updated under the partition's mutex, together
 //! with the append, so checking and assigning offsets is one step. It is rebuilt at
 //! start-up from a snapshot written at clean shutdown plus the batches after it.
 
 use crate::{limits, ProducerEpoch, ProducerId};
 use headway_log::{BatchHeader, Offset};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 /// Batches remembered per producer and partition.
 pub const BATCHES_PER_PRODUCER: usize = 5;
@@ -33,6 +41,32 @@ pub struct ProducerEntry {
     pub epoch: ProducerEpoch,
     pub batches: VecDeque<BatchMeta>,
     pub last_append_ms: i64,
+    /// The transaction this producer has open in this partition, if any.
+    pub ongoing: Option<OngoingTxn>,
+    /// The coordinator epoch of the last marker written for this producer.
+    pub coordinator_epoch: Option<i32>,
+}
+
+/// A transaction open in a partition: its first batch's offset and when it came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OngoingTxn {
+    pub first_offset: Offset,
+    pub started_ms: i64,
+}
+
+/// How a transaction ended (the marker's type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransactionResult {
+    Commit,
+    Abort,
+}
+
+/// A transaction a marker ended here: the producer's transaction that was open, if
+/// one was (a marker for a producer with nothing open changes no transaction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: ProducerId,
+    pub first_offset: Offset,
 }
 
 /// What to do with an incoming idempotent batch.
@@ -62,6 +96,29 @@ pub enum SequenceError {
         "producer {producer_id} has no state here and its first batch starts at sequence {got}"
     )]
     UnknownProducerId { producer_id: ProducerId, got: i32 },
+    #[error("producer {producer_id}: a marker from coordinator epoch {coordinator_epoch} is older than the last one, {current}")]
+    CoordinatorFenced {
+        producer_id: ProducerId,
+        coordinator_epoch: i32,
+        current: i32,
+    },
+    #[error("the partition has {limit} transactions open, its most; producer {producer_id} may not open another")]
+    TooManyTransactions {
+        producer_id: ProducerId,
+        limit: usize,
+    },
+}
+
+impl ProducerEntry {
+    fn new(epoch: ProducerEpoch, now_ms: i64) -> ProducerEntry {
+        ProducerEntry {
+            epoch,
+            batches: VecDeque::with_capacity(BATCHES_PER_PRODUCER),
+            last_append_ms: now_ms,
+            ongoing: None,
+            coordinator_epoch: None,
+        }
+    }
 }
 
 fn last_sequence(header: &BatchHeader) -> i32 {
@@ -95,6 +152,9 @@ fn producer_of(header: &BatchHeader) -> (ProducerId, ProducerEpoch) {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ProducerStates {
     producers: HashMap<ProducerId, ProducerEntry>,
+    /// The open transactions by first offset: the first one bounds the last stable
+    /// offset. Mirrors the entries' `ongoing`.
+    ongoing: BTreeSet<(Offset, ProducerId)>,
 }
 
 impl ProducerStates {
@@ -113,6 +173,17 @@ impl ProducerStates {
     /// Decides what to do with an incoming idempotent batch, without changing anything.
     pub fn check(&self, header: &BatchHeader) -> Result<SequenceCheck, SequenceError> {
         let (producer_id, epoch) = producer_of(header);
+        let opens = header.is_transactional()
+            && self
+                .producers
+                .get(&producer_id)
+                .is_none_or(|e| e.ongoing.is_none());
+        if opens && self.ongoing.len() >= limits::TRANSACTIONS_PER_PARTITION_MAX {
+            return Err(SequenceError::TooManyTransactions {
+                producer_id,
+                limit: limits::TRANSACTIONS_PER_PARTITION_MAX,
+            });
+        }
         let Some(entry) = self.producers.get(&producer_id) else {
             // A new producer starts at 0. A later sequence means its state here was
             // lost (expired); the client resets on UNKNOWN_PRODUCER_ID.
@@ -176,11 +247,14 @@ impl ProducerStates {
         let entry = self
             .producers
             .entry(producer_id)
-            .or_insert_with(|| ProducerEntry {
-                epoch,
-                batches: VecDeque::with_capacity(BATCHES_PER_PRODUCER),
-                last_append_ms: now_ms,
+            .or_insert_with(|| ProducerEntry::new(epoch, now_ms));
+        if header.is_transactional() && entry.ongoing.is_none() {
+            entry.ongoing = Some(OngoingTxn {
+                first_offset: base_offset,
+                started_ms: now_ms,
             });
+            self.ongoing.insert((base_offset, producer_id));
+        }
         if epoch != entry.epoch {
             entry.epoch = epoch;
             entry.batches.clear();
@@ -199,8 +273,93 @@ impl ProducerStates {
         }
     }
 
+    /// Checks a marker for `producer_id` at `epoch` from `coordinator_epoch` before it
+    /// is written: an older producer epoch or coordinator epoch is refused.
+    pub fn check_marker(
+        &self,
+        producer_id: ProducerId,
+        epoch: ProducerEpoch,
+        coordinator_epoch: i32,
+    ) -> Result<(), SequenceError> {
+        let Some(entry) = self.producers.get(&producer_id) else {
+            return Ok(());
+        };
+        if epoch < entry.epoch {
+            return Err(SequenceError::InvalidProducerEpoch {
+                producer_id,
+                epoch,
+                current: entry.epoch,
+            });
+        }
+        match entry.coordinator_epoch {
+            Some(current) if coordinator_epoch < current => Err(SequenceError::CoordinatorFenced {
+                producer_id,
+                coordinator_epoch,
+                current,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// A marker (checked with [`ProducerStates::check_marker`]) is in the log: the
+    /// producer's open transaction, if any, ends and is returned. The marker's epoch
+    /// becomes the producer's (a newer one fences older batches and restarts the
+    /// sequence at 0).
+    pub fn complete(
+        &mut self,
+        producer_id: ProducerId,
+        epoch: ProducerEpoch,
+        coordinator_epoch: i32,
+        now_ms: i64,
+    ) -> Option<CompletedTxn> {
+        let entry = self
+            .producers
+            .entry(producer_id)
+            .or_insert_with(|| ProducerEntry::new(epoch, now_ms));
+        if epoch > entry.epoch {
+            entry.epoch = epoch;
+            entry.batches.clear();
+        }
+        entry.coordinator_epoch = Some(coordinator_epoch);
+        entry.last_append_ms = entry.last_append_ms.max(now_ms);
+        let ongoing = entry.ongoing.take()?;
+        self.ongoing.remove(&(ongoing.first_offset, producer_id));
+        if self.producers.len() > limits::PRODUCERS_PER_PARTITION_MAX {
+            self.evict_oldest();
+        }
+        Some(CompletedTxn {
+            producer_id,
+            first_offset: ongoing.first_offset,
+        })
+    }
+
+    /// The first offset of the oldest open transaction: the last stable offset is at
+    /// most this.
+    pub fn first_unstable_offset(&self) -> Option<Offset> {
+        self.ongoing.first().map(|(offset, _)| *offset)
+    }
+
+    /// The oldest open transaction: its producer, first offset and start time.
+    pub fn oldest_ongoing(&self) -> Option<(ProducerId, Offset, i64)> {
+        let (offset, id) = self.ongoing.first()?;
+        let started_ms = self.producers[id].ongoing.map_or(0, |t| t.started_ms);
+        Some((*id, *offset, started_ms))
+    }
+
+    /// How many transactions are open.
+    pub fn ongoing_count(&self) -> usize {
+        self.ongoing.len()
+    }
+
+    /// Forgets the idlest producer without an open transaction (forgetting one with a
+    /// transaction would drop its records' bound on the last stable offset).
     fn evict_oldest(&mut self) {
-        if let Some((&id, _)) = self.producers.iter().min_by_key(|(_, e)| e.last_append_ms) {
+        let idlest = self
+            .producers
+            .iter()
+            .filter(|(_, e)| e.ongoing.is_none())
+            .min_by_key(|(_, e)| e.last_append_ms);
+        if let Some((&id, _)) = idlest {
             tracing::warn!(
                 producer_id = id.value(),
                 "too many producers on one partition: forgetting the idlest"
@@ -213,7 +372,7 @@ impl ProducerStates {
     pub fn expire(&mut self, now_ms: i64, idle_ms: i64) -> usize {
         let before = self.producers.len();
         self.producers
-            .retain(|_, e| now_ms - e.last_append_ms <= idle_ms);
+            .retain(|_, e| e.ongoing.is_some() || now_ms - e.last_append_ms <= idle_ms);
         before - self.producers.len()
     }
 
@@ -236,6 +395,16 @@ impl ProducerStates {
                 out.extend_from_slice(&b.last_sequence.to_be_bytes());
                 out.extend_from_slice(&b.base_offset.value().to_be_bytes());
             }
+            let flags =
+                u8::from(e.ongoing.is_some()) | u8::from(e.coordinator_epoch.is_some()) << 1;
+            out.push(flags);
+            if let Some(txn) = e.ongoing {
+                out.extend_from_slice(&txn.first_offset.value().to_be_bytes());
+                out.extend_from_slice(&txn.started_ms.to_be_bytes());
+            }
+            if let Some(coordinator_epoch) = e.coordinator_epoch {
+                out.extend_from_slice(&coordinator_epoch.to_be_bytes());
+            }
         }
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_be_bytes());
@@ -250,12 +419,15 @@ impl ProducerStates {
             return None;
         }
         let mut r = Reader(body);
-        if r.u32()? != SNAPSHOT_MAGIC {
-            return None;
-        }
+        let with_transactions = match r.u32()? {
+            SNAPSHOT_MAGIC => true,
+            SNAPSHOT_MAGIC_V1 => false,
+            _ => return None,
+        };
         let log_end_offset = Offset::new(r.i64()?);
         let count = r.u32()?;
         let mut producers = HashMap::new();
+        let mut ongoing = BTreeSet::new();
         for _ in 0..count {
             let id = ProducerId::new(r.i64()?);
             let epoch = ProducerEpoch::new(r.i16()?);
@@ -269,21 +441,39 @@ impl ProducerStates {
                     base_offset: Offset::new(r.i64()?),
                 });
             }
-            producers.insert(
-                id,
-                ProducerEntry {
-                    epoch,
-                    batches,
-                    last_append_ms,
-                },
-            );
+            let mut entry = ProducerEntry {
+                epoch,
+                batches,
+                last_append_ms,
+                ongoing: None,
+                coordinator_epoch: None,
+            };
+            if with_transactions {
+                let flags = r.u8()?;
+                if flags & 1 != 0 {
+                    let first_offset = Offset::new(r.i64()?);
+                    let started_ms = r.i64()?;
+                    entry.ongoing = Some(OngoingTxn {
+                        first_offset,
+                        started_ms,
+                    });
+                    ongoing.insert((first_offset, id));
+                }
+                if flags & 2 != 0 {
+                    entry.coordinator_epoch = Some(r.i32()?);
+                }
+            }
+            producers.insert(id, entry);
         }
-        Some((ProducerStates { producers }, log_end_offset))
+        Some((ProducerStates { producers, ongoing }, log_end_offset))
     }
 }
 
-/// "HWPS": headway producer state, format 1.
-const SNAPSHOT_MAGIC: u32 = 0x4857_5001;
+/// "HWPS": headway producer state, format 2 (format 1 plus each producer's open
+/// transaction and coordinator epoch).
+const SNAPSHOT_MAGIC: u32 = 0x4857_5002;
+/// Format 1, still read: no transactions.
+const SNAPSHOT_MAGIC_V1: u32 = 0x4857_5001;
 
 struct Reader<'a>(&'a [u8]);
 

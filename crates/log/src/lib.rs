@@ -35,11 +35,14 @@
 //! - `read`: [`ReadSlice`], the lock-free fetch read.
 //! - `sync`: [`SyncSet`] and the record of what awaits a sync.
 //! - `offset`: [`Offset`], whose integer is reached only through named conversions.
+//! - `txn_index`: the aborted-transaction index per segment (Kafka's `.txnindex`);
+//!   `control`: transaction markers (control batches), written and read.
 //! - `batch`: the v2 batch header; `config`: settings and size limits; `error`.
 
 pub mod batch;
 pub mod compaction;
 mod config;
+pub mod control;
 mod error;
 mod index;
 mod indexing;
@@ -55,6 +58,7 @@ mod sync;
 #[cfg(test)]
 mod testutil;
 mod time_index;
+mod txn_index;
 
 pub use batch::{BatchError, BatchHeader};
 pub use config::{LogConfig, APPEND_BYTES_LIMIT, SEGMENT_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};
@@ -66,3 +70,4 @@ pub use log::{
 pub use offset::Offset;
 pub use read::ReadSlice;
 pub use sync::SyncSet;
+pub use txn_index::AbortedTxn;

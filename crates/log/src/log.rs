@@ -18,6 +18,7 @@ use crate::config::{APPEND_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};
 use crate::recovery;
 use crate::segment::Segment;
 use crate::sync::{Pending, SealedFiles};
+use crate::txn_index::{self, AbortedTxn};
 use crate::{LogConfig, LogError, Offset, ReadSlice, SyncSet};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -80,6 +81,11 @@ pub struct Log {
     cleaner: cleaner::CleanerState,
     /// Set while a cleaning pass is planned and not yet installed or dropped.
     cleaner_busy: Arc<AtomicBool>,
+    /// The aborted-transaction index of each segment that has one, by base offset,
+    /// sorted by marker offset (`txn_index.rs`).
+    pub(crate) aborted: BTreeMap<i64, Vec<AbortedTxn>>,
+    /// Segments whose `.txnindex` was appended to since it was last synced.
+    aborted_unsynced: BTreeSet<i64>,
 }
 
 impl Log {
@@ -102,6 +108,8 @@ impl Log {
             .for_each(|(_, segment)| segment.thin_indexes());
         tracing::debug!(dir = %dir.display(), ?report, "log opened");
         let cleaner = cleaner::state_at_open(dir, &segments, report.log_start_offset.value());
+        let ends = segments.iter().map(|(base, s)| (*base, s.end_offset()));
+        let aborted = txn_index::load(dir, ends)?;
         let log = Log {
             dir: dir.to_path_buf(),
             dir_file: recovered.dir_file,
@@ -116,6 +124,8 @@ impl Log {
             repair: BTreeSet::new(),
             cleaner,
             cleaner_busy: Arc::new(AtomicBool::new(false)),
+            aborted,
+            aborted_unsynced: BTreeSet::new(),
         };
         Ok((log, report))
     }
@@ -323,6 +333,68 @@ impl Log {
         Ok(None)
     }
 
+    /// Records an aborted transaction whose abort marker the log now holds, in the
+    /// index of the segment holding the marker (`txn_index.rs`). The file is synced by
+    /// [`Log::sync_aborted`] or at close. Returns false when the entry was known (the
+    /// broker replays markers at open). A write that fails poisons the log: the marker
+    /// is in the log and its entry must not go missing; the next open replays it.
+    pub fn add_aborted(&mut self, txn: AbortedTxn) -> Result<bool, LogError> {
+        let marker = txn.last_offset.value();
+        let Some((&base, segment)) = self.segments.range(..=marker).next_back() else {
+            return Ok(false);
+        };
+        assert!(
+            marker < segment.end_offset() && txn.first_offset <= txn.last_offset,
+            "an aborted transaction {txn:?} whose marker is not in the log"
+        );
+        let entries = self.aborted.entry(base).or_default();
+        if entries.iter().any(|e| e.last_offset == txn.last_offset) {
+            return Ok(false);
+        }
+        if let Err(e) = txn_index::append(&self.dir, base, &txn) {
+            self.poison();
+            return Err(e);
+        }
+        let at = entries.partition_point(|e| e.last_offset < txn.last_offset);
+        entries.insert(at, txn);
+        self.aborted_unsynced.insert(base);
+        Ok(true)
+    }
+
+    /// The aborted transactions that overlap `[from, to)`: marker at or after `from`,
+    /// first offset before `to`; at most `max`, by marker offset.
+    pub fn aborted_transactions(&self, from: Offset, to: Offset, max: usize) -> Vec<AbortedTxn> {
+        // An entry sits in its marker's segment, which is at or after the segment
+        // holding `from` when the marker is at or after `from`.
+        let first_segment = self
+            .segments
+            .range(..=from.value())
+            .next_back()
+            .map_or(i64::MIN, |(base, _)| *base);
+        self.aborted
+            .range(first_segment..)
+            .flat_map(|(_, entries)| entries.iter())
+            .filter(|e| e.last_offset >= from && e.first_offset < to)
+            .take(max)
+            .copied()
+            .collect()
+    }
+
+    /// Every aborted-transaction entry the log holds (tests and tools).
+    pub fn aborted_count(&self) -> usize {
+        self.aborted.values().map(Vec::len).sum()
+    }
+
+    /// Syncs the aborted-transaction index files appended to since their last sync.
+    pub fn sync_aborted(&mut self) -> Result<(), LogError> {
+        while let Some(base) = self.aborted_unsynced.pop_first() {
+            if self.segments.contains_key(&base) {
+                txn_index::sync(&self.dir, base)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Deletes the oldest non-active segments past `retention_bytes_max` or
     /// `retention_ms_max`, and advances the log start offset.
     pub fn enforce_retention(&mut self, now_ms: i64) -> Result<RetentionReport, LogError> {
@@ -355,6 +427,8 @@ impl Log {
             let size_bytes = segment.size_bytes();
             self.size_bytes -= size_bytes;
             self.repair.remove(&base_offset);
+            self.aborted.remove(&base_offset);
+            self.aborted_unsynced.remove(&base_offset);
             self.pending.changed_dir();
             report.deleted_segments += 1;
             report.deleted_bytes += size_bytes;
@@ -383,6 +457,7 @@ impl Log {
             sealed.sync_now(&self.dir_file, &self.dir)?;
         }
         self.active().sync_files()?;
+        self.sync_aborted()?;
         self.dir_file
             .sync_all()
             .map_err(LogError::io("sync directory", &self.dir))?;

@@ -157,6 +157,8 @@ pub struct RecordRef<'a> {
     pub offset_delta: i32,
     pub timestamp_delta: i64,
     pub key: Option<&'a [u8]>,
+    /// The value; `None` when null.
+    pub value: Option<&'a [u8]>,
     /// The value is null: on a compacted topic, a tombstone for the key.
     pub value_is_null: bool,
 }
@@ -203,6 +205,7 @@ fn take_record<'a>(data: &mut &'a [u8]) -> Option<RecordRef<'a>> {
         offset_delta,
         timestamp_delta,
         key,
+        value,
         value_is_null: value.is_none(),
     })
 }

@@ -24,6 +24,7 @@ use crate::segment::{
     self, LoadOptions, Segment, SegmentPaths, INDEX_SUFFIX, LOG_SUFFIX, REPAIR_SUFFIX,
     TIME_INDEX_SUFFIX,
 };
+use crate::txn_index::TXN_INDEX_SUFFIX;
 use crate::{LogConfig, LogError, Offset, RecoveryReport};
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -199,7 +200,9 @@ fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
         };
         match suffix {
             LOG_SUFFIX => logs.push(base),
-            INDEX_SUFFIX | TIME_INDEX_SUFFIX | REPAIR_SUFFIX => indexes.push((base, entry.path())),
+            INDEX_SUFFIX | TIME_INDEX_SUFFIX | REPAIR_SUFFIX | TXN_INDEX_SUFFIX => {
+                indexes.push((base, entry.path()))
+            }
             _ => {}
         }
     }

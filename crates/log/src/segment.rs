@@ -53,6 +53,9 @@ pub(crate) struct SegmentPaths {
     pub index: PathBuf,
     pub time_index: PathBuf,
     pub repair: PathBuf,
+    /// The aborted-transaction index (`crate::txn_index`), present only when the
+    /// segment holds an abort marker.
+    pub txn_index: PathBuf,
 }
 
 impl SegmentPaths {
@@ -62,6 +65,7 @@ impl SegmentPaths {
             index: dir.join(file_name(base_offset, INDEX_SUFFIX)),
             time_index: dir.join(file_name(base_offset, TIME_INDEX_SUFFIX)),
             repair: dir.join(file_name(base_offset, REPAIR_SUFFIX)),
+            txn_index: crate::txn_index::path(dir, base_offset),
         }
     }
 }
@@ -502,6 +506,7 @@ impl Segment {
             &self.paths.index,
             &self.paths.time_index,
             &self.paths.repair,
+            &self.paths.txn_index,
         ] {
             remove_if_present(path).map_err(LogError::io("delete", path))?;
         }

@@ -39,6 +39,10 @@ fn response_error(error: &BrokerError) -> ResponseError {
             R::OutOfOrderSequenceNumber
         }
         BrokerError::Sequence(SequenceError::UnknownProducerId { .. }) => R::UnknownProducerId,
+        BrokerError::Sequence(SequenceError::CoordinatorFenced { .. }) => {
+            R::TransactionCoordinatorFenced
+        }
+        BrokerError::Sequence(SequenceError::TooManyTransactions { .. }) => R::PolicyViolation,
         BrokerError::TransactionsUnsupported => R::TransactionalIdAuthorizationFailed,
         BrokerError::InvalidRequest(_) => R::InvalidRequest,
         // Retriable in every Kafka client (Java's KafkaStorageException is an

@@ -33,6 +33,14 @@
 //! progress, and the state takes `synced_to` in at the start of every step under the
 //! mutex. So whatever the state decides on is never behind what readers saw.
 //!
+//! Transactions (`docs/transactions.md`): transactional batches are appended like
+//! idempotent ones and open their producer's transaction in the state;
+//! [`Partition::write_marker`] appends a commit or abort marker, ends it, and records
+//! an abort in the log's aborted-transaction index. The first offset of the oldest
+//! open transaction is mirrored in the watch beside the high watermark, so the last
+//! stable offset (what read_committed fetches see) needs no mutex either, and waiting
+//! fetches wake when it moves.
+//!
 //! Storage errors (`docs/storage-errors.md`): an append whose write fails (a full disk)
 //! is undone by the log and refused, and the next append tries again; a failed fsync
 //! takes the partition offline for good (`SyncTarget::fail`); a read that finds a
@@ -41,18 +49,21 @@
 
 mod side_files;
 pub mod state;
+#[cfg(test)]
+mod txn_tests;
 
 use crate::durability::{OwnFlusher, SyncMeters, SyncTake, SyncTarget};
 use crate::flusher::SharedFlusher;
-use crate::producer_state::is_idempotent;
+use crate::producer_state::{is_idempotent, TransactionResult};
 use crate::read_pool::ReadVia;
 use crate::read_route;
-use crate::{BrokerError, FlushPolicy, PartitionIndex};
+use crate::{limits, BrokerError, FlushPolicy, PartitionIndex, ProducerEpoch, ProducerId};
 use bytes::Bytes;
+use headway_log::control::{Marker, MarkerKind};
 use headway_log::records::{self, Keyless};
 use headway_log::{
-    batch, BatchHeader, CleanReport, CleanerConfig, CleaningPlan, CorruptBatch, Log, LogConfig,
-    LogError, Offset, ReadSlice, RecoveryReport, StagedCleaning,
+    batch, AbortedTxn, BatchHeader, CleanReport, CleanerConfig, CleaningPlan, CorruptBatch, Log,
+    LogConfig, LogError, Offset, ReadSlice, RecoveryReport, StagedCleaning,
 };
 use side_files::{
     load_producer_states, read_log_start_offset, write_log_start_offset, write_producer_snapshot,
@@ -71,6 +82,37 @@ pub struct DurableState {
     pub high_watermark: Offset,
     /// A sync failed: the log is poisoned and nothing above the watermark will be acked.
     pub failed: bool,
+    /// The first offset of the oldest open transaction, if any: read_committed readers
+    /// see nothing from it on.
+    pub first_unstable_offset: Option<Offset>,
+}
+
+impl DurableState {
+    /// What read_committed readers may see: below the high watermark and below every
+    /// open transaction.
+    pub fn last_stable_offset(&self) -> Offset {
+        state::last_stable_offset(self.first_unstable_offset, self.high_watermark)
+    }
+}
+
+/// What a read may show (Fetch's and ListOffsets' `isolation_level`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// Everything durable, up to the high watermark (Kafka's 0).
+    #[default]
+    ReadUncommitted,
+    /// Only up to the last stable offset, with the aborted transactions named (1).
+    ReadCommitted,
+}
+
+impl Isolation {
+    /// The wire's `isolation_level`: 1 is read_committed, anything else the default.
+    pub fn from_wire(level: i8) -> Isolation {
+        match level {
+            1 => Isolation::ReadCommitted,
+            _ => Isolation::ReadUncommitted,
+        }
+    }
 }
 
 /// The result of an append: where the batches went.
@@ -100,6 +142,11 @@ pub struct ReadResult {
     pub records: Bytes,
     pub high_watermark: Offset,
     pub log_start_offset: Offset,
+    pub last_stable_offset: Offset,
+    /// For read_committed, the aborted transactions overlapping the records (their
+    /// producer and first offset are what a client needs); `None` for
+    /// read_uncommitted, as Kafka answers.
+    pub aborted: Option<Vec<AbortedTxn>>,
     /// The read ran on the read threads (not from the page cache on the caller's thread).
     pub pooled: bool,
 }
@@ -124,14 +171,26 @@ enum ReadStart {
 struct ReadBounds {
     high_watermark: Offset,
     log_start_offset: Offset,
+    last_stable_offset: Offset,
+    isolation: Isolation,
 }
 
 impl ReadBounds {
+    /// Where the read stops: the high watermark, or the last stable offset.
+    fn limit(&self) -> Offset {
+        match self.isolation {
+            Isolation::ReadUncommitted => self.high_watermark,
+            Isolation::ReadCommitted => self.last_stable_offset,
+        }
+    }
+
     fn answer(self, records: Bytes, pooled: bool) -> ReadResult {
         ReadResult {
             records,
             high_watermark: self.high_watermark,
             log_start_offset: self.log_start_offset,
+            last_stable_offset: self.last_stable_offset,
+            aborted: (self.isolation == Isolation::ReadCommitted).then(Vec::new),
             pooled,
         }
     }
@@ -201,6 +260,7 @@ impl Partition {
         let (durable, _) = watch::channel(DurableState {
             high_watermark: state.high_watermark(),
             failed: false,
+            first_unstable_offset: state.first_unstable_offset(),
         });
         let partition = Arc::new_cyclic(|me| Partition {
             topic,
@@ -341,8 +401,18 @@ impl Partition {
             });
         }
         let headers = batch::validate_all(records).map_err(BrokerError::Batch)?;
-        if headers.iter().any(BatchHeader::is_transactional) {
-            return Err(BrokerError::TransactionsUnsupported);
+        if headers.iter().any(|h| h.is_control()) {
+            return Err(BrokerError::InvalidRequest(
+                "control batches are written by the transaction coordinator, not produced".into(),
+            ));
+        }
+        if headers
+            .iter()
+            .any(|h| h.is_transactional() && !is_idempotent(h))
+        {
+            return Err(BrokerError::InvalidRequest(
+                "a transactional batch must carry a producer id and sequence".into(),
+            ));
         }
         if self.keys_required.load(Ordering::Relaxed) {
             self.require_keys(records, &headers)?;
@@ -375,12 +445,7 @@ impl Partition {
                 info.log_end_offset,
                 now_ms,
             );
-            self.unsynced
-                .store(slot.log.unsynced_bytes(), Ordering::Release);
-            if self.flush != FlushPolicy::Sync {
-                // No sync to wait for: written is as durable as it gets.
-                self.durable_to(&mut slot.state, info.log_end_offset);
-            }
+            self.wrote(slot, info.log_end_offset);
             Ok((info.base_offset, info.log_end_offset, true))
         })?;
         let (base_offset, log_end_offset, written) = appended;
@@ -392,6 +457,109 @@ impl Partition {
             log_end_offset,
             log_start_offset: self.log_start_offset(),
         })
+    }
+
+    /// After an append (batches or a marker) under the mutex: counts the bytes that
+    /// wait for a sync, shows the open transactions to readers, and, with no sync to
+    /// wait for, moves the high watermark.
+    fn wrote(&self, slot: &mut Slot, log_end_offset: Offset) {
+        self.unsynced
+            .store(slot.log.unsynced_bytes(), Ordering::Release);
+        let first_unstable = slot.state.first_unstable_offset();
+        self.durable.send_if_modified(|s| {
+            let changed = s.first_unstable_offset != first_unstable;
+            s.first_unstable_offset = first_unstable;
+            changed
+        });
+        if self.flush != FlushPolicy::Sync {
+            // No sync to wait for: written is as durable as it gets.
+            self.durable_to(&mut slot.state, log_end_offset);
+        }
+    }
+
+    /// Writes a transaction marker for `producer_id` (a control batch, as Kafka writes
+    /// it): its open transaction here, if any, ends; an abort is recorded in the
+    /// aborted-transaction index. Returns the marker's offset; it is durable once
+    /// [`Partition::wait_durable`] for the offset after it returns. A marker for a
+    /// producer with nothing open is written all the same (readers skip it). Refused
+    /// when `epoch` is older than the producer's (INVALID_PRODUCER_EPOCH) or
+    /// `coordinator_epoch` older than the last marker's. Blocking.
+    pub fn write_marker(
+        &self,
+        producer_id: ProducerId,
+        epoch: ProducerEpoch,
+        result: TransactionResult,
+        coordinator_epoch: i32,
+    ) -> Result<Offset, BrokerError> {
+        let now_ms = crate::now_ms();
+        let kind = match result {
+            TransactionResult::Commit => MarkerKind::Commit,
+            TransactionResult::Abort => MarkerKind::Abort,
+        };
+        let mut bytes = Marker {
+            producer_id: producer_id.value(),
+            producer_epoch: epoch.value(),
+            kind,
+            coordinator_epoch,
+            timestamp_ms: now_ms,
+        }
+        .encode();
+        let offset = self.with_slot(|slot| {
+            slot.state
+                .plan_marker(producer_id, epoch, coordinator_epoch)?;
+            let info = slot
+                .log
+                .append(&mut bytes, now_ms)
+                .map_err(|e| self.append_failed(&slot.log, e))?;
+            let completed = slot.state.marker_appended(
+                producer_id,
+                epoch,
+                coordinator_epoch,
+                info.base_offset,
+                now_ms,
+            );
+            if let (TransactionResult::Abort, Some(txn)) = (result, completed) {
+                let aborted = AbortedTxn {
+                    producer_id: producer_id.value(),
+                    first_offset: txn.first_offset,
+                    last_offset: info.base_offset,
+                };
+                slot.log
+                    .add_aborted(aborted)
+                    .map_err(|e| self.append_failed(&slot.log, e))?;
+            }
+            self.wrote(slot, info.log_end_offset);
+            Ok(info.base_offset)
+        })?;
+        if self.flush == FlushPolicy::Sync {
+            self.request_sync();
+        }
+        Ok(offset)
+    }
+
+    /// Offsets below it are durable and in no open transaction: the end of what
+    /// read_committed readers see. Without the mutex.
+    pub fn last_stable_offset(&self) -> Offset {
+        self.durable.borrow().last_stable_offset()
+    }
+
+    /// The oldest transaction open here: its producer, first offset and when its
+    /// first batch came (ms). For `/metrics` and the coordinator's timeouts.
+    pub fn oldest_ongoing_transaction(&self) -> Option<(ProducerId, Offset, i64)> {
+        self.with_slot(|slot| Ok(slot.state.producers().oldest_ongoing()))
+            .ok()
+            .flatten()
+    }
+
+    /// The aborted transactions overlapping `[from, to)`, at most `max`, by marker
+    /// offset.
+    pub fn aborted_transactions(
+        &self,
+        from: Offset,
+        to: Offset,
+        max: usize,
+    ) -> Result<Vec<AbortedTxn>, BrokerError> {
+        self.with_log(|log| Ok(log.aborted_transactions(from, to, max)))
     }
 
     /// Counts a failed append: refused (the log is unchanged, the next append tries
@@ -536,7 +704,7 @@ impl Partition {
     /// For the broker's own reads (start-up replays, ListOffsets); fetches use
     /// [`Partition::read_via`].
     pub async fn read(&self, offset: Offset, max_bytes: usize) -> Result<ReadResult, BrokerError> {
-        let (slice, bounds) = match self.start_read(offset)? {
+        let (slice, bounds) = match self.start_read(offset, Isolation::ReadUncommitted)? {
             ReadStart::Nothing(empty) => return Ok(empty),
             ReadStart::Located(slice, bounds) => (slice, bounds),
         };
@@ -549,33 +717,59 @@ impl Partition {
     }
 
     /// [`Partition::read`] for a fetch: the page cache on this thread or the read
-    /// threads, as `crate::read_route` decides for `via`.
+    /// threads, as `crate::read_route` decides for `via`. With
+    /// [`Isolation::ReadCommitted`] the read stops at the last stable offset and the
+    /// answer names the aborted transactions its records overlap (at most
+    /// [`limits::ABORTED_TRANSACTIONS_PER_FETCH_MAX`]: past it the read is shortened
+    /// until they fit, so no aborted record goes unnamed).
     pub async fn read_via(
         &self,
         offset: Offset,
         max_bytes: usize,
         via: &ReadVia,
+        isolation: Isolation,
     ) -> Result<ReadResult, BrokerError> {
-        let (slice, bounds) = match self.start_read(offset)? {
-            ReadStart::Nothing(empty) => return Ok(empty),
-            ReadStart::Located(slice, bounds) => (slice, bounds),
-        };
-        let failed = |e| self.read_failed(offset, e);
-        let limit = bounds.high_watermark;
-        let (records, pooled) = read_route::read(slice, max_bytes, limit, via, failed).await?;
-        Ok(bounds.answer(records, pooled))
+        let mut max_bytes = max_bytes;
+        loop {
+            let (slice, bounds) = match self.start_read(offset, isolation)? {
+                ReadStart::Nothing(empty) => return Ok(empty),
+                ReadStart::Located(slice, bounds) => (slice, bounds),
+            };
+            let failed = |e| self.read_failed(offset, e);
+            let limit = bounds.limit();
+            let (records, pooled) = read_route::read(slice, max_bytes, limit, via, failed).await?;
+            let mut answer = bounds.answer(records, pooled);
+            let Some((end, batches)) = records_end(&answer.records) else {
+                return Ok(answer);
+            };
+            if isolation == Isolation::ReadCommitted {
+                let most = limits::ABORTED_TRANSACTIONS_PER_FETCH_MAX;
+                let mut found = self.aborted_transactions(offset, end, most + 1)?;
+                if found.len() > most && batches > 1 {
+                    max_bytes /= 2;
+                    continue;
+                }
+                found.truncate(most);
+                answer.aborted = Some(found);
+            }
+            return Ok(answer);
+        }
     }
 
     /// Where a read at `offset` starts: refused below the log start, nothing at or
-    /// past the high watermark, otherwise the located data. The offsets are those the
-    /// readers see (the mirrors), taken before the data is located.
-    fn start_read(&self, offset: Offset) -> Result<ReadStart, BrokerError> {
+    /// past the limit (the high watermark, or the last stable offset), otherwise the
+    /// located data. The offsets are those the readers see (the mirror), taken before
+    /// the data is located.
+    fn start_read(&self, offset: Offset, isolation: Isolation) -> Result<ReadStart, BrokerError> {
+        let durable = *self.durable.borrow();
         let bounds = ReadBounds {
-            high_watermark: self.high_watermark(),
+            high_watermark: durable.high_watermark,
             log_start_offset: self.log_start_offset(),
+            last_stable_offset: durable.last_stable_offset(),
+            isolation,
         };
         let nothing = || ReadStart::Nothing(bounds.answer(Bytes::new(), false));
-        let window = ReadWindow::of(offset, bounds.log_start_offset, bounds.high_watermark)?;
+        let window = ReadWindow::of(offset, bounds.log_start_offset, bounds.limit())?;
         if window == ReadWindow::AtHighWatermark {
             return Ok(nothing());
         }
@@ -725,7 +919,11 @@ impl Partition {
             return Ok(());
         };
         let log_end_offset = log.log_end_offset();
+        let mut log = log;
         if !log.is_poisoned() {
+            // The snapshot says the markers before it need no replay at the next open,
+            // so their index entries must be on disk first.
+            log.sync_aborted().map_err(BrokerError::from_log)?;
             write_producer_snapshot(&self.dir, state.producers(), log_end_offset)?;
         }
         log.close().map_err(BrokerError::from_log)?;
@@ -762,6 +960,15 @@ impl Partition {
         });
         self.durable.send_modify(|s| s.failed = true);
     }
+}
+
+/// The offset after the last batch in `records`, and how many batches they hold;
+/// `None` when they hold none.
+fn records_end(records: &[u8]) -> Option<(Offset, usize)> {
+    let (count, last) = batch::BatchIter::new(records).fold((0usize, None), |(n, _), (h, _)| {
+        (n + 1, Some(h.last_offset()))
+    });
+    last.map(|last| (Offset::new(last).next(), count))
 }
 
 /// What the flushers see of a partition (`crate::durability`).

@@ -1,12 +1,15 @@
 //! The two files a partition keeps next to its log (formats in `docs/log-format.md`):
-//! the idempotent producers' snapshot, written at a clean shutdown, and the log start
+//! the producers' snapshot (idempotence and open transactions), written at a clean
+//! shutdown, and the log start
 //! offset set by DeleteRecords when it lies inside the first segment. Both are written
 //! with [`crate::durable_file::replace`]. Blocking.
 
 use crate::durable_file;
 use crate::producer_state::ProducerStates;
 use crate::BrokerError;
-use headway_log::{batch, CorruptBatch, Log, Offset};
+use crate::{ProducerEpoch, ProducerId};
+use headway_log::control::{marker_coordinator_epoch, marker_kind, MarkerKind};
+use headway_log::{batch, AbortedTxn, BatchHeader, CorruptBatch, Log, Offset};
 use std::path::Path;
 
 /// The producer-state snapshot in a partition directory.
@@ -57,19 +60,44 @@ pub(super) fn load_producer_states(
         if data.is_empty() {
             break;
         }
-        for (header, _) in batch::BatchIter::new(&data) {
+        for (header, bytes) in batch::BatchIter::new(&data) {
             let last_offset = Offset::new(header.last_offset());
             if last_offset >= offset {
-                states.record(
-                    &header,
-                    Offset::new(header.base_offset),
-                    header.max_timestamp,
-                );
+                replay(&mut states, log, &header, bytes)?;
             }
             offset = last_offset.next();
         }
     }
     Ok(states)
+}
+
+/// Takes one stored batch into the producers' state: an idempotent or transactional
+/// batch is recorded; a transaction marker ends its producer's transaction, and an
+/// abort goes (again, if its entry survived) into the aborted-transaction index.
+fn replay(
+    states: &mut ProducerStates,
+    log: &mut Log,
+    header: &BatchHeader,
+    bytes: &[u8],
+) -> Result<(), BrokerError> {
+    let base_offset = Offset::new(header.base_offset);
+    let Some(kind) = marker_kind(header, bytes) else {
+        states.record(header, base_offset, header.max_timestamp);
+        return Ok(());
+    };
+    let producer_id = ProducerId::new(header.producer_id);
+    let epoch = ProducerEpoch::new(header.producer_epoch);
+    let coordinator_epoch = marker_coordinator_epoch(bytes);
+    let completed = states.complete(producer_id, epoch, coordinator_epoch, header.max_timestamp);
+    if let (MarkerKind::Abort, Some(txn)) = (kind, completed) {
+        let aborted = AbortedTxn {
+            producer_id: producer_id.value(),
+            first_offset: txn.first_offset,
+            last_offset: base_offset,
+        };
+        log.add_aborted(aborted).map_err(BrokerError::from_log)?;
+    }
+    Ok(())
 }
 
 /// Writes the producer-state snapshot, taken at `log_end_offset`.

@@ -11,12 +11,17 @@
 //! ones planned, so a log and a state that disagree stop the partition loudly instead
 //! of acknowledging offsets twice.
 //!
+//! Transactions: the producers' table knows each open transaction's first offset;
+//! the last stable offset is the smallest of them, or the high watermark, never above
+//! the high watermark. A marker is one more append ([`PartitionState::marker_appended`]).
+//!
 //! Retention is the one move the state does not bound: the log deletes whole segments
 //! by age or size and reports the new start, which [`PartitionState::retention_moved`]
 //! takes as it is, as the broker always has.
 
-use crate::producer_state::{ProducerStates, SequenceCheck, SequenceError};
+use crate::producer_state::{CompletedTxn, ProducerStates, SequenceCheck, SequenceError};
 use crate::BrokerError;
+use crate::{ProducerEpoch, ProducerId};
 use headway_log::{BatchHeader, Offset};
 
 /// A partition's offsets and its idempotent producers. Lives under the partition's
@@ -185,6 +190,48 @@ impl PartitionState {
         }
     }
 
+    /// Checks a transaction marker before it is written (`plan_append` for markers).
+    pub fn plan_marker(
+        &self,
+        producer_id: ProducerId,
+        epoch: ProducerEpoch,
+        coordinator_epoch: i32,
+    ) -> Result<Offset, SequenceError> {
+        self.producers
+            .check_marker(producer_id, epoch, coordinator_epoch)?;
+        Ok(self.log_end_offset)
+    }
+
+    /// The log appended a marker at `offset`: the producer's open transaction, if
+    /// any, ends (and is returned). Panics when the log put it elsewhere than planned.
+    pub fn marker_appended(
+        &mut self,
+        producer_id: ProducerId,
+        epoch: ProducerEpoch,
+        coordinator_epoch: i32,
+        offset: Offset,
+        now_ms: i64,
+    ) -> Option<CompletedTxn> {
+        assert_eq!(
+            offset, self.log_end_offset,
+            "the log put a marker elsewhere than at the partition's next offset"
+        );
+        self.log_end_offset = offset.next();
+        self.producers
+            .complete(producer_id, epoch, coordinator_epoch, now_ms)
+    }
+
+    /// The first offset of the oldest open transaction, if any.
+    pub fn first_unstable_offset(&self) -> Option<Offset> {
+        self.producers.first_unstable_offset()
+    }
+
+    /// Offsets below it belong to no open transaction and are durable: what
+    /// read_committed readers may see.
+    pub fn last_stable_offset(&self) -> Offset {
+        last_stable_offset(self.first_unstable_offset(), self.high_watermark)
+    }
+
     /// Everything below `offset` is durable (a sync covered it, or the flush policy
     /// does not wait for one). Returns the new high watermark when it moved: syncs may
     /// report out of order, and an older one never moves it back.
@@ -244,6 +291,16 @@ impl PartitionState {
     }
 }
 
+/// The last stable offset given the first open transaction's offset and the high
+/// watermark: the smaller of the two.
+pub fn last_stable_offset(first_unstable: Option<Offset>, high_watermark: Offset) -> Offset {
+    first_unstable.map_or(high_watermark, |first| first.min(high_watermark))
+}
+
 #[cfg(test)]
 #[path = "state_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "txn_state_tests.rs"]
+mod txn_tests;

@@ -21,6 +21,10 @@
 //! is over, without the log's lock (`CleanedPass::remove_leftovers`). The lock is held
 //! for two directory syncs and a few renames per group.
 //!
+//! The aborted-transaction indexes (`.txnindex`) of the replaced segments stay in
+//! place through steps 1 and 2 and are merged into `<base>.txnindex` before step 3;
+//! recovery merges them the same way before it renames the swap.
+//!
 //! At open, before the segments are listed ([`finish_interrupted_swaps`]): the staging
 //! directory is deleted (a swap that had not reached its commit point is forgotten),
 //! and for each `<base>.<end>.swap` every segment file whose base offset lies in
@@ -32,7 +36,7 @@ use super::{Log, StagedGroup};
 use crate::recovery::parse_file_name;
 use crate::segment::{self, LoadOptions, Segment, SegmentPaths};
 use crate::segment::{INDEX_SUFFIX, LOG_SUFFIX, REPAIR_SUFFIX, TIME_INDEX_SUFFIX};
-use crate::LogError;
+use crate::{txn_index, LogError};
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -142,6 +146,8 @@ impl Log {
         let target = SegmentPaths::new(&self.dir, group.base_offset);
         rename(&staged.index, &target.index)?;
         rename(&staged.time_index, &target.time_index)?;
+        let bases: Vec<i64> = group.replaces.iter().map(|(base, _)| *base).collect();
+        let aborted = txn_index::merge_files(&self.dir, &bases, group.base_offset)?;
         crash_point()?;
         self.sync_dir()?;
         rename(swap, &target.log)?;
@@ -162,6 +168,10 @@ impl Log {
                 .expect("the group's segments were checked");
             self.size_bytes -= old.size_bytes();
             self.repair.remove(base_offset);
+            self.aborted.remove(base_offset);
+        }
+        if !aborted.is_empty() {
+            self.aborted.insert(group.base_offset, aborted);
         }
         self.size_bytes += segment.size_bytes();
         self.segments.insert(group.base_offset, segment);
@@ -206,6 +216,11 @@ pub(crate) fn finish_interrupted_swaps(dir: &Path, dir_file: &File) -> Result<us
         for path in replaced {
             remove_if_present(&path)?;
             crash_point()?;
+        }
+        // The cleaned segment holds the replaced segments' markers, so their entries.
+        let indexed = txn_index::files_in(dir, *base_offset..*end_bound)?;
+        if !indexed.is_empty() {
+            txn_index::merge_files(dir, &indexed, *base_offset)?;
         }
         let log = dir.join(segment::file_name(*base_offset, LOG_SUFFIX));
         rename(swap, &log)?;

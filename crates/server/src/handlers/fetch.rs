@@ -1,4 +1,8 @@
 //! Fetch: read whole batches below the high watermark, long-polling for `min_bytes`.
+//! With `isolation_level=1` (read_committed) reads stop at the last stable offset and
+//! each partition's answer lists the aborted transactions its records overlap; a
+//! waiting fetch wakes when the last stable offset moves as when the high watermark
+//! does (both live in the partition's watch).
 //!
 //! Every subscriber is a cursor: a fetch reads the partition log at the client's
 //! offset and holds nothing for the client between requests. A waiting fetch watches
@@ -22,12 +26,14 @@ use crate::outbound::Reservation;
 use crate::stats::Connection;
 use bytes::Bytes;
 use headway_broker::timings;
-use headway_broker::{limits, BatchHeader, BrokerError, Offset, Partition, PartitionIndex};
+use headway_broker::{
+    limits, BatchHeader, BrokerError, Isolation, Offset, Partition, PartitionIndex,
+};
 use headway_protocol::kafka_protocol::messages::fetch_response::{
-    FetchableTopicResponse, PartitionData,
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
 use headway_protocol::kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, FetchResponse, TopicName,
+    ApiKey, BrokerId, FetchRequest, FetchResponse, ProducerId, TopicName,
 };
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
@@ -54,16 +60,18 @@ struct WantedTopic {
     name: TopicName,
     id: uuid::Uuid,
     partitions: Vec<Wanted>,
+    isolation: Isolation,
 }
 
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let (ctx, conn, arrival) = (call.ctx, call.conn, call.arrival);
     let body: FetchRequest = decode_body(request)?;
     let by_id = request.api_version() >= TOPIC_IDS_MIN_VERSION;
+    let isolation = Isolation::from_wire(body.isolation_level);
     let topics = body
         .topics
         .into_iter()
-        .map(|t| resolve(ctx, by_id, t))
+        .map(|t| resolve(ctx, by_id, t, isolation))
         .collect::<Vec<_>>();
     let wait =
         Duration::from_millis((body.max_wait_ms.max(0) as u64).min(limits::FETCH_WAIT_MS_MAX));
@@ -104,6 +112,7 @@ fn resolve(
     ctx: &Ctx,
     by_id: bool,
     t: headway_protocol::kafka_protocol::messages::fetch_request::FetchTopic,
+    isolation: Isolation,
 ) -> WantedTopic {
     // By id, the topic's name (an unknown id is an error of its own).
     let name = match by_id {
@@ -132,6 +141,7 @@ fn resolve(
         name: t.topic,
         id: t.topic_id,
         partitions,
+        isolation,
     }
 }
 
@@ -213,7 +223,8 @@ async fn read_all(topics: &[WantedTopic], max_bytes: usize, conn: &Connection) -
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for wanted in &topic.partitions {
             let remaining = max_bytes.saturating_sub(total);
-            let (data, from_pool) = read_one(wanted, remaining, total == 0, conn).await;
+            let first = total == 0;
+            let (data, from_pool) = read_one(wanted, topic.isolation, remaining, first, conn).await;
             pooled |= from_pool;
             errors |= data.error_code != 0;
             total += data.records.as_ref().map_or(0, Bytes::len);
@@ -237,6 +248,7 @@ async fn read_all(topics: &[WantedTopic], max_bytes: usize, conn: &Connection) -
 /// Reads one partition; also says whether the read went to the read threads.
 async fn read_one(
     wanted: &Wanted,
+    isolation: Isolation,
     remaining: usize,
     first: bool,
     conn: &Connection,
@@ -259,7 +271,7 @@ async fn read_one(
     let turn = conn.read_turn().await;
     let max_bytes = wanted.max_bytes.min(remaining);
     let mut read = partition
-        .read_via(wanted.offset, max_bytes, &conn.reads)
+        .read_via(wanted.offset, max_bytes, &conn.reads, isolation)
         .await;
     // Batches the log cleaner emptied (kept for their offsets) hold no records; a
     // response of nothing else looks to some clients (librdkafka) like a record too
@@ -272,10 +284,16 @@ async fn read_one(
         else {
             break;
         };
-        if next >= partition.high_watermark() {
+        let limit = match isolation {
+            Isolation::ReadUncommitted => partition.high_watermark(),
+            Isolation::ReadCommitted => partition.last_stable_offset(),
+        };
+        if next >= limit {
             break;
         }
-        read = partition.read_via(next, max_bytes, &conn.reads).await;
+        read = partition
+            .read_via(next, max_bytes, &conn.reads, isolation)
+            .await;
     }
     drop(turn);
     match read {
@@ -286,10 +304,21 @@ async fn read_one(
             } else {
                 read.records
             };
+            let aborted = read.aborted.map(|found| {
+                found
+                    .iter()
+                    .map(|t| {
+                        AbortedTransaction::default()
+                            .with_producer_id(ProducerId(t.producer_id))
+                            .with_first_offset(t.first_offset.value())
+                    })
+                    .collect()
+            });
             let data = base
                 .with_high_watermark(read.high_watermark.value())
-                .with_last_stable_offset(read.high_watermark.value())
+                .with_last_stable_offset(read.last_stable_offset.value())
                 .with_log_start_offset(read.log_start_offset.value())
+                .with_aborted_transactions(aborted)
                 .with_records(Some(records));
             (data, read.pooled)
         }
@@ -320,9 +349,8 @@ fn past_empty_batches(records: &[u8]) -> Option<Offset> {
 }
 
 fn offsets(base: PartitionData, partition: &Partition) -> PartitionData {
-    let high_watermark = partition.high_watermark().value();
-    base.with_high_watermark(high_watermark)
-        .with_last_stable_offset(high_watermark)
+    base.with_high_watermark(partition.high_watermark().value())
+        .with_last_stable_offset(partition.last_stable_offset().value())
         .with_log_start_offset(partition.log_start_offset().value())
 }
 

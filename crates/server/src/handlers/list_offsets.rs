@@ -1,11 +1,12 @@
-//! ListOffsets: the earliest offset, the latest (high watermark), the record with the
+//! ListOffsets: the earliest offset, the latest (high watermark, or with
+//! `isolation_level=1` the last stable offset), the record with the
 //! largest timestamp (v7+), or the first record at or after a timestamp. A timestamp lookup finds the first batch whose newest
 //! record is at or after the timestamp (time index, then batch headers), then decodes
 //! that one batch to find the record.
 
 use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::error_code;
-use headway_broker::{BrokerError, Offset, Partition, PartitionIndex};
+use headway_broker::{BrokerError, Isolation, Offset, Partition, PartitionIndex};
 use headway_log::records;
 use headway_protocol::kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -30,6 +31,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let body: ListOffsetsRequest = decode_body(request)?;
     // Leader epochs exist from v4; the encoder refuses a non-default one before.
     let leader_epoch = if request.api_version() >= 4 { 0 } else { -1 };
+    let isolation = Isolation::from_wire(body.isolation_level);
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let mut topics = Vec::with_capacity(body.topics.len());
@@ -38,7 +40,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             for p in t.partitions {
                 let index = PartitionIndex::new(p.partition_index);
                 let result = match ctx.broker.readable_partition(&t.name, index) {
-                    Ok(partition) => lookup(partition, p.timestamp).await,
+                    Ok(partition) => lookup(partition, p.timestamp, isolation).await,
                     Err(e) => Err(e),
                 };
                 let response = ListOffsetsPartitionResponse::default()
@@ -106,12 +108,35 @@ impl Found {
 
 /// The offset (and timestamp) to answer for one partition; `None` when no record
 /// matches (the answer then says -1).
-async fn lookup(partition: Arc<Partition>, timestamp: i64) -> Result<Option<Found>, BrokerError> {
+/// With read_committed, the latest offset is the last stable offset and nothing at or
+/// past it is found (Kafka's answer).
+async fn lookup(
+    partition: Arc<Partition>,
+    timestamp: i64,
+    isolation: Isolation,
+) -> Result<Option<Found>, BrokerError> {
+    let limit = match isolation {
+        Isolation::ReadUncommitted => partition.high_watermark(),
+        Isolation::ReadCommitted => partition.last_stable_offset(),
+    };
+    let found = Box::pin(lookup_any(partition, timestamp, isolation)).await?;
+    // Lookups by time find records; the earliest and latest are positions.
+    Ok(found.filter(|f| f.timestamp_ms.is_none() || f.offset < limit))
+}
+
+async fn lookup_any(
+    partition: Arc<Partition>,
+    timestamp: i64,
+    isolation: Isolation,
+) -> Result<Option<Found>, BrokerError> {
     match Spec::from_wire(timestamp)? {
-        Spec::Latest => Ok(Some(Found::at(partition.high_watermark()))),
+        Spec::Latest => Ok(Some(Found::at(match isolation {
+            Isolation::ReadUncommitted => partition.high_watermark(),
+            Isolation::ReadCommitted => partition.last_stable_offset(),
+        }))),
         Spec::Earliest => Ok(Some(Found::at(partition.log_start_offset()))),
         Spec::MaxTimestamp => match partition.max_timestamp()? {
-            Some(max) => Box::pin(lookup(partition, max)).await,
+            Some(max) => Box::pin(lookup_any(partition, max, isolation)).await,
             None => Ok(None),
         },
         Spec::Timestamp(t) => {

@@ -156,6 +156,12 @@ fn append(
     }
     let partition = broker.partition(name, index)?;
     let records = records.ok_or(BrokerError::MissingRecords)?;
+    // The partition accepts transactional batches; whether this producer may write to
+    // this partition in its transaction is the transaction coordinator's to say, and
+    // until one answers here they are refused as before.
+    if headway_log::batch::BatchIter::new(records).any(|(h, _)| h.is_transactional()) {
+        return Err(BrokerError::TransactionsUnsupported);
+    }
     // Below `disk_free_bytes_min` the produce is refused (retriable) before it is
     // written, so the broker's own small writes keep finding room.
     broker.disk_space().reserve(records.len())?;

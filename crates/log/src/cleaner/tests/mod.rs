@@ -4,6 +4,7 @@
 //!   of cleaned segments, tombstones, producers, races with retention, and a swap
 //!   stopped at every one of its steps;
 //! - `property`: the randomized model (seeded; `CLEANER_SEED` replays a run);
+//! - `aborted`: the aborted-transaction index of cleaned segments;
 //! - `crash`: a child process cleaning in a loop, killed with SIGKILL at random moments.
 
 use super::*;
@@ -14,6 +15,7 @@ use kafka_protocol::records::Compression;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+mod aborted;
 mod crash;
 mod property;
 mod steps;

@@ -1,5 +1,6 @@
 //! Tests of the whole log against a real directory, one file per concern, all on the
 //! fixture below (built on `crate::testutil`'s batches and seeded generator):
+//! - `aborted`: the aborted-transaction index;
 //! - `append_read`: appends and reads;
 //! - `rolls`: rolling to a new segment;
 //! - `retention`: retention and deletion;
@@ -16,6 +17,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use tempfile::TempDir;
 
+mod aborted;
 mod append_read;
 mod indexes;
 mod recovery;
