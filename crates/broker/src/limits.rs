@@ -213,3 +213,25 @@ pub const LOG_CLEANER_IO_BYTES_PER_SEC_DEFAULT: u64 = 64 * 1024 * 1024;
 /// directories, side files, the metrics listener, a log cleaner's staged segment
 /// (`crate::open_files`).
 pub const OPEN_FILES_HEADROOM: u64 = 64;
+
+/// Transactional ids the transaction coordinator holds (`headway_txn`), each with its
+/// producer id, epoch, state and settings (about 300 bytes without its partitions).
+/// An InitProducerId for a new id beyond it is refused with POLICY_VIOLATION and a log
+/// line; ids idle for `transactional_id_expiration_ms` are removed and make room.
+pub const TRANSACTIONAL_IDS_MAX: usize = 100_000;
+
+/// Partitions in one transaction. An AddPartitionsToTxn, AddOffsetsToTxn or a
+/// transactions-version-2 produce that would pass it is refused with
+/// POLICY_VIOLATION (the client aborts the transaction); the record of a transaction
+/// stays small enough for one batch of the coordinator's log.
+pub const PARTITIONS_PER_TRANSACTION_MAX: usize = 1_000;
+
+/// Consumer groups whose offsets one transaction commits (AddOffsetsToTxn), refused
+/// past it like partitions.
+pub const GROUPS_PER_TRANSACTION_MAX: usize = 100;
+
+/// Partitions in all open transactions together: with the per-id bounds above, the
+/// coordinator's memory stays under about 100 MiB (ids) plus 300 bytes per partition
+/// here (30 MiB), whatever producers do. A transaction that would pass it is refused
+/// like one with too many partitions.
+pub const TRANSACTION_PARTITIONS_MAX: usize = 100_000;
