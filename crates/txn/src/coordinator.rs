@@ -69,6 +69,31 @@ pub trait MarkerWriter: Send + Sync {
     ) -> MarkerFuture<'a>;
 }
 
+/// The marker writer until the data path writes control batches: partitions refuse
+/// transactional batches until then, so no partition holds a transaction's data and
+/// there is nothing to mark. It writes nothing and says so at debug level.
+pub struct UnwiredMarkers;
+
+impl MarkerWriter for UnwiredMarkers {
+    fn write_markers<'a>(
+        &'a self,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
+        result: TransactionResult,
+        _coordinator_epoch: i32,
+        partitions: &'a [TopicPartition],
+    ) -> MarkerFuture<'a> {
+        tracing::debug!(
+            %producer_id,
+            %producer_epoch,
+            ?result,
+            partitions = partitions.len(),
+            "no markers to write: partitions hold no transactional data"
+        );
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
 /// Where new producer ids come from.
 pub trait ProducerIdSource: Send + Sync {
     /// A producer id never handed out before. May block (a synced reservation).
