@@ -85,6 +85,7 @@ pub fn txn_error_code(error: &TxnError) -> i16 {
     use ResponseError as R;
     let e = match error {
         TxnError::InvalidTransactionalId => R::InvalidRequest,
+        TxnError::InvalidGroupId => R::InvalidGroupId,
         TxnError::InvalidTransactionTimeout { .. } => R::InvalidTransactionTimeout,
         TxnError::ProducerFenced => R::ProducerFenced,
         TxnError::InvalidProducerEpoch => R::InvalidProducerEpoch,

@@ -18,11 +18,9 @@ use crate::state::{
 };
 use crate::TxnError;
 use headway_broker::{
-    Broker, BrokerError, FlushPolicy, Offset, Partition, PartitionIndex, ProducerEpoch, ProducerId,
-    TopicPartition,
+    internal_log, Broker, BrokerError, FlushPolicy, Partition, PartitionIndex, ProducerEpoch,
+    ProducerId, TopicPartition,
 };
-use headway_log::LogConfig;
-use kafka_protocol::records::RecordBatchDecoder;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
@@ -38,10 +36,6 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Markers carry the coordinator's epoch, which only grows when another coordinator
 /// takes over; one broker coordinates every transaction, always at this epoch.
 pub const COORDINATOR_EPOCH: i32 = 0;
-/// Segments of the coordinator's log: small, since it holds only small records.
-const STATE_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
-/// Bytes read per step while replaying the log at start-up.
-const REPLAY_READ_BYTES: usize = 1024 * 1024;
 /// First wait before a failed marker write or record is tried again; doubles up to
 /// [`RETRY_BACKOFF_MAX`].
 const RETRY_BACKOFF: Duration = Duration::from_millis(100);
@@ -145,24 +139,7 @@ impl TxnCoordinator {
         producer_ids: Arc<dyn ProducerIdSource>,
     ) -> Result<Arc<TxnCoordinator>, BrokerError> {
         let dir = data_dir.join("transactions").join("state");
-        let log_config = LogConfig {
-            segment_bytes_max: STATE_SEGMENT_BYTES,
-            retention_bytes_max: None,
-            retention_ms_max: None,
-            ..LogConfig::default()
-        };
-        let (log, _) = tokio::task::spawn_blocking(move || {
-            Partition::open(
-                dir,
-                Arc::from(TRANSACTION_STATE_TOPIC),
-                PartitionIndex::new(0),
-                log_config,
-                flush,
-            )
-        })
-        .await
-        .map_err(|e| BrokerError::Storage(format!("open transaction log: {e}")))??;
-        log.start_flusher();
+        let log = internal_log::open(dir, TRANSACTION_STATE_TOPIC, flush).await?;
         let coordinator = Arc::new(TxnCoordinator {
             txns: Mutex::new(Transactions::new(config)),
             log,
@@ -552,30 +529,16 @@ impl TxnCoordinator {
 
 /// Rebuilds every id's state from the log. Returns the records read.
 async fn replay(log: &Partition, txns: &mut Transactions) -> Result<usize, BrokerError> {
-    let mut offset = log.log_start_offset();
-    let end = log.high_watermark();
-    let mut count = 0;
-    while offset < end {
-        let read = log.read(offset, REPLAY_READ_BYTES).await?;
-        if read.records.is_empty() {
-            break;
+    internal_log::replay(log, |offset, key, value| {
+        match TxnRecord::decode(key, value) {
+            Some(r) => txns.replay(&r.transactional_id, r.value),
+            None => tracing::warn!(
+                offset = offset.value(),
+                "skipping a transaction record of an unknown format"
+            ),
         }
-        let mut data = read.records;
-        let sets = RecordBatchDecoder::decode_all(&mut data)
-            .map_err(|e| BrokerError::Storage(format!("transaction log batch at {offset}: {e}")))?;
-        for record in sets.into_iter().flat_map(|s| s.records) {
-            offset = Offset::new(record.offset).next();
-            count += 1;
-            match TxnRecord::decode(record.key, record.value) {
-                Some(r) => txns.replay(&r.transactional_id, r.value),
-                None => tracing::warn!(
-                    offset = record.offset,
-                    "skipping a transaction record of an unknown format"
-                ),
-            }
-        }
-    }
-    Ok(count)
+    })
+    .await
 }
 
 /// Resolves once the coordinator closes.

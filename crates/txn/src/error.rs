@@ -2,8 +2,10 @@
 /// code in `headway_server::errors`, the one place codes are chosen.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TxnError {
-    #[error("the transactional id is empty")]
+    #[error("the transactional id is empty or longer than a Kafka string")]
     InvalidTransactionalId,
+    #[error("the group id is empty or longer than a Kafka string")]
+    InvalidGroupId,
     #[error("the transaction timeout {timeout_ms} ms is not within 1..={max_ms} ms")]
     InvalidTransactionTimeout { timeout_ms: i32, max_ms: i32 },
     #[error("a newer producer with the same transactional id fenced this one")]

@@ -34,10 +34,8 @@
 
 use crate::state::{TxnMetadata, TxnState};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use headway_broker::internal_log::{self, get_str, put_str};
 use headway_broker::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use std::collections::BTreeSet;
 
 const FORMAT_VERSION: u8 = 0;
@@ -50,24 +48,6 @@ pub struct TxnRecord {
     pub transactional_id: String,
     /// `None` removes the id (a tombstone).
     pub value: Option<TxnMetadata>,
-}
-
-fn put_str(buf: &mut BytesMut, s: &str) {
-    // Ids, topics and group ids are bounded by the wire's i16 string lengths.
-    let len = u16::try_from(s.len()).expect("a Kafka string fits in u16");
-    buf.put_u16(len);
-    buf.put_slice(s.as_bytes());
-}
-
-fn get_str(buf: &mut Bytes) -> Option<String> {
-    if buf.remaining() < 2 {
-        return None;
-    }
-    let len = usize::from(buf.get_u16());
-    if buf.remaining() < len {
-        return None;
-    }
-    String::from_utf8(buf.split_to(len).to_vec()).ok()
 }
 
 impl TxnRecord {
@@ -190,33 +170,10 @@ fn decode_value(transactional_id: &str, mut v: Bytes) -> Option<TxnMetadata> {
 
 /// Encodes records as one v2 batch for the coordinator's log.
 pub fn encode_batch(records: &[TxnRecord], now_ms: i64) -> Bytes {
-    let records: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // Keeps every record in one batch (offset minus sequence constant).
-            sequence: i as i32 - 1,
-            timestamp: now_ms,
-            key: Some(r.encode_key()),
-            value: r.encode_value(),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, &records, &options).expect("txn records always encode");
-    buf.freeze()
+    internal_log::encode_batch(
+        records.iter().map(|r| (r.encode_key(), r.encode_value())),
+        now_ms,
+    )
 }
 
 #[cfg(test)]

@@ -24,6 +24,17 @@ use std::collections::{BTreeSet, HashMap};
 pub const EPOCH_MAX: i16 = i16::MAX;
 /// Kafka's `isEpochExhausted`: one bump must stay possible for a fence.
 pub const EPOCH_EXHAUSTED: i16 = i16::MAX - 1;
+/// Longest transactional id or group id, in bytes: a Kafka string (flexible versions'
+/// compact strings could carry more, which Kafka's own limit refuses as well). The
+/// coordinator's records store them with a u16 length.
+pub const ID_BYTES_MAX: usize = i16::MAX as usize;
+
+fn check_id(transactional_id: &str) -> Result<(), TxnError> {
+    if transactional_id.is_empty() || transactional_id.len() > ID_BYTES_MAX {
+        return Err(TxnError::InvalidTransactionalId);
+    }
+    Ok(())
+}
 
 /// A transaction's state, with Kafka's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -302,9 +313,7 @@ impl Transactions {
         if self.loading {
             return Err(TxnError::CoordinatorLoadInProgress);
         }
-        if transactional_id.is_empty() {
-            return Err(TxnError::InvalidTransactionalId);
-        }
+        check_id(transactional_id)?;
         self.ids
             .get_mut(transactional_id)
             .ok_or(TxnError::InvalidProducerIdMapping)
@@ -323,9 +332,7 @@ impl Transactions {
         if self.loading {
             return Err(TxnError::CoordinatorLoadInProgress);
         }
-        if transactional_id.is_empty() {
-            return Err(TxnError::InvalidTransactionalId);
-        }
+        check_id(transactional_id)?;
         let max_ms = self.config.transaction_max_timeout_ms;
         if timeout_ms <= 0 || timeout_ms > max_ms {
             return Err(TxnError::InvalidTransactionTimeout { timeout_ms, max_ms });
@@ -546,6 +553,9 @@ impl Transactions {
         offsets_partition: &TopicPartition,
         now_ms: i64,
     ) -> Result<Option<TxnMetadata>, TxnError> {
+        if group_id.is_empty() || group_id.len() > ID_BYTES_MAX {
+            return Err(TxnError::InvalidGroupId);
+        }
         self.add(
             transactional_id,
             producer_id,

@@ -136,6 +136,17 @@ fn timeouts_above_the_maximum_and_empty_ids_are_refused() {
         txns.init_producer_id("", 1000, None, pid(1), 0),
         Err(TxnError::InvalidTransactionalId)
     );
+    let long = "x".repeat(ID_BYTES_MAX + 1);
+    assert_eq!(
+        txns.init_producer_id(&long, 1000, None, pid(1), 0),
+        Err(TxnError::InvalidTransactionalId)
+    );
+    init(&mut txns, None, 1);
+    let offsets = tp("__consumer_offsets", 0);
+    assert_eq!(
+        txns.add_offsets(T, pid(1), epoch(0), &long, &offsets, 0),
+        Err(TxnError::InvalidGroupId)
+    );
 }
 
 #[test]
