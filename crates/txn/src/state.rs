@@ -24,10 +24,9 @@ use std::collections::{BTreeSet, HashMap};
 pub const EPOCH_MAX: i16 = i16::MAX;
 /// Kafka's `isEpochExhausted`: one bump must stay possible for a fence.
 pub const EPOCH_EXHAUSTED: i16 = i16::MAX - 1;
-/// Longest transactional id or group id, in bytes: a Kafka string (flexible versions'
-/// compact strings could carry more, which Kafka's own limit refuses as well). The
-/// coordinator's records store them with a u16 length.
-pub const ID_BYTES_MAX: usize = i16::MAX as usize;
+/// Longest transactional id or group id, in bytes
+/// (`headway_broker::limits::TRANSACTION_ID_BYTES_MAX`).
+pub const ID_BYTES_MAX: usize = headway_broker::limits::TRANSACTION_ID_BYTES_MAX;
 
 fn check_id(transactional_id: &str) -> Result<(), TxnError> {
     if transactional_id.is_empty() || transactional_id.len() > ID_BYTES_MAX {
@@ -161,8 +160,8 @@ pub struct TxnConfig {
     pub transactional_ids_max: usize,
     pub partitions_per_transaction_max: usize,
     pub groups_per_transaction_max: usize,
-    /// Partitions in all open transactions together.
-    pub transaction_partitions_max: usize,
+    /// Partitions and groups in all open transactions together.
+    pub transaction_entries_max: usize,
 }
 
 impl Default for TxnConfig {
@@ -174,7 +173,7 @@ impl Default for TxnConfig {
             transactional_ids_max: limits::TRANSACTIONAL_IDS_MAX,
             partitions_per_transaction_max: limits::PARTITIONS_PER_TRANSACTION_MAX,
             groups_per_transaction_max: limits::GROUPS_PER_TRANSACTION_MAX,
-            transaction_partitions_max: limits::TRANSACTION_PARTITIONS_MAX,
+            transaction_entries_max: limits::TRANSACTION_ENTRIES_MAX,
         }
     }
 }
@@ -224,9 +223,14 @@ struct Entry {
 pub struct Transactions {
     pub config: TxnConfig,
     ids: HashMap<String, Entry>,
-    /// Partitions over every id's metadata (`transaction_partitions_max`).
-    partitions_total: usize,
+    /// Partitions and groups over every id's metadata (`transaction_entries_max`).
+    entries_total: usize,
     loading: bool,
+}
+
+/// What an id's metadata counts against `transaction_entries_max`.
+fn entries(meta: &TxnMetadata) -> usize {
+    meta.partitions.len() + meta.groups.len()
 }
 
 fn bump(epoch: ProducerEpoch) -> ProducerEpoch {
@@ -240,7 +244,7 @@ impl Transactions {
         Transactions {
             config,
             ids: HashMap::new(),
-            partitions_total: 0,
+            entries_total: 0,
             loading: true,
         }
     }
@@ -283,7 +287,7 @@ impl Transactions {
     /// The persisted metadata is durable: it becomes the id's state.
     pub fn apply(&mut self, meta: TxnMetadata) {
         self.remove(&meta.transactional_id);
-        self.partitions_total += meta.partitions.len();
+        self.entries_total += entries(&meta);
         let entry = Entry {
             meta,
             pending: false,
@@ -304,7 +308,7 @@ impl Transactions {
     /// The id's tombstone is durable.
     pub fn remove(&mut self, transactional_id: &str) {
         if let Some(old) = self.ids.remove(transactional_id) {
-            self.partitions_total -= old.meta.partitions.len();
+            self.entries_total -= entries(&old.meta);
         }
     }
 
@@ -472,9 +476,9 @@ impl Transactions {
         let (partitions_max, groups_max, total_max) = (
             self.config.partitions_per_transaction_max,
             self.config.groups_per_transaction_max,
-            self.config.transaction_partitions_max,
+            self.config.transaction_entries_max,
         );
-        let total = self.partitions_total;
+        let total = self.entries_total;
         let entry = self.entry_for(transactional_id)?;
         Self::check_producer(entry, producer_id, producer_epoch)?;
         let meta = &entry.meta;
@@ -502,12 +506,6 @@ impl Transactions {
                 limit: partitions_max,
             });
         }
-        if total - meta.partitions.len() + next.partitions.len() > total_max {
-            return Err(TxnError::LimitReached {
-                what: "partitions in all open transactions",
-                limit: total_max,
-            });
-        }
         if let Some(g) = group_id {
             next.groups.insert(g.to_string());
             if next.groups.len() > groups_max {
@@ -516,6 +514,12 @@ impl Transactions {
                     limit: groups_max,
                 });
             }
+        }
+        if total - entries(meta) + entries(&next) > total_max {
+            return Err(TxnError::LimitReached {
+                what: "partitions and groups in all open transactions",
+                limit: total_max,
+            });
         }
         next.last_update_ms = now_ms;
         entry.pending = true;

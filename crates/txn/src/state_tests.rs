@@ -552,7 +552,7 @@ fn bounds_refuse_more_ids_partitions_and_groups() {
         Ok(None)
     );
     let mut txns = loaded(TxnConfig {
-        transaction_partitions_max: 1,
+        transaction_entries_max: 1,
         ..TxnConfig::default()
     });
     init(&mut txns, None, 1);
