@@ -288,6 +288,17 @@ pub struct BrokerConfig {
     /// An idempotent producer idle this long is forgotten (Kafka's
     /// `producer.id.expiration.ms`); if it returns it resets its sequences.
     pub producer_id_expiration_ms: i64,
+    /// Largest `transaction.timeout.ms` a transactional producer may ask for (Kafka's
+    /// `transaction.max.timeout.ms`); InitProducerId above it gets
+    /// INVALID_TRANSACTION_TIMEOUT.
+    pub transaction_max_timeout_ms: i32,
+    /// A transactional id without an open transaction and without requests for this
+    /// long is removed (Kafka's `transactional.id.expiration.ms`).
+    pub transactional_id_expiration_ms: i64,
+    /// How often open transactions are checked against their timeout (and idle ids
+    /// against the expiration), ms (Kafka's
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`).
+    pub transaction_abort_timed_out_check_interval_ms: u64,
     /// Produces are refused (KAFKA_STORAGE_ERROR, retriable) while the data directory's
     /// filesystem has fewer free bytes than this, so that committed offsets and the
     /// broker's other small writes still fit; 0 turns the check off
@@ -335,6 +346,9 @@ impl Default for BrokerConfig {
             group_initial_rebalance_delay_ms: 3_000,
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             producer_id_expiration_ms: 24 * 3600 * 1000,
+            transaction_max_timeout_ms: 900_000,
+            transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
+            transaction_abort_timed_out_check_interval_ms: 10_000,
             disk_free_bytes_min: limits::DISK_FREE_BYTES_MIN_DEFAULT,
             log_cleaner_enabled: true,
             log_cleaner_backoff_ms: limits::LOG_CLEANER_BACKOFF_MS_DEFAULT,
@@ -388,6 +402,16 @@ impl BrokerConfig {
         }
         if self.log_cleaner_dedupe_buffer_bytes < 1024 * 1024 {
             return Err("log_cleaner_dedupe_buffer_bytes must be at least 1 MiB".into());
+        }
+        if self.transaction_max_timeout_ms <= 0
+            || self.transactional_id_expiration_ms <= 0
+            || self.transaction_abort_timed_out_check_interval_ms == 0
+        {
+            return Err(
+                "transaction_max_timeout_ms, transactional_id_expiration_ms and \
+                 transaction_abort_timed_out_check_interval_ms must be above 0"
+                    .into(),
+            );
         }
         if self.log_cleaner_io_bytes_per_sec == 0 || self.log_cleaner_backoff_ms == 0 {
             return Err(

@@ -18,6 +18,8 @@
 //!   partition, so retries are answered with their original offsets, and its open
 //!   transaction there (the bound of the last stable offset); [`producer_ids`]
 //!   hands out producer ids that stay unique across restarts.
+//! - [`internal_log`] opens, writes and replays the logs the broker keeps for itself
+//!   (committed offsets, transaction state).
 //! - [`read_pool`] runs reads that may wait for the disk on threads of their own, one
 //!   read per connection at a time; reads of cached data skip it (`read_route`
 //!   decides which way a fetch's read goes).
@@ -38,6 +40,7 @@ mod durable_file;
 mod error;
 mod flusher;
 mod ids;
+pub mod internal_log;
 pub mod limits;
 pub mod open_files;
 pub mod partition;

@@ -31,7 +31,10 @@
 //!   transaction), and 24 bytes per aborted transaction whose marker the log holds
 //!   (like the offset index, it grows with the log: `docs/log-format.md`);
 //! - per group: its members' metadata and assignments, with at most
-//!   `members_per_group_max` members and `groups_max` groups.
+//!   `members_per_group_max` members and `groups_max` groups;
+//! - the transaction coordinator's ids and open transactions: at most
+//!   [`TRANSACTIONAL_IDS_MAX`] ids and [`TRANSACTION_ENTRIES_MAX`] partitions and groups
+//!   in open transactions, about 120 MiB at worst.
 //!
 //! Record data is never kept between requests: consumers read the log through the page
 //! cache, which the kernel owns and evicts.
@@ -231,3 +234,33 @@ pub const LOG_CLEANER_IO_BYTES_PER_SEC_DEFAULT: u64 = 64 * 1024 * 1024;
 /// directories, side files, the metrics listener, a log cleaner's staged segment
 /// (`crate::open_files`).
 pub const OPEN_FILES_HEADROOM: u64 = 64;
+
+/// Transactional ids the transaction coordinator holds (`headway_txn`), each with its
+/// producer id, epoch, state and settings (about 300 bytes besides its id and its
+/// partitions). An InitProducerId for a new id beyond it is refused with
+/// POLICY_VIOLATION and a message naming the bound; ids idle for
+/// `transactional_id_expiration_ms` are removed and make room.
+pub const TRANSACTIONAL_IDS_MAX: usize = 50_000;
+
+/// Longest transactional id, and longest group id in a transaction, in bytes. Kafka
+/// Streams' ids (application id, a UUID, a thread index) take well under it. Longer
+/// ones are refused (INVALID_REQUEST, INVALID_GROUP_ID), so every id's memory is
+/// bounded and its record's u16 lengths hold it.
+pub const TRANSACTION_ID_BYTES_MAX: usize = 1024;
+
+/// Partitions in one transaction. An AddPartitionsToTxn, AddOffsetsToTxn or a
+/// transactions-version-2 produce that would pass it is refused with
+/// POLICY_VIOLATION (the client aborts the transaction); the record of a transaction
+/// stays small enough for one batch of the coordinator's log.
+pub const PARTITIONS_PER_TRANSACTION_MAX: usize = 1_000;
+
+/// Consumer groups whose offsets one transaction commits (AddOffsetsToTxn), refused
+/// past it like partitions.
+pub const GROUPS_PER_TRANSACTION_MAX: usize = 100;
+
+/// Partitions and groups in all open transactions together, refused past it like
+/// partitions. With the bounds above the coordinator's memory stays under about
+/// 120 MiB whatever producers do: at most 50,000 ids of at most 1.3 KiB, and 50,000
+/// partitions or groups of at most 1.1 KiB; with the ids clients use (tens of bytes)
+/// it is a tenth of that.
+pub const TRANSACTION_ENTRIES_MAX: usize = 50_000;

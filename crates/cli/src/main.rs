@@ -106,6 +106,15 @@ struct ServeArgs {
     /// How long an empty group's first rebalance waits for more members, in ms [default: 3000].
     #[arg(long, env = "HEADWAY_GROUP_INITIAL_REBALANCE_DELAY_MS")]
     group_initial_rebalance_delay_ms: Option<i64>,
+    /// Largest transaction.timeout.ms a transactional producer may ask for, in ms [default: 900000].
+    #[arg(long, env = "HEADWAY_TRANSACTION_MAX_TIMEOUT_MS")]
+    transaction_max_timeout_ms: Option<i32>,
+    /// A transactional id idle this long (no open transaction) is removed, in ms [default: 604800000].
+    #[arg(long, env = "HEADWAY_TRANSACTIONAL_ID_EXPIRATION_MS")]
+    transactional_id_expiration_ms: Option<i64>,
+    /// How often transactions are checked against their timeout, in ms [default: 10000].
+    #[arg(long, env = "HEADWAY_TRANSACTION_ABORT_TIMED_OUT_CHECK_INTERVAL_MS")]
+    transaction_abort_timed_out_check_interval_ms: Option<u64>,
     /// Default max.message.bytes of topics [default: 1048588].
     #[arg(long, env = "HEADWAY_MAX_MESSAGE_BYTES")]
     max_message_bytes: Option<usize>,
@@ -199,6 +208,12 @@ impl ServeArgs {
         set!(retention_check_interval_ms = self.retention_check_interval_ms);
         set!(frame_bytes_max = self.frame_bytes_max);
         set!(group_initial_rebalance_delay_ms = self.group_initial_rebalance_delay_ms);
+        set!(transaction_max_timeout_ms = self.transaction_max_timeout_ms);
+        set!(transactional_id_expiration_ms = self.transactional_id_expiration_ms);
+        set!(
+            transaction_abort_timed_out_check_interval_ms =
+                self.transaction_abort_timed_out_check_interval_ms
+        );
         set!(log.segment_bytes = self.segment_bytes);
         set!(log.retention_ms = self.retention_ms);
         set!(log.retention_bytes = self.retention_bytes);

@@ -14,10 +14,8 @@ use crate::state::{
 use crate::{GenerationId, GroupError};
 use bytes::Bytes;
 use headway_broker::{
-    BrokerError, FlushPolicy, Offset, Partition, PartitionIndex, ProducerId, TopicPartition,
+    internal_log, BrokerError, FlushPolicy, Offset, Partition, ProducerId, TopicPartition,
 };
-use headway_log::LogConfig;
-use kafka_protocol::records::RecordBatchDecoder;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -26,10 +24,6 @@ use tokio::sync::oneshot;
 
 /// How often sessions, rebalance deadlines and offset expiry are checked.
 const TICK: Duration = Duration::from_millis(100);
-/// Offsets log segments: small, since the log holds only small records.
-const OFFSETS_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
-/// Bytes read per step while replaying the offsets log at start-up.
-const REPLAY_READ_BYTES: usize = 1024 * 1024;
 
 /// One partition's offset in an OffsetCommit.
 #[derive(Debug, Clone)]
@@ -80,24 +74,7 @@ impl GroupCoordinator {
         config: GroupConfig,
     ) -> Result<Arc<GroupCoordinator>, BrokerError> {
         let dir = data_dir.join("groups").join("offsets");
-        let log_config = LogConfig {
-            segment_bytes_max: OFFSETS_SEGMENT_BYTES,
-            retention_bytes_max: None,
-            retention_ms_max: None,
-            ..LogConfig::default()
-        };
-        let (log, _) = tokio::task::spawn_blocking(move || {
-            Partition::open(
-                dir,
-                Arc::from("__consumer_offsets"),
-                PartitionIndex::new(0),
-                log_config,
-                flush,
-            )
-        })
-        .await
-        .map_err(|e| BrokerError::Storage(format!("open offsets log: {e}")))??;
-        log.start_flusher();
+        let log = internal_log::open(dir, "__consumer_offsets", flush).await?;
         let mut groups = Groups::new(config);
         let records = replay(&log, &mut groups).await?;
         let count: usize = groups.iter().map(|g| g.offsets.len()).sum();
@@ -395,49 +372,30 @@ fn summary(g: &crate::state::Group, with_members: bool) -> GroupSummary {
 
 /// Rebuilds the committed offsets from the offsets log. Returns the records read.
 async fn replay(log: &Partition, groups: &mut Groups) -> Result<usize, BrokerError> {
-    let mut offset = log.log_start_offset();
-    let end = log.high_watermark();
-    let mut count = 0;
-    while offset < end {
-        let read = log.read(offset, REPLAY_READ_BYTES).await?;
-        if read.records.is_empty() {
-            break;
-        }
-        let mut data = read.records;
-        let sets = RecordBatchDecoder::decode_all(&mut data)
-            .map_err(|e| BrokerError::Storage(format!("offsets log batch at {offset}: {e}")))?;
-        for record in sets.into_iter().flat_map(|s| s.records) {
-            let record_offset = Offset::new(record.offset);
-            offset = record_offset.next();
-            count += 1;
-            let Some(r) = OffsetRecord::decode(record.key, record.value) else {
-                tracing::warn!(
-                    offset = record.offset,
-                    "skipping an offsets record of an unknown format"
-                );
-                continue;
-            };
-            let key = r.topic_partition;
-            match (r.pending_in, r.value) {
-                (None, Some(v)) => {
-                    let at = v.commit_timestamp_ms;
-                    groups.apply_commit(&r.group_id, vec![(key, v.at(record_offset))], at);
-                }
-                (None, None) => groups.apply_delete(&r.group_id, &key),
-                (Some(producer_id), Some(v)) => {
-                    groups.apply_pending(
-                        producer_id,
-                        &r.group_id,
-                        vec![(key, v.at(record_offset))],
-                    );
-                }
-                (Some(producer_id), None) => {
-                    groups.remove_pending(producer_id, &r.group_id, &key, None);
-                }
+    internal_log::replay(log, |offset, key, value| {
+        let Some(r) = OffsetRecord::decode(key, value) else {
+            tracing::warn!(
+                offset = offset.value(),
+                "skipping an offsets record of an unknown format"
+            );
+            return;
+        };
+        let key = r.topic_partition;
+        match (r.pending_in, r.value) {
+            (None, Some(v)) => {
+                let at = v.commit_timestamp_ms;
+                groups.apply_commit(&r.group_id, vec![(key, v.at(offset))], at);
+            }
+            (None, None) => groups.apply_delete(&r.group_id, &key),
+            (Some(producer_id), Some(v)) => {
+                groups.apply_pending(producer_id, &r.group_id, vec![(key, v.at(offset))]);
+            }
+            (Some(producer_id), None) => {
+                groups.remove_pending(producer_id, &r.group_id, &key, None);
             }
         }
-    }
-    Ok(count)
+    })
+    .await
 }
 
 async fn run_ticker(coordinator: Weak<GroupCoordinator>) {

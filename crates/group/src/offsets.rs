@@ -32,10 +32,8 @@
 
 use crate::state::{leader_epoch_from_wire, leader_epoch_to_wire, OffsetCommit};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use headway_broker::{Offset, PartitionIndex, ProducerId, TopicPartition};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use headway_broker::internal_log::{get_str, put_str};
+use headway_broker::{internal_log, Offset, PartitionIndex, ProducerId, TopicPartition};
 
 const FORMAT_VERSION: u8 = 0;
 /// The key's version byte of an offset pending in a transaction.
@@ -51,22 +49,6 @@ pub struct OffsetRecord {
     pub topic_partition: TopicPartition,
     /// `None` deletes the committed offset.
     pub value: Option<OffsetCommit>,
-}
-
-fn put_str(buf: &mut BytesMut, s: &str) {
-    buf.put_u16(s.len() as u16);
-    buf.put_slice(s.as_bytes());
-}
-
-fn get_str(buf: &mut Bytes) -> Option<String> {
-    if buf.remaining() < 2 {
-        return None;
-    }
-    let len = buf.get_u16() as usize;
-    if buf.remaining() < len {
-        return None;
-    }
-    String::from_utf8(buf.split_to(len).to_vec()).ok()
 }
 
 impl OffsetRecord {
@@ -156,33 +138,10 @@ impl OffsetRecord {
 
 /// Encodes records as one v2 batch for the offsets log.
 pub fn encode_batch(records: &[OffsetRecord], now_ms: i64) -> Bytes {
-    let records: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // Keeps every record in one batch (offset minus sequence constant).
-            sequence: i as i32 - 1,
-            timestamp: now_ms,
-            key: Some(r.encode_key()),
-            value: r.encode_value(),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, &records, &options).expect("offset records always encode");
-    buf.freeze()
+    internal_log::encode_batch(
+        records.iter().map(|r| (r.encode_key(), r.encode_value())),
+        now_ms,
+    )
 }
 
 #[cfg(test)]

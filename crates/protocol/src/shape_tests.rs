@@ -335,7 +335,7 @@ fn every_layout_is_known_once() {
     // The decoder's own range, found by asking it: the version filter of the tests works.
     assert_eq!(versions(ApiKey::Fetch), (4..=18).collect::<Vec<i16>>());
     assert!(matches!(
-        check_body(ApiKey::EndTxn, 0, &[], UNLIMITED),
+        check_body(ApiKey::WriteTxnMarkers, 0, &[], UNLIMITED),
         Err(ShapeError::UnknownLayout { .. })
     ));
 }

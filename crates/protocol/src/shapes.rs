@@ -158,6 +158,36 @@ pub(crate) static MESSAGES: &[Message] = &[
         flexible_min: 2,
         root: &DELETE_RECORDS,
     },
+    Message {
+        api_key: ApiKey::AddPartitionsToTxn,
+        min_version: 0,
+        flexible_min: 3,
+        root: &ADD_PARTITIONS_TO_TXN,
+    },
+    Message {
+        api_key: ApiKey::AddOffsetsToTxn,
+        min_version: 0,
+        flexible_min: 3,
+        root: &ADD_OFFSETS_TO_TXN,
+    },
+    Message {
+        api_key: ApiKey::EndTxn,
+        min_version: 0,
+        flexible_min: 3,
+        root: &END_TXN,
+    },
+    Message {
+        api_key: ApiKey::DescribeTransactions,
+        min_version: 0,
+        flexible_min: 0,
+        root: &DESCRIBE_TRANSACTIONS,
+    },
+    Message {
+        api_key: ApiKey::ListTransactions,
+        min_version: 0,
+        flexible_min: 0,
+        root: &LIST_TRANSACTIONS,
+    },
 ];
 
 static PRODUCE_PARTITION_PRODUCE_DATA: Struct = Struct {
@@ -833,6 +863,96 @@ static DELETE_RECORDS_DELETE_RECORDS_TOPIC: Struct = Struct {
             i16::MAX,
             Kind::Array(Elem::Struct(&DELETE_RECORDS_DELETE_RECORDS_PARTITION)),
         ), // partitions
+    ],
+    tags: &[],
+};
+
+static ADD_PARTITIONS_TO_TXN_TOPIC: Struct = Struct {
+    size: size_of::<add_partitions_to_txn_request::AddPartitionsToTxnTopic>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // name
+        field(0, i16::MAX, Kind::Array(Elem::Fixed(4, size_of::<i32>()))), // partitions
+    ],
+    tags: &[],
+};
+
+static ADD_PARTITIONS_TO_TXN_TRANSACTION: Struct = Struct {
+    size: size_of::<add_partitions_to_txn_request::AddPartitionsToTxnTransaction>(),
+    fields: &[
+        field(4, i16::MAX, Kind::Str),      // transactional_id
+        field(4, i16::MAX, Kind::Fixed(8)), // producer_id
+        field(4, i16::MAX, Kind::Fixed(2)), // producer_epoch
+        field(4, i16::MAX, Kind::Fixed(1)), // verify_only
+        field(
+            4,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&ADD_PARTITIONS_TO_TXN_TOPIC)),
+        ), // topics
+    ],
+    tags: &[],
+};
+
+static ADD_PARTITIONS_TO_TXN: Struct = Struct {
+    size: size_of::<add_partitions_to_txn_request::AddPartitionsToTxnRequest>(),
+    fields: &[
+        field(
+            4,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&ADD_PARTITIONS_TO_TXN_TRANSACTION)),
+        ), // transactions
+        field(0, 3, Kind::Str),      // v3_and_below_transactional_id
+        field(0, 3, Kind::Fixed(8)), // v3_and_below_producer_id
+        field(0, 3, Kind::Fixed(2)), // v3_and_below_producer_epoch
+        field(
+            0,
+            3,
+            Kind::Array(Elem::Struct(&ADD_PARTITIONS_TO_TXN_TOPIC)),
+        ), // v3_and_below_topics
+    ],
+    tags: &[],
+};
+
+static ADD_OFFSETS_TO_TXN: Struct = Struct {
+    size: size_of::<add_offsets_to_txn_request::AddOffsetsToTxnRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // transactional_id
+        field(0, i16::MAX, Kind::Fixed(8)), // producer_id
+        field(0, i16::MAX, Kind::Fixed(2)), // producer_epoch
+        field(0, i16::MAX, Kind::Str),      // group_id
+    ],
+    tags: &[],
+};
+
+static END_TXN: Struct = Struct {
+    size: size_of::<end_txn_request::EndTxnRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // transactional_id
+        field(0, i16::MAX, Kind::Fixed(8)), // producer_id
+        field(0, i16::MAX, Kind::Fixed(2)), // producer_epoch
+        field(0, i16::MAX, Kind::Fixed(1)), // committed
+    ],
+    tags: &[],
+};
+
+static DESCRIBE_TRANSACTIONS: Struct = Struct {
+    size: size_of::<describe_transactions_request::DescribeTransactionsRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Array(Elem::Str)), // transactional_ids
+    ],
+    tags: &[],
+};
+
+static LIST_TRANSACTIONS: Struct = Struct {
+    size: size_of::<list_transactions_request::ListTransactionsRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Array(Elem::Str)), // state_filters
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Fixed(8, size_of::<ProducerId>())),
+        ), // producer_id_filters
+        field(1, i16::MAX, Kind::Fixed(8)),         // duration_filter
+        field(2, i16::MAX, Kind::Str),              // transactional_id_pattern
     ],
     tags: &[],
 };

@@ -3,6 +3,7 @@
 use headway_broker::producer_state::SequenceError;
 use headway_broker::{BatchError, BrokerError};
 use headway_group::GroupError;
+use headway_txn::TxnError;
 use kafka_protocol::ResponseError;
 
 pub fn error_code(error: &BrokerError) -> i16 {
@@ -83,6 +84,33 @@ pub fn group_error_code(error: GroupError) -> i16 {
 /// The code for an optional group error (0 when there is none).
 pub fn group_code(error: Option<GroupError>) -> i16 {
     error.map_or(0, group_error_code)
+}
+
+pub fn txn_error_code(error: &TxnError) -> i16 {
+    use ResponseError as R;
+    let e = match error {
+        TxnError::InvalidTransactionalId => R::InvalidRequest,
+        TxnError::InvalidGroupId => R::InvalidGroupId,
+        TxnError::InvalidTransactionTimeout { .. } => R::InvalidTransactionTimeout,
+        TxnError::ProducerFenced => R::ProducerFenced,
+        TxnError::InvalidProducerEpoch => R::InvalidProducerEpoch,
+        TxnError::InvalidProducerIdMapping => R::InvalidProducerIdMapping,
+        TxnError::InvalidTxnState => R::InvalidTxnState,
+        TxnError::ConcurrentTransactions => R::ConcurrentTransactions,
+        TxnError::TransactionalIdNotFound => R::TransactionalIdNotFound,
+        TxnError::CoordinatorLoadInProgress => R::CoordinatorLoadInProgress,
+        // Retriable: the client finds the coordinator again and retries.
+        TxnError::CoordinatorNotAvailable | TxnError::Markers(_) => R::CoordinatorNotAvailable,
+        // Not retriable: the client reports it (aborting the transaction where one is
+        // open) with the message, which names the bound.
+        TxnError::LimitReached { .. } => R::PolicyViolation,
+    };
+    e.code()
+}
+
+/// The code for a transaction result (0 for success).
+pub fn txn_code<T>(result: &Result<T, TxnError>) -> i16 {
+    result.as_ref().err().map_or(0, txn_error_code)
 }
 
 /// The error code and message a response carries for a failed operation.

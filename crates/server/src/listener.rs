@@ -10,6 +10,9 @@ use crate::stats::ServerStats;
 use crate::{connection, metrics};
 use headway_broker::Broker;
 use headway_group::{GroupConfig, GroupCoordinator};
+use headway_txn::{
+    ProducerIdSource, TxnConfig, TxnCoordinator, UnwiredMarkers, TRANSACTION_STATE_TOPIC,
+};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,9 +113,26 @@ impl Server {
         // Readable as `__consumer_offsets`, and compacted like a topic with the
         // broker's default settings.
         broker.add_internal_log("__consumer_offsets", Arc::clone(groups.offsets_log()));
+        let txn_config = TxnConfig {
+            transaction_max_timeout_ms: config.transaction_max_timeout_ms,
+            transactional_id_expiration_ms: config.transactional_id_expiration_ms,
+            ..TxnConfig::default()
+        };
+        let txns = TxnCoordinator::open(
+            &config.data_dir,
+            config.flush,
+            txn_config,
+            Duration::from_millis(config.transaction_abort_timed_out_check_interval_ms),
+            Arc::new(UnwiredMarkers),
+            Arc::clone(&broker) as Arc<dyn ProducerIdSource>,
+        )
+        .await
+        .map_err(|e| std::io::Error::other(format!("opening the transaction coordinator: {e}")))?;
+        broker.add_internal_log(TRANSACTION_STATE_TOPIC, Arc::clone(txns.state_log()));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let ctx = Arc::new(Ctx {
             groups,
+            txns,
             stats: ServerStats::new(config, Arc::clone(broker.read_pool())),
             broker: Arc::clone(&broker),
             advertised_host: host,
@@ -191,6 +211,8 @@ impl Server {
         self.broker.shutdown().await;
         let groups = Arc::clone(&self.ctx.groups);
         let _ = tokio::task::spawn_blocking(move || groups.close()).await;
+        let txns = Arc::clone(&self.ctx.txns);
+        let _ = tokio::task::spawn_blocking(move || txns.close()).await;
         let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
             while tasks.join_next().await.is_some() {}
         })

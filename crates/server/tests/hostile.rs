@@ -63,6 +63,11 @@ fn every_request() -> Vec<(i16, i16, BytesMut)> {
         defaults::<IncrementalAlterConfigsRequest>(),
         defaults::<AlterConfigsRequest>(),
         defaults::<DeleteRecordsRequest>(),
+        defaults::<AddPartitionsToTxnRequest>(),
+        defaults::<AddOffsetsToTxnRequest>(),
+        defaults::<EndTxnRequest>(),
+        defaults::<DescribeTransactionsRequest>(),
+        defaults::<ListTransactionsRequest>(),
     ];
     assert_eq!(all.len(), APIS.len(), "every served API is probed");
     all.into_iter().flatten().collect()

@@ -4,11 +4,18 @@
 //! version, it still answers, at version 0, with UNSUPPORTED_VERSION and the list of
 //! APIs, so the client can retry with a version both sides know. The response header
 //! is always version 0 (see `headway_protocol`).
+//!
+//! From v3 the answer also carries the broker's features (KIP-584), as Kafka 4.x
+//! sends them: `transaction.version` supported 0..=2 and finalized at 2, so Java
+//! clients 4.x run transactions version 2 (KIP-890: `docs/transactions.md`).
 
 use super::{ready, Call, Handler, HandlerError, Reply, APIS};
 use headway_protocol::decode_body;
-use headway_protocol::kafka_protocol::messages::api_versions_response::ApiVersion;
+use headway_protocol::kafka_protocol::messages::api_versions_response::{
+    ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
+};
 use headway_protocol::kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::kafka_protocol::ResponseError;
 use headway_protocol::{encode_response, Request};
 
@@ -18,6 +25,29 @@ pub const HANDLER: Handler = Handler {
     max_version: 4,
     handle,
 };
+
+/// A feature this broker supports: its name, the levels it supports, and the level
+/// finalized (in use).
+struct Feature {
+    name: &'static str,
+    min_level: i16,
+    max_level: i16,
+    finalized_level: i16,
+}
+
+/// The features advertised. A client keeps the finalized levels of the answer with
+/// the highest epoch; they never change on this broker, so the epoch is constant
+/// (and above the -1 Java clients start from, which they would ignore).
+const FEATURES: &[Feature] = &[Feature {
+    name: "transaction.version",
+    min_level: 0,
+    max_level: 2,
+    finalized_level: 2,
+}];
+const FINALIZED_FEATURES_EPOCH: i64 = 1;
+/// Before v4, supported features whose lowest level is 0 are left out, as Kafka does:
+/// clients of that age refuse a range starting at 0.
+const FEATURES_FROM_LEVEL_0_MIN_VERSION: i16 = 4;
 
 pub(super) fn api_list() -> Vec<ApiVersion> {
     APIS.iter()
@@ -48,6 +78,30 @@ pub fn handle(_call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerE
     };
     let body = ApiVersionsResponse::default()
         .with_error_code(error_code)
-        .with_api_keys(api_list());
+        .with_api_keys(api_list())
+        .with_supported_features(
+            FEATURES
+                .iter()
+                .filter(|f| f.min_level > 0 || version >= FEATURES_FROM_LEVEL_0_MIN_VERSION)
+                .map(|f| {
+                    SupportedFeatureKey::default()
+                        .with_name(StrBytes::from_static_str(f.name))
+                        .with_min_version(f.min_level)
+                        .with_max_version(f.max_level)
+                })
+                .collect(),
+        )
+        .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH)
+        .with_finalized_features(
+            FEATURES
+                .iter()
+                .map(|f| {
+                    FinalizedFeatureKey::default()
+                        .with_name(StrBytes::from_static_str(f.name))
+                        .with_min_version_level(f.finalized_level)
+                        .with_max_version_level(f.finalized_level)
+                })
+                .collect(),
+        );
     ready(request, &body)
 }

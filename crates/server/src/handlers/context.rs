@@ -16,16 +16,18 @@ use headway_broker::{Broker, Partition};
 use headway_group::GroupCoordinator;
 use headway_protocol::kafka_protocol::protocol::{Encodable, HeaderVersion};
 use headway_protocol::{encode_response, EncodeError, Request};
+use headway_txn::TxnCoordinator;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// What every handler can reach: the broker, the group coordinator, and how clients
-/// reach this broker.
+/// What every handler can reach: the broker, the group and transaction coordinators,
+/// and how clients reach this broker.
 pub struct Ctx {
     pub broker: Arc<Broker>,
     pub groups: Arc<GroupCoordinator>,
+    pub txns: Arc<TxnCoordinator>,
     pub advertised_host: String,
     pub advertised_port: i32,
     /// Becomes true when the broker shuts down; long polls end early.

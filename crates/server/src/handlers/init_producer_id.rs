@@ -1,18 +1,22 @@
-//! InitProducerId: a producer id and epoch for an idempotent producer.
+//! InitProducerId: a producer id and epoch, for an idempotent producer or for a
+//! transactional id.
 //!
-//! Every call gets a fresh id with epoch 0, as Kafka does for producers without a
-//! transactional id (a producer that re-initialises after an error thus starts clean).
-//! Transactions are not supported: a request with a transactional id is refused with
-//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report at once as a fatal error
-//! rather than retrying.
+//! Without a transactional id every call gets a fresh id with epoch 0, as Kafka does
+//! (a producer that re-initialises after an error thus starts clean). With one, the
+//! transaction coordinator answers (`headway_txn`): the id's producer id with its
+//! epoch bumped, fencing older producers of the same id; an open transaction is
+//! aborted first (CONCURRENT_TRANSACTIONS until it is). From v3 the request may carry
+//! the producer's current id and epoch (KIP-360), so a producer recovers from an
+//! abortable error without being fenced.
 
 use super::{pending, Call, Handler, HandlerError, Reply};
-use crate::errors::error_code;
+use crate::errors::{error_code, txn_error_code};
 use headway_broker::{BrokerError, ProducerEpoch};
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId,
 };
 use headway_protocol::{decode_body, Request};
+use headway_txn::ExpectedProducer;
 use std::sync::Arc;
 
 pub const HANDLER: Handler = Handler {
@@ -22,23 +26,43 @@ pub const HANDLER: Handler = Handler {
     handle,
 };
 
+/// The first version that carries the producer's current id and epoch (KIP-360).
+const EXPECTED_PRODUCER_MIN_VERSION: i16 = 3;
+
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: InitProducerIdRequest = decode_body(request)?;
+    let expected = if request.api_version() >= EXPECTED_PRODUCER_MIN_VERSION {
+        headway_broker::ProducerId::from_wire(body.producer_id.0).map(|producer_id| {
+            ExpectedProducer {
+                producer_id,
+                producer_epoch: ProducerEpoch::from_wire(body.producer_epoch),
+            }
+        })
+    } else {
+        None
+    };
     let ctx = Arc::clone(ctx);
     pending(request, async move {
-        let allocated = if body.transactional_id.is_some() {
-            Err(BrokerError::TransactionsUnsupported)
-        } else {
-            // Allocation may sync a new block of ids to disk.
-            let broker = Arc::clone(&ctx.broker);
-            tokio::task::spawn_blocking(move || broker.producer_ids().allocate())
+        let answer = match body.transactional_id {
+            Some(transactional_id) => ctx
+                .txns
+                .init_producer_id(&transactional_id, body.transaction_timeout_ms, expected)
                 .await
-                .unwrap_or_else(|e| Err(BrokerError::Storage(e.to_string())))
+                .map_err(|e| txn_error_code(&e)),
+            None => {
+                // Allocation may sync a new block of ids to disk.
+                let broker = Arc::clone(&ctx.broker);
+                tokio::task::spawn_blocking(move || broker.producer_ids().allocate())
+                    .await
+                    .unwrap_or_else(|e| Err(BrokerError::Storage(e.to_string())))
+                    .map(|id| (id, ProducerEpoch::FIRST))
+                    .map_err(|e| error_code(&e))
+            }
         };
-        let (id, epoch, code) = match allocated {
-            Ok(id) => (Some(id), Some(ProducerEpoch::FIRST), 0),
-            Err(e) => (None, None, error_code(&e)),
+        let (id, epoch, code) = match answer {
+            Ok((id, epoch)) => (Some(id), Some(epoch), 0),
+            Err(code) => (None, None, code),
         };
         InitProducerIdResponse::default()
             .with_error_code(code)

@@ -7,6 +7,8 @@
 
 pub mod context;
 
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod alter_configs;
 pub mod api_versions;
 pub mod create_partitions;
@@ -17,6 +19,8 @@ pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
+pub mod describe_transactions;
+pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -26,6 +30,7 @@ pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
+pub mod list_transactions;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;
@@ -87,6 +92,11 @@ pub const APIS: &[Handler] = &[
     incremental_alter_configs::HANDLER,
     alter_configs::HANDLER,
     delete_records::HANDLER,
+    add_partitions_to_txn::HANDLER,
+    add_offsets_to_txn::HANDLER,
+    end_txn::HANDLER,
+    describe_transactions::HANDLER,
+    list_transactions::HANDLER,
 ];
 
 /// One past the largest API key in [`APIS`]: the length of the dispatch table.

@@ -1,0 +1,143 @@
+//! AddPartitionsToTxn: partitions join a transaction before the producer writes to
+//! them (transactions version 1).
+//!
+//! v0-v3 are the client's form: one transactional id. v4+ is the batched form Kafka's
+//! brokers send, several ids at once, each either adding its partitions or, with
+//! `verify_only`, asking whether they are already in the transaction (one error per
+//! partition). Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION and the
+//! others of the same transaction OPERATION_NOT_ATTEMPTED, as Kafka answers; an
+//! add is answered once it is durable in the coordinator's log.
+
+use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
+use crate::errors::txn_error_code;
+use headway_broker::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
+use headway_protocol::kafka_protocol::messages::add_partitions_to_txn_request::{
+    AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+};
+use headway_protocol::kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
+};
+use headway_protocol::kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, TopicName,
+};
+use headway_protocol::kafka_protocol::ResponseError;
+use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
+
+pub const HANDLER: Handler = Handler {
+    key: ApiKey::AddPartitionsToTxn,
+    min_version: 0,
+    max_version: 5,
+    handle,
+};
+
+/// From v4 the request carries several transactions.
+const BATCHED_MIN_VERSION: i16 = 4;
+
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let body: AddPartitionsToTxnRequest = decode_body(request)?;
+    let ctx = Arc::clone(call.ctx);
+    let batched = request.api_version() >= BATCHED_MIN_VERSION;
+    pending(request, async move {
+        if batched {
+            let mut results = Vec::with_capacity(body.transactions.len());
+            for txn in body.transactions {
+                let topic_results = add_one(&ctx, &txn).await;
+                results.push(
+                    AddPartitionsToTxnResult::default()
+                        .with_transactional_id(txn.transactional_id)
+                        .with_topic_results(topic_results),
+                );
+            }
+            AddPartitionsToTxnResponse::default().with_results_by_transaction(results)
+        } else {
+            let txn = AddPartitionsToTxnTransaction::default()
+                .with_transactional_id(body.v3_and_below_transactional_id)
+                .with_producer_id(body.v3_and_below_producer_id)
+                .with_producer_epoch(body.v3_and_below_producer_epoch)
+                .with_topics(body.v3_and_below_topics);
+            let topic_results = add_one(&ctx, &txn).await;
+            AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topic_results)
+        }
+    })
+}
+
+fn partitions_of(topics: &[AddPartitionsToTxnTopic]) -> Vec<TopicPartition> {
+    topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| TopicPartition::new(t.name.to_string(), PartitionIndex::new(*p)))
+        })
+        .collect()
+}
+
+/// One transaction's adds (or verification): one code per partition, in the
+/// request's order.
+async fn add_one(
+    ctx: &Ctx,
+    txn: &AddPartitionsToTxnTransaction,
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    let partitions = partitions_of(&txn.topics);
+    let unknown: Vec<bool> = partitions
+        .iter()
+        .map(|tp| ctx.broker.partition(&tp.topic, tp.partition).is_err())
+        .collect();
+    let (id, producer_id, epoch) = (
+        txn.transactional_id.as_str(),
+        ProducerId::new(txn.producer_id.0),
+        ProducerEpoch::new(txn.producer_epoch),
+    );
+    let codes: Vec<i16> = if unknown.iter().any(|u| *u) {
+        unknown
+            .iter()
+            .map(|u| {
+                if *u {
+                    ResponseError::UnknownTopicOrPartition.code()
+                } else {
+                    ResponseError::OperationNotAttempted.code()
+                }
+            })
+            .collect()
+    } else if txn.verify_only {
+        match ctx
+            .txns
+            .verify_partitions(id, producer_id, epoch, &partitions)
+        {
+            Ok(each) => each
+                .iter()
+                .map(|r| r.as_ref().err().map_or(0, txn_error_code))
+                .collect(),
+            Err(e) => vec![txn_error_code(&e); partitions.len()],
+        }
+    } else {
+        let code = match ctx
+            .txns
+            .add_partitions(id, producer_id, epoch, &partitions)
+            .await
+        {
+            Ok(()) => 0,
+            Err(e) => txn_error_code(&e),
+        };
+        vec![code; partitions.len()]
+    };
+    let mut codes = codes.into_iter();
+    txn.topics
+        .iter()
+        .map(|t| {
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(TopicName(t.name.0.clone()))
+                .with_results_by_partition(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            AddPartitionsToTxnPartitionResult::default()
+                                .with_partition_index(*p)
+                                .with_partition_error_code(codes.next().unwrap_or(0))
+                        })
+                        .collect(),
+                )
+        })
+        .collect()
+}
