@@ -76,8 +76,11 @@ pub enum BrokerError {
     InvalidRequest(String),
     #[error(transparent)]
     Sequence(#[from] crate::producer_state::SequenceError),
-    #[error("transactions are not supported by this broker")]
-    TransactionsUnsupported,
+    /// The transaction coordinator refused a transactional produce (the producer is
+    /// fenced, the partition is not in its transaction, ...): `code` is the Kafka error
+    /// code it answered.
+    #[error("the transaction coordinator refused the produce: {reason}")]
+    TransactionRefused { code: i16, reason: String },
     #[error("storage error: {0}")]
     Storage(String),
     /// The data directory's free space is below `disk_free_bytes_min`.

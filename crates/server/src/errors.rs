@@ -44,7 +44,9 @@ fn response_error(error: &BrokerError) -> ResponseError {
             R::TransactionCoordinatorFenced
         }
         BrokerError::Sequence(SequenceError::TooManyTransactions { .. }) => R::PolicyViolation,
-        BrokerError::TransactionsUnsupported => R::TransactionalIdAuthorizationFailed,
+        BrokerError::TransactionRefused { code, .. } => {
+            R::try_from_code(*code).unwrap_or(R::UnknownServerError)
+        }
         BrokerError::InvalidRequest(_) => R::InvalidRequest,
         // Retriable in every Kafka client (Java's KafkaStorageException is an
         // InvalidMetadataException; librdkafka refreshes metadata and retries): a

@@ -34,5 +34,6 @@ pub mod outbound;
 pub mod probe;
 pub mod request_budget;
 pub mod stats;
+pub mod txn_markers;
 
 pub use listener::{RunningServer, Server, ServerHandle};

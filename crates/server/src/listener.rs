@@ -7,12 +7,11 @@
 
 use crate::handlers::{self, Ctx};
 use crate::stats::ServerStats;
+use crate::txn_markers::PartitionMarkers;
 use crate::{connection, metrics};
 use headway_broker::Broker;
 use headway_group::{GroupConfig, GroupCoordinator};
-use headway_txn::{
-    ProducerIdSource, TxnConfig, TxnCoordinator, UnwiredMarkers, TRANSACTION_STATE_TOPIC,
-};
+use headway_txn::{ProducerIdSource, TxnConfig, TxnCoordinator, TRANSACTION_STATE_TOPIC};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,7 +122,10 @@ impl Server {
             config.flush,
             txn_config,
             Duration::from_millis(config.transaction_abort_timed_out_check_interval_ms),
-            Arc::new(UnwiredMarkers),
+            Arc::new(PartitionMarkers {
+                broker: Arc::clone(&broker),
+                groups: Arc::clone(&groups),
+            }),
             Arc::clone(&broker) as Arc<dyn ProducerIdSource>,
         )
         .await

@@ -63,31 +63,6 @@ pub trait MarkerWriter: Send + Sync {
     ) -> MarkerFuture<'a>;
 }
 
-/// The marker writer until the data path writes control batches: partitions refuse
-/// transactional batches until then, so no partition holds a transaction's data and
-/// there is nothing to mark. It writes nothing and says so at debug level.
-pub struct UnwiredMarkers;
-
-impl MarkerWriter for UnwiredMarkers {
-    fn write_markers<'a>(
-        &'a self,
-        producer_id: ProducerId,
-        producer_epoch: ProducerEpoch,
-        result: TransactionResult,
-        _coordinator_epoch: i32,
-        partitions: &'a [TopicPartition],
-    ) -> MarkerFuture<'a> {
-        tracing::debug!(
-            %producer_id,
-            %producer_epoch,
-            ?result,
-            partitions = partitions.len(),
-            "no markers to write: partitions hold no transactional data"
-        );
-        Box::pin(std::future::ready(Ok(())))
-    }
-}
-
 /// Where new producer ids come from.
 pub trait ProducerIdSource: Send + Sync {
     /// A producer id never handed out before. May block (a synced reservation).
@@ -349,6 +324,33 @@ impl TxnCoordinator {
             producer_id,
             producer_epoch,
             tp,
+            implicit_add,
+            now_ms(),
+        )?;
+        if let Some(meta) = change {
+            self.persist(meta).await?;
+        }
+        Ok(())
+    }
+
+    /// TxnOffsetCommit's check: the group's offsets are in the id's open transaction,
+    /// or (transactions version 2, `implicit_add`) are added to it, durably, before
+    /// this resolves.
+    pub async fn check_txn_offset_commit(
+        &self,
+        transactional_id: &str,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
+        group_id: &str,
+        implicit_add: bool,
+    ) -> Result<(), TxnError> {
+        let offsets = TopicPartition::new(OFFSETS_TOPIC, PartitionIndex::new(0));
+        let change = self.txns().check_txn_offset_commit(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            group_id,
+            &offsets,
             implicit_add,
             now_ms(),
         )?;

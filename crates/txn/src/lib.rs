@@ -17,8 +17,8 @@ pub mod record;
 pub mod state;
 
 pub use coordinator::{
-    ListFilter, MarkerFuture, MarkerWriter, ProducerIdSource, TxnCoordinator, UnwiredMarkers,
-    COORDINATOR_EPOCH, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
+    ListFilter, MarkerFuture, MarkerWriter, ProducerIdSource, TxnCoordinator, COORDINATOR_EPOCH,
+    OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
 };
 pub use error::TxnError;
 pub use state::{

@@ -631,6 +631,44 @@ impl Transactions {
         )
     }
 
+    /// TxnOffsetCommit's check: the group's offsets must be in the id's open
+    /// transaction (AddOffsetsToTxn). With transactions version 2 (`implicit_add`,
+    /// TxnOffsetCommit v5+) the commit adds them, as the client sends no
+    /// AddOffsetsToTxn: `Some` is the metadata to persist before the offsets are
+    /// stored. An old epoch is PRODUCER_FENCED, as Kafka's group coordinator answers.
+    pub fn check_txn_offset_commit(
+        &mut self,
+        transactional_id: &str,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
+        group_id: &str,
+        offsets_partition: &TopicPartition,
+        implicit_add: bool,
+        now_ms: i64,
+    ) -> Result<Option<TxnMetadata>, TxnError> {
+        let entry = self.entry_for(transactional_id)?;
+        Self::check_producer(entry, producer_id, producer_epoch)?;
+        let meta = &entry.meta;
+        if meta.state == TxnState::Ongoing && meta.groups.contains(group_id) {
+            return Ok(None);
+        }
+        if !implicit_add {
+            return Err(TxnError::InvalidTxnState);
+        }
+        if group_id.is_empty() || group_id.len() > ID_BYTES_MAX {
+            return Err(TxnError::InvalidGroupId);
+        }
+        self.add(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            std::slice::from_ref(offsets_partition),
+            Some(group_id),
+            true,
+            now_ms,
+        )
+    }
+
     /// Whether EndTxn for this id will move it to a new producer id (transactions
     /// version 2 with the epoch exhausted): the coordinator allocates one first.
     pub fn end_needs_fresh_id(&self, transactional_id: &str, version2: bool) -> bool {

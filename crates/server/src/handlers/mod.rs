@@ -36,6 +36,7 @@ pub mod offset_commit;
 pub mod offset_fetch;
 pub mod produce;
 pub mod sync_group;
+pub mod txn_offset_commit;
 
 pub use context::{
     pending, pending_with, ready, shutting_down, Arrival, Call, Ctx, Outgoing, Reply, ReplyTiming,
@@ -95,6 +96,7 @@ pub const APIS: &[Handler] = &[
     add_partitions_to_txn::HANDLER,
     add_offsets_to_txn::HANDLER,
     end_txn::HANDLER,
+    txn_offset_commit::HANDLER,
     describe_transactions::HANDLER,
     list_transactions::HANDLER,
 ];

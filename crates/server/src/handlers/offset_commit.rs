@@ -4,11 +4,11 @@
 //! has no members. Offsets of a topic that does not exist are refused with
 //! UNKNOWN_TOPIC_OR_PARTITION, partition by partition, as Kafka does.
 
-use super::{pending, Call, Handler, HandlerError, Reply};
+use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::{error_code, group_code, group_error_code};
 use headway_broker::{BrokerError, Offset, PartitionIndex, TopicPartition};
 use headway_group::state::leader_epoch_from_wire;
-use headway_group::{CommitEntry, GenerationId};
+use headway_group::{CommitEntry, GenerationId, GroupError};
 use headway_protocol::kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -28,34 +28,23 @@ pub const HANDLER: Handler = Handler {
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: OffsetCommitRequest = decode_body(request)?;
-    let entries: Vec<CommitEntry> = body
-        .topics
-        .iter()
-        .flat_map(|t| {
-            t.partitions.iter().map(|p| CommitEntry {
-                topic_partition: TopicPartition::new(
-                    t.name.to_string(),
-                    PartitionIndex::new(p.partition_index),
-                ),
-                offset: Offset::new(p.committed_offset),
-                leader_epoch: leader_epoch_from_wire(p.committed_leader_epoch),
-                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
-            })
-        })
-        .collect();
-    // As Kafka does, offsets of a topic that does not exist are not stored: those
-    // partitions get UNKNOWN_TOPIC_OR_PARTITION and the others are committed.
-    let known: Vec<bool> = entries
-        .iter()
-        .map(|e| ctx.broker.topic(&e.topic_partition.topic).is_some())
-        .collect();
-    let entries: Vec<CommitEntry> = entries
-        .into_iter()
-        .zip(&known)
-        .filter_map(|(e, known)| known.then_some(e))
-        .collect();
+    let asked = Asked::of(
+        ctx,
+        body.topics.iter().map(|t| {
+            let partitions = t.partitions.iter().map(|p| {
+                (
+                    p.partition_index,
+                    p.committed_offset,
+                    p.committed_leader_epoch,
+                    p.committed_metadata.as_ref().map(|m| m.to_string()),
+                )
+            });
+            (t.name.to_string(), partitions.collect())
+        }),
+    );
     let ctx = Arc::clone(ctx);
     pending(request, async move {
+        let (known, entries) = (asked.known, asked.entries);
         let outcome = match entries.is_empty() {
             true => Ok(Vec::new()),
             false => {
@@ -70,20 +59,8 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     .await
             }
         };
-        // One code per partition, in request order.
-        let committed: Vec<i16> = match outcome {
-            Ok(results) => results.iter().map(|r| group_code(r.err())).collect(),
-            Err(e) => vec![group_error_code(e); known.iter().filter(|k| **k).count()],
-        };
-        let mut committed = committed.into_iter();
-        let unknown = error_code(&BrokerError::UnknownTopicOrPartition {
-            topic: String::new(),
-            partition: None,
-        });
-        let mut codes = known.into_iter().map(|known| match known {
-            true => committed.next().unwrap_or(0),
-            false => unknown,
-        });
+        let committed = outcome.map_err(group_error_code);
+        let mut codes = partition_codes(&known, committed);
         let topics = body
             .topics
             .into_iter()
@@ -104,4 +81,68 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .collect();
         OffsetCommitResponse::default().with_topics(topics)
     })
+}
+
+/// The partitions a commit names, as (topic, [(partition, offset, leader epoch,
+/// metadata)]) in request order.
+pub(super) type Named = (String, Vec<(i32, i64, i32, Option<String>)>);
+
+/// A commit's entries: those of existing topics, and for each named partition in
+/// request order whether its topic exists.
+pub(super) struct Asked {
+    pub known: Vec<bool>,
+    pub entries: Vec<CommitEntry>,
+}
+
+impl Asked {
+    /// As Kafka does, offsets of a topic that does not exist are not stored: those
+    /// partitions get UNKNOWN_TOPIC_OR_PARTITION and the others are committed.
+    pub fn of(ctx: &Ctx, topics: impl Iterator<Item = Named>) -> Asked {
+        let mut known = Vec::new();
+        let mut entries = Vec::new();
+        for (topic, partitions) in topics {
+            let exists = ctx.broker.topic(&topic).is_some();
+            for (partition, offset, leader_epoch, metadata) in partitions {
+                known.push(exists);
+                if exists {
+                    entries.push(CommitEntry {
+                        topic_partition: TopicPartition::new(
+                            topic.clone(),
+                            PartitionIndex::new(partition),
+                        ),
+                        offset: Offset::new(offset),
+                        leader_epoch: leader_epoch_from_wire(leader_epoch),
+                        metadata,
+                    });
+                }
+            }
+        }
+        Asked { known, entries }
+    }
+}
+
+/// One code per named partition, in request order: UNKNOWN_TOPIC_OR_PARTITION for a
+/// topic that does not exist, else the commit's result for the entry (or its error for
+/// the whole request).
+pub(super) fn partition_codes(
+    known: &[bool],
+    committed: Result<Vec<Result<(), GroupError>>, i16>,
+) -> impl Iterator<Item = i16> {
+    let committed: Vec<i16> = match committed {
+        Ok(results) => results.iter().map(|r| group_code(r.err())).collect(),
+        Err(code) => vec![code; known.iter().filter(|k| **k).count()],
+    };
+    let mut committed = committed.into_iter();
+    let unknown = error_code(&BrokerError::UnknownTopicOrPartition {
+        topic: String::new(),
+        partition: None,
+    });
+    let codes: Vec<i16> = known
+        .iter()
+        .map(|known| match known {
+            true => committed.next().unwrap_or(0),
+            false => unknown,
+        })
+        .collect();
+    codes.into_iter()
 }

@@ -14,12 +14,23 @@
 //! broker's Produce range covers its old feature probes (Kafka 4.x does the same), but
 //! only v3+ (message format v2) is served: a v0-v2 request closes the connection with
 //! a log line, and a v2 request carrying message-format v0/v1 batches gets
-//! UNSUPPORTED_FOR_MESSAGE_FORMAT.
+//! UNSUPPORTED_FOR_MESSAGE_FORMAT. v12 is v11 on the wire; it tells the broker that the
+//! producer runs transactions version 2 (KIP-890), whose produces add their partition
+//! to the transaction themselves.
+//!
+//! Transactional batches: before they are appended, the transaction coordinator checks
+//! that their producer id and epoch are the request's transactional id's and that the
+//! partition is in its open transaction (or, with v12+, adds it, durably). The reader
+//! waits for that check, so the produces of one connection stay in order.
 
 use super::{pending_with, Call, Handler, HandlerError, Reply, ReplyTiming};
-use crate::errors::code_and_message;
+use crate::errors::{code_and_message, txn_error_code};
 use headway_broker::timings::{self, ProduceStages, Timings};
-use headway_broker::{Appended, Broker, BrokerError, Partition, PartitionIndex};
+use headway_broker::{
+    Appended, Broker, BrokerError, Partition, PartitionIndex, ProducerEpoch, ProducerId,
+    TopicPartition,
+};
+use headway_log::BatchHeader;
 use headway_protocol::kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
@@ -28,18 +39,22 @@ use headway_protocol::kafka_protocol::messages::{
 };
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
+use headway_txn::TxnCoordinator;
 use std::sync::Arc;
 use std::time::Instant;
+use tokio::runtime::Handle;
 
 pub const HANDLER: Handler = Handler {
     key: ApiKey::Produce,
     min_version: 0,
-    max_version: 11,
+    max_version: 12,
     handle,
 };
 
 /// Lowest version whose records are message format v2.
 const MESSAGE_FORMAT_V2_MIN_VERSION: i16 = 3;
+/// Lowest version of a producer running transactions version 2.
+const TRANSACTIONS_V2_MIN_VERSION: i16 = 12;
 
 /// One partition's outcome of the synchronous part.
 struct Outcome {
@@ -61,6 +76,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         });
     }
     let body: ProduceRequest = decode_body(request)?;
+    let transaction = Transaction {
+        txns: &ctx.txns,
+        transactional_id: body.transactional_id.as_ref().map(|id| &***id),
+        implicit_add: request.api_version() >= TRANSACTIONS_V2_MIN_VERSION,
+    };
     let acks = body.acks;
     let valid_acks = matches!(acks, -1..=1);
     let largest = body
@@ -99,6 +119,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                 let appended = if valid_acks {
                     append(
                         &ctx.broker,
+                        &transaction,
                         &topic_data.name,
                         PartitionIndex::new(p.index),
                         p.records.as_deref(),
@@ -144,8 +165,52 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     })
 }
 
+/// What a transactional batch of the request is checked against.
+struct Transaction<'a> {
+    txns: &'a Arc<TxnCoordinator>,
+    transactional_id: Option<&'a str>,
+    implicit_add: bool,
+}
+
+impl Transaction<'_> {
+    /// Asks the coordinator whether the producer of `header` (a transactional batch)
+    /// may write to `topic`'s partition `index`, waiting for its answer.
+    fn check(
+        &self,
+        header: &BatchHeader,
+        topic: &str,
+        index: PartitionIndex,
+    ) -> Result<(), BrokerError> {
+        let Some(transactional_id) = self.transactional_id else {
+            return Err(BrokerError::InvalidRequest(
+                "a transactional batch in a produce without a transactional id".into(),
+            ));
+        };
+        let (Some(producer_id), Some(epoch)) = (
+            ProducerId::from_wire(header.producer_id),
+            ProducerEpoch::from_wire(header.producer_epoch),
+        ) else {
+            return Err(BrokerError::InvalidRequest(
+                "a transactional batch without a producer id and epoch".into(),
+            ));
+        };
+        let tp = TopicPartition::new(topic, index);
+        let check =
+            self.txns
+                .check_produce(transactional_id, producer_id, epoch, &tp, self.implicit_add);
+        // Blocks this reader (not the runtime): later requests of the connection wait,
+        // as their batches must follow this one.
+        let checked = tokio::task::block_in_place(|| Handle::current().block_on(check));
+        checked.map_err(|e| BrokerError::TransactionRefused {
+            code: txn_error_code(&e),
+            reason: e.to_string(),
+        })
+    }
+}
+
 fn append(
     broker: &Broker,
+    transaction: &Transaction<'_>,
     name: &TopicName,
     index: PartitionIndex,
     records: Option<&[u8]>,
@@ -156,11 +221,11 @@ fn append(
     }
     let partition = broker.partition(name, index)?;
     let records = records.ok_or(BrokerError::MissingRecords)?;
-    // The partition accepts transactional batches; whether this producer may write to
-    // this partition in its transaction is the transaction coordinator's to say, and
-    // until one answers here they are refused as before.
-    if headway_log::batch::BatchIter::new(records).any(|(h, _)| h.is_transactional()) {
-        return Err(BrokerError::TransactionsUnsupported);
+    let transactional = headway_log::batch::BatchIter::new(records)
+        .map(|(h, _)| h)
+        .find(BatchHeader::is_transactional);
+    if let Some(header) = transactional {
+        transaction.check(&header, name, index)?;
     }
     // Below `disk_free_bytes_min` the produce is refused (retriable) before it is
     // written, so the broker's own small writes keep finding room.
