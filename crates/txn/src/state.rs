@@ -657,9 +657,12 @@ impl Transactions {
         let meta = &entry.meta;
         let state = meta.state;
         let request_epoch = producer_epoch.value();
-        // Transactions version 2: a retry names the epoch before the bump, or the last
-        // producer id when the bump rotated it.
-        let retry_on_bump = meta.version2 && request_epoch.checked_add(1) == Some(meta.epoch());
+        // Transactions version 2: a retry names the epoch before the end's bump, or the
+        // last producer id when the bump rotated it. A fence (timeout, InitProducerId)
+        // leaves no last epoch, so the fenced producer is told so.
+        let retry_on_bump = meta.version2
+            && request_epoch.checked_add(1) == Some(meta.epoch())
+            && meta.last_producer_epoch == Some(producer_epoch);
         let retry_on_rotation = meta.version2
             && Some(producer_id) == meta.last_producer_id
             && request_epoch >= EPOCH_EXHAUSTED

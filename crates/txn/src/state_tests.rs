@@ -572,3 +572,24 @@ fn states_and_their_codes_round_trip() {
     assert_eq!(TxnState::from_code(7), None);
     assert_eq!(TxnState::from_name("Nope"), None);
 }
+
+#[test]
+fn a_version_2_producer_fenced_by_a_timeout_is_told_so() {
+    let mut txns = initialised();
+    let added = txns
+        .check_produce(T, pid(1), epoch(0), &tp("a", 0), true, 0)
+        .unwrap()
+        .unwrap();
+    txns.apply(added);
+    let expired = txns.expire(60_001);
+    let [abort] = expired.aborts.as_slice() else {
+        panic!("{expired:?}")
+    };
+    txns.apply(abort.clone());
+    let done = txns.complete(T, 60_002).unwrap();
+    txns.apply(done);
+    assert_eq!(
+        end(&mut txns, 1, 0, TransactionResult::Commit, true),
+        Err(TxnError::ProducerFenced)
+    );
+}
