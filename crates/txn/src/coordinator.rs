@@ -358,6 +358,35 @@ impl TxnCoordinator {
         Ok(())
     }
 
+    /// TxnOffsetCommit's check (for the group coordinator's handler): the group's
+    /// offsets must be in the id's open transaction; with transactions version 2
+    /// (`implicit_add`, TxnOffsetCommit v5+) the commit adds them, durably, before
+    /// this resolves. PRODUCER_FENCED for an old epoch, INVALID_TXN_STATE for a group
+    /// not added (version 1).
+    pub async fn check_offset_commit(
+        &self,
+        transactional_id: &str,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
+        group_id: &str,
+        implicit_add: bool,
+    ) -> Result<(), TxnError> {
+        let offsets = TopicPartition::new(OFFSETS_TOPIC, PartitionIndex::new(0));
+        let change = self.txns().check_offset_commit(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            group_id,
+            &offsets,
+            implicit_add,
+            now_ms(),
+        )?;
+        if let Some(meta) = change {
+            self.persist(meta).await?;
+        }
+        Ok(())
+    }
+
     /// EndTxn: answered once the PrepareCommit or PrepareAbort is durable, with the
     /// producer id and epoch the producer continues with (new ones with transactions
     /// version 2, `version2` being EndTxn v5+). The markers are written after.

@@ -631,6 +631,45 @@ impl Transactions {
         )
     }
 
+    /// TxnOffsetCommit's check: the group's offsets must be in the id's open
+    /// transaction (AddOffsetsToTxn, version 1). With transactions version 2
+    /// (`implicit_add`, TxnOffsetCommit v5+) the commit adds the group and its offsets
+    /// partition itself: `Some` is the metadata to persist before the offsets are
+    /// staged. Errors as [`Transactions::check_produce`]'s, but PRODUCER_FENCED for an
+    /// old epoch, as Kafka answers TxnOffsetCommit.
+    #[allow(clippy::too_many_arguments)]
+    pub fn check_offset_commit(
+        &mut self,
+        transactional_id: &str,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
+        group_id: &str,
+        offsets_partition: &TopicPartition,
+        implicit_add: bool,
+        now_ms: i64,
+    ) -> Result<Option<TxnMetadata>, TxnError> {
+        let entry = self.entry_for(transactional_id)?;
+        Self::check_producer(entry, producer_id, producer_epoch)?;
+        if entry.meta.state == TxnState::Ongoing && entry.meta.groups.contains(group_id) {
+            return Ok(None);
+        }
+        if !implicit_add {
+            return Err(TxnError::InvalidTxnState);
+        }
+        if group_id.is_empty() || group_id.len() > ID_BYTES_MAX {
+            return Err(TxnError::InvalidGroupId);
+        }
+        self.add(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            std::slice::from_ref(offsets_partition),
+            Some(group_id),
+            true,
+            now_ms,
+        )
+    }
+
     /// Whether EndTxn for this id will move it to a new producer id (transactions
     /// version 2 with the epoch exhausted): the coordinator allocates one first.
     pub fn end_needs_fresh_id(&self, transactional_id: &str, version2: bool) -> bool {

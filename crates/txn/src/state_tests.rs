@@ -593,3 +593,28 @@ fn a_version_2_producer_fenced_by_a_timeout_is_told_so() {
         Err(TxnError::ProducerFenced)
     );
 }
+
+#[test]
+fn offset_commits_need_the_group_or_add_it_with_version_2() {
+    let mut txns = initialised();
+    let offsets = tp("__consumer_offsets", 0);
+    assert_eq!(
+        txns.check_offset_commit(T, pid(1), epoch(0), "g", &offsets, false, 1),
+        Err(TxnError::InvalidTxnState)
+    );
+    let added = txns
+        .check_offset_commit(T, pid(1), epoch(0), "g", &offsets, true, 1)
+        .unwrap()
+        .expect("version 2 adds the group");
+    assert!(added.groups.contains("g") && added.partitions.contains(&offsets));
+    assert!(added.version2);
+    txns.apply(added);
+    assert_eq!(
+        txns.check_offset_commit(T, pid(1), epoch(0), "g", &offsets, false, 2),
+        Ok(None)
+    );
+    assert_eq!(
+        txns.check_offset_commit(T, pid(1), epoch(3), "g", &offsets, false, 2),
+        Err(TxnError::ProducerFenced)
+    );
+}
