@@ -235,6 +235,14 @@ impl TxnCoordinator {
         }
     }
 
+    /// Persists a step's change, if it made one.
+    async fn persist_change(&self, change: Option<TxnMetadata>) -> Result<(), TxnError> {
+        if let Some(meta) = change {
+            self.persist(meta).await?;
+        }
+        Ok(())
+    }
+
     async fn allocate_id(&self) -> Result<ProducerId, TxnError> {
         let source = Arc::clone(&self.producer_ids);
         tokio::task::spawn_blocking(move || source.allocate())
@@ -287,10 +295,7 @@ impl TxnCoordinator {
             partitions,
             now_ms(),
         )?;
-        if let Some(meta) = change {
-            self.persist(meta).await?;
-        }
-        Ok(())
+        self.persist_change(change).await
     }
 
     /// AddPartitionsToTxn v4+ with verify-only: one result per partition.
@@ -323,10 +328,7 @@ impl TxnCoordinator {
             &offsets,
             now_ms(),
         )?;
-        if let Some(meta) = change {
-            self.persist(meta).await?;
-        }
-        Ok(())
+        self.persist_change(change).await
     }
 
     /// The produce path's check of a transactional batch for `tp`: the partition
@@ -352,10 +354,7 @@ impl TxnCoordinator {
             implicit_add,
             now_ms(),
         )?;
-        if let Some(meta) = change {
-            self.persist(meta).await?;
-        }
-        Ok(())
+        self.persist_change(change).await
     }
 
     /// TxnOffsetCommit's check (for the group coordinator's handler): the group's
@@ -381,10 +380,7 @@ impl TxnCoordinator {
             implicit_add,
             now_ms(),
         )?;
-        if let Some(meta) = change {
-            self.persist(meta).await?;
-        }
-        Ok(())
+        self.persist_change(change).await
     }
 
     /// EndTxn: answered once the PrepareCommit or PrepareAbort is durable, with the
