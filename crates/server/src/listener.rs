@@ -124,7 +124,7 @@ impl Server {
             txn_config,
             Duration::from_millis(config.transaction_abort_timed_out_check_interval_ms),
             Arc::new(UnwiredMarkers),
-            Arc::clone(&broker) as Arc<dyn ProducerIdSource>,
+            Arc::new(Arc::downgrade(&broker)) as Arc<dyn ProducerIdSource>,
         )
         .await
         .map_err(|e| std::io::Error::other(format!("opening the transaction coordinator: {e}")))?;

@@ -94,9 +94,12 @@ pub trait ProducerIdSource: Send + Sync {
     fn allocate(&self) -> Result<ProducerId, TxnError>;
 }
 
-impl ProducerIdSource for Broker {
+/// The broker's producer ids, held weakly: the coordinator's tasks (a marker write
+/// retried forever) never keep the broker, and its data directory's lock, alive.
+impl ProducerIdSource for Weak<Broker> {
     fn allocate(&self) -> Result<ProducerId, TxnError> {
-        self.producer_ids().allocate().map_err(|e| {
+        let broker = self.upgrade().ok_or(TxnError::CoordinatorNotAvailable)?;
+        broker.producer_ids().allocate().map_err(|e| {
             tracing::error!(error = %e, "allocating a producer id failed");
             TxnError::CoordinatorNotAvailable
         })
