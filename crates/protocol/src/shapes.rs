@@ -171,6 +171,12 @@ pub(crate) static MESSAGES: &[Message] = &[
         root: &ADD_OFFSETS_TO_TXN,
     },
     Message {
+        api_key: ApiKey::TxnOffsetCommit,
+        min_version: 0,
+        flexible_min: 3,
+        root: &TXN_OFFSET_COMMIT,
+    },
+    Message {
         api_key: ApiKey::EndTxn,
         min_version: 0,
         flexible_min: 3,
@@ -919,6 +925,49 @@ static ADD_OFFSETS_TO_TXN: Struct = Struct {
         field(0, i16::MAX, Kind::Fixed(8)), // producer_id
         field(0, i16::MAX, Kind::Fixed(2)), // producer_epoch
         field(0, i16::MAX, Kind::Str),      // group_id
+    ],
+    tags: &[],
+};
+
+static TXN_OFFSET_COMMIT: Struct = Struct {
+    size: size_of::<txn_offset_commit_request::TxnOffsetCommitRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // transactional_id
+        field(0, i16::MAX, Kind::Str),      // group_id
+        field(0, i16::MAX, Kind::Fixed(8)), // producer_id
+        field(0, i16::MAX, Kind::Fixed(2)), // producer_epoch
+        field(3, i16::MAX, Kind::Fixed(4)), // generation_id
+        field(3, i16::MAX, Kind::Str),      // member_id
+        field(3, i16::MAX, Kind::Str),      // group_instance_id
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&TXN_OFFSET_COMMIT_TOPIC)),
+        ), // topics
+    ],
+    tags: &[],
+};
+
+static TXN_OFFSET_COMMIT_TOPIC: Struct = Struct {
+    size: size_of::<txn_offset_commit_request::TxnOffsetCommitRequestTopic>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // name
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&TXN_OFFSET_COMMIT_PARTITION)),
+        ), // partitions
+    ],
+    tags: &[],
+};
+
+static TXN_OFFSET_COMMIT_PARTITION: Struct = Struct {
+    size: size_of::<txn_offset_commit_request::TxnOffsetCommitRequestPartition>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(4)), // partition_index
+        field(0, i16::MAX, Kind::Fixed(8)), // committed_offset
+        field(2, i16::MAX, Kind::Fixed(4)), // committed_leader_epoch
+        field(0, i16::MAX, Kind::Str),      // committed_metadata
     ],
     tags: &[],
 };

@@ -123,10 +123,10 @@ impl Server {
             txn_config,
             Duration::from_millis(config.transaction_abort_timed_out_check_interval_ms),
             Arc::new(PartitionMarkers {
-                broker: Arc::clone(&broker),
+                broker: Arc::downgrade(&broker),
                 groups: Arc::clone(&groups),
             }),
-            Arc::clone(&broker) as Arc<dyn ProducerIdSource>,
+            Arc::new(Arc::downgrade(&broker)) as Arc<dyn ProducerIdSource>,
         )
         .await
         .map_err(|e| std::io::Error::other(format!("opening the transaction coordinator: {e}")))?;

@@ -13,10 +13,11 @@ use headway_broker::{
 };
 use headway_group::GroupCoordinator;
 use headway_txn::{MarkerFuture, MarkerWriter, TransactionResult, TxnError, OFFSETS_TOPIC};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 pub struct PartitionMarkers {
-    pub broker: Arc<Broker>,
+    /// Weak, as the coordinator holding this outlives nothing of the broker's.
+    pub broker: Weak<Broker>,
     pub groups: Arc<GroupCoordinator>,
 }
 
@@ -40,7 +41,10 @@ impl PartitionMarkers {
                 .map_err(|e| TxnError::Markers(format!("{OFFSETS_TOPIC}: {e}")))?;
             return Ok(None);
         }
-        let partition = match self.broker.partition(&tp.topic, tp.partition) {
+        let Some(broker) = self.broker.upgrade() else {
+            return Err(TxnError::Markers("the broker is shutting down".into()));
+        };
+        let partition = match broker.partition(&tp.topic, tp.partition) {
             Ok(partition) => partition,
             Err(BrokerError::UnknownTopicOrPartition { .. }) => {
                 tracing::info!(topic = %tp.topic, partition = tp.partition.value(),

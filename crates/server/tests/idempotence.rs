@@ -16,11 +16,21 @@ use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::kafka_protocol::records::{Record, TimestampType};
 
 fn idempotent_batch(producer_id: i64, epoch: i16, base_sequence: i32, values: &[&str]) -> Bytes {
+    producer_batch(producer_id, epoch, base_sequence, values, false)
+}
+
+fn producer_batch(
+    producer_id: i64,
+    epoch: i16,
+    base_sequence: i32,
+    values: &[&str],
+    transactional: bool,
+) -> Bytes {
     let records: Vec<Record> = values
         .iter()
         .enumerate()
         .map(|(i, v)| Record {
-            transactional: false,
+            transactional,
             control: false,
             delete_horizon: false,
             partition_leader_epoch: 0,
@@ -125,10 +135,16 @@ async fn retries_are_stored_once_and_bad_sequences_refused() {
         "the log holds every batch once"
     );
 
+    // A transactional id gets its producer from the transaction coordinator, but
+    // partitions refuse transactional batches clearly until they store them.
     let transactional = init_producer_id(&mut client, Some("tx-1")).await;
+    assert_eq!(transactional.error_code, 0);
+    assert_ne!(transactional.producer_id.0, pid);
+    let txn_batch = producer_batch(transactional.producer_id.0, 0, 0, &["t"], true);
     assert_eq!(
-        transactional.error_code, 53,
-        "transactions are refused clearly"
+        produce(&mut client, txn_batch).await.0,
+        53,
+        "transactional batches are refused clearly"
     );
     broker.stop().await;
 }

@@ -69,9 +69,12 @@ pub trait ProducerIdSource: Send + Sync {
     fn allocate(&self) -> Result<ProducerId, TxnError>;
 }
 
-impl ProducerIdSource for Broker {
+/// The broker's producer ids, held weakly: the coordinator's tasks (a marker write
+/// retried forever) never keep the broker, and its data directory's lock, alive.
+impl ProducerIdSource for Weak<Broker> {
     fn allocate(&self) -> Result<ProducerId, TxnError> {
-        self.producer_ids().allocate().map_err(|e| {
+        let broker = self.upgrade().ok_or(TxnError::CoordinatorNotAvailable)?;
+        broker.producer_ids().allocate().map_err(|e| {
             tracing::error!(error = %e, "allocating a producer id failed");
             TxnError::CoordinatorNotAvailable
         })
@@ -210,6 +213,14 @@ impl TxnCoordinator {
         }
     }
 
+    /// Persists a step's change, if it made one.
+    async fn persist_change(&self, change: Option<TxnMetadata>) -> Result<(), TxnError> {
+        if let Some(meta) = change {
+            self.persist(meta).await?;
+        }
+        Ok(())
+    }
+
     async fn allocate_id(&self) -> Result<ProducerId, TxnError> {
         let source = Arc::clone(&self.producer_ids);
         tokio::task::spawn_blocking(move || source.allocate())
@@ -262,10 +273,7 @@ impl TxnCoordinator {
             partitions,
             now_ms(),
         )?;
-        if let Some(meta) = change {
-            self.persist(meta).await?;
-        }
-        Ok(())
+        self.persist_change(change).await
     }
 
     /// AddPartitionsToTxn v4+ with verify-only: one result per partition.
@@ -298,10 +306,7 @@ impl TxnCoordinator {
             &offsets,
             now_ms(),
         )?;
-        if let Some(meta) = change {
-            self.persist(meta).await?;
-        }
-        Ok(())
+        self.persist_change(change).await
     }
 
     /// The produce path's check of a transactional batch for `tp`: the partition
@@ -327,16 +332,15 @@ impl TxnCoordinator {
             implicit_add,
             now_ms(),
         )?;
-        if let Some(meta) = change {
-            self.persist(meta).await?;
-        }
-        Ok(())
+        self.persist_change(change).await
     }
 
-    /// TxnOffsetCommit's check: the group's offsets are in the id's open transaction,
-    /// or (transactions version 2, `implicit_add`) are added to it, durably, before
-    /// this resolves.
-    pub async fn check_txn_offset_commit(
+    /// TxnOffsetCommit's check (for the group coordinator's handler): the group's
+    /// offsets must be in the id's open transaction; with transactions version 2
+    /// (`implicit_add`, TxnOffsetCommit v5+) the commit adds them, durably, before
+    /// this resolves. PRODUCER_FENCED for an old epoch, INVALID_TXN_STATE for a group
+    /// not added (version 1).
+    pub async fn check_offset_commit(
         &self,
         transactional_id: &str,
         producer_id: ProducerId,
@@ -345,7 +349,7 @@ impl TxnCoordinator {
         implicit_add: bool,
     ) -> Result<(), TxnError> {
         let offsets = TopicPartition::new(OFFSETS_TOPIC, PartitionIndex::new(0));
-        let change = self.txns().check_txn_offset_commit(
+        let change = self.txns().check_offset_commit(
             transactional_id,
             producer_id,
             producer_epoch,
@@ -354,10 +358,7 @@ impl TxnCoordinator {
             implicit_add,
             now_ms(),
         )?;
-        if let Some(meta) = change {
-            self.persist(meta).await?;
-        }
-        Ok(())
+        self.persist_change(change).await
     }
 
     /// EndTxn: answered once the PrepareCommit or PrepareAbort is durable, with the

@@ -632,11 +632,13 @@ impl Transactions {
     }
 
     /// TxnOffsetCommit's check: the group's offsets must be in the id's open
-    /// transaction (AddOffsetsToTxn). With transactions version 2 (`implicit_add`,
-    /// TxnOffsetCommit v5+) the commit adds them, as the client sends no
-    /// AddOffsetsToTxn: `Some` is the metadata to persist before the offsets are
-    /// stored. An old epoch is PRODUCER_FENCED, as Kafka's group coordinator answers.
-    pub fn check_txn_offset_commit(
+    /// transaction (AddOffsetsToTxn, version 1). With transactions version 2
+    /// (`implicit_add`, TxnOffsetCommit v5+) the commit adds the group and its offsets
+    /// partition itself: `Some` is the metadata to persist before the offsets are
+    /// staged. Errors as [`Transactions::check_produce`]'s, but PRODUCER_FENCED for an
+    /// old epoch, as Kafka answers TxnOffsetCommit.
+    #[allow(clippy::too_many_arguments)]
+    pub fn check_offset_commit(
         &mut self,
         transactional_id: &str,
         producer_id: ProducerId,
@@ -648,8 +650,7 @@ impl Transactions {
     ) -> Result<Option<TxnMetadata>, TxnError> {
         let entry = self.entry_for(transactional_id)?;
         Self::check_producer(entry, producer_id, producer_epoch)?;
-        let meta = &entry.meta;
-        if meta.state == TxnState::Ongoing && meta.groups.contains(group_id) {
+        if entry.meta.state == TxnState::Ongoing && entry.meta.groups.contains(group_id) {
             return Ok(None);
         }
         if !implicit_add {
@@ -695,9 +696,12 @@ impl Transactions {
         let meta = &entry.meta;
         let state = meta.state;
         let request_epoch = producer_epoch.value();
-        // Transactions version 2: a retry names the epoch before the bump, or the last
-        // producer id when the bump rotated it.
-        let retry_on_bump = meta.version2 && request_epoch.checked_add(1) == Some(meta.epoch());
+        // Transactions version 2: a retry names the epoch before the end's bump, or the
+        // last producer id when the bump rotated it. A fence (timeout, InitProducerId)
+        // leaves no last epoch, so the fenced producer is told so.
+        let retry_on_bump = meta.version2
+            && request_epoch.checked_add(1) == Some(meta.epoch())
+            && meta.last_producer_epoch == Some(producer_epoch);
         let retry_on_rotation = meta.version2
             && Some(producer_id) == meta.last_producer_id
             && request_epoch >= EPOCH_EXHAUSTED

@@ -572,3 +572,49 @@ fn states_and_their_codes_round_trip() {
     assert_eq!(TxnState::from_code(7), None);
     assert_eq!(TxnState::from_name("Nope"), None);
 }
+
+#[test]
+fn a_version_2_producer_fenced_by_a_timeout_is_told_so() {
+    let mut txns = initialised();
+    let added = txns
+        .check_produce(T, pid(1), epoch(0), &tp("a", 0), true, 0)
+        .unwrap()
+        .unwrap();
+    txns.apply(added);
+    let expired = txns.expire(60_001);
+    let [abort] = expired.aborts.as_slice() else {
+        panic!("{expired:?}")
+    };
+    txns.apply(abort.clone());
+    let done = txns.complete(T, 60_002).unwrap();
+    txns.apply(done);
+    assert_eq!(
+        end(&mut txns, 1, 0, TransactionResult::Commit, true),
+        Err(TxnError::ProducerFenced)
+    );
+}
+
+#[test]
+fn offset_commits_need_the_group_or_add_it_with_version_2() {
+    let mut txns = initialised();
+    let offsets = tp("__consumer_offsets", 0);
+    assert_eq!(
+        txns.check_offset_commit(T, pid(1), epoch(0), "g", &offsets, false, 1),
+        Err(TxnError::InvalidTxnState)
+    );
+    let added = txns
+        .check_offset_commit(T, pid(1), epoch(0), "g", &offsets, true, 1)
+        .unwrap()
+        .expect("version 2 adds the group");
+    assert!(added.groups.contains("g") && added.partitions.contains(&offsets));
+    assert!(added.version2);
+    txns.apply(added);
+    assert_eq!(
+        txns.check_offset_commit(T, pid(1), epoch(0), "g", &offsets, false, 2),
+        Ok(None)
+    );
+    assert_eq!(
+        txns.check_offset_commit(T, pid(1), epoch(3), "g", &offsets, false, 2),
+        Err(TxnError::ProducerFenced)
+    );
+}

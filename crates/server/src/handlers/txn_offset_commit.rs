@@ -55,7 +55,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         let producer_id = ProducerId::new(body.producer_id.0);
         let checked = ctx
             .txns
-            .check_txn_offset_commit(
+            .check_offset_commit(
                 &body.transactional_id,
                 producer_id,
                 ProducerEpoch::new(body.producer_epoch),
