@@ -743,6 +743,12 @@ impl Transactions {
             TxnState::PrepareCommit | TxnState::PrepareAbort if matches(state) => {
                 return Err(TxnError::ConcurrentTransactions)
             }
+            // Transactions version 2: the end already gave the producer its bumped
+            // epoch, so it may end its next transaction (an empty abort, say) while the
+            // previous one's markers are still being written; it retries.
+            TxnState::PrepareCommit | TxnState::PrepareAbort if version2 && !retry => {
+                return Err(TxnError::ConcurrentTransactions)
+            }
             TxnState::CompleteCommit | TxnState::CompleteAbort if retry => {
                 if matches(state) {
                     let (id, epoch) = (meta.producer_id, meta.producer_epoch);

@@ -618,3 +618,36 @@ fn offset_commits_need_the_group_or_add_it_with_version_2() {
         Err(TxnError::ProducerFenced)
     );
 }
+
+#[test]
+fn a_version_2_end_while_the_previous_markers_are_written_is_retried() {
+    let mut txns = initialised();
+    let added = txns
+        .check_produce(T, pid(1), epoch(0), &tp("a", 0), true, 1)
+        .unwrap()
+        .expect("added");
+    txns.apply(added);
+    let EndOutcome::Prepare(prepared) =
+        end(&mut txns, 1, 0, TransactionResult::Commit, true).unwrap()
+    else {
+        panic!("a prepare")
+    };
+    // PrepareCommit is durable; its markers are still being written. The producer
+    // already has the bumped epoch and ends its next (empty) transaction.
+    txns.apply(prepared);
+    for result in [TransactionResult::Abort, TransactionResult::Commit] {
+        assert_eq!(
+            end(&mut txns, 1, 1, result, true),
+            Err(TxnError::ConcurrentTransactions),
+            "{result:?}"
+        );
+    }
+    assert_eq!(
+        txns.check_produce(T, pid(1), epoch(1), &tp("a", 0), true, 2),
+        Err(TxnError::ConcurrentTransactions)
+    );
+    let done = txns.complete(T, 20).expect("prepared");
+    txns.apply(done);
+    let outcome = end(&mut txns, 1, 1, TransactionResult::Abort, true).unwrap();
+    assert!(matches!(outcome, EndOutcome::Prepare(_)), "{outcome:?}");
+}

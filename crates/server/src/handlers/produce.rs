@@ -39,7 +39,8 @@ use headway_protocol::kafka_protocol::messages::{
 };
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
-use headway_txn::TxnCoordinator;
+use headway_protocol::kafka_protocol::ResponseError;
+use headway_txn::{TxnCoordinator, TxnError};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::runtime::Handle;
@@ -202,7 +203,12 @@ impl Transaction<'_> {
         // as their batches must follow this one.
         let checked = tokio::task::block_in_place(|| Handle::current().block_on(check));
         checked.map_err(|e| BrokerError::TransactionRefused {
-            code: txn_error_code(&e),
+            // The previous transaction's markers are still being written: a retriable
+            // code every client retries a produce on (Kafka does the same).
+            code: match e {
+                TxnError::ConcurrentTransactions => ResponseError::NotEnoughReplicas.code(),
+                _ => txn_error_code(&e),
+            },
             reason: e.to_string(),
         })
     }
