@@ -213,3 +213,15 @@ pub const LOG_CLEANER_IO_BYTES_PER_SEC_DEFAULT: u64 = 64 * 1024 * 1024;
 /// directories, side files, the metrics listener, a log cleaner's staged segment
 /// (`crate::open_files`).
 pub const OPEN_FILES_HEADROOM: u64 = 64;
+
+/// Partitions with their own series on `/metrics` (offsets, size on disk, health): a
+/// scrape stays a few hundred KiB and a Prometheus server's series count bounded. The
+/// first partitions by topic name and index have series; the rest are left out and
+/// counted by `headway_partitions_omitted` (broker-wide totals still cover them).
+pub const METRICS_PARTITIONS_MAX: usize = 1_000;
+
+/// Group partitions (a group's committed partition) with their own series on
+/// `/metrics` (committed offset and lag), for the same reason; the first by group id,
+/// topic and index have series, the rest are counted by
+/// `headway_group_partitions_omitted`.
+pub const METRICS_GROUP_PARTITIONS_MAX: usize = 1_000;

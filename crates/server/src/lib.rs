@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod outbound;
 pub mod probe;
 pub mod request_budget;
+pub mod requests;
 pub mod stats;
 
 pub use listener::{RunningServer, Server, ServerHandle};
