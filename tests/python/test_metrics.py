@@ -17,6 +17,7 @@ socket.)
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import urllib.error
@@ -25,6 +26,7 @@ import urllib.request
 from confluent_kafka import Consumer, Producer
 
 from support import Delivery, ErrorLog, create_topic, produce_records, rdkafka_base
+from conftest import REPO_ROOT
 
 TOPIC = "metrics-run"
 GROUP = "metrics-lag"
@@ -32,6 +34,10 @@ PARTITIONS = 2
 FIRST = 2_000
 MORE = 500
 DEADLINE_S = 60.0
+
+DASHBOARD = REPO_ROOT / "dashboards" / "headway.json"
+FAMILY_RE = re.compile(r"headway_[a-z_]+")
+SUFFIX_RE = re.compile(r"_(bucket|sum|count|total)$")
 
 SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$")
 LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -175,3 +181,26 @@ def test_metrics_follow_a_produce_consume_run(make_broker):
     finally:
         consumer.close()
     assert endpoint.get("/readyz") == (200, "ready\n")
+    check_dashboard(endpoint.scrape())
+
+
+def check_dashboard(m: Scrape) -> None:
+    """Every family the Grafana dashboard queries is on /metrics after the run."""
+    exprs = []
+
+    def collect(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("expr"), str):
+                exprs.append(node["expr"])
+            for value in node.values():
+                collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    collect(json.loads(DASHBOARD.read_text()))
+    queried = {SUFFIX_RE.sub("", name) for e in exprs for name in FAMILY_RE.findall(e)}
+    served = {SUFFIX_RE.sub("", name) for name, _, _ in m.samples}
+    assert len(queried) >= 20, queried
+    missing = sorted(queried - served)
+    assert not missing, f"the dashboard queries families /metrics does not have: {missing}"
