@@ -264,3 +264,15 @@ pub const GROUPS_PER_TRANSACTION_MAX: usize = 100;
 /// partitions or groups of at most 1.1 KiB; with the ids clients use (tens of bytes)
 /// it is a tenth of that.
 pub const TRANSACTION_ENTRIES_MAX: usize = 50_000;
+
+/// Partitions with their own series on `/metrics` (offsets, size on disk, health): a
+/// scrape stays a few hundred KiB and a Prometheus server's series count bounded. The
+/// first partitions by topic name and index have series; the rest are left out and
+/// counted by `headway_partitions_omitted` (broker-wide totals still cover them).
+pub const METRICS_PARTITIONS_MAX: usize = 1_000;
+
+/// Group partitions (a group's committed partition) with their own series on
+/// `/metrics` (committed offset and lag), for the same reason; the first by group id,
+/// topic and index have series, the rest are counted by
+/// `headway_group_partitions_omitted`.
+pub const METRICS_GROUP_PARTITIONS_MAX: usize = 1_000;

@@ -102,6 +102,8 @@ pub struct Timings {
     pub produce: Histograms,
     pub fetch: Histograms,
     pub sync: Histograms,
+    /// Bytes carried by each sync, 4 KiB to 128 MiB doubling.
+    pub sync_bytes: Histogram,
     produce_small: ProduceStages,
     produce_large: ProduceStages,
     fetch_tail: FetchStages,
@@ -150,6 +152,7 @@ impl Timings {
             sync_small: get(&sync, &[("size", "small")]),
             sync_large: get(&sync, &[("size", "large")]),
             light_latency: LatencySignal::new(),
+            sync_bytes: Histogram::new(exponential_buckets(4096.0, 2.0, 16)),
             produce,
             fetch,
             sync,
@@ -175,6 +178,7 @@ impl Timings {
     /// A flusher synced `bytes` in `elapsed`: recorded, and a small sync feeds the
     /// bulk budget's latency signal.
     pub fn synced(&self, bytes: u64, elapsed: Duration) {
+        self.sync_bytes.observe(bytes as f64);
         match bytes <= SMALL_SYNC_BYTES {
             true => {
                 observe(&self.sync_small, elapsed);

@@ -26,7 +26,7 @@
 
 use crate::handlers::{self, Arrival, Ctx, HandlerError, Outgoing, Reply, ReplyTiming};
 use crate::request_budget::Reserved;
-use crate::stats::Connection;
+use crate::stats::{Connection, ServerStats};
 use bytes::Bytes;
 use headway_broker::{limits, Partition};
 use headway_protocol::kafka_protocol::messages::ApiKey;
@@ -85,6 +85,9 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
             break;
         };
         conn.requests_read.fetch_add(1, Ordering::Relaxed);
+        let (api, version) = (request.api_key, request.api_version());
+        let handled_from = std::time::Instant::now();
+        ctx.stats.requests.read(api);
         // A large produce is bulk work: it waits for the bulk budget, which shrinks
         // while light work is slow (`docs/sync.md`), and is charged with its size.
         large = reserved.is_some();
@@ -106,6 +109,7 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
         if let Some(bytes) = bulk {
             ctx.broker.bulk_budget().charge(bytes);
         }
+        let outcome = outcome.map(|reply| counted(&ctx.stats, api, version, handled_from, reply));
         // Handled: the request's bytes are free (a reply keeps what it needs).
         drop(reserved);
         match outcome {
@@ -136,6 +140,39 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
     }
     drop(replies);
     let _ = writer.await;
+}
+
+/// Counts `reply` in the per-API metrics once its frame is ready to write: now, or
+/// when a pending reply completes (`crate::requests`).
+fn counted(
+    stats: &Arc<ServerStats>,
+    api: ApiKey,
+    version: i16,
+    started: std::time::Instant,
+    reply: Reply,
+) -> Reply {
+    match reply {
+        Reply::Ready(frame) => {
+            stats.requests.answered(api, version, started, &frame);
+            Reply::Ready(frame)
+        }
+        Reply::Pending(future) => {
+            let stats = Arc::clone(stats);
+            Reply::Pending(Box::pin(async move {
+                let outgoing = future.await;
+                if let Ok(outgoing) = &outgoing {
+                    stats
+                        .requests
+                        .answered(api, version, started, &outgoing.frame);
+                }
+                outgoing
+            }))
+        }
+        Reply::Silent => {
+            stats.requests.unanswered(api, started);
+            Reply::Silent
+        }
+    }
 }
 
 /// Handles a large produce on one of the broker's bulk threads (the read threads, at a

@@ -20,8 +20,10 @@
 //!
 //! 5. A fetch reserves outbound bytes ([`outbound`]) before it reads, and reads through
 //!    the page cache or the cold-read pool; the reservation is released when the writer
-//!    has written the response. [`stats`] shows what every bounded queue holds, and
-//!    [`probe`] how often each budget was found short and how long callers waited.
+//!    has written the response. [`stats`] shows what every bounded queue holds,
+//!    [`probe`] how often each budget was found short and how long callers waited, and
+//!    [`requests`] the requests, response codes and latencies per API; [`metrics`]
+//!    serves them with `/healthz` and `/readyz`.
 //!
 //! Kafka error codes are chosen in one place, [`errors`].
 
@@ -33,6 +35,7 @@ pub mod metrics;
 pub mod outbound;
 pub mod probe;
 pub mod request_budget;
+pub mod requests;
 pub mod stats;
 pub mod txn_markers;
 

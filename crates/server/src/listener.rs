@@ -13,6 +13,7 @@ use headway_broker::Broker;
 use headway_group::{GroupConfig, GroupCoordinator};
 use headway_txn::{ProducerIdSource, TxnConfig, TxnCoordinator, TRANSACTION_STATE_TOPIC};
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -143,7 +144,7 @@ impl Server {
         });
         let metrics_addr = match &config.metrics_listen {
             Some(listen) => {
-                let addr = metrics::start(listen, ctx.stats(), Arc::clone(&broker))
+                let addr = metrics::start(listen, Arc::clone(&ctx))
                     .await
                     .map_err(|e| {
                         std::io::Error::other(format!("metrics listener {listen}: {e}"))
@@ -186,6 +187,8 @@ impl Server {
     pub async fn run(self) {
         let mut tasks = JoinSet::new();
         let mut down = self.ctx.shutdown.clone();
+        // Ready (`/readyz`) from here until shutdown begins.
+        self.ctx.stats.accepting.store(true, Ordering::Relaxed);
         loop {
             let permit = tokio::select! {
                 slot = self.ctx.stats.connection_slot() => slot,
@@ -209,6 +212,7 @@ impl Server {
                 _ = handlers::shutting_down(&mut down) => break,
             }
         }
+        self.ctx.stats.accepting.store(false, Ordering::Relaxed);
         tracing::info!("shutting down: closing logs");
         self.broker.shutdown().await;
         let groups = Arc::clone(&self.ctx.groups);

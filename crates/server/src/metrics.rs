@@ -4,19 +4,27 @@
 //! fresh registry (`prometheus-client`'s text format); the counters and histograms it
 //! shows live in the broker and its `ServerStats`; the registry lives for one scrape.
 //!
-//! The HTTP side is deliberately small: one request per connection, `GET /metrics`
-//! answered with 200, anything else with 404; a request head larger than 8 KiB or slower
-//! than 5 s closes the connection.
+//! Per-partition and per-group series are bounded: the first
+//! `limits::METRICS_PARTITIONS_MAX` partitions and `limits::METRICS_GROUP_PARTITIONS_MAX`
+//! group partitions (by name) have series, and a gauge counts the ones left out. Every
+//! family, its labels and its bounds are listed in `docs/metrics.md`.
+//!
+//! The HTTP side is deliberately small: one request per connection. `GET /metrics`
+//! answers 200 with the text format; `GET /healthz` 200 (the endpoint starts after
+//! recovery, so serving means healthy); `GET /readyz` 200 when the listener accepts
+//! and every partition is online, else 503 with the reasons; anything else 404. A
+//! request head larger than 8 KiB or slower than 5 s closes the connection.
 
+use crate::handlers::Ctx;
 use crate::stats::ServerStats;
-use headway_broker::{Broker, PartitionHealth};
+use headway_broker::{limits, Broker, Partition, PartitionHealth};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -26,34 +34,26 @@ const REQUEST_HEAD_BYTES_MAX: usize = 8 * 1024;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Binds `listen` and serves scrapes on a task until the process ends.
-pub async fn start(
-    listen: &str,
-    stats: Arc<ServerStats>,
-    broker: Arc<Broker>,
-) -> std::io::Result<SocketAddr> {
+pub async fn start(listen: &str, ctx: Arc<Ctx>) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
+    started();
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             };
-            let (stats, broker) = (Arc::clone(&stats), Arc::clone(&broker));
+            let ctx = Arc::clone(&ctx);
             tokio::spawn(async move {
-                let _ =
-                    tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &stats, &broker)).await;
+                let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, ctx)).await;
             });
         }
     });
     Ok(addr)
 }
 
-async fn answer(
-    mut stream: TcpStream,
-    stats: &ServerStats,
-    broker: &Broker,
-) -> std::io::Result<()> {
+async fn answer(mut stream: TcpStream, ctx: Arc<Ctx>) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -63,14 +63,30 @@ async fn answer(
         }
         head.extend_from_slice(&chunk[..n]);
     }
+    const TEXT: &str = "text/plain; charset=utf-8";
     let (status, content_type, body) = if head.starts_with(b"GET /metrics ") {
+        // A scrape reads the partitions' directories for their size: off the runtime.
+        let body = tokio::task::spawn_blocking(move || render(&ctx))
+            .await
+            .map_err(std::io::Error::other)?;
         (
             "200 OK",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            render(stats, broker),
+            body,
         )
+    } else if head.starts_with(b"GET /healthz ") {
+        ("200 OK", TEXT, "ok\n".to_string())
+    } else if head.starts_with(b"GET /readyz ") {
+        match not_ready(&ctx.stats, &ctx.broker) {
+            reasons if reasons.is_empty() => ("200 OK", TEXT, "ready\n".to_string()),
+            reasons => ("503 Service Unavailable", TEXT, reasons.join("\n") + "\n"),
+        }
     } else {
-        ("404 Not Found", "text/plain", "try /metrics\n".to_string())
+        (
+            "404 Not Found",
+            TEXT,
+            "try /metrics, /healthz or /readyz\n".to_string(),
+        )
     };
     let response = format!(
         "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -92,10 +108,31 @@ fn counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
     registry.register(name, help, c);
 }
 
-/// The metrics text for one scrape.
-pub fn render(stats: &ServerStats, broker: &Broker) -> String {
+/// Why the broker is not ready, one line per reason; empty when it is: the listener
+/// does not accept connections (starting or shutting down), or partitions are offline.
+pub fn not_ready(stats: &ServerStats, broker: &Broker) -> Vec<String> {
+    let mut reasons = Vec::new();
+    if !stats.accepting.load(Ordering::Relaxed) {
+        reasons.push("the listener does not accept connections".to_string());
+    }
+    for topic in broker.topics() {
+        for p in topic.partitions().iter().filter(|p| p.health().offline) {
+            reasons.push(format!(
+                "partition {}-{} is offline",
+                topic.name(),
+                p.index().value()
+            ));
+        }
+    }
+    reasons
+}
+
+/// The metrics text for one scrape. Blocking: reads the partitions' directories.
+pub fn render(ctx: &Ctx) -> String {
+    let (stats, broker) = (&*ctx.stats, &*ctx.broker);
     let s = stats.snapshot();
     let mut r = Registry::with_prefix("headway");
+    stats.requests.register(&mut r);
     let t = broker.timings();
     r.register(
         "produce_stage_seconds",
@@ -111,6 +148,11 @@ pub fn render(stats: &ServerStats, broker: &Broker) -> String {
         "sync_seconds",
         "Duration of one partition's sync by the flusher, by the bytes it carried",
         t.sync.clone(),
+    );
+    r.register(
+        "sync_bytes",
+        "Bytes one partition's sync by the flusher carried",
+        t.sync_bytes.clone(),
     );
     let open = s.connections.len() as u64;
     gauge(&mut r, "connections", "Open client connections", open);
@@ -302,81 +344,9 @@ pub fn render(stats: &ServerStats, broker: &Broker) -> String {
         disk.produces_refused,
     );
 
-    let high_watermark = Family::<Vec<(String, String)>, Gauge>::default();
-    let log_start = Family::<Vec<(String, String)>, Gauge>::default();
-    let offline = Family::<Vec<(String, String)>, Gauge>::default();
-    let to_repair = Family::<Vec<(String, String)>, Gauge>::default();
-    let mut totals = PartitionHealth::default();
-    let mut offline_count = 0u64;
-    for topic in broker.topics() {
-        for p in topic.partitions() {
-            let labels = vec![
-                ("topic".to_string(), topic.name().to_string()),
-                ("partition".to_string(), p.index().value().to_string()),
-            ];
-            high_watermark
-                .get_or_create(&labels)
-                .set(p.high_watermark().value());
-            log_start
-                .get_or_create(&labels)
-                .set(p.log_start_offset().value());
-            let health = p.health();
-            offline
-                .get_or_create(&labels)
-                .set(i64::from(health.offline));
-            to_repair
-                .get_or_create(&labels)
-                .set(health.segments_to_repair as i64);
-            offline_count += u64::from(health.offline);
-            totals.write_refusals += health.write_refusals;
-            totals.corrupt_reads += health.corrupt_reads;
-            totals.segments_to_repair += health.segments_to_repair;
-        }
-    }
-    gauge(
-        &mut r,
-        "partitions_offline",
-        "Partitions whose log failed an fsync (or could not undo a failed write) and accept no writes until restart",
-        offline_count,
-    );
-    counter(
-        &mut r,
-        "log_write_refusals",
-        "Appends refused because a write failed (a full disk) and was undone, all partitions",
-        totals.write_refusals,
-    );
-    counter(
-        &mut r,
-        "corrupt_batch_reads",
-        "Reads refused because a stored batch failed its CRC, all partitions",
-        totals.corrupt_reads,
-    );
-    gauge(
-        &mut r,
-        "segments_to_repair",
-        "Segments marked for repair at the next start, all partitions",
-        totals.segments_to_repair as u64,
-    );
-    r.register(
-        "partition_offline",
-        "1 when the partition's log failed an fsync and accepts no writes until restart",
-        offline,
-    );
-    r.register(
-        "partition_segments_to_repair",
-        "Segments of the partition marked for repair at the next start (a stored batch failed its CRC)",
-        to_repair,
-    );
-    r.register(
-        "partition_high_watermark",
-        "Offset below which records are durable and readable",
-        high_watermark,
-    );
-    r.register(
-        "partition_log_start_offset",
-        "First offset still in the log",
-        log_start,
-    );
+    register_partitions(&mut r, broker);
+    register_groups(&mut r, ctx);
+    register_process(&mut r);
     register_cleaner(&mut r, broker);
     let mut text = String::new();
     encode(&mut text, &r).expect("writing to a String cannot fail");
@@ -441,3 +411,255 @@ fn register_cleaner(r: &mut Registry, broker: &Broker) {
         last,
     );
 }
+
+type Labelled = Family<Vec<(String, String)>, Gauge>;
+
+fn partition_labels(topic: &str, partition: &Partition) -> Vec<(String, String)> {
+    vec![
+        ("topic".to_string(), topic.to_string()),
+        (
+            "partition".to_string(),
+            partition.index().value().to_string(),
+        ),
+    ]
+}
+
+/// Per partition: offsets, size on disk and health, for the first
+/// `METRICS_PARTITIONS_MAX` partitions (topics by name); totals over all of them.
+fn register_partitions(r: &mut Registry, broker: &Broker) {
+    let (high_watermark, log_start, log_end) = (
+        Labelled::default(),
+        Labelled::default(),
+        Labelled::default(),
+    );
+    let (size, offline, to_repair) = (
+        Labelled::default(),
+        Labelled::default(),
+        Labelled::default(),
+    );
+    let mut totals = PartitionHealth::default();
+    let (mut offline_count, mut seen, mut size_total) = (0u64, 0usize, 0u64);
+    let topics_dir = broker.config().data_dir.join("topics");
+    for topic in broker.topics() {
+        for p in topic.partitions() {
+            let health = p.health();
+            offline_count += u64::from(health.offline);
+            totals.write_refusals += health.write_refusals;
+            totals.corrupt_reads += health.corrupt_reads;
+            totals.segments_to_repair += health.segments_to_repair;
+            seen += 1;
+            if seen > limits::METRICS_PARTITIONS_MAX {
+                continue;
+            }
+            let labels = partition_labels(topic.name(), p);
+            high_watermark
+                .get_or_create(&labels)
+                .set(p.high_watermark().value());
+            log_start
+                .get_or_create(&labels)
+                .set(p.log_start_offset().value());
+            if let Ok(end) = p.log_end_offset() {
+                log_end.get_or_create(&labels).set(end.value());
+            }
+            let dir = topics_dir
+                .join(topic.name())
+                .join(p.index().value().to_string());
+            let bytes = dir_bytes(&dir);
+            size_total += bytes;
+            size.get_or_create(&labels).set(as_gauge(bytes));
+            offline
+                .get_or_create(&labels)
+                .set(i64::from(health.offline));
+            to_repair
+                .get_or_create(&labels)
+                .set(health.segments_to_repair as i64);
+        }
+    }
+    gauge(
+        r,
+        "partitions",
+        "Partitions of every topic (the offsets log not included)",
+        seen as u64,
+    );
+    gauge(
+        r,
+        "partitions_omitted",
+        "Partitions without per-partition series: those past limits::METRICS_PARTITIONS_MAX",
+        seen.saturating_sub(limits::METRICS_PARTITIONS_MAX) as u64,
+    );
+    gauge(
+        r,
+        "partitions_offline",
+        "Partitions whose log failed an fsync (or could not undo a failed write) and accept no writes until restart",
+        offline_count,
+    );
+    counter(
+        r,
+        "log_write_refusals",
+        "Appends refused because a write failed (a full disk) and was undone, all partitions",
+        totals.write_refusals,
+    );
+    counter(
+        r,
+        "corrupt_batch_reads",
+        "Reads refused because a stored batch failed its CRC, all partitions",
+        totals.corrupt_reads,
+    );
+    gauge(
+        r,
+        "segments_to_repair",
+        "Segments marked for repair at the next start, all partitions",
+        totals.segments_to_repair as u64,
+    );
+    gauge(
+        r,
+        "log_size_bytes",
+        "Bytes on disk of the partitions with series (their directories' files)",
+        size_total,
+    );
+    r.register(
+        "partition_offline",
+        "1 when the partition's log failed an fsync and accepts no writes until restart",
+        offline,
+    );
+    r.register(
+        "partition_segments_to_repair",
+        "Segments of the partition marked for repair at the next start (a stored batch failed its CRC)",
+        to_repair,
+    );
+    r.register(
+        "partition_high_watermark",
+        "Offset below which records are durable and readable",
+        high_watermark,
+    );
+    r.register(
+        "partition_log_start_offset",
+        "First offset still in the log",
+        log_start,
+    );
+    r.register(
+        "partition_log_end_offset",
+        "Offset the next appended record gets (durable or not)",
+        log_end,
+    );
+    r.register(
+        "partition_size_bytes",
+        "Bytes on disk of the partition's directory: segments, indexes and side files",
+        size,
+    );
+}
+
+/// Bytes of the files directly in `dir` (a partition's segments, indexes and side
+/// files); a file that vanishes meanwhile (retention, cleaning) counts as 0.
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
+}
+
+fn as_gauge(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Per group and partition: the committed offset and the lag behind the high
+/// watermark, for the first `METRICS_GROUP_PARTITIONS_MAX` (groups by id).
+fn register_groups(r: &mut Registry, ctx: &Ctx) {
+    let (committed, lag) = (Labelled::default(), Labelled::default());
+    let mut groups = ctx.groups.list();
+    groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+    let mut seen = 0usize;
+    for group in &groups {
+        let mut offsets = ctx.groups.committed(&group.group_id, None);
+        offsets.sort_by(|a, b| a.0.cmp(&b.0));
+        for (tp, offset) in offsets {
+            seen += 1;
+            if seen > limits::METRICS_GROUP_PARTITIONS_MAX {
+                continue;
+            }
+            let labels = vec![
+                ("group".to_string(), group.group_id.clone()),
+                ("topic".to_string(), tp.topic.clone()),
+                ("partition".to_string(), tp.partition.value().to_string()),
+            ];
+            let at = offset.commit.offset.value();
+            committed.get_or_create(&labels).set(at);
+            // A deleted topic's commits stay until they expire: no lag to show.
+            if let Ok(p) = ctx.broker.partition(&tp.topic, tp.partition) {
+                let behind = p.high_watermark().value().saturating_sub(at).max(0);
+                lag.get_or_create(&labels).set(behind);
+            }
+        }
+    }
+    gauge(
+        r,
+        "groups",
+        "Consumer groups known to the coordinator",
+        groups.len() as u64,
+    );
+    gauge(
+        r,
+        "group_partitions_omitted",
+        "Committed group partitions without series: those past limits::METRICS_GROUP_PARTITIONS_MAX",
+        seen.saturating_sub(limits::METRICS_GROUP_PARTITIONS_MAX) as u64,
+    );
+    r.register(
+        "group_committed_offset",
+        "The group's committed offset for the partition",
+        committed,
+    );
+    r.register(
+        "group_lag",
+        "Records between the group's committed offset and the partition's high watermark (0 when the commit is ahead)",
+        lag,
+    );
+}
+
+/// The process: resident memory, open files and uptime, from /proc (Linux; absent
+/// elsewhere).
+fn register_process(r: &mut Registry) {
+    if let Some(bytes) = resident_bytes() {
+        gauge(
+            r,
+            "process_resident_memory_bytes",
+            "Resident memory (/proc/self/statm)",
+            bytes,
+        );
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        gauge(
+            r,
+            "process_open_fds",
+            "Open file descriptors: files and sockets (/proc/self/fd)",
+            fds.count() as u64,
+        );
+    }
+    let uptime = Gauge::<f64, AtomicU64>::default();
+    uptime.set(started().elapsed().as_secs_f64());
+    r.register(
+        "process_uptime_seconds",
+        "Seconds since the broker started serving",
+        uptime,
+    );
+}
+
+/// When the endpoint started (after the broker's recovery).
+fn started() -> std::time::Instant {
+    static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *STARTED.get_or_init(std::time::Instant::now)
+}
+
+/// Resident pages (the second field of /proc/self/statm) times the page size.
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * PAGE_BYTES)
+}
+
+/// The page size of Linux on x86-64 and of most arm64 kernels; `statm` counts pages.
+const PAGE_BYTES: u64 = 4096;

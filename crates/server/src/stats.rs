@@ -9,6 +9,7 @@
 use crate::outbound::{ConnectionBudget, OutboundBudget};
 use crate::probe::BudgetProbe;
 use crate::request_budget::RequestBudget;
+use crate::requests::RequestMetrics;
 use headway_broker::read_pool::{ReadPool, ReadStatsSnapshot, ReadVia};
 use headway_broker::{limits, BrokerConfig};
 use std::collections::BTreeMap;
@@ -46,6 +47,11 @@ pub struct ServerStats {
     /// Times a producer's connection waited because a partition it wrote had more
     /// unsynced bytes than `partition_unsynced_bytes_max`.
     pub unsynced_holds: AtomicU64,
+    /// Requests, response codes and latencies per API.
+    pub requests: RequestMetrics,
+    /// True while the listener accepts connections: from the start of its accept loop
+    /// until shutdown begins (`/readyz`).
+    pub accepting: AtomicBool,
 }
 
 /// One connection's state.
@@ -122,6 +128,8 @@ impl ServerStats {
             requests_refused: AtomicU64::new(0),
             request_body_timeouts: AtomicU64::new(0),
             unsynced_holds: AtomicU64::new(0),
+            requests: RequestMetrics::new(),
+            accepting: AtomicBool::new(false),
         })
     }
 

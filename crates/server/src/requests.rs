@@ -1,0 +1,345 @@
+//! Requests per API: how many were handled, how long each took until its response was
+//! ready to write, and the error codes the responses carried (`docs/metrics.md`).
+//!
+//! One [`RequestMetrics`] per server, part of its [`crate::stats::ServerStats`]. Every
+//! served API ([`crate::handlers::APIS`]) has a slot made when the server starts, so
+//! counting a request takes no lock and allocates nothing; the label sets are the served
+//! APIs and Kafka's error codes, a fixed, bounded list. The connection's reader counts a
+//! request and its response ([`RequestMetrics::answered`]) around `dispatch`; a reply
+//! that must wait (a produce's sync, a fetch's long poll) is counted when it is ready.
+//!
+//! Error codes are read back from the encoded response (decoded with `kafka-protocol`,
+//! records stay shared bytes): every code a response carries is counted once, the
+//! top-level one and each per-item one (partition, topic, group, member, resource).
+
+use crate::handlers::APIS;
+use bytes::Bytes;
+use kafka_protocol::messages::{self as m, ApiKey, ResponseHeader};
+use kafka_protocol::protocol::Decodable;
+use kafka_protocol::ResponseError;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Error codes counted one by one: Kafka's codes run from -1 to about 130; a code
+/// outside `-1..ERROR_CODES - 1` is counted as `other`.
+const ERROR_CODES: usize = 160;
+
+type Labels = Vec<(&'static str, String)>;
+type Latencies = Family<Labels, Histogram, fn() -> Histogram>;
+
+/// 50 µs to 6.5 s, doubling: a sync-bound produce, a long poll, a rebalance's join.
+fn new_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(50e-6, 2.0, 18))
+}
+
+/// One served API's counters.
+struct Slot {
+    name: String,
+    requests: Counter,
+    latency: Histogram,
+    /// Responses' error codes: index `code + 1`, the last one for any other code.
+    codes: Vec<AtomicU64>,
+}
+
+/// Request and response counters and latency histograms, per served API.
+pub struct RequestMetrics {
+    /// Indexed by API key; `None` for keys no handler serves.
+    slots: Vec<Option<Slot>>,
+    requests: Family<Labels, Counter>,
+    latency: Latencies,
+}
+
+impl Default for RequestMetrics {
+    fn default() -> RequestMetrics {
+        RequestMetrics::new()
+    }
+}
+
+impl RequestMetrics {
+    pub fn new() -> RequestMetrics {
+        let requests = Family::<Labels, Counter>::default();
+        let latency = Latencies::new_with_constructor(new_histogram as fn() -> Histogram);
+        let keys = APIS.iter().map(|h| h.key as usize + 1).max().unwrap_or(0);
+        let mut slots: Vec<Option<Slot>> = (0..keys).map(|_| None).collect();
+        for handler in APIS {
+            let name = format!("{:?}", handler.key);
+            let labels = vec![("api", name.clone())];
+            slots[handler.key as usize] = Some(Slot {
+                requests: requests.get_or_create(&labels).clone(),
+                latency: latency.get_or_create(&labels).clone(),
+                codes: (0..=ERROR_CODES).map(|_| AtomicU64::new(0)).collect(),
+                name,
+            });
+        }
+        RequestMetrics {
+            slots,
+            requests,
+            latency,
+        }
+    }
+
+    fn slot(&self, api: ApiKey) -> Option<&Slot> {
+        self.slots.get(api as usize).and_then(Option::as_ref)
+    }
+
+    /// A request of `api` was read and is about to be handled.
+    pub fn read(&self, api: ApiKey) {
+        if let Some(slot) = self.slot(api) {
+            slot.requests.inc();
+        }
+    }
+
+    /// The response `frame` (size prefix, header, body) to a request of `api` at
+    /// `version`, handled from `started`, is ready to write.
+    pub fn answered(&self, api: ApiKey, version: i16, started: Instant, frame: &Bytes) {
+        let Some(slot) = self.slot(api) else {
+            return;
+        };
+        slot.latency.observe(started.elapsed().as_secs_f64());
+        let count = |code: i16| {
+            let index = usize::try_from(i32::from(code) + 1)
+                .ok()
+                .filter(|i| *i < ERROR_CODES)
+                .unwrap_or(ERROR_CODES);
+            slot.codes[index].fetch_add(1, Ordering::Relaxed);
+        };
+        if error_codes(api, version, frame, count).is_none() {
+            // The broker encoded it, so this does not happen; if it did, it shows.
+            count(ResponseError::UnknownServerError.code());
+        }
+    }
+
+    /// A request of `api` handled from `started` needs no response (a produce with
+    /// acks=0): its latency is counted, no code.
+    pub fn unanswered(&self, api: ApiKey, started: Instant) {
+        if let Some(slot) = self.slot(api) {
+            slot.latency.observe(started.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Adds the families to one scrape's registry.
+    pub fn register(&self, r: &mut Registry) {
+        r.register(
+            "api_requests",
+            "Requests read and handled, by API",
+            self.requests.clone(),
+        );
+        r.register(
+            "api_request_seconds",
+            "Time from a request read to its response ready to write, by API",
+            self.latency.clone(),
+        );
+        let codes = Family::<Labels, Counter>::default();
+        for slot in self.slots.iter().flatten() {
+            for (index, n) in slot.codes.iter().enumerate() {
+                let n = n.load(Ordering::Relaxed);
+                if n == 0 {
+                    continue;
+                }
+                let (code, error) = match index < ERROR_CODES {
+                    true => {
+                        let code = index as i16 - 1;
+                        (code.to_string(), error_name(code))
+                    }
+                    false => ("other".to_string(), "Unknown".to_string()),
+                };
+                let labels = vec![("api", slot.name.clone()), ("code", code), ("error", error)];
+                codes.get_or_create(&labels).inc_by(n);
+            }
+        }
+        r.register(
+            "api_response_codes",
+            "Error codes carried by responses, top-level and per partition, topic, group or resource (code 0: none), by API",
+            codes,
+        );
+    }
+}
+
+/// Kafka's name of `code`, as `kafka-protocol` spells it (`None` for 0).
+fn error_name(code: i16) -> String {
+    match ResponseError::try_from_code(code) {
+        None => "None".to_string(),
+        Some(ResponseError::Unknown(_)) => "Unknown".to_string(),
+        Some(error) => error.to_string(),
+    }
+}
+
+/// Calls `count` with every error code the response in `frame` (to a request of
+/// `api` at `version`) carries; `None` if it does not decode.
+fn error_codes(api: ApiKey, version: i16, frame: &Bytes, mut count: impl FnMut(i16)) -> Option<()> {
+    let mut body = frame.get(4..).map(|_| frame.slice(4..))?;
+    ResponseHeader::decode(&mut body, api.response_header_version(version)).ok()?;
+    let body = &mut body;
+    match api {
+        ApiKey::Produce => decode::<m::ProduceResponse>(body, version)?
+            .responses
+            .iter()
+            .flat_map(|t| &t.partition_responses)
+            .for_each(|p| count(p.error_code)),
+        ApiKey::Fetch => {
+            let r = decode::<m::FetchResponse>(body, version)?;
+            count(r.error_code);
+            r.responses
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .for_each(|p| count(p.error_code));
+        }
+        ApiKey::ListOffsets => decode::<m::ListOffsetsResponse>(body, version)?
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| count(p.error_code)),
+        ApiKey::Metadata => decode::<m::MetadataResponse>(body, version)?
+            .topics
+            .iter()
+            .for_each(|t| {
+                count(t.error_code);
+                t.partitions.iter().for_each(|p| count(p.error_code));
+            }),
+        ApiKey::OffsetCommit => decode::<m::OffsetCommitResponse>(body, version)?
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| count(p.error_code)),
+        ApiKey::OffsetFetch => {
+            let r = decode::<m::OffsetFetchResponse>(body, version)?;
+            count(r.error_code);
+            r.topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .for_each(|p| count(p.error_code));
+            r.groups.iter().for_each(|g| {
+                count(g.error_code);
+                g.topics
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .for_each(|p| count(p.error_code));
+            });
+        }
+        ApiKey::FindCoordinator => {
+            let r = decode::<m::FindCoordinatorResponse>(body, version)?;
+            count(r.error_code);
+            r.coordinators.iter().for_each(|c| count(c.error_code));
+        }
+        ApiKey::LeaveGroup => {
+            let r = decode::<m::LeaveGroupResponse>(body, version)?;
+            count(r.error_code);
+            r.members.iter().for_each(|m| count(m.error_code));
+        }
+        ApiKey::DescribeGroups => decode::<m::DescribeGroupsResponse>(body, version)?
+            .groups
+            .iter()
+            .for_each(|g| count(g.error_code)),
+        ApiKey::CreateTopics => decode::<m::CreateTopicsResponse>(body, version)?
+            .topics
+            .iter()
+            .for_each(|t| count(t.error_code)),
+        ApiKey::DeleteTopics => decode::<m::DeleteTopicsResponse>(body, version)?
+            .responses
+            .iter()
+            .for_each(|t| count(t.error_code)),
+        ApiKey::DescribeConfigs => decode::<m::DescribeConfigsResponse>(body, version)?
+            .results
+            .iter()
+            .for_each(|c| count(c.error_code)),
+        ApiKey::CreatePartitions => decode::<m::CreatePartitionsResponse>(body, version)?
+            .results
+            .iter()
+            .for_each(|t| count(t.error_code)),
+        ApiKey::IncrementalAlterConfigs => {
+            decode::<m::IncrementalAlterConfigsResponse>(body, version)?
+                .responses
+                .iter()
+                .for_each(|c| count(c.error_code))
+        }
+        ApiKey::AlterConfigs => decode::<m::AlterConfigsResponse>(body, version)?
+            .responses
+            .iter()
+            .for_each(|c| count(c.error_code)),
+        ApiKey::DeleteRecords => decode::<m::DeleteRecordsResponse>(body, version)?
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| count(p.error_code)),
+        ApiKey::DeleteGroups => decode::<m::DeleteGroupsResponse>(body, version)?
+            .results
+            .iter()
+            .for_each(|g| count(g.error_code)),
+        ApiKey::JoinGroup => count(decode::<m::JoinGroupResponse>(body, version)?.error_code),
+        ApiKey::SyncGroup => count(decode::<m::SyncGroupResponse>(body, version)?.error_code),
+        ApiKey::Heartbeat => count(decode::<m::HeartbeatResponse>(body, version)?.error_code),
+        ApiKey::ListGroups => count(decode::<m::ListGroupsResponse>(body, version)?.error_code),
+        ApiKey::ApiVersions => count(decode::<m::ApiVersionsResponse>(body, version)?.error_code),
+        ApiKey::InitProducerId => {
+            count(decode::<m::InitProducerIdResponse>(body, version)?.error_code)
+        }
+        ApiKey::DescribeCluster => {
+            count(decode::<m::DescribeClusterResponse>(body, version)?.error_code)
+        }
+        // Every served API is listed above; a new one counts no code until it is added.
+        _ => {}
+    }
+    Some(())
+}
+
+fn decode<T: Decodable>(body: &mut Bytes, version: i16) -> Option<T> {
+    T::decode(body, version).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headway_protocol::encode_response;
+    use kafka_protocol::messages::produce_response::{
+        PartitionProduceResponse, TopicProduceResponse,
+    };
+    use kafka_protocol::messages::{HeartbeatResponse, ProduceResponse};
+
+    fn scrape(metrics: &RequestMetrics) -> String {
+        let mut r = Registry::default();
+        metrics.register(&mut r);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        text
+    }
+
+    #[test]
+    fn partition_codes_and_top_level_codes_are_counted_by_api() {
+        let metrics = RequestMetrics::new();
+        let partition = |code| PartitionProduceResponse::default().with_error_code(code);
+        let produce =
+            ProduceResponse::default().with_responses(vec![TopicProduceResponse::default()
+                .with_partition_responses(vec![partition(0), partition(3), partition(3)])]);
+        let frame = encode_response(9, 7, &produce).unwrap();
+        metrics.read(ApiKey::Produce);
+        metrics.answered(ApiKey::Produce, 9, Instant::now(), &frame);
+        let heartbeat = HeartbeatResponse::default().with_error_code(27);
+        let frame = encode_response(4, 8, &heartbeat).unwrap();
+        metrics.answered(ApiKey::Heartbeat, 4, Instant::now(), &frame);
+
+        let text = scrape(&metrics);
+        let has = |line: &str| assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        has(r#"api_requests_total{api="Produce"} 1"#);
+        has(r#"api_request_seconds_count{api="Produce"} 1"#);
+        has(r#"api_response_codes_total{api="Produce",code="0",error="None"} 1"#);
+        has(
+            r#"api_response_codes_total{api="Produce",code="3",error="UnknownTopicOrPartition"} 2"#,
+        );
+        has(r#"api_response_codes_total{api="Heartbeat",code="27",error="RebalanceInProgress"} 1"#);
+        assert!(!text.contains(r#"api="Fetch",code"#), "no fetch answered");
+    }
+
+    #[test]
+    fn a_frame_that_does_not_decode_counts_as_an_unknown_server_error() {
+        let metrics = RequestMetrics::new();
+        let frame = Bytes::from_static(&[0, 0, 0, 2, 1]);
+        metrics.answered(ApiKey::Produce, 9, Instant::now(), &frame);
+        assert!(scrape(&metrics).contains(
+            r#"api_response_codes_total{api="Produce",code="-1",error="UnknownServerError"} 1"#
+        ));
+    }
+}
