@@ -437,6 +437,8 @@ fn register_partitions(r: &mut Registry, broker: &Broker) {
         Labelled::default(),
         Labelled::default(),
     );
+    let (last_stable, open_txn_age) = (Labelled::default(), Labelled::default());
+    let now_ms = headway_broker::now_ms();
     let mut totals = PartitionHealth::default();
     let (mut offline_count, mut seen, mut size_total) = (0u64, 0usize, 0u64);
     let topics_dir = broker.config().data_dir.join("topics");
@@ -460,6 +462,14 @@ fn register_partitions(r: &mut Registry, broker: &Broker) {
                 .set(p.log_start_offset().value());
             if let Ok(end) = p.log_end_offset() {
                 log_end.get_or_create(&labels).set(end.value());
+            }
+            last_stable
+                .get_or_create(&labels)
+                .set(p.last_stable_offset().value());
+            if let Some((_, _, started_ms)) = p.oldest_ongoing_transaction() {
+                open_txn_age
+                    .get_or_create(&labels)
+                    .set(now_ms.saturating_sub(started_ms).max(0));
             }
             let dir = topics_dir
                 .join(topic.name())
@@ -541,6 +551,16 @@ fn register_partitions(r: &mut Registry, broker: &Broker) {
         "partition_log_end_offset",
         "Offset the next appended record gets (durable or not)",
         log_end,
+    );
+    r.register(
+        "partition_last_stable_offset",
+        "Offset below which every transaction is decided: what read_committed consumers may read",
+        last_stable,
+    );
+    r.register(
+        "partition_oldest_open_transaction_ms",
+        "Age of the oldest transaction open on the partition (only partitions with one); it holds the last stable offset back until it ends or times out",
+        open_txn_age,
     );
     r.register(
         "partition_size_bytes",
