@@ -22,9 +22,9 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * writes it: a read_committed consumer in a group reads --input, a transactional producer
  * writes "copy:" + value for each record to --output with the same key, and sends the
  * consumer's positions with sendOffsetsToTransaction before each commit. Every
- * --abort-every'th transaction first writes records whose value starts with "aborted:",
- * then aborts, and the consumer goes back to its committed positions. Client defaults
- * otherwise (plus --set).
+ * --abort-every'th transaction first writes records whose value starts with "aborted:"
+ * (flushed, so they are in the log), then aborts, and the consumer goes back to its
+ * committed positions. Client defaults otherwise (plus --set).
  *
  * Usage: TransactionalCopy --bootstrap HOST:PORT --input T --output T --group G
  *                          --transactional-id ID [--abort-every N] [--batch N]
@@ -89,6 +89,9 @@ public final class TransactionalCopy {
                             new OffsetAndMetadata(r.offset() + 1));
                 }
                 if (abort) {
+                    // The records reach the log first, so read_committed readers have
+                    // something to skip.
+                    producer.flush();
                     producer.abortTransaction();
                     rewind(consumer);
                     Json.emit(Json.obj("event", "aborted", "records", records.count()));
