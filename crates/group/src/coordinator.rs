@@ -474,6 +474,7 @@ fn at_offsets(records: Vec<OffsetRecord>, base: Offset) -> Vec<(TopicPartition, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use headway_broker::PartitionIndex;
 
     fn entry(topic: &str, partition: i32, offset: i64) -> CommitEntry {
         CommitEntry {

@@ -38,8 +38,8 @@ use headway_protocol::kafka_protocol::messages::{
     ApiKey, ProduceRequest, ProduceResponse, TopicName,
 };
 use headway_protocol::kafka_protocol::protocol::StrBytes;
-use headway_protocol::{decode_body, Request};
 use headway_protocol::kafka_protocol::ResponseError;
+use headway_protocol::{decode_body, Request};
 use headway_txn::{TxnCoordinator, TxnError};
 use std::sync::Arc;
 use std::time::Instant;
