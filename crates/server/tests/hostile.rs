@@ -66,6 +66,7 @@ fn every_request() -> Vec<(i16, i16, BytesMut)> {
         defaults::<AddPartitionsToTxnRequest>(),
         defaults::<AddOffsetsToTxnRequest>(),
         defaults::<EndTxnRequest>(),
+        defaults::<TxnOffsetCommitRequest>(),
         defaults::<DescribeTransactionsRequest>(),
         defaults::<ListTransactionsRequest>(),
     ];
