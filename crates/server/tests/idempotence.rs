@@ -135,17 +135,19 @@ async fn retries_are_stored_once_and_bad_sequences_refused() {
         "the log holds every batch once"
     );
 
-    // A transactional id gets its producer from the transaction coordinator, but
-    // partitions refuse transactional batches clearly until they store them.
+    // A transactional id gets its producer from the transaction coordinator; a
+    // transactional batch in a produce that names no transactional id is refused
+    // (the coordinator cannot vouch for it) and nothing of it is stored.
     let transactional = init_producer_id(&mut client, Some("tx-1")).await;
     assert_eq!(transactional.error_code, 0);
     assert_ne!(transactional.producer_id.0, pid);
     let txn_batch = producer_batch(transactional.producer_id.0, 0, 0, &["t"], true);
     assert_eq!(
         produce(&mut client, txn_batch).await.0,
-        53,
-        "transactional batches are refused clearly"
+        42,
+        "INVALID_REQUEST: a transactional batch without the request's transactional id"
     );
+    assert_eq!(all_values(&mut client).await.len(), 3, "nothing stored");
     broker.stop().await;
 }
 

@@ -176,11 +176,13 @@ async fn read_committed_stops_at_the_last_stable_offset_and_names_aborted_transa
     let uncommitted = answer(&client.call(FETCH_VERSION, &fetch(0, 0, 0)).await);
     assert_eq!(uncommitted, (all, 7, None));
 
-    // A transactional produce is still refused until the coordinator answers for it.
+    // A transactional batch whose request names no transactional id is refused: the
+    // coordinator cannot vouch for it (INVALID_REQUEST), and the log is unchanged.
     let refused = client
         .call(9, &produce_request("txn", 0, -1, txn_batch(3, 0, &["c"])))
         .await;
-    assert_eq!(partition_response(&refused).error_code, 53);
+    assert_eq!(partition_response(&refused).error_code, 42);
+    assert_eq!(Offset::new(7), partition.last_stable_offset());
 
     handle.shutdown();
     tokio::time::timeout(DEADLINE, task).await.unwrap().unwrap();

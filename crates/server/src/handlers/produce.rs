@@ -43,7 +43,7 @@ use headway_protocol::{decode_body, Request};
 use headway_txn::{TxnCoordinator, TxnError};
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::runtime::Handle;
+use tokio::runtime::{Handle, RuntimeFlavor};
 
 pub const HANDLER: Handler = Handler {
     key: ApiKey::Produce,
@@ -200,8 +200,15 @@ impl Transaction<'_> {
             self.txns
                 .check_produce(transactional_id, producer_id, epoch, &tp, self.implicit_add);
         // Blocks this reader (not the runtime): later requests of the connection wait,
-        // as their batches must follow this one.
-        let checked = tokio::task::block_in_place(|| Handle::current().block_on(check));
+        // as their batches must follow this one. Only a multi-threaded runtime can
+        // block a task's thread; the broker runs on one (a test runtime may not).
+        let handle = Handle::current();
+        if handle.runtime_flavor() != RuntimeFlavor::MultiThread {
+            return Err(BrokerError::InvalidRequest(
+                "transactional produces need the broker's multi-threaded runtime".into(),
+            ));
+        }
+        let checked = tokio::task::block_in_place(|| handle.block_on(check));
         checked.map_err(|e| BrokerError::TransactionRefused {
             // The previous transaction's markers are still being written: a retriable
             // code every client retries a produce on (Kafka does the same).
