@@ -143,6 +143,12 @@ def test_metrics_follow_a_produce_consume_run(make_broker):
     assert after.sum("headway_process_resident_memory_bytes") > 0
     assert after.sum("headway_process_open_fds") > 0
     assert after.sum("headway_partitions_omitted") == 0
+    # Exactly what was acknowledged, once: retries of the idempotent producer are not
+    # appended twice.
+    assert after.sum("headway_topic_records_in_total", topic=TOPIC) == FIRST
+    assert after.sum("headway_records_in_total") == FIRST
+    assert after.sum("headway_topic_bytes_in_total", topic=TOPIC) > 0
+    assert after.sum("headway_sync_records_sum") >= FIRST
 
     errors = ErrorLog()
     consumer = Consumer({**rdkafka_base(broker.bootstrap), "group.id": GROUP,
@@ -159,6 +165,9 @@ def test_metrics_follow_a_produce_consume_run(make_broker):
             assert caught_up.sum(name, api="Fetch") > before.sum(name, api="Fetch"), name
         assert caught_up.sum("headway_api_response_codes_total", api="OffsetCommit",
                              code="0") >= 1
+        assert caught_up.sum("headway_topic_records_out_total", topic=TOPIC) >= FIRST
+        assert caught_up.sum("headway_topic_bytes_out_total", topic=TOPIC) >= \
+            caught_up.sum("headway_topic_bytes_in_total", topic=TOPIC)
 
         # Paused: the group keeps its members (poll goes on) but reads nothing.
         consumer.pause(consumer.assignment())

@@ -107,6 +107,13 @@ impl SyncMeters {
     pub(crate) fn count_round(&self, syncs: usize) {
         self.counters.count_round(syncs);
     }
+
+    /// One partition's sync made `offsets` more offsets durable.
+    pub(crate) fn published(&self, offsets: u64) {
+        if let Some(timings) = &self.timings {
+            timings.sync_records.observe(offsets as f64);
+        }
+    }
 }
 
 /// One partition's own group commit: with `flush = sync` it wakes when asked
@@ -132,6 +139,11 @@ impl OwnFlusher {
     /// Records syncs in `meters` (a broker's), from now on.
     pub(crate) fn measure(&self, meters: SyncMeters) {
         let _ = self.meters.set(meters);
+    }
+
+    /// The broker's meters, once [`OwnFlusher::measure`] set them.
+    pub(crate) fn meters(&self) -> Option<&SyncMeters> {
+        self.meters.get()
     }
 
     /// Asks for a sync of what was just written (and, at close, for the loop to look

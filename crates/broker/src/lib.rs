@@ -58,7 +58,7 @@ pub use durability::SyncCounters;
 pub use error::BrokerError;
 pub use headway_log::{AbortedTxn, BatchError, BatchHeader, Offset};
 pub use ids::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
-pub use partition::{Appended, Isolation, Partition, PartitionHealth, ReadResult};
+pub use partition::{Appended, Isolation, Partition, PartitionHealth, ReadResult, TrafficCounts};
 pub use producer_state::TransactionResult;
 pub use registry::Broker;
 pub use topic::{validate_topic_name, Topic};

@@ -271,8 +271,18 @@ pub const TRANSACTION_ENTRIES_MAX: usize = 50_000;
 /// counted by `headway_partitions_omitted` (broker-wide totals still cover them).
 pub const METRICS_PARTITIONS_MAX: usize = 1_000;
 
+/// Topics with their own traffic series on `/metrics` (bytes and records in and out),
+/// for the same reason; the first by name have series, broker-wide totals cover all.
+pub const METRICS_TOPICS_MAX: usize = 1_000;
+
 /// Group partitions (a group's committed partition) with their own series on
 /// `/metrics` (committed offset and lag), for the same reason; the first by group id,
 /// topic and index have series, the rest are counted by
 /// `headway_group_partitions_omitted`.
 pub const METRICS_GROUP_PARTITIONS_MAX: usize = 1_000;
+
+/// Lines a second logged for responses that carry a failure of the broker's own or a
+/// refusal of bad input (`crates/server/src/requests.rs`): a client repeating a failing
+/// request cannot flood the log. Lines left out are counted, and the next line logged
+/// says how many.
+pub const FAILURE_LOG_LINES_PER_SECOND: u64 = 20;

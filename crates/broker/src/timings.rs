@@ -104,6 +104,9 @@ pub struct Timings {
     pub sync: Histograms,
     /// Bytes carried by each sync, 4 KiB to 128 MiB doubling.
     pub sync_bytes: Histogram,
+    /// Offsets (records and markers) one partition's sync made durable, 1 to 1 Mi
+    /// doubling: how many acknowledgements shared it.
+    pub sync_records: Histogram,
     produce_small: ProduceStages,
     produce_large: ProduceStages,
     fetch_tail: FetchStages,
@@ -153,6 +156,7 @@ impl Timings {
             sync_large: get(&sync, &[("size", "large")]),
             light_latency: LatencySignal::new(),
             sync_bytes: Histogram::new(exponential_buckets(4096.0, 2.0, 16)),
+            sync_records: Histogram::new(exponential_buckets(1.0, 2.0, 21)),
             produce,
             fetch,
             sync,

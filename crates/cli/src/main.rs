@@ -31,8 +31,18 @@ use std::path::PathBuf;
     about = "A durable, Kafka-compatible streaming broker"
 )]
 struct Cli {
+    /// How log lines on stderr are written: `text`, or `json` (one JSON object a line,
+    /// for log collectors).
+    #[arg(long, global = true, value_enum, env = "HEADWAY_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -272,17 +282,24 @@ pub(crate) fn ignore_closed_stdout(written: std::io::Result<()>) -> std::io::Res
     }
 }
 
-fn run() -> anyhow::Result<()> {
+/// Log lines go to stderr, filtered by `HEADWAY_LOG` (`info` by default).
+fn init_logging(format: LogFormat) {
     use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("HEADWAY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match Cli::parse().command {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HEADWAY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let lines = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => lines.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => lines.json().flatten_event(true).init(),
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match cli.command {
         Command::Serve(args) => serve(args.into_config()?),
         Command::Produce(args) => client_runtime()?.block_on(produce::run(args)),
         Command::Consume(args) => client_runtime()?.block_on(consume::run(args)),

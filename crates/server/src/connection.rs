@@ -26,6 +26,7 @@
 
 use crate::handlers::{self, Arrival, Ctx, HandlerError, Outgoing, Reply, ReplyTiming};
 use crate::request_budget::Reserved;
+use crate::requests::Caller;
 use crate::stats::{Connection, ServerStats};
 use bytes::Bytes;
 use headway_broker::{limits, Partition};
@@ -59,7 +60,7 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
     let (mut reader, writer) = stream.into_split();
     let (replies, queued) = mpsc::channel(limits::REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX);
     let writer = tokio::spawn(write_replies(writer, queued, Arc::clone(conn)));
-    let mut client = Client {
+    let mut client = Caller {
         peer: conn.peer,
         client_id: None,
     };
@@ -109,7 +110,8 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
         if let Some(bytes) = bulk {
             ctx.broker.bulk_budget().charge(bytes);
         }
-        let outcome = outcome.map(|reply| counted(&ctx.stats, api, version, handled_from, reply));
+        let outcome =
+            outcome.map(|reply| counted(&ctx.stats, &client, api, version, handled_from, reply));
         // Handled: the request's bytes are free (a reply keeps what it needs).
         drop(reserved);
         match outcome {
@@ -133,7 +135,7 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
                 }
             }
             Err(e) => {
-                client.closing(ctx, &e);
+                closing(&client, ctx, &e);
                 break;
             }
         }
@@ -146,6 +148,7 @@ async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>
 /// when a pending reply completes (`crate::requests`).
 fn counted(
     stats: &Arc<ServerStats>,
+    caller: &Caller,
     api: ApiKey,
     version: i16,
     started: std::time::Instant,
@@ -153,17 +156,20 @@ fn counted(
 ) -> Reply {
     match reply {
         Reply::Ready(frame) => {
-            stats.requests.answered(api, version, started, &frame);
+            stats
+                .requests
+                .answered(api, version, started, &frame, caller);
             Reply::Ready(frame)
         }
         Reply::Pending(future) => {
             let stats = Arc::clone(stats);
+            let caller = caller.clone();
             Reply::Pending(Box::pin(async move {
                 let outgoing = future.await;
                 if let Ok(outgoing) = &outgoing {
                     stats
                         .requests
-                        .answered(api, version, started, &outgoing.frame);
+                        .answered(api, version, started, &outgoing.frame, &caller);
                 }
                 outgoing
             }))
@@ -195,20 +201,12 @@ async fn dispatch_on_bulk_thread(
     .ok()
 }
 
-/// Who is on the other end, for the log line that closes a connection.
-struct Client {
-    peer: SocketAddr,
-    /// The client id of the connection's first request.
-    client_id: Option<String>,
-}
-
-impl Client {
-    fn closing(&self, ctx: &Ctx, error: &HandlerError) {
-        if matches!(error, HandlerError::Protocol(_)) {
-            ctx.stats.requests_refused.fetch_add(1, Ordering::Relaxed);
-        }
-        tracing::warn!(peer = %self.peer, client_id = ?self.client_id, %error, "closing connection");
+/// Logs the line that closes `client`'s connection for `error`.
+fn closing(client: &Caller, ctx: &Ctx, error: &HandlerError) {
+    if matches!(error, HandlerError::Protocol(_)) {
+        ctx.stats.requests_refused.fetch_add(1, Ordering::Relaxed);
     }
+    tracing::warn!(peer = %client.peer, client_id = ?client.client_id, %error, "closing connection");
 }
 
 /// Reads the next request, and for a large frame reserves it from the request budget.
@@ -216,7 +214,7 @@ impl Client {
 /// did not arrive within `request_body_timeout_ms` of its length prefix; each is logged.
 async fn next_request<R: AsyncRead + Unpin>(
     reader: &mut R,
-    client: &mut Client,
+    client: &mut Caller,
     ctx: &Ctx,
 ) -> Option<(Request, Option<Reserved>, Arrival)> {
     let config = ctx.broker.config();
@@ -262,12 +260,12 @@ async fn next_request<R: AsyncRead + Unpin>(
     match parse_request(frame) {
         Ok(request) => {
             if client.client_id.is_none() {
-                client.client_id = request.header.client_id.as_ref().map(|id| id.to_string());
+                client.client_id = request.header.client_id.as_deref().map(Arc::from);
             }
             Some((request, reserved, arrival))
         }
         Err(e) => {
-            client.closing(ctx, &e.into());
+            closing(client, ctx, &e.into());
             None
         }
     }

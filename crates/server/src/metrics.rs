@@ -17,7 +17,7 @@
 
 use crate::handlers::Ctx;
 use crate::stats::ServerStats;
-use headway_broker::{limits, Broker, Partition, PartitionHealth};
+use headway_broker::{limits, Broker, Partition, PartitionHealth, TrafficCounts};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -153,6 +153,11 @@ pub fn render(ctx: &Ctx) -> String {
         "sync_bytes",
         "Bytes one partition's sync by the flusher carried",
         t.sync_bytes.clone(),
+    );
+    r.register(
+        "sync_records",
+        "Offsets (records and markers) made durable by each sync of one partition: how many produces shared it",
+        t.sync_records.clone(),
     );
     let open = s.connections.len() as u64;
     gauge(&mut r, "connections", "Open client connections", open);
@@ -345,6 +350,7 @@ pub fn render(ctx: &Ctx) -> String {
     );
 
     register_partitions(&mut r, broker);
+    register_topics(&mut r, broker);
     register_groups(&mut r, ctx);
     register_process(&mut r);
     register_cleaner(&mut r, broker);
@@ -422,6 +428,57 @@ fn partition_labels(topic: &str, partition: &Partition) -> Vec<(String, String)>
             partition.index().value().to_string(),
         ),
     ]
+}
+
+/// Per topic: bytes and records produced and fetched, for the first
+/// `METRICS_TOPICS_MAX` topics by name; broker-wide totals over all of them.
+fn register_topics(r: &mut Registry, broker: &Broker) {
+    type Counters = Family<Vec<(String, String)>, Counter>;
+    type TrafficFamilies = [(&'static str, &'static str, fn(&TrafficCounts) -> u64); 4];
+    let families: TrafficFamilies = [
+        (
+            "topic_bytes_in",
+            "Bytes of record batches appended by producers, by topic",
+            |t| t.bytes_in,
+        ),
+        (
+            "topic_records_in",
+            "Records appended by producers, by topic",
+            |t| t.records_in,
+        ),
+        (
+            "topic_bytes_out",
+            "Bytes of record batches read by fetches, by topic",
+            |t| t.bytes_out,
+        ),
+        (
+            "topic_records_out",
+            "Records read by fetches (markers included), by topic",
+            |t| t.records_out,
+        ),
+    ];
+    let counters: Vec<Counters> = families.iter().map(|_| Counters::default()).collect();
+    let mut total = TrafficCounts::default();
+    for (seen, topic) in broker.topics().iter().enumerate() {
+        let mut sum = TrafficCounts::default();
+        for p in topic.partitions() {
+            sum += p.traffic();
+        }
+        total += sum;
+        if seen >= limits::METRICS_TOPICS_MAX {
+            continue;
+        }
+        let labels = vec![("topic".to_string(), topic.name().to_string())];
+        for ((_, _, value), family) in families.iter().zip(&counters) {
+            family.get_or_create(&labels).inc_by(value(&sum));
+        }
+    }
+    for ((name, help, value), family) in families.iter().zip(counters) {
+        r.register(*name, *help, family);
+        let name = name.trim_start_matches("topic_");
+        let help = format!("{}, all topics", help.trim_end_matches(", by topic"));
+        counter(r, name, &help, value(&total));
+    }
 }
 
 /// Per partition: offsets, size on disk and health, for the first

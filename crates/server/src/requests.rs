@@ -11,9 +11,15 @@
 //! Error codes are read back from the encoded response (decoded with `kafka-protocol`,
 //! records stay shared bytes): every code a response carries is counted once, the
 //! top-level one and each per-item one (partition, topic, group, member, resource).
+//!
+//! A response that carries a failure of the broker's own (a storage error, an internal
+//! error) or a refusal of bad input (a corrupt batch, a malformed request, and the
+//! authorization codes) is also logged, one line naming the API, the code, the client's
+//! id and its address, at most [`limits::FAILURE_LOG_LINES_PER_SECOND`] lines a second.
 
 use crate::handlers::APIS;
 use bytes::Bytes;
+use headway_broker::limits;
 use kafka_protocol::messages::{self as m, ApiKey, ResponseHeader};
 use kafka_protocol::protocol::Decodable;
 use kafka_protocol::ResponseError;
@@ -21,8 +27,10 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Error codes counted one by one: Kafka's codes run from -1 to about 130; a code
 /// outside `-1..ERROR_CODES - 1` is counted as `other`.
@@ -34,6 +42,63 @@ type Latencies = Family<Labels, Histogram, fn() -> Histogram>;
 /// 50 µs to 6.5 s, doubling: a sync-bound produce, a long poll, a rebalance's join.
 fn new_histogram() -> Histogram {
     Histogram::new(exponential_buckets(50e-6, 2.0, 18))
+}
+
+/// Codes logged when a response carries them: the broker's own failures and refusals
+/// of bad input. Codes a client meets in normal work (a retriable leader change, an
+/// offset out of range, a version negotiation) are counted only.
+const LOGGED_CODES: [ResponseError; 9] = [
+    ResponseError::UnknownServerError,
+    ResponseError::CorruptMessage,
+    ResponseError::TopicAuthorizationFailed,
+    ResponseError::GroupAuthorizationFailed,
+    ResponseError::ClusterAuthorizationFailed,
+    ResponseError::InvalidRequest,
+    ResponseError::TransactionalIdAuthorizationFailed,
+    ResponseError::KafkaStorageError,
+    ResponseError::InvalidRecord,
+];
+
+/// Who sent a request: named in log lines about its connection and its failures.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub peer: SocketAddr,
+    /// The client id of the connection's first request.
+    pub client_id: Option<Arc<str>>,
+}
+
+/// Bounds log lines to `per_second`: lines past it in one second are left out and
+/// counted, and the next line admitted reports the count.
+struct LineLimiter {
+    per_second: u64,
+    second: AtomicU64,
+    lines: AtomicU64,
+    left_out: AtomicU64,
+}
+
+impl LineLimiter {
+    fn new(per_second: u64) -> LineLimiter {
+        LineLimiter {
+            per_second,
+            second: AtomicU64::new(0),
+            lines: AtomicU64::new(0),
+            left_out: AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(lines left out before this one)` when a line may be logged in second
+    /// `now_s`; `None` when it is left out.
+    fn admit(&self, now_s: u64) -> Option<u64> {
+        if self.second.swap(now_s, Ordering::Relaxed) != now_s {
+            self.lines.store(0, Ordering::Relaxed);
+        }
+        if self.lines.fetch_add(1, Ordering::Relaxed) < self.per_second {
+            Some(self.left_out.swap(0, Ordering::Relaxed))
+        } else {
+            self.left_out.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
 }
 
 /// One served API's counters.
@@ -51,6 +116,7 @@ pub struct RequestMetrics {
     slots: Vec<Option<Slot>>,
     requests: Family<Labels, Counter>,
     latency: Latencies,
+    failure_lines: LineLimiter,
 }
 
 impl Default for RequestMetrics {
@@ -79,6 +145,7 @@ impl RequestMetrics {
             slots,
             requests,
             latency,
+            failure_lines: LineLimiter::new(limits::FAILURE_LOG_LINES_PER_SECOND),
         }
     }
 
@@ -94,23 +161,55 @@ impl RequestMetrics {
     }
 
     /// The response `frame` (size prefix, header, body) to a request of `api` at
-    /// `version`, handled from `started`, is ready to write.
-    pub fn answered(&self, api: ApiKey, version: i16, started: Instant, frame: &Bytes) {
+    /// `version` from `caller`, handled from `started`, is ready to write.
+    pub fn answered(
+        &self,
+        api: ApiKey,
+        version: i16,
+        started: Instant,
+        frame: &Bytes,
+        caller: &Caller,
+    ) {
         let Some(slot) = self.slot(api) else {
             return;
         };
         slot.latency.observe(started.elapsed().as_secs_f64());
-        let count = |code: i16| {
+        let mut logged = None;
+        let mut count = |code: i16| {
             let index = usize::try_from(i32::from(code) + 1)
                 .ok()
                 .filter(|i| *i < ERROR_CODES)
                 .unwrap_or(ERROR_CODES);
             slot.codes[index].fetch_add(1, Ordering::Relaxed);
+            if logged.is_none() && LOGGED_CODES.iter().any(|e| e.code() == code) {
+                logged = Some(code);
+            }
         };
-        if error_codes(api, version, frame, count).is_none() {
+        if error_codes(api, version, frame, &mut count).is_none() {
             // The broker encoded it, so this does not happen; if it did, it shows.
             count(ResponseError::UnknownServerError.code());
         }
+        if let Some(code) = logged {
+            self.log_failure(&slot.name, code, caller);
+        }
+    }
+
+    fn log_failure(&self, api: &str, code: i16, caller: &Caller) {
+        let now_s = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let Some(left_out) = self.failure_lines.admit(now_s) else {
+            return;
+        };
+        tracing::warn!(
+            peer = %caller.peer,
+            client_id = caller.client_id.as_deref().unwrap_or(""),
+            api,
+            code,
+            error = %error_name(code),
+            lines_left_out = left_out,
+            "request failed"
+        );
     }
 
     /// A request of `api` handled from `started` needs no response (a produce with
@@ -299,6 +398,13 @@ mod tests {
     };
     use kafka_protocol::messages::{HeartbeatResponse, ProduceResponse};
 
+    fn caller() -> Caller {
+        Caller {
+            peer: "127.0.0.1:5000".parse().unwrap(),
+            client_id: Some(Arc::from("a-client")),
+        }
+    }
+
     fn scrape(metrics: &RequestMetrics) -> String {
         let mut r = Registry::default();
         metrics.register(&mut r);
@@ -316,10 +422,10 @@ mod tests {
                 .with_partition_responses(vec![partition(0), partition(3), partition(3)])]);
         let frame = encode_response(9, 7, &produce).unwrap();
         metrics.read(ApiKey::Produce);
-        metrics.answered(ApiKey::Produce, 9, Instant::now(), &frame);
+        metrics.answered(ApiKey::Produce, 9, Instant::now(), &frame, &caller());
         let heartbeat = HeartbeatResponse::default().with_error_code(27);
         let frame = encode_response(4, 8, &heartbeat).unwrap();
-        metrics.answered(ApiKey::Heartbeat, 4, Instant::now(), &frame);
+        metrics.answered(ApiKey::Heartbeat, 4, Instant::now(), &frame, &caller());
 
         let text = scrape(&metrics);
         let has = |line: &str| assert!(text.lines().any(|l| l == line), "{line}\n{text}");
@@ -337,9 +443,22 @@ mod tests {
     fn a_frame_that_does_not_decode_counts_as_an_unknown_server_error() {
         let metrics = RequestMetrics::new();
         let frame = Bytes::from_static(&[0, 0, 0, 2, 1]);
-        metrics.answered(ApiKey::Produce, 9, Instant::now(), &frame);
+        metrics.answered(ApiKey::Produce, 9, Instant::now(), &frame, &caller());
         assert!(scrape(&metrics).contains(
             r#"api_response_codes_total{api="Produce",code="-1",error="UnknownServerError"} 1"#
         ));
+    }
+
+    #[test]
+    fn failure_lines_past_the_bound_are_left_out_and_counted_in_the_next_second() {
+        let lines = LineLimiter::new(3);
+        let first: Vec<_> = (0..5).map(|_| lines.admit(100)).collect();
+        assert_eq!(first, [Some(0), Some(0), Some(0), None, None]);
+        assert_eq!(
+            lines.admit(101),
+            Some(2),
+            "the next line reports the two left out"
+        );
+        assert_eq!(lines.admit(101), Some(0), "and only once");
     }
 }

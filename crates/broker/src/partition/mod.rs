@@ -49,6 +49,7 @@
 
 mod side_files;
 pub mod state;
+mod traffic;
 #[cfg(test)]
 mod txn_tests;
 
@@ -74,6 +75,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use tokio::sync::watch;
+use traffic::Traffic;
+pub use traffic::TrafficCounts;
 
 /// What consumers and waiting producers observe of a partition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -236,6 +239,7 @@ pub struct Partition {
     unsynced_max: AtomicU64,
     /// The topic is compacted: every record must have a key.
     keys_required: AtomicBool,
+    traffic: Traffic,
 }
 
 impl Partition {
@@ -284,6 +288,7 @@ impl Partition {
             unsynced: AtomicU64::new(0),
             unsynced_max: AtomicU64::new(u64::MAX),
             keys_required: AtomicBool::new(false),
+            traffic: Traffic::default(),
         });
         Ok((partition, report))
     }
@@ -449,8 +454,11 @@ impl Partition {
             Ok((info.base_offset, info.log_end_offset, true))
         })?;
         let (base_offset, log_end_offset, written) = appended;
-        if written && self.flush == FlushPolicy::Sync {
-            self.request_sync();
+        if written {
+            self.traffic.took_in(records.len(), &headers);
+            if self.flush == FlushPolicy::Sync {
+                self.request_sync();
+            }
         }
         Ok(Appended {
             base_offset,
@@ -682,6 +690,12 @@ impl Partition {
         });
     }
 
+    /// Bytes and records appended by producers and read by fetches since the
+    /// partition was opened.
+    pub fn traffic(&self) -> TrafficCounts {
+        self.traffic.counts()
+    }
+
     pub fn high_watermark(&self) -> Offset {
         self.durable.borrow().high_watermark
     }
@@ -740,6 +754,7 @@ impl Partition {
             let (records, pooled) = read_route::read(slice, max_bytes, limit, via, failed).await?;
             let mut answer = bounds.answer(records, pooled);
             let Some((end, batches)) = records_end(&answer.records) else {
+                self.traffic.gave_out(&answer.records);
                 return Ok(answer);
             };
             if isolation == Isolation::ReadCommitted {
@@ -752,6 +767,7 @@ impl Partition {
                 found.truncate(most);
                 answer.aborted = Some(found);
             }
+            self.traffic.gave_out(&answer.records);
             return Ok(answer);
         }
     }
@@ -935,7 +951,14 @@ impl Partition {
     /// Publishes what a flusher synced, without the mutex: waiters and readers see it
     /// at once, the state at its next step ([`Partition::take_in_synced`]).
     fn publish_synced(&self, offset: Offset) {
-        self.synced_to.fetch_max(offset.value(), Ordering::AcqRel);
+        let before = self.synced_to.fetch_max(offset.value(), Ordering::AcqRel);
+        if let (Some(meters), Ok(more)) =
+            (self.own.meters(), u64::try_from(offset.value() - before))
+        {
+            if more > 0 {
+                meters.published(more);
+            }
+        }
         self.mirror_high_watermark(offset);
     }
 

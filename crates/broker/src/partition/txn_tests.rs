@@ -29,7 +29,7 @@ fn plain_batch() -> Vec<u8> {
     encoded(false, -1, -1, -1, 1)
 }
 
-fn encoded(
+pub(crate) fn encoded(
     transactional: bool,
     producer_id: i64,
     epoch: i16,
