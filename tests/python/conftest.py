@@ -328,8 +328,8 @@ class KafkaPeer:
 def kafka_peer_missing() -> str | None:
     """Why a Kafka broker cannot be started here, or None when it can."""
     if not (KAFKA_PEER_DIR / "lib" / ".complete").is_file():
-        return ("Kafka 4.3.1 is not assembled in peers/kafka/lib: run peers/kafka/setup "
-                "(scripts/setup does not, so CI skips the Kafka side)")
+        return ("Kafka 4.3.1 is not assembled in peers/kafka/lib: run scripts/setup "
+                "(or peers/kafka/setup alone)")
     for tool in ("java", "kcat"):
         if shutil.which(tool) is None:
             return f"'{tool}' is not on PATH: peers/kafka/start needs it (run scripts/setup)"
