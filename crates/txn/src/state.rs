@@ -557,6 +557,20 @@ impl Transactions {
         offsets_partition: &TopicPartition,
         now_ms: i64,
     ) -> Result<Option<TxnMetadata>, TxnError> {
+        let ids = (transactional_id, producer_id, producer_epoch);
+        self.add_group(ids, group_id, offsets_partition, false, now_ms)
+    }
+
+    /// Adds `group_id` and its offsets partition to the id's transaction, by an
+    /// AddOffsetsToTxn or (`implicit`) a version-2 TxnOffsetCommit.
+    fn add_group(
+        &mut self,
+        (transactional_id, producer_id, producer_epoch): (&str, ProducerId, ProducerEpoch),
+        group_id: &str,
+        offsets_partition: &TopicPartition,
+        implicit: bool,
+        now_ms: i64,
+    ) -> Result<Option<TxnMetadata>, TxnError> {
         if group_id.is_empty() || group_id.len() > ID_BYTES_MAX {
             return Err(TxnError::InvalidGroupId);
         }
@@ -566,7 +580,7 @@ impl Transactions {
             producer_epoch,
             std::slice::from_ref(offsets_partition),
             Some(group_id),
-            false,
+            implicit,
             now_ms,
         )
     }
@@ -656,18 +670,8 @@ impl Transactions {
         if !implicit_add {
             return Err(TxnError::InvalidTxnState);
         }
-        if group_id.is_empty() || group_id.len() > ID_BYTES_MAX {
-            return Err(TxnError::InvalidGroupId);
-        }
-        self.add(
-            transactional_id,
-            producer_id,
-            producer_epoch,
-            std::slice::from_ref(offsets_partition),
-            Some(group_id),
-            true,
-            now_ms,
-        )
+        let ids = (transactional_id, producer_id, producer_epoch);
+        self.add_group(ids, group_id, offsets_partition, true, now_ms)
     }
 
     /// Whether EndTxn for this id will move it to a new producer id (transactions
