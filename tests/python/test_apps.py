@@ -62,14 +62,20 @@ def produce_lines(bootstrap: str, topic: str, text: list[str]) -> None:
 
 
 class Counts:
-    """Reads the output topic from the start and keeps the latest count of each word."""
+    """Reads the output topic from the start and keeps the latest count of each word.
+    `isolation` is the reader's isolation level (librdkafka's default: read_committed).
+    With `exact`, a count above the expected one fails at once: a word counted twice."""
 
-    def __init__(self, bootstrap: str, topic: str):
-        self.consumer = Consumer({**rdkafka_base(bootstrap), "group.id": "counts-reader",
+    def __init__(self, bootstrap: str, topic: str, isolation: str = "read_committed",
+                 exact: bool = False):
+        self.consumer = Consumer({**rdkafka_base(bootstrap),
+                                  "group.id": f"counts-reader-{isolation}",
                                   "auto.offset.reset": "earliest",
+                                  "isolation.level": isolation,
                                   "enable.auto.commit": False})
         self.consumer.subscribe([topic])
         self.latest: dict[str, int] = {}
+        self.exact = exact
 
     def wait_for(self, expected: Counter, what: str) -> None:
         deadline = time.monotonic() + APP_DEADLINE_S
@@ -81,7 +87,10 @@ class Counts:
                     assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
                     continue
                 (count,) = struct.unpack(">q", msg.value())
-                self.latest[msg.key().decode()] = count
+                word = msg.key().decode()
+                self.latest[word] = count
+                assert not self.exact or count <= expected[word], \
+                    f"{what}: {word!r} counted {count} times, expected {expected[word]}"
 
     def close(self) -> None:
         self.consumer.close()
@@ -140,40 +149,73 @@ def test_streams_word_count_state_survives_losing_its_state_dir(make_broker, app
         counts.close()
 
 
+def open_transaction_on(broker, topic: str) -> bool:
+    """Whether partition 0 of `topic` has an open transaction holding its last stable
+    offset below its high watermark, as the broker's /metrics shows it."""
+    with urllib.request.urlopen(f"http://{broker.metrics_address()}/metrics", timeout=10) as r:
+        text = r.read().decode()
+
+    def value(family: str) -> float:
+        for line in text.splitlines():
+            if line.startswith(f'headway_{family}{{topic="{topic}",partition="0"}} '):
+                return float(line.rsplit(" ", 1)[1])
+        raise AssertionError(f"no {family} for {topic} on /metrics")
+
+    return value("partition_last_stable_offset") < value("partition_high_watermark")
+
+
 def test_streams_exactly_once_counts_stay_exact_through_a_kill(make_broker, apps, tmp_path):
     """processing.guarantee=exactly_once_v2 (Kafka Streams' transactions): the
-    application is SIGKILLed right after it counted a batch of lines and restarted on
-    the same state directory; every count a read_committed reader sees stays exact."""
-    broker = make_broker(*GROUP_ARGS)
+    application is SIGKILLed after it wrote the counts of a batch of lines and before it
+    committed them with its input offsets (the broker shows the transaction open), and
+    restarted on the same state directory; every count a read_committed reader sees stays
+    exact. At-least-once fails here: its restart counts the batch's words again."""
+    broker = make_broker(*GROUP_ARGS, "--metrics-listen", "127.0.0.1:0")
     create_topic(broker.bootstrap, "lines", 2)
     create_topic(broker.bootstrap, "counts", 1)
     state_dir = tmp_path / "streams-state"
-    counts = Counts(broker.bootstrap, "counts")  # librdkafka reads read_committed
-    # No record cache: each count is written at once, not at the next commit, so the
-    # kill can come between a count and the commit of its input.
+    committed = Counts(broker.bootstrap, "counts", exact=True)
+    written = Counts(broker.bootstrap, "counts", isolation="read_uncommitted")
+    # No record cache: each count is written at once, not at the commit. A long commit
+    # interval: the kill lands between the counts' write and their commit.
     eos = ("--set", "processing.guarantee=exactly_once_v2",
-           "--set", "statestore.cache.max.bytes=0")
-    first, second, third = lines(0, 300), lines(300, 300), lines(600, 100)
+           "--set", "statestore.cache.max.bytes=0", "--set", "commit.interval.ms=10000")
     expected = Counter()
+    app = None
     try:
         app = start_app(apps, broker.bootstrap, state_dir, *eos)
-        try:
-            for batch in (first, second):
-                produce_lines(broker.bootstrap, "lines", batch)
-                expected += Counter(w for line in batch for w in line.split())
-                counts.wait_for(expected, "before the kill")
-        finally:
+        first = lines(0, 300)
+        produce_lines(broker.bootstrap, "lines", first)
+        expected += Counter(w for line in first for w in line.split())
+        committed.wait_for(expected, "the first batch")
+        killed_inside = 0
+        for attempt in range(3):
+            batch = lines(300 + 100 * attempt, 100)
+            produce_lines(broker.bootstrap, "lines", batch)
+            expected += Counter(w for line in batch for w in line.split())
+            written.wait_for(expected, f"batch {attempt + 2} written")
             app.kill()  # SIGKILL, no clean close
-        app = start_app(apps, broker.bootstrap, state_dir, *eos)
-        try:
-            produce_lines(broker.bootstrap, "lines", third)
-            expected += Counter(w for line in third for w in line.split())
-            counts.wait_for(expected, "after the kill and restart")
-            stop_app(app)
-        finally:
-            app.kill()
+            inside = open_transaction_on(broker, "counts")
+            print(f"batch {attempt + 2}: killed {'inside' if inside else 'after'} "
+                  "its transaction")
+            app = start_app(apps, broker.bootstrap, state_dir, *eos)
+            committed.wait_for(expected, f"after the kill of batch {attempt + 2}")
+            if inside:
+                killed_inside += 1
+                break
+        # Each try misses only if the 10 s commit came in the moment between the
+        # counts' write and the kill.
+        assert killed_inside, "no kill landed inside an open transaction in 3 tries"
+        last = lines(1000, 100)
+        produce_lines(broker.bootstrap, "lines", last)
+        expected += Counter(w for line in last for w in line.split())
+        committed.wait_for(expected, "after the restart")
+        stop_app(app)
     finally:
-        counts.close()
+        if app is not None:
+            app.kill()
+        committed.close()
+        written.close()
 
 
 # -- Kafka Connect, distributed ------------------------------------------------------------
