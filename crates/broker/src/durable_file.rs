@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 /// directory). Calls that replace the same file must not overlap: they share its
 /// temporary file, and their renames would land in either order (the partition's
 /// DeleteRecords lock is one such caller's order).
-pub(crate) fn replace(path: &Path, bytes: &[u8]) -> Result<(), BrokerError> {
+pub fn replace(path: &Path, bytes: &[u8]) -> Result<(), BrokerError> {
     replace_with(path, |file| file.write_all(bytes))
 }
 

@@ -36,7 +36,7 @@ pub mod cleaner;
 pub mod config;
 mod disk;
 mod durability;
-mod durable_file;
+pub mod durable_file;
 mod error;
 mod flusher;
 mod ids;
