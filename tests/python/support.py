@@ -364,14 +364,16 @@ def consume_all(bootstrap: str, topic: str, partitions: int, expected: int | Non
 def read_records(bootstrap: str, topic: str, partitions: int,
                  start_offsets: list[int] | None = None, end_offsets: list[int] | None = None,
                  expected: int | None = None,
-                 deadline_s: float = CONSUME_DEADLINE_S) -> Iterator[Consumed]:
+                 deadline_s: float = CONSUME_DEADLINE_S,
+                 settings: dict | None = None) -> Iterator[Consumed]:
     """Yields the records of `topic` as a manually assigned consumer delivers them, from
     `start_offsets` (default: the beginning of every partition). Without `end_offsets` it
     reads like consume_all; with them it reads each partition up to that offset (exclusive)
     and yields nothing past it, which bounds a read while producers keep appending. One
-    record at a time, so a long log never sits in memory."""
+    record at a time, so a long log never sits in memory. `settings` are extra client
+    settings (TLS)."""
     errors = ErrorLog()
-    consumer = new_consumer(bootstrap, errors)
+    consumer = new_consumer(bootstrap, errors, **(settings or {}))
     try:
         yield from _read_records(consumer, errors, topic, partitions, start_offsets,
                                  end_offsets, expected, deadline_s)

@@ -231,6 +231,21 @@ pub struct BrokerConfig {
     pub listen: String,
     /// Address given to clients in Metadata. Defaults to the bound address.
     pub advertised_listener: Option<String>,
+    /// Listeners in Kafka's form, `NAME://HOST:PORT`; when set they replace `listen`
+    /// and `advertised_listener` (`crate::listeners`, `docs/security.md`).
+    pub listeners: Vec<String>,
+    /// `NAME://HOST:PORT` per listener: the address Metadata gives the clients of that
+    /// listener. Defaults to the bound address.
+    pub advertised_listeners: Vec<String>,
+    /// `NAME:PROTOCOL` for listeners not named after their security protocol.
+    pub listener_security_protocol_map: Vec<String>,
+    /// PEM certificate chain of SSL listeners.
+    pub ssl_certificate_file: Option<PathBuf>,
+    /// PEM private key of SSL listeners (PKCS#8, PKCS#1 or SEC1).
+    pub ssl_key_file: Option<PathBuf>,
+    /// PEM CA certificates. When set, SSL listeners require a client certificate
+    /// signed by one of them (Kafka's `ssl.client.auth=required`).
+    pub ssl_client_ca_file: Option<PathBuf>,
     pub node_id: i32,
     pub auto_create_topics: bool,
     pub default_partitions: i32,
@@ -322,6 +337,12 @@ impl Default for BrokerConfig {
             data_dir: PathBuf::from("headway-data"),
             listen: "127.0.0.1:9092".into(),
             advertised_listener: None,
+            listeners: Vec::new(),
+            advertised_listeners: Vec::new(),
+            listener_security_protocol_map: Vec::new(),
+            ssl_certificate_file: None,
+            ssl_key_file: None,
+            ssl_client_ca_file: None,
             node_id: 1,
             auto_create_topics: true,
             default_partitions: 1,
@@ -372,6 +393,13 @@ impl BrokerConfig {
 
     /// Checks relations between settings that serde cannot.
     pub fn validate(&self) -> Result<(), String> {
+        let listeners = crate::listeners::specs(self)?;
+        let ssl = listeners
+            .iter()
+            .any(|l| l.protocol == crate::listeners::SecurityProtocol::Ssl);
+        if ssl && (self.ssl_certificate_file.is_none() || self.ssl_key_file.is_none()) {
+            return Err("an SSL listener needs ssl_certificate_file and ssl_key_file".to_string());
+        }
         if self.default_partitions < 1 || self.default_partitions > limits::PARTITIONS_PER_TOPIC_MAX
         {
             return Err(format!(

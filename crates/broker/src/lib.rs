@@ -42,6 +42,7 @@ mod flusher;
 mod ids;
 pub mod internal_log;
 pub mod limits;
+pub mod listeners;
 pub mod open_files;
 pub mod partition;
 pub mod producer_ids;

@@ -286,3 +286,7 @@ pub const METRICS_GROUP_PARTITIONS_MAX: usize = 1_000;
 /// request cannot flood the log. Lines left out are counted, and the next line logged
 /// says how many.
 pub const FAILURE_LOG_LINES_PER_SECOND: u64 = 20;
+
+/// How long a client of an SSL listener has to finish its TLS handshake; a client that
+/// stalls in it is disconnected and counted (`tls_handshake_failures` on `/metrics`).
+pub const TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;

@@ -48,7 +48,7 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Start the broker (defaults: data in ./headway-data, listening on 127.0.0.1:9092).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Write records to a topic: stdin lines, or generated ones with --count.
     Produce(produce::ProduceArgs),
     /// Print records of a topic.
@@ -80,6 +80,29 @@ struct ServeArgs {
     /// Address clients are told to connect to [default: the bound address].
     #[arg(long, env = "HEADWAY_ADVERTISED_LISTENER")]
     advertised_listener: Option<String>,
+    /// Listeners in Kafka's form, NAME://HOST:PORT,... (NAME: PLAINTEXT, SSL, or a name
+    /// mapped by --listener-security-protocol-map); replaces --listen. See docs/security.md.
+    #[arg(long, env = "HEADWAY_LISTENERS", value_delimiter = ',')]
+    listeners: Option<Vec<String>>,
+    /// NAME://HOST:PORT,... the address each listener's clients are told.
+    #[arg(long, env = "HEADWAY_ADVERTISED_LISTENERS", value_delimiter = ',')]
+    advertised_listeners: Option<Vec<String>>,
+    /// NAME:PROTOCOL,... for listeners not named after their security protocol.
+    #[arg(
+        long,
+        env = "HEADWAY_LISTENER_SECURITY_PROTOCOL_MAP",
+        value_delimiter = ','
+    )]
+    listener_security_protocol_map: Option<Vec<String>>,
+    /// PEM certificate chain of SSL listeners.
+    #[arg(long, env = "HEADWAY_SSL_CERTIFICATE_FILE")]
+    ssl_certificate_file: Option<PathBuf>,
+    /// PEM private key of SSL listeners.
+    #[arg(long, env = "HEADWAY_SSL_KEY_FILE")]
+    ssl_key_file: Option<PathBuf>,
+    /// PEM CA certificates: SSL listeners then require client certificates signed by them.
+    #[arg(long, env = "HEADWAY_SSL_CLIENT_CA_FILE")]
+    ssl_client_ca_file: Option<PathBuf>,
     /// This broker's node id [default: 1].
     #[arg(long, env = "HEADWAY_NODE_ID")]
     node_id: Option<i32>,
@@ -210,6 +233,18 @@ impl ServeArgs {
         if self.advertised_listener.is_some() {
             config.advertised_listener = self.advertised_listener;
         }
+        set!(listeners = self.listeners);
+        set!(advertised_listeners = self.advertised_listeners);
+        set!(listener_security_protocol_map = self.listener_security_protocol_map);
+        if self.ssl_certificate_file.is_some() {
+            config.ssl_certificate_file = self.ssl_certificate_file;
+        }
+        if self.ssl_key_file.is_some() {
+            config.ssl_key_file = self.ssl_key_file;
+        }
+        if self.ssl_client_ca_file.is_some() {
+            config.ssl_client_ca_file = self.ssl_client_ca_file;
+        }
         set!(node_id = self.node_id);
         set!(auto_create_topics = self.auto_create_topics);
         set!(default_partitions = self.default_partitions);
@@ -325,15 +360,18 @@ fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     runtime.block_on(async move {
         tracing::info!(data_dir = %config.data_dir.display(), flush = %config.flush,
             sync_scope = %config.sync_scope, "starting");
-        let listen = config.listen.clone();
+        let specs = headway_broker::listeners::specs(&config).map_err(anyhow::Error::msg)?;
+        let listen = specs[0].bind.clone();
         // Tried before the data directory is opened (and created), so that a busy or
-        // wrong address leaves nothing behind. The trial listener is closed at once;
-        // the server binds the same address below.
-        drop(
-            tokio::net::TcpListener::bind(&listen)
-                .await
-                .with_context(|| format!("listening on {listen}"))?,
-        );
+        // wrong address leaves nothing behind. The trial listeners are closed at once;
+        // the server binds the same addresses below.
+        for spec in &specs {
+            drop(
+                tokio::net::TcpListener::bind(&spec.bind)
+                    .await
+                    .with_context(|| format!("listener {} on {}", spec.name, spec.bind))?,
+            );
+        }
         let broker = Broker::open(config)
             .await
             .context("opening the data directory")?;
@@ -344,8 +382,16 @@ fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         // as the line appears is handled rather than killing the process.
         let signals = Signals::install()?;
         // Tests and scripts wait for this line; it is the only thing written to stdout.
-        println!("headway listening on {}", server.local_addr());
-        std::io::stdout().flush()?;
+        // Then every listener, the first included: `headway listener NAME PROTOCOL ADDR`.
+        // A reader that stops after the first line (closing the pipe) must not stop the
+        // broker: later write errors are ignored.
+        let mut out = std::io::stdout();
+        writeln!(out, "headway listening on {}", server.local_addr())?;
+        out.flush()?;
+        for (name, protocol, addr) in server.listener_addrs() {
+            let _ = writeln!(out, "headway listener {name} {} {addr}", protocol.name());
+        }
+        let _ = out.flush();
         let handle = server.handle();
         tokio::spawn(async move {
             signals.wait().await;

@@ -25,9 +25,11 @@
 //! any answer.
 
 use crate::handlers::{self, Arrival, Ctx, HandlerError, Outgoing, Reply, ReplyTiming};
+use crate::listener::ListenerInfo;
 use crate::request_budget::Reserved;
 use crate::requests::Caller;
 use crate::stats::{Connection, ServerStats};
+use crate::tls;
 use bytes::Bytes;
 use headway_broker::{limits, Partition};
 use headway_protocol::kafka_protocol::messages::ApiKey;
@@ -37,11 +39,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::io::{AsyncWriteExt, BufWriter};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::{timeout_at, Duration, Instant};
+use tokio_rustls::TlsAcceptor;
 
 /// Bytes the writer buffers before a write syscall; larger responses go straight out.
 const WRITE_BUFFER_BYTES: usize = 16 * 1024;
@@ -49,15 +51,39 @@ const WRITE_BUFFER_BYTES: usize = 16 * 1024;
 /// timings stay few even when a client keeps the queue from ever emptying.
 const UNFLUSHED_TIMINGS_MAX: usize = 64;
 
-pub async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
+/// Serves one accepted connection of `listener`, after its TLS handshake when
+/// `tls` is set (an SSL listener).
+pub async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    ctx: Arc<Ctx>,
+    listener: Arc<ListenerInfo>,
+    tls: Option<TlsAcceptor>,
+) {
     // Listed in the stats until this is dropped, however this task ends.
-    let registered = ctx.stats.opened(peer);
-    read_requests(stream, registered.connection(), &ctx).await;
+    let registered = ctx.stats.opened(peer, listener);
+    let conn = registered.connection();
+    match tls {
+        None => {
+            let _ = stream.set_nodelay(true);
+            let (reader, writer) = stream.into_split();
+            read_requests(reader, writer, conn, &ctx).await;
+        }
+        Some(acceptor) => {
+            let Some(stream) = tls::handshake(&acceptor, stream, peer, &ctx.stats).await else {
+                return;
+            };
+            let (reader, writer) = tokio::io::split(stream);
+            read_requests(reader, writer, conn, &ctx).await;
+        }
+    }
 }
 
-async fn read_requests(stream: TcpStream, conn: &Arc<Connection>, ctx: &Arc<Ctx>) {
-    let _ = stream.set_nodelay(true);
-    let (mut reader, writer) = stream.into_split();
+async fn read_requests<R, W>(mut reader: R, writer: W, conn: &Arc<Connection>, ctx: &Arc<Ctx>)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let (replies, queued) = mpsc::channel(limits::REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX);
     let writer = tokio::spawn(write_replies(writer, queued, Arc::clone(conn)));
     let mut client = Caller {
@@ -306,8 +332,8 @@ async fn read_body<R: AsyncRead + Unpin>(
 }
 
 /// Flushes the writer's buffer and completes the timing of the replies it held.
-async fn flush(
-    out: &mut BufWriter<OwnedWriteHalf>,
+async fn flush<W: AsyncWrite + Unpin>(
+    out: &mut BufWriter<W>,
     unflushed: &mut Vec<ReplyTiming>,
 ) -> std::io::Result<()> {
     out.flush().await?;
@@ -323,8 +349,8 @@ fn truncated(e: std::io::Error) -> FrameError {
     }
 }
 
-async fn write_replies(
-    writer: OwnedWriteHalf,
+async fn write_replies<W: AsyncWrite + Unpin>(
+    writer: W,
     mut queued: mpsc::Receiver<Reply>,
     conn: Arc<Connection>,
 ) {

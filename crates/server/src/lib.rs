@@ -31,12 +31,14 @@ pub mod connection;
 pub mod errors;
 pub mod handlers;
 pub mod listener;
+pub mod log_limit;
 pub mod metrics;
 pub mod outbound;
 pub mod probe;
 pub mod request_budget;
 pub mod requests;
 pub mod stats;
+pub mod tls;
 pub mod txn_markers;
 
 pub use listener::{RunningServer, Server, ServerHandle};

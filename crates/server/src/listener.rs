@@ -8,7 +8,8 @@
 use crate::handlers::{self, Ctx};
 use crate::stats::ServerStats;
 use crate::txn_markers::PartitionMarkers;
-use crate::{connection, metrics};
+use crate::{connection, metrics, tls};
+use headway_broker::listeners::{ListenerSpec, SecurityProtocol};
 use headway_broker::Broker;
 use headway_group::{GroupConfig, GroupCoordinator};
 use headway_txn::{ProducerIdSource, TxnConfig, TxnCoordinator, TRANSACTION_STATE_TOPIC};
@@ -19,16 +20,82 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 
 /// How long connections may take to write their last replies at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 pub struct Server {
     broker: Arc<Broker>,
-    listener: TcpListener,
+    /// Bound listeners, in the configured order.
+    listeners: Vec<Bound>,
     ctx: Arc<Ctx>,
     shutdown: watch::Sender<bool>,
     metrics_addr: Option<SocketAddr>,
+}
+
+/// A listener as its connections see it: Metadata and FindCoordinator answer with its
+/// advertised address, so each client is sent back to the listener it came in on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerInfo {
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    pub advertised_host: String,
+    pub advertised_port: i32,
+}
+
+impl ListenerInfo {
+    /// A plaintext listener on 127.0.0.1:9092, for tests of per-connection state.
+    pub fn local() -> Arc<ListenerInfo> {
+        Arc::new(ListenerInfo {
+            name: "PLAINTEXT".into(),
+            protocol: SecurityProtocol::Plaintext,
+            advertised_host: "127.0.0.1".into(),
+            advertised_port: 9092,
+        })
+    }
+}
+
+/// One bound listener.
+struct Bound {
+    tcp: TcpListener,
+    info: Arc<ListenerInfo>,
+    /// For SSL listeners.
+    tls: Option<TlsAcceptor>,
+}
+
+impl Bound {
+    async fn bind(spec: &ListenerSpec, tls: &Option<TlsAcceptor>) -> std::io::Result<Bound> {
+        let tcp = TcpListener::bind(&spec.bind).await.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("listener {} on {}: {e}", spec.name, spec.bind),
+            )
+        })?;
+        let local = tcp.local_addr()?;
+        let (host, port) = match &spec.advertised {
+            Some(addr) => parse_advertised(addr)?,
+            None if local.ip().is_unspecified() => {
+                tracing::warn!(listener = %spec.name, "listening on all interfaces without an advertised address; advertising 127.0.0.1");
+                ("127.0.0.1".to_string(), i32::from(local.port()))
+            }
+            None => (local.ip().to_string(), i32::from(local.port())),
+        };
+        let tls = match spec.protocol {
+            SecurityProtocol::Ssl => tls.clone(),
+            SecurityProtocol::Plaintext => None,
+        };
+        Ok(Bound {
+            tcp,
+            info: Arc::new(ListenerInfo {
+                name: spec.name.clone(),
+                protocol: spec.protocol,
+                advertised_host: host,
+                advertised_port: port,
+            }),
+            tls,
+        })
+    }
 }
 
 /// Asks a running server to shut down.
@@ -88,20 +155,20 @@ impl Server {
         })
     }
 
-    /// Binds the configured address. With port 0, the bound ephemeral port is
-    /// advertised unless an advertised listener is configured.
+    /// Binds the configured listeners (`headway_broker::listeners`). With port 0, the
+    /// bound ephemeral port is advertised unless an advertised address is configured.
     pub async fn bind(broker: Arc<Broker>) -> std::io::Result<Server> {
-        let listener = TcpListener::bind(&broker.config().listen).await?;
-        let local = listener.local_addr()?;
-        let (host, port) = match &broker.config().advertised_listener {
-            Some(addr) => parse_advertised(addr)?,
-            None if local.ip().is_unspecified() => {
-                tracing::warn!("listening on all interfaces without --advertised-listener; advertising 127.0.0.1");
-                ("127.0.0.1".to_string(), i32::from(local.port()))
-            }
-            None => (local.ip().to_string(), i32::from(local.port())),
-        };
         let config = broker.config();
+        let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
+        let specs = headway_broker::listeners::specs(config).map_err(invalid)?;
+        let tls = match specs.iter().any(|s| s.protocol == SecurityProtocol::Ssl) {
+            true => Some(tls::acceptor(config).map_err(invalid)?),
+            false => None,
+        };
+        let mut listeners = Vec::with_capacity(specs.len());
+        for spec in &specs {
+            listeners.push(Bound::bind(spec, &tls).await?);
+        }
         let group_config = GroupConfig {
             initial_rebalance_delay_ms: config.group_initial_rebalance_delay_ms,
             offsets_retention_ms: config.offsets_retention_ms,
@@ -138,8 +205,6 @@ impl Server {
             txns,
             stats: ServerStats::new(config, Arc::clone(broker.read_pool())),
             broker: Arc::clone(&broker),
-            advertised_host: host,
-            advertised_port: port,
             shutdown: shutdown_rx,
         });
         let metrics_addr = match &config.metrics_listen {
@@ -156,17 +221,30 @@ impl Server {
         };
         Ok(Server {
             broker,
-            listener,
+            listeners,
             ctx,
             shutdown,
             metrics_addr,
         })
     }
 
+    /// The first listener's bound address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
+        self.listeners[0]
+            .tcp
             .local_addr()
             .expect("bound listener has an address")
+    }
+
+    /// Every listener's name, security protocol and bound address, in order.
+    pub fn listener_addrs(&self) -> Vec<(String, SecurityProtocol, SocketAddr)> {
+        self.listeners
+            .iter()
+            .map(|l| {
+                let addr = l.tcp.local_addr().expect("bound listener has an address");
+                (l.info.name.clone(), l.info.protocol, addr)
+            })
+            .collect()
     }
 
     /// Where `/metrics` is served, if anywhere.
@@ -194,12 +272,18 @@ impl Server {
                 slot = self.ctx.stats.connection_slot() => slot,
                 _ = handlers::shutting_down(&mut down) => break,
             };
+            let accepts = self
+                .listeners
+                .iter()
+                .map(|l| Box::pin(async move { (l.tcp.accept().await, l) }));
             tokio::select! {
-                accepted = self.listener.accept() => match accepted {
+                ((accepted, listener), _, _) = futures::future::select_all(accepts) => match accepted {
                     Ok((stream, peer)) => {
                         let ctx = Arc::clone(&self.ctx);
+                        let info = Arc::clone(&listener.info);
+                        let tls = listener.tls.clone();
                         tasks.spawn(async move {
-                            connection::serve(stream, peer, ctx).await;
+                            connection::serve(stream, peer, ctx, info, tls).await;
                             drop(permit);
                         });
                     }

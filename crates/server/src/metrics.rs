@@ -233,6 +233,12 @@ pub fn render(ctx: &Ctx) -> String {
     );
     counter(
         &mut r,
+        "tls_handshake_failures",
+        "Connections to SSL listeners closed because their TLS handshake failed or did not finish in time",
+        stats.tls_handshake_failures.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut r,
         "request_budget_waits",
         "Times a connection waited for the request budget",
         s.request_budget_waits,

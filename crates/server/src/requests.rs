@@ -18,6 +18,7 @@
 //! id and its address, at most [`limits::FAILURE_LOG_LINES_PER_SECOND`] lines a second.
 
 use crate::handlers::APIS;
+use crate::log_limit::LineLimiter;
 use bytes::Bytes;
 use headway_broker::limits;
 use kafka_protocol::messages::{self as m, ApiKey, ResponseHeader};
@@ -30,7 +31,7 @@ use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 /// Error codes counted one by one: Kafka's codes run from -1 to about 130; a code
 /// outside `-1..ERROR_CODES - 1` is counted as `other`.
@@ -65,40 +66,6 @@ pub struct Caller {
     pub peer: SocketAddr,
     /// The client id of the connection's first request.
     pub client_id: Option<Arc<str>>,
-}
-
-/// Bounds log lines to `per_second`: lines past it in one second are left out and
-/// counted, and the next line admitted reports the count.
-struct LineLimiter {
-    per_second: u64,
-    second: AtomicU64,
-    lines: AtomicU64,
-    left_out: AtomicU64,
-}
-
-impl LineLimiter {
-    fn new(per_second: u64) -> LineLimiter {
-        LineLimiter {
-            per_second,
-            second: AtomicU64::new(0),
-            lines: AtomicU64::new(0),
-            left_out: AtomicU64::new(0),
-        }
-    }
-
-    /// `Some(lines left out before this one)` when a line may be logged in second
-    /// `now_s`; `None` when it is left out.
-    fn admit(&self, now_s: u64) -> Option<u64> {
-        if self.second.swap(now_s, Ordering::Relaxed) != now_s {
-            self.lines.store(0, Ordering::Relaxed);
-        }
-        if self.lines.fetch_add(1, Ordering::Relaxed) < self.per_second {
-            Some(self.left_out.swap(0, Ordering::Relaxed))
-        } else {
-            self.left_out.fetch_add(1, Ordering::Relaxed);
-            None
-        }
-    }
 }
 
 /// One served API's counters.
@@ -195,10 +162,7 @@ impl RequestMetrics {
     }
 
     fn log_failure(&self, api: &str, code: i16, caller: &Caller) {
-        let now_s = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let Some(left_out) = self.failure_lines.admit(now_s) else {
+        let Some(left_out) = self.failure_lines.admit_now() else {
             return;
         };
         tracing::warn!(
@@ -447,18 +411,5 @@ mod tests {
         assert!(scrape(&metrics).contains(
             r#"api_response_codes_total{api="Produce",code="-1",error="UnknownServerError"} 1"#
         ));
-    }
-
-    #[test]
-    fn failure_lines_past_the_bound_are_left_out_and_counted_in_the_next_second() {
-        let lines = LineLimiter::new(3);
-        let first: Vec<_> = (0..5).map(|_| lines.admit(100)).collect();
-        assert_eq!(first, [Some(0), Some(0), Some(0), None, None]);
-        assert_eq!(
-            lines.admit(101),
-            Some(2),
-            "the next line reports the two left out"
-        );
-        assert_eq!(lines.admit(101), Some(0), "and only once");
     }
 }

@@ -6,6 +6,8 @@
 //! connections. A connection is listed from [`ServerStats::opened`] until its
 //! [`Registration`] is dropped, however the connection's task ends.
 
+use crate::listener::ListenerInfo;
+use crate::log_limit::LineLimiter;
 use crate::outbound::{ConnectionBudget, OutboundBudget};
 use crate::probe::BudgetProbe;
 use crate::request_budget::RequestBudget;
@@ -47,6 +49,11 @@ pub struct ServerStats {
     /// Times a producer's connection waited because a partition it wrote had more
     /// unsynced bytes than `partition_unsynced_bytes_max`.
     pub unsynced_holds: AtomicU64,
+    /// Connections to SSL listeners closed because their TLS handshake failed or did
+    /// not finish in time.
+    pub tls_handshake_failures: AtomicU64,
+    /// Bounds the log lines of failed handshakes.
+    pub tls_failure_lines: LineLimiter,
     /// Requests, response codes and latencies per API.
     pub requests: RequestMetrics,
     /// True while the listener accepts connections: from the start of its accept loop
@@ -58,6 +65,8 @@ pub struct ServerStats {
 pub struct Connection {
     pub id: u64,
     pub peer: SocketAddr,
+    /// The listener the connection came in on.
+    pub listener: Arc<ListenerInfo>,
     pub outbound: ConnectionBudget,
     /// How this connection's fetches read. Its share of the read threads is taken by
     /// [`Connection::read_turn`] around each read.
@@ -128,6 +137,8 @@ impl ServerStats {
             requests_refused: AtomicU64::new(0),
             request_body_timeouts: AtomicU64::new(0),
             unsynced_holds: AtomicU64::new(0),
+            tls_handshake_failures: AtomicU64::new(0),
+            tls_failure_lines: LineLimiter::new(limits::FAILURE_LOG_LINES_PER_SECOND),
             requests: RequestMetrics::new(),
             accepting: AtomicBool::new(false),
         })
@@ -143,11 +154,12 @@ impl ServerStats {
 
     /// Registers a new connection; it stays listed until the [`Registration`] is
     /// dropped.
-    pub fn opened(self: &Arc<Self>, peer: SocketAddr) -> Registration {
+    pub fn opened(self: &Arc<Self>, peer: SocketAddr, listener: Arc<ListenerInfo>) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let connection = Arc::new(Connection {
             id,
             peer,
+            listener,
             outbound: ConnectionBudget::new(
                 self.connection_outbound_bytes_max,
                 Arc::clone(&self.outbound),
@@ -274,8 +286,8 @@ mod tests {
     #[tokio::test]
     async fn dropping_the_registration_unregisters_the_connection() {
         let stats = stats(|_| {});
-        let first = stats.opened(peer(1));
-        let second = stats.opened(peer(2));
+        let first = stats.opened(peer(1), ListenerInfo::local());
+        let second = stats.opened(peer(2), ListenerInfo::local());
         let listed = |stats: &ServerStats| -> Vec<SocketAddr> {
             stats
                 .snapshot()
@@ -309,7 +321,7 @@ mod tests {
         assert_eq!(next.await.num_permits(), 1, "the slot given back");
         assert_eq!(stats.connection_slots_probe.waits(), 1);
 
-        let registered = stats.opened(peer(1));
+        let registered = stats.opened(peer(1), ListenerInfo::local());
         let conn = registered.connection();
         let turns: Vec<_> = futures::future::join_all(
             (0..limits::COLD_READS_PER_CONNECTION).map(|_| conn.read_turn()),

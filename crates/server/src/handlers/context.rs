@@ -28,8 +28,6 @@ pub struct Ctx {
     pub broker: Arc<Broker>,
     pub groups: Arc<GroupCoordinator>,
     pub txns: Arc<TxnCoordinator>,
-    pub advertised_host: String,
-    pub advertised_port: i32,
     /// Becomes true when the broker shuts down; long polls end early.
     pub shutdown: watch::Receiver<bool>,
     /// Budgets and the open connections' state.

@@ -25,7 +25,9 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         .with_cluster_authorized_operations(i32::MIN)
         .with_brokers(vec![DescribeClusterBroker::default()
             .with_broker_id(node)
-            .with_host(StrBytes::from_string(ctx.advertised_host.clone()))
-            .with_port(ctx.advertised_port)]);
+            .with_host(StrBytes::from_string(
+                call.conn.listener.advertised_host.clone(),
+            ))
+            .with_port(call.conn.listener.advertised_port)]);
     ready(request, &response)
 }

@@ -22,7 +22,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let ctx = call.ctx;
     let body: FindCoordinatorRequest = decode_body(request)?;
     let node = BrokerId(ctx.broker.config().node_id);
-    let host = StrBytes::from_string(ctx.advertised_host.clone());
+    let host = StrBytes::from_string(call.conn.listener.advertised_host.clone());
     let response = if request.api_version() >= BATCHED_KEYS_MIN_VERSION {
         FindCoordinatorResponse::default().with_coordinators(
             body.coordinator_keys
@@ -32,7 +32,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                         .with_key(key)
                         .with_node_id(node)
                         .with_host(host.clone())
-                        .with_port(ctx.advertised_port)
+                        .with_port(call.conn.listener.advertised_port)
                 })
                 .collect(),
         )
@@ -40,7 +40,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         FindCoordinatorResponse::default()
             .with_node_id(node)
             .with_host(host)
-            .with_port(ctx.advertised_port)
+            .with_port(call.conn.listener.advertised_port)
     };
     ready(request, &response)
 }

@@ -30,6 +30,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let body: MetadataRequest = decode_body(request)?;
     let version = request.api_version();
     let ctx = Arc::clone(ctx);
+    let listener = Arc::clone(&call.conn.listener);
     pending(request, async move {
         let allow_create = version < 4 || body.allow_auto_topic_creation;
         let topics = match body.topics {
@@ -58,8 +59,8 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         MetadataResponse::default()
             .with_brokers(vec![MetadataResponseBroker::default()
                 .with_node_id(node_id)
-                .with_host(StrBytes::from_string(ctx.advertised_host.clone()))
-                .with_port(ctx.advertised_port)])
+                .with_host(StrBytes::from_string(listener.advertised_host.clone()))
+                .with_port(listener.advertised_port)])
             .with_cluster_id(Some(StrBytes::from_string(
                 ctx.broker.cluster_id().to_string(),
             )))
