@@ -145,8 +145,16 @@ impl Broker {
                     .map_err(|e| storage("remove", &entry.path(), e))?;
                 continue;
             }
-            let (topic, reports) = Topic::load(entry.path(), &config.log, config.flush)?;
-            for (p, r) in reports.iter().enumerate() {
+            let (topic, reports) = match Topic::load(entry.path(), &config.log, config.flush) {
+                Ok(loaded) => loaded,
+                Err(error) => {
+                    // One damaged topic keeps none of the others from being served.
+                    tracing::error!(topic = %name, dir = %entry.path().display(), %error,
+                        "topic could not be loaded; it is not served");
+                    continue;
+                }
+            };
+            for (p, r) in reports.iter().map(|(p, r)| (p.value(), r)) {
                 // Cutting a torn tail is worth a warning; a recovery that kept every
                 // byte (after a crash, or with indexes rebuilt) is routine.
                 if r.truncated_bytes > 0 {
@@ -295,7 +303,11 @@ impl Broker {
             if !config.cleanup_policy.compact {
                 continue;
             }
-            for p in topic.partitions() {
+            for p in topic
+                .partitions()
+                .iter()
+                .filter(|p| p.unopened_cause().is_none())
+            {
                 let p = Arc::clone(p);
                 logs.push(Cleanable::of_topic(topic.name(), p, &config, &self.config));
             }
@@ -587,7 +599,12 @@ async fn run_retention(broker: Weak<Broker>) {
         let _ = tokio::task::spawn_blocking(move || {
             let now = crate::now_ms();
             for topic in topics {
-                for p in topic.partitions() {
+                // A partition that could not be opened has nothing to expire or delete.
+                let opened = topic
+                    .partitions()
+                    .iter()
+                    .filter(|p| p.unopened_cause().is_none());
+                for p in opened {
                     if let Ok(n @ 1..) = p.expire_producers(now, producer_idle_ms) {
                         tracing::info!(
                             topic = topic.name(),

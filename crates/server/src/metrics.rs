@@ -441,11 +441,13 @@ fn register_partitions(r: &mut Registry, broker: &Broker) {
     let now_ms = headway_broker::now_ms();
     let mut totals = PartitionHealth::default();
     let (mut offline_count, mut seen, mut size_total) = (0u64, 0usize, 0u64);
+    let mut unopened_count = 0u64;
     let topics_dir = broker.config().data_dir.join("topics");
     for topic in broker.topics() {
         for p in topic.partitions() {
             let health = p.health();
             offline_count += u64::from(health.offline);
+            unopened_count += u64::from(health.unopened);
             totals.write_refusals += health.write_refusals;
             totals.corrupt_reads += health.corrupt_reads;
             totals.segments_to_repair += health.segments_to_repair;
@@ -500,8 +502,14 @@ fn register_partitions(r: &mut Registry, broker: &Broker) {
     gauge(
         r,
         "partitions_offline",
-        "Partitions whose log failed an fsync (or could not undo a failed write) and accept no writes until restart",
+        "Partitions whose log failed an fsync (or could not undo a failed write, or could not be opened at start-up) and accept no writes until restart",
         offline_count,
+    );
+    gauge(
+        r,
+        "partitions_unopened",
+        "Partitions whose log could not be opened at start-up: offline, the others served",
+        unopened_count,
     );
     counter(
         r,
