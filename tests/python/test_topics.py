@@ -10,6 +10,8 @@ wait polls for its condition with a deadline.
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import signal
 import time
@@ -374,3 +376,43 @@ def test_a_half_created_topic_does_not_keep_the_broker_from_starting(make_broker
     assert md.partitions[2].error.code() == KafkaError.KAFKA_STORAGE_ERROR
     _produce_to(broker.bootstrap, "half", [0, 1], 3)
     assert _read_partitions(broker.bootstrap, "half", [0, 1]) == {0: 3, 1: 3}
+
+
+def _open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_sealed_segments_files_stay_within_the_open_files_limit(make_broker):
+    """Goal: sealed segments do not hold files open, so a broker keeps far more segment
+    files than its open files limit and still reads every one. Method: under a limit of
+    512 open files, 8 partitions with tiny segments (segment.bytes 4096) get 3,000
+    records of 1 KiB written round-robin, about 1,000 segments (1,000 .log files, plus
+    their indexes); every record is read back from the start, twice, with the count of the
+    process's open files (/proc/PID/fd) checked under the limit while writing and after
+    reading, and the cache's misses and evictions seen on /metrics."""
+    limit = 512
+    broker = make_broker("--metrics-listen", "127.0.0.1:0", open_files_max=limit)
+    create_topic(broker.bootstrap, "sealed", 8, **{"segment.bytes": "4096"})
+    producer = Producer({**rdkafka_base(broker.bootstrap), "acks": "all",
+                         "linger.ms": 0, "batch.num.messages": 1})
+    errors: list[str] = []
+    peak = 0
+    for i in range(3000):
+        producer.produce("sealed", value=b"%06d" % i + b"x" * 1018, partition=i % 8,
+                         on_delivery=lambda err, _m: err and errors.append(err.str()))
+        if i % 200 == 199:
+            assert producer.flush(FLUSH_TIMEOUT_S) == 0
+            peak = max(peak, _open_files(broker.pid))
+    assert producer.flush(FLUSH_TIMEOUT_S) == 0 and not errors, errors[:3]
+    segments = len(list((broker.data_dir / "topics" / "sealed").glob("*/*.log")))
+    assert segments > limit, f"only {segments} segments"
+    for _ in range(2):
+        assert _read_partitions(broker.bootstrap, "sealed", list(range(8))) == {
+            p: 375 for p in range(8)}
+        peak = max(peak, _open_files(broker.pid))
+    assert peak < limit, f"{peak} files open under a limit of {limit}"
+    text = _metrics_text(broker)
+    misses = re.search(r"^headway_file_cache_misses_total (\S+)$", text, re.M)
+    evictions = re.search(r"^headway_file_cache_evictions_total (\S+)$", text, re.M)
+    assert misses and float(misses.group(1)) >= segments, text[:2000]
+    assert evictions and float(evictions.group(1)) > 0

@@ -276,3 +276,10 @@ pub const METRICS_PARTITIONS_MAX: usize = 1_000;
 /// topic and index have series, the rest are counted by
 /// `headway_group_partitions_omitted`.
 pub const METRICS_GROUP_PARTITIONS_MAX: usize = 1_000;
+
+/// Smallest capacity of the cache of sealed segments' open files
+/// (`headway_log::FileCache`), whatever the active segments hold: reads of sealed
+/// segments then still find a file to use, at the cost of opening it (one `open(2)`
+/// per miss). The files held open for a read stay valid when evicted, so a small
+/// cache costs opens, never errors.
+pub const FILE_CACHE_CAPACITY_MIN: usize = 64;

@@ -18,6 +18,7 @@ use crate::read_pool::ReadPool;
 use crate::timings::Timings;
 use crate::topic::{validate_topic_name, Topic};
 use crate::{limits, BrokerError, FlushPolicy, PartitionIndex};
+use headway_log::{FileCache, FileCacheStats};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -80,6 +81,7 @@ impl Broker {
                 .map_err(|e| BrokerError::Storage(format!("start-up task failed: {e}")))??
         };
         let broker = Arc::new(broker);
+        broker.size_file_cache();
         if let Some(flusher) = &broker.shared_flusher {
             flusher.start();
         }
@@ -116,9 +118,13 @@ impl Broker {
                 data_dir.display()
             ))
         })?;
-        let open_files =
-            open_files::raise_limit().map(|limit| OpenFiles::new(limit, config.connections_max));
-        tracing::info!(limit = open_files.map(|f| f.limit), "open files limit");
+        let open_files = open_files::raise_limit()
+            .map(|limit| OpenFiles::new(limit, config.connections_max, config.open_files_max));
+        tracing::info!(
+            limit = open_files.map(|f| f.limit),
+            open_files_max = open_files.map(|f| f.files_max),
+            "open files limit"
+        );
         let cluster_id = load_cluster_id(&data_dir)?;
         let producer_ids = ProducerIds::open(&data_dir)?;
         let disk = DiskSpace::open(&data_dir, config.disk_free_bytes_min)
@@ -245,8 +251,28 @@ impl Broker {
 
     /// Refuses `partitions` new partitions that would not fit under the open files
     /// limit ([`crate::open_files`]).
+    /// Gives the cache of sealed segments' files what `open_files_max` leaves beside
+    /// the files held open now: at start-up and after partitions come or go.
+    fn size_file_cache(&self) {
+        if let (Some(budget), Some(held)) = (self.open_files, open_files::held_now()) {
+            let capacity = budget.cache_capacity(held);
+            FileCache::global().set_capacity(capacity);
+            tracing::debug!(held, capacity, "sealed segment file cache sized");
+        }
+    }
+
+    /// The cache of sealed segments' open files, for `/metrics`.
+    pub fn file_cache_stats(&self) -> FileCacheStats {
+        FileCache::global().stats()
+    }
+
+    /// The open files budget (`None`: no limit known).
+    pub fn open_files_budget(&self) -> Option<OpenFiles> {
+        self.open_files
+    }
+
     fn check_open_files(&self, partitions: i32) -> Result<(), BrokerError> {
-        match (self.open_files, open_files::open_now()) {
+        match (self.open_files, open_files::held_now()) {
             (Some(budget), Some(open)) => budget.check(open, partitions.max(0) as u64),
             _ => Ok(()),
         }
@@ -418,6 +444,7 @@ impl Broker {
             .write()
             .expect("topics lock")
             .insert(name.to_string(), Arc::clone(&topic));
+        self.size_file_cache();
         tracing::info!(topic = name, partitions, "topic created");
         Ok(topic)
     }
@@ -468,6 +495,7 @@ impl Broker {
             .write()
             .expect("topics lock")
             .insert(name.to_string(), grown);
+        self.size_file_cache();
         tracing::info!(topic = name, partitions = count, "partitions added");
         Ok(())
     }
@@ -524,6 +552,7 @@ impl Broker {
         })
         .await
         .map_err(|e| BrokerError::Storage(format!("delete task failed: {e}")))??;
+        self.size_file_cache();
         tracing::info!(topic = name, "topic deleted");
         Ok(())
     }

@@ -227,7 +227,10 @@ impl Log {
             .values()
             .next_back()
             .expect("a log has a segment");
-        let active_log = (active.log_file(), active.paths().log.as_path());
+        let active_log = active
+            .log_file()
+            .expect("the active segment holds its .log open");
+        let active_log = (&active_log, active.paths().log.as_path());
         let dir = (&self.dir_file, self.dir.as_path());
         self.pending
             .take(active_log, dir, Offset::new(self.log_end_offset))
@@ -297,9 +300,9 @@ impl Log {
         // corruption: read on from the next segment instead of returning nothing.
         let (base, slice) = match self.segments.range(offset.value() + 1..).next() {
             Some((base, next)) if offset.value() >= segment.end_offset() => {
-                (*base, next.read_slice(offset, interval))
+                (*base, next.read_slice(offset, interval)?)
             }
-            _ => (segment.base_offset(), segment.read_slice(offset, interval)),
+            _ => (segment.base_offset(), segment.read_slice(offset, interval)?),
         };
         let later: u64 = self
             .segments

@@ -431,10 +431,7 @@ impl<'a> GroupWriter<'a> {
         Ok(Outcome::Staged(StagedGroup {
             base_offset: segments[0].base_offset,
             end_bound: last.end_offset.max(last.base_offset + 1),
-            replaces: segments
-                .iter()
-                .map(|s| (s.base_offset, s.file.clone()))
-                .collect(),
+            replaces: segments.iter().map(|s| (s.base_offset, s.id)).collect(),
             records_removed: self.records_removed,
             tombstones_removed: self.tombstones_removed,
         }))
