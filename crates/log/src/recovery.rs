@@ -38,7 +38,6 @@ pub(crate) const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
 const SEGMENTS_SCANNED_AFTER_CRASH: usize = 2;
 
 pub(crate) struct Recovered {
-    pub dir_file: Arc<File>,
     pub segments: BTreeMap<i64, Segment>,
     pub report: RecoveryReport,
 }
@@ -84,11 +83,7 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> Result<Rec
         .map_err(LogError::io("sync directory", dir))?;
     report.segments = segments.len();
     report.log_start_offset = Offset::new(*segments.keys().next().expect("a log has a segment"));
-    Ok(Recovered {
-        dir_file,
-        segments,
-        report,
-    })
+    Ok(Recovered { segments, report })
 }
 
 /// Creates `dir` and any missing ancestors, syncing each new directory's parent so
@@ -227,13 +222,11 @@ pub(crate) fn parse_file_name(name: &str) -> Option<(i64, &str)> {
 }
 
 /// Writes the clean-shutdown marker and syncs it and the directory.
-pub(crate) fn write_clean_marker(dir: &Path, dir_file: &File) -> Result<(), LogError> {
+pub(crate) fn write_clean_marker(dir: &Path) -> Result<(), LogError> {
     let marker = dir.join(CLEAN_SHUTDOWN_FILE);
     let file = File::create(&marker).map_err(LogError::io("create", &marker))?;
     file.sync_all().map_err(LogError::io("sync", &marker))?;
-    dir_file
-        .sync_all()
-        .map_err(LogError::io("sync directory", dir))
+    crate::sync::sync_dir(dir)
 }
 
 #[cfg(test)]

@@ -21,7 +21,6 @@ use crate::scan::{self, WalkEnd, WalkOptions};
 use crate::segment::Segment;
 use crate::LogError;
 use std::collections::HashMap;
-use std::fs::File;
 use std::ops::ControlFlow;
 use std::path::Path;
 
@@ -425,8 +424,7 @@ impl<'a> GroupWriter<'a> {
             return Ok(Outcome::Damaged);
         }
         let sealed = self.segment.seal()?;
-        let staging_file = File::open(staging).map_err(LogError::io("open directory", staging))?;
-        sealed.sync_now(&staging_file, staging)?;
+        sealed.sync_now(staging)?;
         let last = segments.last().expect("a group has segments");
         Ok(Outcome::Staged(StagedGroup {
             base_offset: segments[0].base_offset,
