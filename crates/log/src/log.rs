@@ -61,6 +61,9 @@ pub struct RetentionReport {
 
 pub struct Log {
     dir: PathBuf,
+    /// The clean-shutdown marker of the last close is still on disk: nothing was
+    /// written since (`recovery::recover`); the first append removes it.
+    clean_marker: bool,
     config: LogConfig,
     /// By base offset; never empty, the last one is the active segment.
     segments: BTreeMap<i64, Segment>,
@@ -110,6 +113,7 @@ impl Log {
         let aborted = txn_index::load(dir, ends)?;
         let log = Log {
             dir: dir.to_path_buf(),
+            clean_marker: recovered.clean_marker,
             config,
             size_bytes: segments.values().map(Segment::size_bytes).sum(),
             segments,
@@ -142,6 +146,10 @@ impl Log {
             });
         }
         let mut headers = batch::parse_all(batches)?;
+        if self.clean_marker {
+            recovery::remove_clean_marker(&self.dir)?;
+            self.clean_marker = false;
+        }
         let offset_count: i64 = headers
             .iter()
             .map(|h| i64::from(h.last_offset_delta) + 1)
