@@ -328,6 +328,16 @@ fn remove_new_partitions(parent: &Path, dirs: impl IntoIterator<Item = PathBuf>)
     }
 }
 
+/// Whether a partition directory holds any record bytes (a `.log` file not empty).
+fn holds_records(dir: &Path) -> bool {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        e.path().extension().is_some_and(|x| x == "log") && e.metadata().is_ok_and(|m| m.len() > 0)
+    })
+}
+
 /// Removes what an interrupted CreatePartitions left in a topic's directory: hidden
 /// directories, and partition directories at or past `count` (never recorded in
 /// `topic.json`, so never served).
@@ -337,6 +347,13 @@ fn remove_unfinished_partitions(dir: &Path, count: i32) -> Result<(), BrokerErro
         let entry = entry.map_err(|e| io_error("list", dir, e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let unfinished = match name.parse::<i32>() {
+            // Never served, so empty: one holding records is kept and reported, not
+            // removed (a topic.json that lost partitions would be a bug to look at).
+            Ok(p) if p >= count && holds_records(&entry.path()) => {
+                tracing::error!(dir = %entry.path().display(), partitions = count,
+                    "partition directory past the topic's count holds records; left in place");
+                false
+            }
             Ok(p) => p >= count,
             Err(_) => name.starts_with('.') && entry.path().is_dir(),
         };

@@ -127,11 +127,15 @@ async fn leftovers_of_an_interrupted_creation_are_removed_at_start_up() {
     fs::create_dir_all(topics.join("grown/.creating-2")).unwrap();
     fs::create_dir_all(topics.join("grown/2")).unwrap();
     fs::write(topics.join("grown/2/00000000000000000000.log"), b"").unwrap();
+    // A directory past the count that holds records is never removed.
+    fs::create_dir_all(topics.join("grown/7")).unwrap();
+    fs::write(topics.join("grown/7/00000000000000000000.log"), b"records").unwrap();
 
     let broker = broker_on(dir.path()).await;
     assert!(!topics.join(".creating-0123").exists());
     assert!(!topics.join("grown/.creating-2").exists());
     assert!(!topics.join("grown/2").exists());
+    assert!(topics.join("grown/7/00000000000000000000.log").exists());
     assert_eq!(broker.topic("grown").unwrap().partitions().len(), 2);
     write_one(&broker, "grown", 1).await.unwrap();
     // Growing it now makes a fresh partition 2.
