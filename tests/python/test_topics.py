@@ -10,6 +10,9 @@ wait polls for its condition with a deadline.
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import signal
 import time
 
@@ -267,3 +270,149 @@ def test_partitions_past_the_open_files_limit_are_refused_whole(make_broker):
     broker.stop()
     broker.start()
     wait_for_topic(broker.bootstrap, "narrow", 4)
+
+
+def _metrics_text(broker) -> str:
+    import urllib.request
+    with urllib.request.urlopen(f"http://{broker.metrics_address()}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def _produce_to(bootstrap: str, topic: str, partitions: list[int], per_partition: int) -> None:
+    producer = Producer({**rdkafka_base(bootstrap), "acks": "all"})
+    errors: list[str] = []
+    acked: list[int] = []
+
+    def delivered(err, msg) -> None:
+        (errors.append(err.str()) if err is not None else acked.append(msg.partition()))
+
+    for p in partitions:
+        for i in range(per_partition):
+            producer.produce(topic, value=f"{p}-{i}".encode(), partition=p,
+                             on_delivery=delivered)
+    assert producer.flush(FLUSH_TIMEOUT_S) == 0, "records still in flight"
+    assert not errors and len(acked) == per_partition * len(partitions), errors[:3]
+
+
+def _read_partitions(bootstrap: str, topic: str, partitions: list[int]) -> dict[int, int]:
+    """Reads every listed partition to its high watermark; returns records per partition."""
+    consumer = new_consumer(bootstrap)
+    try:
+        high = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in partitions}
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        seen = {p: 0 for p in partitions}
+        deadline = time.monotonic() + ADMIN_TIMEOUT_S
+        while any(seen[p] < high[p] for p in partitions):
+            assert time.monotonic() < deadline, f"read {seen} of {high}"
+            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+                if msg.error() is None:
+                    seen[msg.partition()] += 1
+        return seen
+    finally:
+        consumer.close()
+
+
+def test_a_partition_that_cannot_be_opened_is_offline_and_the_others_are_served(make_broker):
+    """Goal: one damaged partition directory never keeps a broker from starting. Method:
+    write to every partition, stop, make one partition's log file unopenable (a directory
+    in its place, which fails for any user), start: the broker serves the other partitions
+    and topics, Metadata shows the bad one without a leader and with KAFKA_STORAGE_ERROR,
+    /metrics counts it, and the log names its path."""
+    broker = make_broker("--metrics-listen", "127.0.0.1:0")
+    create_topic(broker.bootstrap, "t", 3)
+    create_topic(broker.bootstrap, "other", 1)
+    _produce_to(broker.bootstrap, "t", [0, 1, 2], 10)
+    broker.stop()
+    log = broker.data_dir / "topics" / "t" / "1" / "00000000000000000000.log"
+    log.unlink()
+    log.mkdir()
+
+    broker.start()
+    admin = admin_for(broker)
+    md = admin.list_topics(timeout=10).topics["t"]
+    bad = md.partitions[1]
+    assert bad.error is not None and bad.error.code() == KafkaError.KAFKA_STORAGE_ERROR, bad.error
+    assert bad.leader == -1
+    assert all(md.partitions[p].error is None and md.partitions[p].leader >= 0 for p in (0, 2))
+    _produce_to(broker.bootstrap, "t", [0, 2], 5)
+    _produce_to(broker.bootstrap, "other", [0], 5)
+    assert _read_partitions(broker.bootstrap, "t", [0, 2]) == {0: 15, 2: 15}
+    assert _read_partitions(broker.bootstrap, "other", [0]) == {0: 5}
+    text = _metrics_text(broker)
+    assert "headway_partitions_unopened 1" in text, text
+    assert 'headway_partition_offline{topic="t",partition="1"} 1' in text
+    stderr = broker.stderr_path.read_text("utf-8", "replace")
+    assert "partition could not be opened" in stderr and str(log) in stderr
+
+
+def test_a_half_created_topic_does_not_keep_the_broker_from_starting(make_broker):
+    """Goal: what an interrupted topic creation leaves behind never stops a start. Method:
+    stop a broker, then leave a hidden staging directory of a creation that never reached
+    its rename, and a topic with one partition directory missing and another holding only
+    empty files (no clean-shutdown marker): the broker starts, removes the staging
+    directory, serves the other topic with every record, and the half topic's intact
+    partitions."""
+    broker = make_broker()
+    create_topic(broker.bootstrap, "whole", 2)
+    create_topic(broker.bootstrap, "half", 3)
+    _produce_to(broker.bootstrap, "whole", [0, 1], 20)
+    broker.stop()
+    topics = broker.data_dir / "topics"
+    staging = topics / ".creating-0f0f" / "0"
+    staging.mkdir(parents=True)
+    (staging / "00000000000000000000.log").write_bytes(b"")
+    shutil.rmtree(topics / "half" / "2")
+    for f in (topics / "half" / "1").iterdir():
+        if f.name.startswith("."):
+            f.unlink()
+        else:
+            f.write_bytes(b"")
+
+    broker.start()
+    assert not (topics / ".creating-0f0f").exists()
+    assert _read_partitions(broker.bootstrap, "whole", [0, 1]) == {0: 20, 1: 20}
+    md = admin_for(broker).list_topics(timeout=10).topics["half"]
+    assert md.partitions[2].error.code() == KafkaError.KAFKA_STORAGE_ERROR
+    _produce_to(broker.bootstrap, "half", [0, 1], 3)
+    assert _read_partitions(broker.bootstrap, "half", [0, 1]) == {0: 3, 1: 3}
+
+
+def _open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_sealed_segments_files_stay_within_the_open_files_limit(make_broker):
+    """Goal: sealed segments do not hold files open, so a broker keeps far more segment
+    files than its open files limit and still reads every one. Method: under a limit of
+    512 open files, 8 partitions with tiny segments (segment.bytes 4096) get 3,000
+    records of 1 KiB written round-robin, about 1,000 segments (1,000 .log files, plus
+    their indexes); every record is read back from the start, twice, with the count of the
+    process's open files (/proc/PID/fd) checked under the limit while writing and after
+    reading, and the cache's misses and evictions seen on /metrics."""
+    limit = 512
+    broker = make_broker("--metrics-listen", "127.0.0.1:0", open_files_max=limit)
+    create_topic(broker.bootstrap, "sealed", 8, **{"segment.bytes": "4096"})
+    producer = Producer({**rdkafka_base(broker.bootstrap), "acks": "all",
+                         "linger.ms": 0, "batch.num.messages": 1})
+    errors: list[str] = []
+    peak = 0
+    for i in range(3000):
+        producer.produce("sealed", value=b"%06d" % i + b"x" * 1018, partition=i % 8,
+                         on_delivery=lambda err, _m: err and errors.append(err.str()))
+        if i % 200 == 199:
+            assert producer.flush(FLUSH_TIMEOUT_S) == 0
+            peak = max(peak, _open_files(broker.pid))
+    assert producer.flush(FLUSH_TIMEOUT_S) == 0 and not errors, errors[:3]
+    segments = len(list((broker.data_dir / "topics" / "sealed").glob("*/*.log")))
+    assert segments > limit, f"only {segments} segments"
+    for _ in range(2):
+        assert _read_partitions(broker.bootstrap, "sealed", list(range(8))) == {
+            p: 375 for p in range(8)}
+        peak = max(peak, _open_files(broker.pid))
+    assert peak < limit, f"{peak} files open under a limit of {limit}"
+    text = _metrics_text(broker)
+    misses = re.search(r"^headway_file_cache_misses_total (\S+)$", text, re.M)
+    evictions = re.search(r"^headway_file_cache_evictions_total (\S+)$", text, re.M)
+    assert misses and float(misses.group(1)) >= segments, text[:2000]
+    assert evictions and float(evictions.group(1)) > 0

@@ -260,6 +260,11 @@ pub struct BrokerConfig {
     /// past it the connection is closed.
     pub request_body_timeout_ms: u64,
     pub connections_max: usize,
+    /// Files the broker's logs may hold open at once (the partitions' active segments
+    /// and the cache of sealed segments' files, `crate::open_files`). `None` derives it
+    /// from the process's open files limit less a reserve for connections; a figure
+    /// only lowers that.
+    pub open_files_max: Option<u64>,
     /// Threads for bulk work: reads that may wait for the disk (cold reads) and the
     /// appends of produce requests over 64 KiB. Reads of data in the page cache do not
     /// use them.
@@ -353,6 +358,7 @@ impl Default for BrokerConfig {
             request_bytes_in_flight_max: limits::REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT,
             request_body_timeout_ms: limits::REQUEST_BODY_TIMEOUT_MS_DEFAULT,
             connections_max: limits::CONNECTIONS_MAX_DEFAULT,
+            open_files_max: None,
             read_threads: limits::READ_THREADS_DEFAULT,
             read_cache_first: true,
             read_tail_bytes: limits::READ_TAIL_BYTES_DEFAULT,

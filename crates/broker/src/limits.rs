@@ -290,3 +290,10 @@ pub const FAILURE_LOG_LINES_PER_SECOND: u64 = 20;
 /// How long a client of an SSL listener has to finish its TLS handshake; a client that
 /// stalls in it is disconnected and counted (`tls_handshake_failures` on `/metrics`).
 pub const TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+
+/// Smallest capacity of the cache of sealed segments' open files
+/// (`headway_log::FileCache`), whatever the active segments hold: reads of sealed
+/// segments then still find a file to use, at the cost of opening it (one `open(2)`
+/// per miss). The files held open for a read stay valid when evicted, so a small
+/// cache costs opens, never errors.
+pub const FILE_CACHE_CAPACITY_MIN: usize = 64;

@@ -9,8 +9,17 @@
 //! reserve for connections (`connections_max`, at most half the limit) and
 //! [`limits::OPEN_FILES_HEADROOM`] for the rest (directories synced, side files,
 //! the metrics listener).
+//!
+//! What the limit leaves after that reserve is `open_files_max` (or the configured
+//! figure, when lower). Sealed segments' files do not stay open: they go through
+//! the log's bounded [`FileCache`], whose capacity is what `open_files_max` leaves
+//! beside the files held open outside it (the partitions' active segments and
+//! directories), at least [`limits::FILE_CACHE_CAPACITY_MIN`]. The broker sets it at
+//! start-up and after every change to the set of partitions; a new partition may take
+//! the cache's room, which the cache gives back by closing idle files.
 
 use crate::{limits, BrokerError};
+use headway_log::FileCache;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
 /// Files a new partition opens: its first segment's log, offset index and time index.
@@ -41,6 +50,13 @@ pub fn open_now() -> Option<u64> {
     Some(entries.count() as u64)
 }
 
+/// Files open now outside the cache of sealed segments' files: those a new partition
+/// cannot take back (`None` where `/proc/self/fd` is not there).
+pub fn held_now() -> Option<u64> {
+    let cached = FileCache::global().stats().open as u64;
+    open_now().map(|open| open.saturating_sub(cached))
+}
+
 /// The files a broker may still open for new partitions: plain code over the figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpenFiles {
@@ -48,21 +64,37 @@ pub struct OpenFiles {
     pub limit: u64,
     /// Kept for connections.
     pub reserve: u64,
+    /// Files the broker's logs may hold open at once (`open_files_max`).
+    pub files_max: u64,
 }
 
 impl OpenFiles {
-    pub fn new(limit: u64, connections_max: usize) -> OpenFiles {
+    /// The budget under `limit`, with `configured` (`open_files_max`) as a lower cap.
+    pub fn new(limit: u64, connections_max: usize, configured: Option<u64>) -> OpenFiles {
         let connections = (connections_max as u64).min(limit / 2);
+        let reserve = connections + limits::OPEN_FILES_HEADROOM;
+        let derived = limit.saturating_sub(reserve);
         OpenFiles {
             limit,
-            reserve: connections + limits::OPEN_FILES_HEADROOM,
+            reserve,
+            files_max: configured.map_or(derived, |c| c.min(derived)),
         }
     }
 
-    /// Whether `partitions` new partitions fit beside `open` open files.
+    /// Capacity of the cache of sealed segments' files beside `held` files open
+    /// outside it.
+    pub fn cache_capacity(&self, held: u64) -> usize {
+        let room = self.files_max.saturating_sub(held);
+        usize::try_from(room)
+            .unwrap_or(usize::MAX)
+            .max(limits::FILE_CACHE_CAPACITY_MIN)
+    }
+
+    /// Whether `partitions` new partitions fit beside `open` files held open (outside
+    /// the cache, which gives its files back).
     pub fn check(&self, open: u64, partitions: u64) -> Result<(), BrokerError> {
         let needed = partitions.saturating_mul(FILES_PER_NEW_PARTITION);
-        let available = self.limit.saturating_sub(self.reserve).saturating_sub(open);
+        let available = self.files_max.saturating_sub(open);
         match needed <= available {
             true => Ok(()),
             false => Err(BrokerError::OpenFilesLimit {
@@ -82,7 +114,7 @@ mod tests {
     #[test]
     fn partitions_fit_what_the_limit_leaves_after_open_files_and_the_reserve() {
         // 20,000 files, 10,000 connections: 10,000 + headroom kept back.
-        let budget = OpenFiles::new(20_000, 10_000);
+        let budget = OpenFiles::new(20_000, 10_000, None);
         let room = 20_000 - 10_000 - limits::OPEN_FILES_HEADROOM - 100;
         let fits = room / FILES_PER_NEW_PARTITION;
         assert!(budget.check(100, fits).is_ok());
@@ -98,8 +130,27 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // A small limit keeps at most half of it for connections.
-        let small = OpenFiles::new(1024, 10_000);
+        let small = OpenFiles::new(1024, 10_000, None);
         assert_eq!(small.reserve, 512 + limits::OPEN_FILES_HEADROOM);
         assert!(small.check(2000, 1).is_err(), "more open than the limit");
+    }
+
+    #[test]
+    fn the_cache_of_sealed_files_gets_what_the_held_files_leave() {
+        let budget = OpenFiles::new(20_000, 10_000, None);
+        let files_max = 20_000 - 10_000 - limits::OPEN_FILES_HEADROOM;
+        assert_eq!(budget.files_max, files_max);
+        assert_eq!(budget.cache_capacity(1_000), (files_max - 1_000) as usize);
+        // Never below the floor, even when the held files take everything.
+        assert_eq!(
+            budget.cache_capacity(files_max + 5),
+            limits::FILE_CACHE_CAPACITY_MIN
+        );
+        // A configured open_files_max only lowers the budget.
+        assert_eq!(OpenFiles::new(20_000, 100, Some(4_000)).files_max, 4_000);
+        assert_eq!(
+            OpenFiles::new(2_048, 100, Some(1 << 40)).files_max,
+            2_048 - 164
+        );
     }
 }

@@ -18,6 +18,7 @@ use crate::read_pool::ReadPool;
 use crate::timings::Timings;
 use crate::topic::{validate_topic_name, Topic};
 use crate::{limits, BrokerError, FlushPolicy, PartitionIndex};
+use headway_log::{FileCache, FileCacheStats};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -80,6 +81,7 @@ impl Broker {
                 .map_err(|e| BrokerError::Storage(format!("start-up task failed: {e}")))??
         };
         let broker = Arc::new(broker);
+        broker.size_file_cache();
         if let Some(flusher) = &broker.shared_flusher {
             flusher.start();
         }
@@ -116,9 +118,13 @@ impl Broker {
                 data_dir.display()
             ))
         })?;
-        let open_files =
-            open_files::raise_limit().map(|limit| OpenFiles::new(limit, config.connections_max));
-        tracing::info!(limit = open_files.map(|f| f.limit), "open files limit");
+        let open_files = open_files::raise_limit()
+            .map(|limit| OpenFiles::new(limit, config.connections_max, config.open_files_max));
+        tracing::info!(
+            limit = open_files.map(|f| f.limit),
+            open_files_max = open_files.map(|f| f.files_max),
+            "open files limit"
+        );
         let cluster_id = load_cluster_id(&data_dir)?;
         let producer_ids = ProducerIds::open(&data_dir)?;
         let disk = DiskSpace::open(&data_dir, config.disk_free_bytes_min)
@@ -145,8 +151,16 @@ impl Broker {
                     .map_err(|e| storage("remove", &entry.path(), e))?;
                 continue;
             }
-            let (topic, reports) = Topic::load(entry.path(), &config.log, config.flush)?;
-            for (p, r) in reports.iter().enumerate() {
+            let (topic, reports) = match Topic::load(entry.path(), &config.log, config.flush) {
+                Ok(loaded) => loaded,
+                Err(error) => {
+                    // One damaged topic keeps none of the others from being served.
+                    tracing::error!(topic = %name, dir = %entry.path().display(), %error,
+                        "topic could not be loaded; it is not served");
+                    continue;
+                }
+            };
+            for (p, r) in reports.iter().map(|(p, r)| (p.value(), r)) {
                 // Cutting a torn tail is worth a warning; a recovery that kept every
                 // byte (after a crash, or with indexes rebuilt) is routine.
                 if r.truncated_bytes > 0 {
@@ -237,8 +251,28 @@ impl Broker {
 
     /// Refuses `partitions` new partitions that would not fit under the open files
     /// limit ([`crate::open_files`]).
+    /// Gives the cache of sealed segments' files what `open_files_max` leaves beside
+    /// the files held open now: at start-up and after partitions come or go.
+    fn size_file_cache(&self) {
+        if let (Some(budget), Some(held)) = (self.open_files, open_files::held_now()) {
+            let capacity = budget.cache_capacity(held);
+            FileCache::global().set_capacity(capacity);
+            tracing::debug!(held, capacity, "sealed segment file cache sized");
+        }
+    }
+
+    /// The cache of sealed segments' open files, for `/metrics`.
+    pub fn file_cache_stats(&self) -> FileCacheStats {
+        FileCache::global().stats()
+    }
+
+    /// The open files budget (`None`: no limit known).
+    pub fn open_files_budget(&self) -> Option<OpenFiles> {
+        self.open_files
+    }
+
     fn check_open_files(&self, partitions: i32) -> Result<(), BrokerError> {
-        match (self.open_files, open_files::open_now()) {
+        match (self.open_files, open_files::held_now()) {
             (Some(budget), Some(open)) => budget.check(open, partitions.max(0) as u64),
             _ => Ok(()),
         }
@@ -295,7 +329,11 @@ impl Broker {
             if !config.cleanup_policy.compact {
                 continue;
             }
-            for p in topic.partitions() {
+            for p in topic
+                .partitions()
+                .iter()
+                .filter(|p| p.unopened_cause().is_none())
+            {
                 let p = Arc::clone(p);
                 logs.push(Cleanable::of_topic(topic.name(), p, &config, &self.config));
             }
@@ -406,6 +444,7 @@ impl Broker {
             .write()
             .expect("topics lock")
             .insert(name.to_string(), Arc::clone(&topic));
+        self.size_file_cache();
         tracing::info!(topic = name, partitions, "topic created");
         Ok(topic)
     }
@@ -456,6 +495,7 @@ impl Broker {
             .write()
             .expect("topics lock")
             .insert(name.to_string(), grown);
+        self.size_file_cache();
         tracing::info!(topic = name, partitions = count, "partitions added");
         Ok(())
     }
@@ -512,6 +552,7 @@ impl Broker {
         })
         .await
         .map_err(|e| BrokerError::Storage(format!("delete task failed: {e}")))??;
+        self.size_file_cache();
         tracing::info!(topic = name, "topic deleted");
         Ok(())
     }
@@ -587,7 +628,12 @@ async fn run_retention(broker: Weak<Broker>) {
         let _ = tokio::task::spawn_blocking(move || {
             let now = crate::now_ms();
             for topic in topics {
-                for p in topic.partitions() {
+                // A partition that could not be opened has nothing to expire or delete.
+                let opened = topic
+                    .partitions()
+                    .iter()
+                    .filter(|p| p.unopened_cause().is_none());
+                for p in opened {
                     if let Ok(n @ 1..) = p.expire_producers(now, producer_idle_ms) {
                         tracing::info!(
                             topic = topic.name(),

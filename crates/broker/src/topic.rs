@@ -117,27 +117,39 @@ impl Topic {
         Ok(())
     }
 
-    /// The same topic with partitions added up to `count`: their directories are
-    /// created and opened, then `topic.json` records the new count. Blocking.
+    /// The same topic with partitions added up to `count`. Each new partition's
+    /// directory is made under a hidden name and renamed into place, the topic's
+    /// directory synced, and only then does `topic.json` record the new count: a crash
+    /// before that leaves directories past the count, which the next start removes
+    /// ([`Topic::load`]). A partition that fails to open undoes the whole change.
+    /// Blocking.
     pub(crate) fn with_partitions(
         &self,
         count: i32,
         flush: FlushPolicy,
     ) -> Result<Arc<Topic>, BrokerError> {
         let config = self.config();
-        let mut partitions = self.partitions.clone();
-        for p in self.partitions.len() as i32..count {
-            let (partition, _) = Partition::open(
-                self.dir.join(p.to_string()),
-                Arc::clone(&self.name),
-                PartitionIndex::new(p),
-                config.log_config(),
-                flush,
-            )?;
-            partition.set_keys_required(config.cleanup_policy.compact);
-            partitions.push(partition);
+        let first = self.partitions.len() as i32;
+        for p in first..count {
+            let staging = self.dir.join(format!(".creating-{p}"));
+            fs::create_dir(&staging).map_err(|e| io_error("create", &staging, e))?;
+            let dir = self.dir.join(p.to_string());
+            fs::rename(&staging, &dir).map_err(|e| io_error("rename into place", &dir, e))?;
         }
         sync_dir(&self.dir)?;
+        let opened = (first..count)
+            .map(|p| self.open_new_partition(p, &config, flush))
+            .collect::<Result<Vec<_>, _>>();
+        let added = match opened {
+            Ok(added) => added,
+            Err(e) => {
+                let dirs = (first..count).map(|p| self.dir.join(p.to_string()));
+                remove_new_partitions(&self.dir, dirs);
+                return Err(e);
+            }
+        };
+        let mut partitions = self.partitions.clone();
+        partitions.extend(added);
         self.persist(partitions.len(), &config)?;
         Ok(Arc::new(Topic {
             name: Arc::clone(&self.name),
@@ -148,8 +160,27 @@ impl Topic {
         }))
     }
 
-    /// Creates the topic's directory with its metadata and empty partitions, then opens
-    /// it. Blocking.
+    fn open_new_partition(
+        &self,
+        p: i32,
+        config: &TopicConfig,
+        flush: FlushPolicy,
+    ) -> Result<Arc<Partition>, BrokerError> {
+        let (partition, _) = Partition::open(
+            self.dir.join(p.to_string()),
+            Arc::clone(&self.name),
+            PartitionIndex::new(p),
+            config.log_config(),
+            flush,
+        )?;
+        partition.set_keys_required(config.cleanup_policy.compact);
+        Ok(partition)
+    }
+
+    /// Creates the topic's directory with its metadata and empty partitions under a
+    /// hidden name, renames it into place, then opens it. A partition that fails to
+    /// open (too many open files) removes the whole topic again: it appears complete
+    /// or not at all. Blocking.
     pub(crate) fn create(
         topics_dir: &Path,
         name: &str,
@@ -173,22 +204,39 @@ impl Topic {
         let dir = topics_dir.join(name);
         fs::rename(&staging, &dir).map_err(|e| io_error("rename into place", &dir, e))?;
         sync_dir(topics_dir)?;
-        let (topic, _) = Topic::open(dir, meta, config, flush)?;
-        Ok(topic)
+        match Topic::open(dir.clone(), meta, config, flush, Opening::Created) {
+            Ok((topic, _)) => Ok(topic),
+            Err(e) => {
+                remove_new_partitions(topics_dir, [dir]);
+                Err(e)
+            }
+        }
     }
 
-    /// Loads a topic directory written by [`Topic::create`]. Blocking (recovers logs).
+    /// Loads a topic directory written by [`Topic::create`]: hidden leftovers of an
+    /// interrupted CreatePartitions and directories past the recorded count are
+    /// removed; a partition that cannot be opened is registered offline
+    /// ([`Partition::unopened`]). Returns the recovery report of each opened
+    /// partition. Blocking (recovers logs).
     pub(crate) fn load(
         dir: PathBuf,
         defaults: &LogDefaults,
         flush: FlushPolicy,
-    ) -> Result<(Arc<Topic>, Vec<RecoveryReport>), BrokerError> {
+    ) -> Result<Loaded, BrokerError> {
         let path = dir.join(META_FILE);
         let text = fs::read_to_string(&path).map_err(|e| io_error("read", &path, e))?;
         let meta: TopicMeta = serde_json::from_str(&text)
             .map_err(|e| BrokerError::Storage(format!("parse {}: {e}", path.display())))?;
+        if !(0..=limits::PARTITIONS_PER_TOPIC_MAX).contains(&meta.partitions) {
+            return Err(BrokerError::Storage(format!(
+                "{}: partition count {} out of range",
+                path.display(),
+                meta.partitions
+            )));
+        }
+        remove_unfinished_partitions(&dir, meta.partitions)?;
         let config = TopicConfig::from_overrides(&meta.configs, defaults)?;
-        Topic::open(dir, meta, config, flush)
+        Topic::open(dir, meta, config, flush, Opening::Loaded)
     }
 
     fn open(
@@ -196,21 +244,44 @@ impl Topic {
         meta: TopicMeta,
         config: TopicConfig,
         flush: FlushPolicy,
-    ) -> Result<(Arc<Topic>, Vec<RecoveryReport>), BrokerError> {
+        opening: Opening,
+    ) -> Result<Loaded, BrokerError> {
         let name: Arc<str> = meta.name.into();
         let mut partitions = Vec::with_capacity(meta.partitions as usize);
         let mut reports = Vec::with_capacity(meta.partitions as usize);
         for p in 0..meta.partitions {
-            let (partition, report) = Partition::open(
-                dir.join(p.to_string()),
-                Arc::clone(&name),
-                PartitionIndex::new(p),
-                config.log_config(),
-                flush,
-            )?;
+            let index = PartitionIndex::new(p);
+            let path = dir.join(p.to_string());
+            let opened = match (opening, path.is_dir()) {
+                (Opening::Loaded, false) => Err(BrokerError::Storage(format!(
+                    "partition directory {} is missing",
+                    path.display()
+                ))),
+                _ => Partition::open(
+                    path.clone(),
+                    Arc::clone(&name),
+                    index,
+                    config.log_config(),
+                    flush,
+                ),
+            };
+            let partition = match (opened, opening) {
+                (Ok((partition, report)), _) => {
+                    reports.push((index, report));
+                    partition
+                }
+                (Err(e), Opening::Created) => {
+                    partitions.iter().for_each(close_quietly);
+                    return Err(e);
+                }
+                (Err(e), Opening::Loaded) => {
+                    tracing::error!(topic = %name, partition = p, dir = %path.display(), error = %e,
+                        "partition could not be opened; it is offline, the others are served");
+                    Partition::unopened(path, Arc::clone(&name), index, flush, e.to_string())
+                }
+            };
             partition.set_keys_required(config.cleanup_policy.compact);
             partitions.push(partition);
-            reports.push(report);
         }
         let topic = Topic {
             name,
@@ -220,6 +291,82 @@ impl Topic {
             config: RwLock::new(config),
         };
         Ok((Arc::new(topic), reports))
+    }
+}
+
+/// A loaded topic and the recovery report of each partition opened.
+pub(crate) type Loaded = (Arc<Topic>, Vec<(PartitionIndex, RecoveryReport)>);
+
+/// Whether partitions are opened for a new topic (a failure undoes the creation) or
+/// loaded at start-up (a failure takes that partition offline).
+#[derive(Clone, Copy)]
+enum Opening {
+    Created,
+    Loaded,
+}
+
+fn close_quietly(partition: &Arc<Partition>) {
+    if let Err(error) = partition.close() {
+        tracing::warn!(topic = partition.topic(), partition = partition.index().value(), %error,
+            "closing a partition of an undone creation");
+    }
+}
+
+/// Removes what an undone creation made (a topic's directory, or new partitions'),
+/// renaming each to a hidden name first so that a crash half-way leaves only what
+/// the next start removes. Errors are logged: the creation's own error is the answer.
+fn remove_new_partitions(parent: &Path, dirs: impl IntoIterator<Item = PathBuf>) {
+    for dir in dirs {
+        let grave = parent.join(format!(".deleted-{}", Uuid::new_v4().simple()));
+        let removed = fs::rename(&dir, &grave)
+            .map_err(|e| io_error("rename", &dir, e))
+            .and_then(|()| sync_dir(parent))
+            .and_then(|()| fs::remove_dir_all(&grave).map_err(|e| io_error("remove", &grave, e)));
+        if let Err(error) = removed {
+            tracing::warn!(%error, "removing an undone creation");
+        }
+    }
+}
+
+/// Whether a partition directory holds any record bytes (a `.log` file not empty).
+fn holds_records(dir: &Path) -> bool {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        e.path().extension().is_some_and(|x| x == "log") && e.metadata().is_ok_and(|m| m.len() > 0)
+    })
+}
+
+/// Removes what an interrupted CreatePartitions left in a topic's directory: hidden
+/// directories, and partition directories at or past `count` (never recorded in
+/// `topic.json`, so never served).
+fn remove_unfinished_partitions(dir: &Path, count: i32) -> Result<(), BrokerError> {
+    let mut removed = false;
+    for entry in fs::read_dir(dir).map_err(|e| io_error("list", dir, e))? {
+        let entry = entry.map_err(|e| io_error("list", dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let unfinished = match name.parse::<i32>() {
+            // Never served, so empty: one holding records is kept and reported, not
+            // removed (a topic.json that lost partitions would be a bug to look at).
+            Ok(p) if p >= count && holds_records(&entry.path()) => {
+                tracing::error!(dir = %entry.path().display(), partitions = count,
+                    "partition directory past the topic's count holds records; left in place");
+                false
+            }
+            Ok(p) => p >= count,
+            Err(_) => name.starts_with('.') && entry.path().is_dir(),
+        };
+        if unfinished {
+            tracing::info!(dir = %entry.path().display(), "removing partitions of an unfinished create");
+            let path = entry.path();
+            fs::remove_dir_all(&path).map_err(|e| io_error("remove", &path, e))?;
+            removed = true;
+        }
+    }
+    match removed {
+        true => sync_dir(dir),
+        false => Ok(()),
     }
 }
 

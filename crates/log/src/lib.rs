@@ -34,6 +34,7 @@
 //! - `scan`: chunked walks over a segment's batches (recovery, timestamp lookups).
 //! - `read`: [`ReadSlice`], the lock-free fetch read.
 //! - `sync`: [`SyncSet`] and the record of what awaits a sync.
+//! - `file_cache`: [`FileCache`], the bounded set of sealed segments' open files.
 //! - `offset`: [`Offset`], whose integer is reached only through named conversions.
 //! - `txn_index`: the aborted-transaction index per segment (Kafka's `.txnindex`);
 //!   `control`: transaction markers (control batches), written and read.
@@ -44,6 +45,7 @@ pub mod compaction;
 mod config;
 pub mod control;
 mod error;
+pub mod file_cache;
 mod index;
 mod indexing;
 #[allow(clippy::module_inception)]
@@ -63,6 +65,7 @@ mod txn_index;
 pub use batch::{BatchError, BatchHeader};
 pub use config::{LogConfig, APPEND_BYTES_LIMIT, SEGMENT_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};
 pub use error::{CorruptBatch, LogError};
+pub use file_cache::{FileCache, FileCacheStats};
 pub use log::{
     AppendInfo, CleanReport, CleanedPass, CleanerConfig, CleaningPlan, Log, RecoveryReport,
     RetentionReport, StagedCleaning,

@@ -21,7 +21,6 @@ use crate::sync::{Pending, SealedFiles};
 use crate::txn_index::{self, AbortedTxn};
 use crate::{LogConfig, LogError, Offset, ReadSlice, SyncSet};
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -62,7 +61,9 @@ pub struct RetentionReport {
 
 pub struct Log {
     dir: PathBuf,
-    dir_file: Arc<File>,
+    /// The clean-shutdown marker of the last close is still on disk: nothing was
+    /// written since (`recovery::recover`); the first append removes it.
+    clean_marker: bool,
     config: LogConfig,
     /// By base offset; never empty, the last one is the active segment.
     segments: BTreeMap<i64, Segment>,
@@ -112,7 +113,7 @@ impl Log {
         let aborted = txn_index::load(dir, ends)?;
         let log = Log {
             dir: dir.to_path_buf(),
-            dir_file: recovered.dir_file,
+            clean_marker: recovered.clean_marker,
             config,
             size_bytes: segments.values().map(Segment::size_bytes).sum(),
             segments,
@@ -145,6 +146,10 @@ impl Log {
             });
         }
         let mut headers = batch::parse_all(batches)?;
+        if self.clean_marker {
+            recovery::remove_clean_marker(&self.dir)?;
+            self.clean_marker = false;
+        }
         let offset_count: i64 = headers
             .iter()
             .map(|h| i64::from(h.last_offset_delta) + 1)
@@ -227,8 +232,11 @@ impl Log {
             .values()
             .next_back()
             .expect("a log has a segment");
-        let active_log = (active.log_file(), active.paths().log.as_path());
-        let dir = (&self.dir_file, self.dir.as_path());
+        let active_log = active
+            .log_file()
+            .expect("the active segment holds its .log open");
+        let active_log = (&active_log, active.paths().log.as_path());
+        let dir = self.dir.as_path();
         self.pending
             .take(active_log, dir, Offset::new(self.log_end_offset))
     }
@@ -258,9 +266,7 @@ impl Log {
             return Ok(false);
         }
         segment.mark_for_repair()?;
-        self.dir_file
-            .sync_all()
-            .map_err(LogError::io("sync directory", &self.dir))?;
+        self.sync_dir()?;
         self.repair.insert(segment_base_offset);
         Ok(true)
     }
@@ -297,9 +303,9 @@ impl Log {
         // corruption: read on from the next segment instead of returning nothing.
         let (base, slice) = match self.segments.range(offset.value() + 1..).next() {
             Some((base, next)) if offset.value() >= segment.end_offset() => {
-                (*base, next.read_slice(offset, interval))
+                (*base, next.read_slice(offset, interval)?)
             }
-            _ => (segment.base_offset(), segment.read_slice(offset, interval)),
+            _ => (segment.base_offset(), segment.read_slice(offset, interval)?),
         };
         let later: u64 = self
             .segments
@@ -454,14 +460,12 @@ impl Log {
         // everything that can be dirty, which by the durability invariant is the
         // last sealed segment and the active one.
         if let Some(sealed) = self.last_sealed.take().filter(|s| !s.is_durable()) {
-            sealed.sync_now(&self.dir_file, &self.dir)?;
+            sealed.sync_now(&self.dir)?;
         }
         self.active().sync_files()?;
         self.sync_aborted()?;
-        self.dir_file
-            .sync_all()
-            .map_err(LogError::io("sync directory", &self.dir))?;
-        recovery::write_clean_marker(&self.dir, &self.dir_file)?;
+        self.sync_dir()?;
+        recovery::write_clean_marker(&self.dir)?;
         tracing::debug!(dir = %self.dir.display(), log_end_offset = self.log_end_offset, "log closed cleanly");
         Ok(())
     }
@@ -516,7 +520,7 @@ impl Log {
     fn roll(&mut self) -> Result<(), LogError> {
         if let Some(previous) = self.last_sealed.take().filter(|s| !s.is_durable()) {
             // Keeps the durability invariant: at most one sealed segment is unsynced.
-            previous.sync_now(&self.dir_file, &self.dir)?;
+            previous.sync_now(&self.dir)?;
         }
         let segment = Segment::create(&self.dir, self.log_end_offset)?;
         let sealed = match self.active_mut().seal() {

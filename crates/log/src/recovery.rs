@@ -38,7 +38,8 @@ pub(crate) const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
 const SEGMENTS_SCANNED_AFTER_CRASH: usize = 2;
 
 pub(crate) struct Recovered {
-    pub dir_file: Arc<File>,
+    /// The clean-shutdown marker is still there (see `Log::append`).
+    pub clean_marker: bool,
     pub segments: BTreeMap<i64, Segment>,
     pub report: RecoveryReport,
 }
@@ -49,7 +50,7 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> Result<Rec
     let dir_file = Arc::new(File::open(dir).map_err(LogError::io("open directory", dir))?);
     // Before the segments are listed: a cleaning swap interrupted by a crash is
     // finished, so that the list holds either the old segments or the cleaned one.
-    crate::log::cleaner::finish_interrupted_swaps(dir, &dir_file)?;
+    let swaps = crate::log::cleaner::finish_interrupted_swaps(dir, &dir_file)?;
     let marker = dir.join(CLEAN_SHUTDOWN_FILE);
     let marked = marker
         .try_exists()
@@ -62,7 +63,8 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> Result<Rec
         ..RecoveryReport::default()
     };
     let mut segments = load_segments(dir, &bases, clean, config, now_ms, &mut report)?;
-    if segments.is_empty() {
+    let created = segments.is_empty();
+    if created {
         segments.insert(0, Segment::create(dir, 0)?);
     }
     if !clean {
@@ -74,20 +76,33 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> Result<Rec
     let mut active = segments.last_entry().expect("a log has a segment");
     active.get_mut().open_writers()?;
     report.log_end_offset = Offset::new(active.get().end_offset());
-    if marked {
+    // A log opened after a clean shutdown and adopted as it was keeps its marker: its
+    // files are still exactly what the close synced, so a crash before the first
+    // append leaves a clean log again, and the next start skips the scan. The first
+    // append removes the marker (`Log::append`). Anything changed here (a repair, a
+    // rebuilt index, a finished swap, a new segment) removes it now.
+    let untouched = report.truncated_bytes == 0
+        && report.rebuilt_indexes == 0
+        && report.repaired_segments == 0
+        && swaps == 0
+        && !created;
+    let keeps_marker = marked && untouched;
+    if marked && !keeps_marker {
         std::fs::remove_file(&marker).map_err(LogError::io("remove", &marker))?;
     }
-    // Makes the marker's removal, new segments and deleted files durable before
-    // anything is appended: a crash from now on must be detected as one.
-    dir_file
-        .sync_all()
-        .map_err(LogError::io("sync directory", dir))?;
+    if !keeps_marker {
+        // Makes the marker's removal, new segments and deleted files durable before
+        // anything is appended: a crash from now on must be detected as one.
+        dir_file
+            .sync_all()
+            .map_err(LogError::io("sync directory", dir))?;
+    }
     report.segments = segments.len();
     report.log_start_offset = Offset::new(*segments.keys().next().expect("a log has a segment"));
     Ok(Recovered {
-        dir_file,
         segments,
         report,
+        clean_marker: keeps_marker,
     })
 }
 
@@ -226,14 +241,20 @@ pub(crate) fn parse_file_name(name: &str) -> Option<(i64, &str)> {
     (segment::file_name(base, suffix) == name).then_some((base, suffix))
 }
 
+/// Removes the clean-shutdown marker before the first write after an open that kept
+/// it, and makes the removal durable: from now on a crash must be seen as one.
+pub(crate) fn remove_clean_marker(dir: &Path) -> Result<(), LogError> {
+    let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+    std::fs::remove_file(&marker).map_err(LogError::io("remove", &marker))?;
+    crate::sync::sync_dir(dir)
+}
+
 /// Writes the clean-shutdown marker and syncs it and the directory.
-pub(crate) fn write_clean_marker(dir: &Path, dir_file: &File) -> Result<(), LogError> {
+pub(crate) fn write_clean_marker(dir: &Path) -> Result<(), LogError> {
     let marker = dir.join(CLEAN_SHUTDOWN_FILE);
     let file = File::create(&marker).map_err(LogError::io("create", &marker))?;
     file.sync_all().map_err(LogError::io("sync", &marker))?;
-    dir_file
-        .sync_all()
-        .map_err(LogError::io("sync directory", dir))
+    crate::sync::sync_dir(dir)
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub(crate) use load::LoadOptions;
 
 use crate::batch::BatchHeader;
 use crate::config::{SEALED_INDEX_THINNING, SHORT_WALK_CHUNK_BYTES};
+use crate::file_cache::{self, FileCache};
 use crate::index::{self, OffsetIndex};
 use crate::indexing::{BatchPlace, IndexCursor, NewEntries};
 use crate::scan::{self, WalkOptions};
@@ -82,9 +83,14 @@ struct IndexWriters {
 
 #[derive(Debug)]
 pub(crate) struct Segment {
+    /// Unique in the process: the segment's key in the [`FileCache`], and what tells
+    /// the cleaner that a segment it planned is still the same one.
+    id: u64,
     base_offset: i64,
     paths: SegmentPaths,
-    log_file: Arc<File>,
+    /// The `.log`, held open while the segment is loaded and while it is active;
+    /// `None` once sealed: then opened on demand through the [`FileCache`].
+    log_file: Option<Arc<File>>,
     size_bytes: u64,
     /// The offset after the segment's last batch; the base offset when empty.
     end_offset: i64,
@@ -208,9 +214,10 @@ impl Segment {
 
     fn empty(paths: SegmentPaths, base_offset: i64, log_file: Arc<File>) -> Segment {
         Segment {
+            id: file_cache::next_segment_id(),
             base_offset,
             paths,
-            log_file,
+            log_file: Some(log_file),
             size_bytes: 0,
             end_offset: base_offset,
             offset_index: OffsetIndex::default(),
@@ -251,8 +258,23 @@ impl Segment {
         self.size_bytes == 0
     }
 
-    pub fn log_file(&self) -> &Arc<File> {
-        &self.log_file
+    /// The `.log`: the one held open, or a sealed segment's through the cache.
+    pub fn log_file(&self) -> Result<Arc<File>, LogError> {
+        match &self.log_file {
+            Some(file) => Ok(Arc::clone(file)),
+            None => FileCache::global().get(self.id, &self.paths.log),
+        }
+    }
+
+    /// The `.log` held open: the active segment's, or one being loaded.
+    fn held_log(&self) -> &Arc<File> {
+        self.log_file
+            .as_ref()
+            .expect("the active segment and a segment being loaded hold their .log open")
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     pub fn paths(&self) -> &SegmentPaths {
@@ -341,7 +363,7 @@ impl Segment {
             .writers
             .as_ref()
             .expect("only the active segment is appended to");
-        let written = write_to(&self.log_file, bytes, &self.paths.log)
+        let written = write_to(self.held_log(), bytes, &self.paths.log)
             .and_then(|()| match index_bytes.is_empty() {
                 true => Ok(()),
                 false => write_to(&writers.index, &index_bytes, &self.paths.index),
@@ -370,7 +392,7 @@ impl Segment {
             .writers
             .as_ref()
             .expect("only the active segment is appended to");
-        undo_to(&self.log_file, self.size_bytes, &self.paths.log)?;
+        undo_to(self.held_log(), self.size_bytes, &self.paths.log)?;
         undo_to(&writers.index, writers.index_bytes, &self.paths.index)?;
         undo_to(
             &writers.time_index,
@@ -401,17 +423,20 @@ impl Segment {
             .writers
             .take()
             .expect("only the active segment is sealed");
+        let log_file = Arc::clone(self.held_log());
         self.thin_indexes();
         Ok(SealedFiles::new(vec![
-            (self.log_file.clone(), self.paths.log.clone()),
+            (log_file, self.paths.log.clone()),
             (writers.index, self.paths.index.clone()),
             (writers.time_index, self.paths.time_index.clone()),
         ]))
     }
 
     /// Frees most of a sealed segment's in-memory index entries (see
-    /// `SEALED_INDEX_THINNING`); the index files keep every entry.
+    /// `SEALED_INDEX_THINNING`; the index files keep every entry) and lets go of its
+    /// `.log`, which reads then open through the [`FileCache`].
     pub fn thin_indexes(&mut self) {
+        self.log_file = None;
         if !self.thinned {
             self.offset_index.thin(SEALED_INDEX_THINNING);
             self.time_index.thin(SEALED_INDEX_THINNING);
@@ -421,7 +446,7 @@ impl Segment {
 
     /// Syncs the `.log` and both index files (at open after a crash, and at close).
     pub fn sync_files(&self) -> Result<(), LogError> {
-        self.log_file
+        self.log_file()?
             .sync_data()
             .map_err(LogError::io("sync", &self.paths.log))?;
         for path in [&self.paths.index, &self.paths.time_index] {
@@ -434,7 +459,11 @@ impl Segment {
     /// A slice to read `offset` from: at the index entry at or below it; at the
     /// segment's start when `offset` precedes the segment; at its end (empty) when
     /// `offset` is at or past the segment's end.
-    pub fn read_slice(&self, offset: Offset, index_interval_bytes: u32) -> ReadSlice {
+    pub fn read_slice(
+        &self,
+        offset: Offset,
+        index_interval_bytes: u32,
+    ) -> Result<ReadSlice, LogError> {
         let start_position = match offset.value() {
             o if o >= self.end_offset => self.size_bytes,
             o if o <= self.base_offset => 0,
@@ -449,14 +478,14 @@ impl Segment {
         };
         // Batches of the active segment were checked by their append moments ago (or
         // by recovery); a sealed segment may have rotted on disk since: check them.
-        ReadSlice::new(
-            self.log_file.clone(),
+        Ok(ReadSlice::new(
+            self.log_file()?,
             start_position,
             self.size_bytes,
             offset,
             interval,
         )
-        .verified(self.writers.is_none(), self.base_offset)
+        .verified(self.writers.is_none(), self.base_offset))
     }
 
     /// The first batch whose max timestamp is at or after `timestamp_ms`: its base
@@ -474,7 +503,7 @@ impl Segment {
         };
         let mut found = None;
         scan::walk(
-            &self.log_file,
+            &*self.log_file()?,
             start,
             self.size_bytes,
             options,
@@ -514,8 +543,23 @@ impl Segment {
     }
 }
 
+impl Drop for Segment {
+    /// A sealed segment that goes (deleted, replaced by the cleaner, closed) closes
+    /// its cached file, so the cache never keeps a deleted file's space.
+    fn drop(&mut self) {
+        if self.log_file.is_none() {
+            FileCache::global().forget(self.id);
+        }
+    }
+}
+
 #[cfg(test)]
 impl Segment {
+    /// The segment holds its `.log` open itself (not through the cache).
+    pub fn holds_log_open(&self) -> bool {
+        self.log_file.is_some()
+    }
+
     /// Entries of the in-memory offset and time indexes.
     pub fn index_entries(&self) -> (usize, usize) {
         (self.offset_index.len(), self.time_index.len())

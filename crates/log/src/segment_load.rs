@@ -106,7 +106,7 @@ impl Segment {
         let log_file = super::open_for_append(&paths.log, false)?;
         let mut segment = Segment::empty(paths, base_offset, log_file);
         segment.size_bytes = segment
-            .log_file
+            .held_log()
             .metadata()
             .map_err(LogError::io("stat", &segment.paths.log))?
             .len();
@@ -120,13 +120,13 @@ impl Segment {
         let adoptable = !options.full_scan && segment.size_bytes <= u64::from(u32::MAX);
         if let (true, Some(oi), Some(ti)) = (adoptable, &offset_index, &time_index) {
             if segment.adopt(oi.clone(), ti.clone())? {
-                super::without_readahead(&segment.log_file);
+                super::without_readahead(segment.held_log());
                 return Ok((segment, LoadReport::default()));
             }
         }
         let report = segment.rebuild(offset_index, time_index, options)?;
         // Scanned with the kernel's readahead; served without it.
-        super::without_readahead(&segment.log_file);
+        super::without_readahead(segment.held_log());
         Ok((segment, report))
     }
 
@@ -146,7 +146,7 @@ impl Segment {
         };
         let start = last.map_or(0, |e| u64::from(e.position));
         let walked = scan::walk(
-            &self.log_file,
+            self.held_log(),
             start,
             self.size_bytes,
             options,
@@ -237,7 +237,7 @@ impl Segment {
             chunk_bytes: SCAN_CHUNK_BYTES,
         };
         let walked = scan::walk(
-            &self.log_file,
+            self.held_log(),
             0,
             self.size_bytes,
             walk_options,
@@ -262,10 +262,10 @@ impl Segment {
 
     fn truncate(&mut self, valid_bytes: u64) -> Result<(), LogError> {
         let path = &self.paths.log;
-        self.log_file
+        self.held_log()
             .set_len(valid_bytes)
             .map_err(LogError::io("truncate", path))?;
-        self.log_file
+        self.held_log()
             .sync_data()
             .map_err(LogError::io("sync", path))?;
         self.size_bytes = valid_bytes;

@@ -27,7 +27,8 @@ pub struct SyncSet {
     pub bytes: u64,
     /// Each file with its path, which a failure names.
     files: Vec<(Arc<File>, PathBuf)>,
-    dir: Option<(Arc<File>, PathBuf)>,
+    /// The directory, opened when synced (see [`sync_dir`]).
+    dir: Option<PathBuf>,
     sealed: Vec<Arc<AtomicBool>>,
 }
 
@@ -43,9 +44,8 @@ impl SyncSet {
         for (file, path) in &self.files {
             file.sync_data().map_err(LogError::io("fdatasync", path))?;
         }
-        if let Some((dir, path)) = &self.dir {
-            dir.sync_all()
-                .map_err(LogError::io("fsync directory", path))?;
+        if let Some(dir) = &self.dir {
+            sync_dir(dir)?;
         }
         for durable in &self.sealed {
             durable.store(true, Ordering::Release);
@@ -68,6 +68,16 @@ impl SyncSet {
     }
 }
 
+/// fsyncs a directory, opened for the purpose: a log holds no descriptor of its
+/// directory between syncs (they are rare: files created or deleted), which saves one
+/// open file per partition. A directory's entries are metadata the filesystem
+/// journals, so a sync through a new descriptor covers every change made before it.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), LogError> {
+    File::open(dir)
+        .and_then(|file| file.sync_all())
+        .map_err(LogError::io("fsync directory", dir))
+}
+
 /// The files of a segment sealed by a roll, and whether a sync of them completed.
 #[derive(Debug, Clone)]
 pub(crate) struct SealedFiles {
@@ -88,12 +98,11 @@ impl SealedFiles {
     }
 
     /// Syncs the segment's files and the directory now, on the caller's thread.
-    pub fn sync_now(&self, dir: &File, dir_path: &Path) -> Result<(), LogError> {
+    pub fn sync_now(&self, dir: &Path) -> Result<(), LogError> {
         for (file, path) in &self.files {
             file.sync_data().map_err(LogError::io("fdatasync", path))?;
         }
-        dir.sync_all()
-            .map_err(LogError::io("fsync directory", dir_path))?;
+        sync_dir(dir)?;
         self.durable.store(true, Ordering::Release);
         Ok(())
     }
@@ -141,7 +150,7 @@ impl Pending {
     pub fn take(
         &mut self,
         active_log: (&Arc<File>, &Path),
-        dir: (&Arc<File>, &Path),
+        dir: &Path,
         log_end_offset: Offset,
     ) -> SyncSet {
         let mut files = Vec::new();
@@ -153,7 +162,7 @@ impl Pending {
         if std::mem::take(&mut self.active_log) {
             files.push((active_log.0.clone(), active_log.1.to_path_buf()));
         }
-        let dir = std::mem::take(&mut self.dir).then(|| (dir.0.clone(), dir.1.to_path_buf()));
+        let dir = std::mem::take(&mut self.dir).then(|| dir.to_path_buf());
         SyncSet {
             log_end_offset,
             bytes: std::mem::take(&mut self.bytes),

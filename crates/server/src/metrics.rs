@@ -133,6 +133,7 @@ pub fn render(ctx: &Ctx) -> String {
     let s = stats.snapshot();
     let mut r = Registry::with_prefix("headway");
     stats.requests.register(&mut r);
+    register_open_files(&mut r, broker);
     let t = broker.timings();
     r.register(
         "produce_stage_seconds",
@@ -504,11 +505,13 @@ fn register_partitions(r: &mut Registry, broker: &Broker) {
     let now_ms = headway_broker::now_ms();
     let mut totals = PartitionHealth::default();
     let (mut offline_count, mut seen, mut size_total) = (0u64, 0usize, 0u64);
+    let mut unopened_count = 0u64;
     let topics_dir = broker.config().data_dir.join("topics");
     for topic in broker.topics() {
         for p in topic.partitions() {
             let health = p.health();
             offline_count += u64::from(health.offline);
+            unopened_count += u64::from(health.unopened);
             totals.write_refusals += health.write_refusals;
             totals.corrupt_reads += health.corrupt_reads;
             totals.segments_to_repair += health.segments_to_repair;
@@ -563,8 +566,14 @@ fn register_partitions(r: &mut Registry, broker: &Broker) {
     gauge(
         r,
         "partitions_offline",
-        "Partitions whose log failed an fsync (or could not undo a failed write) and accept no writes until restart",
+        "Partitions whose log failed an fsync (or could not undo a failed write, or could not be opened at start-up) and accept no writes until restart",
         offline_count,
+    );
+    gauge(
+        r,
+        "partitions_unopened",
+        "Partitions whose log could not be opened at start-up: offline, the others served",
+        unopened_count,
     );
     counter(
         r,
@@ -746,3 +755,55 @@ fn resident_bytes() -> Option<u64> {
 
 /// The page size of Linux on x86-64 and of most arm64 kernels; `statm` counts pages.
 const PAGE_BYTES: u64 = 4096;
+
+/// Open files: the process's count and budget, and the cache of sealed segments'
+/// files (`headway_log::FileCache`).
+fn register_open_files(r: &mut Registry, broker: &Broker) {
+    if let Some(open) = headway_broker::open_files::open_now() {
+        gauge(
+            r,
+            "open_files",
+            "Files the process has open now (/proc/self/fd)",
+            open,
+        );
+    }
+    if let Some(budget) = broker.open_files_budget() {
+        gauge(
+            r,
+            "open_files_max",
+            "Files the logs may hold open: the open files limit less the connections' reserve, or open_files_max when lower",
+            budget.files_max,
+        );
+    }
+    let cache = broker.file_cache_stats();
+    gauge(
+        r,
+        "file_cache_open",
+        "Sealed segments' files the cache holds open",
+        cache.open as u64,
+    );
+    gauge(
+        r,
+        "file_cache_capacity",
+        "Most sealed segments' files the cache holds open: what open_files_max leaves beside the active segments",
+        cache.capacity as u64,
+    );
+    counter(
+        r,
+        "file_cache_hits",
+        "Reads of sealed segments that found their file open in the cache",
+        cache.hits,
+    );
+    counter(
+        r,
+        "file_cache_misses",
+        "Reads of sealed segments that opened their file",
+        cache.misses,
+    );
+    counter(
+        r,
+        "file_cache_evictions",
+        "Sealed segments' files closed to make room in the cache",
+        cache.evictions,
+    );
+}

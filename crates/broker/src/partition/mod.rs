@@ -45,9 +45,13 @@
 //! is undone by the log and refused, and the next append tries again; a failed fsync
 //! takes the partition offline for good (`SyncTarget::fail`); a read that finds a
 //! damaged batch in a sealed segment refuses it and marks the segment for repair at
-//! the next start. [`Partition::health`] shows all three.
+//! the next start. [`Partition::health`] shows all three. A partition whose log
+//! cannot be opened at start-up is registered offline without a log
+//! ([`Partition::unopened`]), so that the broker serves the others.
 
 mod side_files;
+#[cfg(test)]
+mod start_tests;
 pub mod state;
 mod traffic;
 #[cfg(test)]
@@ -134,6 +138,8 @@ pub struct PartitionHealth {
     pub offline: bool,
     /// Appends refused because a write failed and was undone (a full disk).
     pub write_refusals: u64,
+    /// The log could not be opened at start-up (also `offline`).
+    pub unopened: bool,
     /// Reads refused because a stored batch failed its CRC.
     pub corrupt_reads: u64,
     /// Segments marked for repair at the next start.
@@ -159,6 +165,16 @@ pub struct ReadResult {
 struct Slot {
     log: Log,
     state: PartitionState,
+}
+
+/// What a partition shows before its first step: from its recovered log, or nothing
+/// for one that could not be opened.
+struct Shell {
+    high_watermark: Offset,
+    log_start_offset: Offset,
+    first_unstable_offset: Option<Offset>,
+    segments_to_repair: usize,
+    unopened: Option<String>,
 }
 
 /// A read located under the mutex, to be run without it.
@@ -228,8 +244,10 @@ pub struct Partition {
     pub(crate) shared: OnceLock<Arc<SharedFlusher>>,
     /// True while the partition waits in the shared flusher's queue.
     pub(crate) queued: AtomicBool,
-    /// The log was poisoned (see [`PartitionHealth::offline`]).
+    /// The log was poisoned, or never opened (see [`PartitionHealth::offline`]).
     offline: AtomicBool,
+    /// Why the log could not be opened at start-up ([`Partition::unopened`]).
+    unopened: Option<String>,
     write_refusals: AtomicU64,
     corrupt_reads: AtomicU64,
     segments_to_repair: AtomicUsize,
@@ -261,36 +279,92 @@ impl Partition {
             read_log_start_offset(&dir),
             producers,
         );
-        let (durable, _) = watch::channel(DurableState {
+        let shell = Shell {
             high_watermark: state.high_watermark(),
-            failed: false,
+            log_start_offset: state.log_start_offset(),
             first_unstable_offset: state.first_unstable_offset(),
+            segments_to_repair,
+            unopened: None,
+        };
+        let partition =
+            Partition::assemble(dir, topic, index, flush, Some(Slot { log, state }), shell);
+        Ok((partition, report))
+    }
+
+    /// A partition whose log could not be opened (`cause`): registered offline, so
+    /// that the broker serves every other partition. It holds no log: produces and
+    /// fetches are answered `KAFKA_STORAGE_ERROR` naming the cause, Metadata shows it
+    /// without a leader, `/metrics` counts it, until an operator repairs the directory
+    /// and restarts the broker (`docs/storage-errors.md`).
+    pub fn unopened(
+        dir: PathBuf,
+        topic: Arc<str>,
+        index: PartitionIndex,
+        flush: FlushPolicy,
+        cause: String,
+    ) -> Arc<Partition> {
+        let shell = Shell {
+            high_watermark: Offset::ZERO,
+            log_start_offset: Offset::ZERO,
+            first_unstable_offset: None,
+            segments_to_repair: 0,
+            unopened: Some(cause),
+        };
+        Partition::assemble(dir, topic, index, flush, None, shell)
+    }
+
+    fn assemble(
+        dir: PathBuf,
+        topic: Arc<str>,
+        index: PartitionIndex,
+        flush: FlushPolicy,
+        slot: Option<Slot>,
+        shell: Shell,
+    ) -> Arc<Partition> {
+        let unopened = shell.unopened.is_some();
+        let (durable, _) = watch::channel(DurableState {
+            high_watermark: shell.high_watermark,
+            failed: unopened,
+            first_unstable_offset: shell.first_unstable_offset,
         });
-        let partition = Arc::new_cyclic(|me| Partition {
+        Arc::new_cyclic(|me| Partition {
             topic,
             index,
             flush,
-            log_start_offset: AtomicI64::new(state.log_start_offset().value()),
-            synced_to: AtomicI64::new(state.high_watermark().value()),
+            log_start_offset: AtomicI64::new(shell.log_start_offset.value()),
+            synced_to: AtomicI64::new(shell.high_watermark.value()),
             dir,
-            log: Mutex::new(Some(Slot { log, state })),
+            log: Mutex::new(slot),
             delete_records: Mutex::new(()),
             durable,
             own: Arc::new(OwnFlusher::new(flush)),
-            closed: AtomicBool::new(false),
+            closed: AtomicBool::new(unopened),
             me: me.clone(),
             shared: OnceLock::new(),
             queued: AtomicBool::new(false),
-            offline: AtomicBool::new(false),
+            offline: AtomicBool::new(unopened),
+            unopened: shell.unopened,
             write_refusals: AtomicU64::new(0),
             corrupt_reads: AtomicU64::new(0),
-            segments_to_repair: AtomicUsize::new(segments_to_repair),
+            segments_to_repair: AtomicUsize::new(shell.segments_to_repair),
             unsynced: AtomicU64::new(0),
             unsynced_max: AtomicU64::new(u64::MAX),
             keys_required: AtomicBool::new(false),
             traffic: Traffic::default(),
-        });
-        Ok((partition, report))
+        })
+    }
+
+    /// Why the partition's log could not be opened at start-up, if it could not.
+    pub fn unopened_cause(&self) -> Option<&str> {
+        self.unopened.as_deref()
+    }
+
+    /// The error for any use of a partition that could not be opened.
+    fn unopened_error(&self, cause: &str) -> BrokerError {
+        BrokerError::Storage(format!(
+            "partition {}/{} is offline: its log could not be opened at start-up ({cause})",
+            self.topic, self.index
+        ))
     }
 
     pub fn topic(&self) -> &str {
@@ -375,9 +449,12 @@ impl Partition {
             .log
             .lock()
             .expect("partition log mutex poisoned by a panic");
-        let slot = slot.as_mut().ok_or_else(|| BrokerError::ShuttingDown {
-            topic: self.topic.to_string(),
-            partition: self.index,
+        let slot = slot.as_mut().ok_or_else(|| match &self.unopened {
+            Some(cause) => self.unopened_error(cause),
+            None => BrokerError::ShuttingDown {
+                topic: self.topic.to_string(),
+                partition: self.index,
+            },
         })?;
         self.take_in_synced(&mut slot.state);
         f(slot)
@@ -586,6 +663,7 @@ impl Partition {
     pub fn health(&self) -> PartitionHealth {
         PartitionHealth {
             offline: self.offline.load(Ordering::Acquire) || self.durable.borrow().failed,
+            unopened: self.unopened.is_some(),
             write_refusals: self.write_refusals.load(Ordering::Relaxed),
             corrupt_reads: self.corrupt_reads.load(Ordering::Relaxed),
             segments_to_repair: self.segments_to_repair.load(Ordering::Relaxed),
@@ -777,6 +855,9 @@ impl Partition {
     /// located data. The offsets are those the readers see (the mirror), taken before
     /// the data is located.
     fn start_read(&self, offset: Offset, isolation: Isolation) -> Result<ReadStart, BrokerError> {
+        if let Some(cause) = &self.unopened {
+            return Err(self.unopened_error(cause));
+        }
         let durable = *self.durable.borrow();
         let bounds = ReadBounds {
             high_watermark: durable.high_watermark,

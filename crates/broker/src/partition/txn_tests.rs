@@ -25,7 +25,7 @@ fn txn_batch(producer_id: i64, epoch: i16, sequence: i32, count: usize) -> Vec<u
 }
 
 /// One batch of a plain producer.
-fn plain_batch() -> Vec<u8> {
+pub(crate) fn plain_batch() -> Vec<u8> {
     encoded(false, -1, -1, -1, 1)
 }
 

@@ -120,6 +120,9 @@ pub(crate) struct Planned {
     pub base_offset: i64,
     pub end_offset: i64,
     pub size_bytes: u64,
+    /// The segment's identity ([`Segment::id`](crate::segment::Segment)).
+    pub id: u64,
+    /// Held for the whole pass: the cache may close its own handle meanwhile.
     pub file: Arc<File>,
     pub path: PathBuf,
 }
@@ -162,8 +165,8 @@ pub(crate) struct StagedGroup {
     pub base_offset: i64,
     /// The group replaces the segments whose base offsets lie in `base_offset..end_bound`.
     pub end_bound: i64,
-    /// The segments it replaces: base offsets and the files the plan saw.
-    pub replaces: Vec<(i64, Arc<File>)>,
+    /// The segments it replaces: base offsets and the identities the plan saw.
+    pub replaces: Vec<(i64, u64)>,
     pub records_removed: u64,
     pub tombstones_removed: u64,
 }
@@ -248,11 +251,16 @@ impl Log {
                 }
                 dirty_bytes += segment.size_bytes();
             }
+            // A file that cannot be opened now ends the plan here; the next pass retries.
+            let Ok(file) = segment.log_file() else {
+                break;
+            };
             segments.push(Planned {
                 base_offset: segment.base_offset(),
                 end_offset: segment.end_offset(),
                 size_bytes: segment.size_bytes(),
-                file: segment.log_file().clone(),
+                id: segment.id(),
+                file,
                 path: segment.paths().log.clone(),
             });
         }
@@ -409,23 +417,24 @@ impl Log {
     /// Whether the segments a staged group replaces are still the ones planned.
     fn group_state(&self, group: &StagedGroup) -> GroupState {
         let active = self.active().base_offset();
-        let present: Vec<(i64, &Arc<File>)> = self
+        let present: Vec<(i64, u64)> = self
             .segments
             .range(group.base_offset..group.end_bound)
-            .map(|(base, segment)| (*base, segment.log_file()))
+            .map(|(base, segment)| (*base, segment.id()))
             .collect();
         if present.is_empty() {
             return GroupState::Gone;
         }
         let same = present.len() == group.replaces.len()
-            && present.iter().zip(&group.replaces).all(
-                |((base, file), (planned, planned_file))| {
+            && present
+                .iter()
+                .zip(&group.replaces)
+                .all(|((base, id), (planned, planned_id))| {
                     base == planned
-                        && Arc::ptr_eq(file, planned_file)
+                        && id == planned_id
                         && *base != active
                         && !self.repair.contains(base)
-                },
-            );
+                });
         match same {
             true => GroupState::AsPlanned,
             false => GroupState::Changed,

@@ -21,7 +21,6 @@ use crate::scan::{self, WalkEnd, WalkOptions};
 use crate::segment::Segment;
 use crate::LogError;
 use std::collections::HashMap;
-use std::fs::File;
 use std::ops::ControlFlow;
 use std::path::Path;
 
@@ -425,16 +424,12 @@ impl<'a> GroupWriter<'a> {
             return Ok(Outcome::Damaged);
         }
         let sealed = self.segment.seal()?;
-        let staging_file = File::open(staging).map_err(LogError::io("open directory", staging))?;
-        sealed.sync_now(&staging_file, staging)?;
+        sealed.sync_now(staging)?;
         let last = segments.last().expect("a group has segments");
         Ok(Outcome::Staged(StagedGroup {
             base_offset: segments[0].base_offset,
             end_bound: last.end_offset.max(last.base_offset + 1),
-            replaces: segments
-                .iter()
-                .map(|s| (s.base_offset, s.file.clone()))
-                .collect(),
+            replaces: segments.iter().map(|s| (s.base_offset, s.id)).collect(),
             records_removed: self.records_removed,
             tombstones_removed: self.tombstones_removed,
         }))

@@ -178,10 +178,8 @@ impl Log {
         Ok(())
     }
 
-    fn sync_dir(&self) -> Result<(), LogError> {
-        self.dir_file
-            .sync_all()
-            .map_err(LogError::io("sync directory", &self.dir))
+    pub(crate) fn sync_dir(&self) -> Result<(), LogError> {
+        crate::sync::sync_dir(&self.dir)
     }
 }
 

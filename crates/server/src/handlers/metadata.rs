@@ -116,7 +116,29 @@ fn error_topic(
 
 fn topic_metadata(node_id: i32, topic: &Topic) -> MetadataResponseTopic {
     let indexes = topic.partitions().iter().map(|p| p.index().value());
-    described(node_id, topic.name(), topic.id(), indexes)
+    let mut described = described(node_id, topic.name(), topic.id(), indexes);
+    for (answer, p) in described.partitions.iter_mut().zip(topic.partitions()) {
+        if let Some(cause) = p.unopened_cause() {
+            *answer = offline_partition(node_id, answer.partition_index, cause);
+        }
+    }
+    described
+}
+
+/// A partition whose log could not be opened: no leader, this broker's replica
+/// offline, and KAFKA_STORAGE_ERROR, which every client treats as retriable (it
+/// refreshes metadata and waits for a leader) while the other partitions are served.
+fn offline_partition(node_id: i32, index: i32, cause: &str) -> MetadataResponsePartition {
+    let node = BrokerId(node_id);
+    let error = BrokerError::Storage(cause.to_string());
+    MetadataResponsePartition::default()
+        .with_error_code(error_code(&error))
+        .with_partition_index(index)
+        .with_leader_id(BrokerId(-1))
+        .with_leader_epoch(0)
+        .with_replica_nodes(vec![node])
+        .with_isr_nodes(vec![])
+        .with_offline_replicas(vec![node])
 }
 
 /// An internal topic (one partition, the broker's own log): marked internal, and

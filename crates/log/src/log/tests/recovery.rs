@@ -23,7 +23,7 @@ fn reopen_after_clean_close() {
         .path()
         .join(crate::recovery::CLEAN_SHUTDOWN_FILE)
         .exists());
-    let (mut log, report) = open(
+    let (log, report) = open(
         &dir,
         LogConfig {
             segment_bytes_max: 3000,
@@ -36,14 +36,15 @@ fn reopen_after_clean_close() {
         (report.segments, report.log_end_offset, log.log_end_offset()),
         (segments, end, end)
     );
-    assert!(
-        !dir.path()
-            .join(crate::recovery::CLEAN_SHUTDOWN_FILE)
-            .exists(),
-        "the marker is consumed"
-    );
+    let marker = dir.path().join(crate::recovery::CLEAN_SHUTDOWN_FILE);
+    assert!(marker.exists(), "kept while nothing is written");
     assert_eq!(read_all(&log, 0), expected);
+    drop(log);
+    // A crash before any write: the files are what the close synced, still clean.
+    let (mut log, report) = open(&dir, config());
+    assert!(report.clean_shutdown, "untouched since a clean close");
     expected.extend(append_one(&mut log, 2, 10, NOW_MS));
+    assert!(!marker.exists(), "the first append consumes the marker");
     assert_eq!(read_all(&log, 0), expected);
     drop(log);
     let (_, report) = open(&dir, config());

@@ -143,3 +143,32 @@ fn roll_before_relative_offsets_overflow() {
     ));
     assert!(!log.is_poisoned());
 }
+
+#[test]
+fn only_the_active_segment_holds_its_log_file_open_and_sealed_ones_read_through_the_cache() {
+    let dir = TempDir::new().unwrap();
+    let small = LogConfig {
+        segment_bytes_max: 2000,
+        ..config()
+    };
+    let (mut log, _) = open(&dir, small.clone());
+    let mut expected = Vec::new();
+    for i in 0..40 {
+        expected.extend(append_one(&mut log, 1 + i % 3, 100, NOW_MS));
+    }
+    let held = |log: &Log| log.segments.values().filter(|s| s.holds_log_open()).count();
+    assert!(log.segment_count() >= 5);
+    assert_eq!(held(&log), 1, "the active segment only");
+    // Reads of sealed segments open their files through the cache (other tests share
+    // it, so its counters only grow).
+    let before = crate::FileCache::global().stats();
+    assert_eq!(read_all(&log, 0), expected);
+    let after = crate::FileCache::global().stats();
+    assert!(after.hits + after.misses >= before.hits + before.misses + 4);
+    log.close().unwrap();
+
+    // Reopened: the same, and reads still see every batch.
+    let (log, _) = open(&dir, small);
+    assert_eq!(held(&log), 1);
+    assert_eq!(read_all(&log, 0), expected);
+}
