@@ -1627,4 +1627,91 @@ mod tests {
             "the leader sees both"
         );
     }
+
+    fn consumer_join(member_id: &str) -> HeartbeatRequest {
+        HeartbeatRequest {
+            group_id: "g".into(),
+            member_id: member_id.into(),
+            member_epoch: MemberEpochIn::Join,
+            instance_id: None,
+            rack_id: None,
+            rebalance_timeout_ms: Some(30_000),
+            subscribed_topic_names: Some(vec!["t".into()]),
+            subscribed_topic_regex: None,
+            server_assignor: None,
+            owned: None,
+            client_id: "c".into(),
+            client_host: "h".into(),
+        }
+    }
+
+    fn topic_t() -> TopicsView {
+        let info = crate::consumer::TopicInfo {
+            id: uuid::Uuid::from_u128(1),
+            partitions: 2,
+        };
+        [("t".to_string(), info)].into()
+    }
+
+    #[test]
+    fn classic_and_consumer_groups_share_one_namespace_and_switch_when_empty() {
+        let mut groups = Groups::new(config());
+        // A consumer group with a member: classic joins are refused, commits are
+        // checked against member epochs.
+        let answer = groups
+            .consumer_heartbeat(&consumer_join("m"), &topic_t(), 0)
+            .expect("join");
+        let HeartbeatAnswer::Member { member_epoch, .. } = answer else {
+            panic!("joined: {answer:?}");
+        };
+        let refused = join(&mut groups, join_req("", None, &["range"]), 1)
+            .try_recv()
+            .expect("answered");
+        assert_eq!(refused.error, Some(GroupError::InconsistentGroupProtocol));
+        let epoch = |e: i32| Some(GenerationId::new(e));
+        assert_eq!(
+            groups.check_commit("g", "m", None, epoch(member_epoch)),
+            Ok(())
+        );
+        assert_eq!(
+            groups.check_commit("g", "m", None, epoch(member_epoch + 1)),
+            Err(GroupError::FencedMemberEpoch)
+        );
+        assert_eq!(
+            groups.check_commit("g", "", None, None),
+            Err(GroupError::UnknownMemberId),
+            "no commits from outside while it has members"
+        );
+        assert_eq!(
+            groups.check_fetch("g", Some("m"), Some(member_epoch)),
+            Ok(())
+        );
+        assert_eq!(
+            groups.check_fetch("g", Some("x"), Some(1)),
+            Err(GroupError::UnknownMemberId)
+        );
+        assert_eq!(groups.delete("g"), Err(GroupError::NonEmptyGroup));
+        // Emptied, it becomes a classic group on a classic join...
+        let mut leave = consumer_join("m");
+        leave.member_epoch = MemberEpochIn::Leave;
+        groups
+            .consumer_heartbeat(&leave, &topic_t(), 2)
+            .expect("leave");
+        let (_, _joined) = join_new(&mut groups, &["range"], 3);
+        assert!(!groups.consumer.contains_key("g"));
+        // ...and a classic group with members is not a consumer group.
+        assert_eq!(
+            groups.consumer_heartbeat(&consumer_join("n"), &topic_t(), 4),
+            Err(GroupError::GroupIdNotFound)
+        );
+        // A heartbeat for a group the broker does not hold (after a restart) makes the
+        // member rejoin.
+        let mut beat = consumer_join("m");
+        beat.group_id = "other".into();
+        beat.member_epoch = MemberEpochIn::Member(3);
+        assert_eq!(
+            groups.consumer_heartbeat(&beat, &topic_t(), 5),
+            Err(GroupError::UnknownMemberId)
+        );
+    }
 }
