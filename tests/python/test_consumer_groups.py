@@ -24,6 +24,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupType
 from confluent_kafka.admin import AdminClient
 
+from group_support import headway_cli
 from java_support import JavaClient
 from support import BackgroundProducer, create_topic, rdkafka_base
 
@@ -161,6 +162,10 @@ def check_admin_view(bootstrap: str, group: str, members: int) -> None:
     given = sorted(tp.partition for m in described.members
                    for tp in m.assignment.topic_partitions)
     assert given == list(range(PARTITIONS)), given
+    rows = [line.split() for line in headway_cli("group", "list", "-b", bootstrap).splitlines()]
+    assert [group, "consumer"] in [[r[0], r[-1]] for r in rows if r], rows
+    text = headway_cli("group", "describe", group, "-b", bootstrap)
+    assert "consumer protocol: group epoch" in text and "TARGET" in text, text
 
 
 def run_scenario(bootstrap: str, topic: str, group: str, make_member) -> None:

@@ -128,10 +128,11 @@ async fn list(cluster: &Arc<Cluster>, format: Format) -> anyhow::Result<()> {
         groups: cluster.list_groups().await?,
     };
     output::print(format, &groups, |out| {
-        let mut rows = vec![row!["GROUP", "TYPE", "STATE", "PROTOCOL-TYPE"]];
+        let mut rows = vec![row!["GROUP", "STATE", "PROTOCOL-TYPE", "TYPE"]];
         for g in &groups.groups {
             let group_type = or_dash(Some(g.group_type.as_str()).filter(|t| !t.is_empty()));
-            rows.push(row![g.group_id, group_type, g.state, g.protocol_type]);
+            let protocol_type = or_dash(Some(g.protocol_type.as_str()).filter(|t| !t.is_empty()));
+            rows.push(row![g.group_id, g.state, protocol_type, group_type]);
         }
         table(out, &rows)
     })

@@ -160,8 +160,15 @@ impl GroupCoordinator {
         generation_id: Option<GenerationId>,
         entries: Vec<CommitEntry>,
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let committed: Vec<(String, i32)> = entries
+            .iter()
+            .map(|e| {
+                let tp = &e.topic_partition;
+                (tp.topic.clone(), tp.partition.value())
+            })
+            .collect();
         self.store(group_id, None, entries, |groups| {
-            groups.check_commit(group_id, member_id, instance, generation_id)
+            groups.check_commit_of(group_id, member_id, instance, generation_id, &committed)
         })
         .await
     }

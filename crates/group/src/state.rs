@@ -791,6 +791,26 @@ impl Groups {
         }
     }
 
+    /// Checks a commit of the given partitions: as [`Groups::check_commit`], except
+    /// that a member of a consumer-protocol group may commit at an older epoch the
+    /// partitions it has held since ([`ConsumerGroup::check_commit`]).
+    pub fn check_commit_of(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: Option<GenerationId>,
+        committed: &[(String, i32)],
+    ) -> Result<(), GroupError> {
+        let anonymous = generation_id.is_none() && member_id.is_empty();
+        match self.consumer.get(group_id) {
+            Some(c) if !(anonymous && c.members.is_empty()) => {
+                c.check_commit(member_id, generation_id.map(GenerationId::value), committed)
+            }
+            _ => self.check_commit(group_id, member_id, instance, generation_id),
+        }
+    }
+
     /// Checks that offsets may be committed inside a transaction: as a plain commit,
     /// except that a producer that names no member (no generation, no member id, as the
     /// `sendOffsetsToTransaction(offsets, groupId)` form sends) may commit to a group

@@ -134,6 +134,10 @@ pub struct ConsumerMember {
     pub assigned: Assignment,
     /// What it must give up (held until its heartbeat shows it did).
     pub revoking: Assignment,
+    /// The member epoch at which it was given each partition it holds: a commit at an
+    /// older epoch is accepted for partitions it has held since then (as Kafka 4.3
+    /// does), so a commit that crossed a heartbeat moving the member on is not refused.
+    partition_epochs: HashMap<(String, i32), i32>,
     last_heartbeat_ms: i64,
     revocation_deadline_ms: Option<i64>,
     /// A static member that left with epoch -2 and may come back.
@@ -238,6 +242,7 @@ impl ConsumerMember {
             subscribed: BTreeSet::new(),
             assigned: Assignment::new(),
             revoking: Assignment::new(),
+            partition_epochs: HashMap::new(),
             last_heartbeat_ms: 0,
             revocation_deadline_ms: None,
             left_static: false,
@@ -572,6 +577,7 @@ impl ConsumerGroup {
             }
             for (t, p) in partitions(&member.revoking) {
                 self.owners.remove(&(t.clone(), p));
+                member.partition_epochs.remove(&(t.clone(), p));
             }
             member.revoking.clear();
             member.revocation_deadline_ms = None;
@@ -598,6 +604,9 @@ impl ConsumerGroup {
                 _ => {
                     self.owners.insert((t.clone(), p), member_id.to_string());
                     insert(&mut member.assigned, t, p);
+                    member
+                        .partition_epochs
+                        .insert((t.clone(), p), assignment_epoch);
                 }
             }
         }
@@ -711,6 +720,31 @@ impl ConsumerGroup {
             std::cmp::Ordering::Greater => Err(GroupError::FencedMemberEpoch),
             std::cmp::Ordering::Less => Err(GroupError::StaleMemberEpoch),
             std::cmp::Ordering::Equal => Ok(()),
+        }
+    }
+
+    /// Checks an OffsetCommit of a member: at its epoch; or at an older epoch, for
+    /// partitions it has held since that epoch or earlier (STALE_MEMBER_EPOCH for any
+    /// other). Anything else is as [`ConsumerGroup::check_member_epoch`].
+    pub fn check_commit(
+        &self,
+        member_id: &str,
+        member_epoch: Option<i32>,
+        committed: &[(String, i32)],
+    ) -> Result<(), GroupError> {
+        match self.check_member_epoch(member_id, member_epoch) {
+            Err(GroupError::StaleMemberEpoch) => {
+                let member = &self.members[member_id];
+                let epoch = member_epoch.expect("a stale epoch is an epoch");
+                let held_since = |tp: &(String, i32)| {
+                    member.partition_epochs.get(tp).is_some_and(|e| *e <= epoch)
+                };
+                match committed.iter().all(held_since) {
+                    true => Ok(()),
+                    false => Err(GroupError::StaleMemberEpoch),
+                }
+            }
+            other => other,
         }
     }
 

@@ -414,3 +414,31 @@ fn the_members_choose_the_range_assignor() {
     assert_eq!(g.target["a"]["t"], [0, 1].into());
     assert_eq!(g.target["b"]["t"], [2, 3].into());
 }
+
+#[test]
+fn a_commit_at_an_older_epoch_is_accepted_for_partitions_held_since() {
+    let view = topics(&[("t", 6)]);
+    let (mut g, mut clients) = three_members(&view);
+    let (a_id, old_epoch) = (clients[0].id.clone(), clients[0].epoch);
+    let held: Vec<(String, i32)> = partitions(&clients[0].owned)
+        .map(|(t, p)| (t.clone(), p))
+        .collect();
+    // A member leaves: "a" moves to a newer epoch and gains a partition.
+    let gone = clients.pop().expect("three");
+    g.heartbeat(&request(&gone.id, MemberEpochIn::Leave), &view, &CONFIG, 1)
+        .expect("leave");
+    settle(&mut g, &mut clients, &view, 1);
+    assert!(clients[0].epoch > old_epoch);
+    // A commit sent before it learned of the new epoch, of what it held then: accepted.
+    assert_eq!(g.check_commit(&a_id, Some(old_epoch), &held), Ok(()));
+    // At the old epoch, a partition it got only at the new one: stale.
+    let all: Vec<(String, i32)> = partitions(&clients[0].owned)
+        .map(|(t, p)| (t.clone(), p))
+        .collect();
+    assert!(all.len() > held.len());
+    assert_eq!(
+        g.check_commit(&a_id, Some(old_epoch), &all),
+        Err(GroupError::StaleMemberEpoch)
+    );
+    assert_eq!(g.check_commit(&a_id, Some(clients[0].epoch), &all), Ok(()));
+}
