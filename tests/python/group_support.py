@@ -238,14 +238,15 @@ def group_list(bootstrap: str) -> dict[str, dict]:
     """`headway group list`: {group: {"state": ..., "protocol_type": ...}}."""
     out = headway_cli("group", "list", "-b", bootstrap)
     lines = out.splitlines()
-    assert lines and lines[0].split() == ["GROUP", "STATE", "PROTOCOL-TYPE"], out
+    assert lines and lines[0].split() == ["GROUP", "STATE", "PROTOCOL-TYPE", "TYPE"], out
     groups = {}
     for line in lines[1:]:
         cells = line.split()
         if not cells:
             continue
         groups[cells[0]] = {"state": cells[1] if len(cells) > 1 else "",
-                            "protocol_type": cells[2] if len(cells) > 2 else ""}
+                            "protocol_type": cells[2] if len(cells) > 2 and cells[2] != "-"
+                            else ""}
     return groups
 
 

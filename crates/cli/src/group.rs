@@ -6,7 +6,10 @@
 use crate::output::{self, or_dash, table, AdminArgs, Format};
 use crate::row;
 use clap::{Args, Subcommand};
-use headway_client::{Cluster, GroupDescription, GroupListing, OffsetReset, OffsetSpec, LATEST};
+use headway_client::{
+    Cluster, ConsumerGroupDescription, GroupDescription, GroupListing, OffsetReset, OffsetSpec,
+    LATEST,
+};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -125,9 +128,11 @@ async fn list(cluster: &Arc<Cluster>, format: Format) -> anyhow::Result<()> {
         groups: cluster.list_groups().await?,
     };
     output::print(format, &groups, |out| {
-        let mut rows = vec![row!["GROUP", "STATE", "PROTOCOL-TYPE"]];
+        let mut rows = vec![row!["GROUP", "STATE", "PROTOCOL-TYPE", "TYPE"]];
         for g in &groups.groups {
-            rows.push(row![g.group_id, g.state, g.protocol_type]);
+            let group_type = or_dash(Some(g.group_type.as_str()).filter(|t| !t.is_empty()));
+            let protocol_type = or_dash(Some(g.protocol_type.as_str()).filter(|t| !t.is_empty()));
+            rows.push(row![g.group_id, g.state, protocol_type, group_type]);
         }
         table(out, &rows)
     })
@@ -147,6 +152,9 @@ struct PartitionLag {
 struct GroupState {
     #[serde(flatten)]
     description: GroupDescription,
+    /// Epochs and per-member assignments of a group of the consumer protocol.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    consumer_protocol: Option<ConsumerGroupDescription>,
     offsets: Vec<PartitionLag>,
 }
 
@@ -183,8 +191,15 @@ async fn describe(cluster: &Arc<Cluster>, format: Format, group: &str) -> anyhow
             lag: committed.zip(end).map(|(c, e)| (e - c).max(0)),
         });
     }
+    // A group of the consumer protocol also has epochs and target assignments, which
+    // only ConsumerGroupDescribe shows.
+    let consumer_protocol = match description.protocol_type == "consumer" {
+        true => cluster.describe_consumer_group(group).await.ok().flatten(),
+        false => None,
+    };
     let state = GroupState {
         description,
+        consumer_protocol,
         offsets,
     };
     output::print(format, &state, |out| describe_table(out, &state))
@@ -224,6 +239,9 @@ fn describe_table(out: &mut dyn Write, state: &GroupState) -> std::io::Result<()
     }
     writeln!(out)?;
     table(out, &rows)?;
+    if let Some(c) = &state.consumer_protocol {
+        consumer_protocol_table(out, c)?;
+    }
     let mut rows = vec![row![
         "TOPIC",
         "PARTITION",
@@ -240,6 +258,42 @@ fn describe_table(out: &mut dyn Write, state: &GroupState) -> std::io::Result<()
             or_dash(p.log_end_offset),
             or_dash(p.lag),
             or_dash(p.member_id.as_deref())
+        ]);
+    }
+    writeln!(out)?;
+    table(out, &rows)
+}
+
+/// Epochs and assignments of a consumer-protocol group: a member whose epoch is behind
+/// the assignment epoch, or whose assignment differs from its target, is reconciling.
+fn consumer_protocol_table(
+    out: &mut dyn Write,
+    c: &ConsumerGroupDescription,
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "\nconsumer protocol: group epoch {}, assignment epoch {}, assignor {}",
+        c.group_epoch, c.assignment_epoch, c.assignor
+    )?;
+    let show = |a: &[(String, Vec<i32>)]| -> String {
+        let parts: Vec<String> = a
+            .iter()
+            .map(|(t, ps)| format!("{t}:{}", output::ids(ps)))
+            .collect();
+        parts.join(" ")
+    };
+    let mut rows = vec![row!["MEMBER", "EPOCH", "SUBSCRIBED", "ASSIGNED", "TARGET"]];
+    for m in &c.members {
+        let subscribed = match &m.subscribed_topic_regex {
+            Some(re) => format!("{} /{re}/", m.subscribed_topics.join(",")),
+            None => m.subscribed_topics.join(","),
+        };
+        rows.push(row![
+            m.member_id,
+            m.member_epoch,
+            subscribed.trim(),
+            show(&m.assignment),
+            show(&m.target_assignment)
         ]);
     }
     writeln!(out)?;

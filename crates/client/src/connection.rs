@@ -32,7 +32,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::FindCoordinator, 1, 3),
-    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::OffsetFetch, 1, 7),
     (ApiKey::JoinGroup, 4, 7),
@@ -47,6 +47,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// Largest answer accepted; a larger length means a corrupt stream.
@@ -257,6 +258,7 @@ fn api_name(key: ApiKey) -> &'static str {
         ApiKey::CreatePartitions => "CreatePartitions",
         ApiKey::DeleteGroups => "DeleteGroups",
         ApiKey::DescribeCluster => "DescribeCluster",
+        ApiKey::ConsumerGroupDescribe => "ConsumerGroupDescribe",
         _ => "ApiVersions",
     }
 }

@@ -17,6 +17,29 @@ pub struct GroupListing {
     pub group_id: String,
     pub protocol_type: String,
     pub state: String,
+    /// "classic" or "consumer" (ListGroups v5+; empty from an older broker).
+    pub group_type: String,
+}
+
+/// A member of a consumer-protocol group, as ConsumerGroupDescribe shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ConsumerMemberDescription {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub member_epoch: i32,
+    pub subscribed_topics: Vec<String>,
+    pub subscribed_topic_regex: Option<String>,
+    pub assignment: Vec<(String, Vec<i32>)>,
+    pub target_assignment: Vec<(String, Vec<i32>)>,
+}
+
+/// A consumer-protocol group's epochs and members (ConsumerGroupDescribe).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ConsumerGroupDescription {
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    pub assignor: String,
+    pub members: Vec<ConsumerMemberDescription>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -91,6 +114,7 @@ impl Cluster {
                 group_id: g.group_id.to_string(),
                 protocol_type: g.protocol_type.to_string(),
                 state: g.group_state.to_string(),
+                group_type: g.group_type.to_string(),
             })
             .collect();
         groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
@@ -127,6 +151,56 @@ impl Cluster {
                 })
                 .collect(),
         })
+    }
+
+    /// A consumer-protocol group's epochs and members, or `None` when the group is not
+    /// one (GROUP_ID_NOT_FOUND).
+    pub async fn describe_consumer_group(
+        self: &Arc<Self>,
+        group_id: &str,
+    ) -> Result<Option<ConsumerGroupDescription>, ClientError> {
+        use kafka_protocol::messages::consumer_group_describe_response::Assignment;
+        use kafka_protocol::messages::ConsumerGroupDescribeRequest;
+        use kafka_protocol::ResponseError;
+        let request = ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(StrBytes::from_string(group_id.to_string()))]);
+        let response = self.coordinator(group_id).await?.request(&request).await?;
+        let g =
+            response.groups.into_iter().next().ok_or_else(|| {
+                ClientError::Protocol("empty ConsumerGroupDescribe answer".into())
+            })?;
+        if g.error_code == ResponseError::GroupIdNotFound.code() {
+            return Ok(None);
+        }
+        check(g.error_code, g.error_message.as_deref())?;
+        let partitions = |a: Assignment| -> Vec<(String, Vec<i32>)> {
+            let topics = a.topic_partitions.into_iter();
+            topics
+                .map(|t| (t.topic_name.to_string(), t.partitions))
+                .collect()
+        };
+        Ok(Some(ConsumerGroupDescription {
+            group_epoch: g.group_epoch,
+            assignment_epoch: g.assignment_epoch,
+            assignor: g.assignor_name.to_string(),
+            members: g
+                .members
+                .into_iter()
+                .map(|m| ConsumerMemberDescription {
+                    member_id: m.member_id.to_string(),
+                    instance_id: m.instance_id.map(|s| s.to_string()),
+                    member_epoch: m.member_epoch,
+                    subscribed_topics: m
+                        .subscribed_topic_names
+                        .into_iter()
+                        .map(|t| t.to_string())
+                        .collect(),
+                    subscribed_topic_regex: m.subscribed_topic_regex.map(|s| s.to_string()),
+                    assignment: partitions(m.assignment),
+                    target_assignment: partitions(m.target_assignment),
+                })
+                .collect(),
+        }))
     }
 
     /// Every committed offset of a group: (topic, partition, offset).

@@ -31,6 +31,9 @@ pub use cluster::{ClientConfig, Cluster, EARLIEST, LATEST};
 pub use consumer::{ConsumedRecord, Consumer, ConsumerConfig, StartOffset, WindowState};
 pub use error::ClientError;
 pub use group_consumer::{GroupConfig, GroupConsumer};
-pub use groups::{GroupDescription, GroupListing, GroupMemberDescription};
+pub use groups::{
+    ConsumerGroupDescription, ConsumerMemberDescription, GroupDescription, GroupListing,
+    GroupMemberDescription,
+};
 pub use kafka_protocol::records::Compression;
 pub use producer::{Delivery, LaneStats, Producer, ProducerConfig, ProducerStats, Record};

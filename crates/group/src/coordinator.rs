@@ -6,6 +6,7 @@
 //! Commits append to the offsets log (a [`Partition`] with the broker's flush policy and
 //! group commit), wait until the record is durable, then update the in-memory offsets.
 
+use crate::consumer::{ConsumerGroup, HeartbeatAnswer, HeartbeatRequest, TopicsView};
 use crate::offsets::{encode_batch, OffsetRecord};
 use crate::state::{
     CommittedOffset, GroupConfig, Groups, JoinRequest, JoinResult, OffsetCommit, SyncRequest,
@@ -16,6 +17,7 @@ use bytes::Bytes;
 use headway_broker::{
     internal_log, BrokerError, FlushPolicy, Offset, Partition, ProducerId, TopicPartition,
 };
+use kafka_protocol::protocol::StrBytes;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -49,6 +51,9 @@ pub struct MemberSummary {
 #[derive(Debug, Clone)]
 pub struct GroupSummary {
     pub group_id: String,
+    /// "classic" or "consumer" (the consumer protocol of KIP-848), as ListGroups v5
+    /// names them.
+    pub group_type: &'static str,
     pub state: &'static str,
     pub protocol_type: String,
     pub protocol_name: String,
@@ -155,8 +160,15 @@ impl GroupCoordinator {
         generation_id: Option<GenerationId>,
         entries: Vec<CommitEntry>,
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let committed: Vec<(String, i32)> = entries
+            .iter()
+            .map(|e| {
+                let tp = &e.topic_partition;
+                (tp.topic.clone(), tp.partition.value())
+            })
+            .collect();
         self.store(group_id, None, entries, |groups| {
-            groups.check_commit(group_id, member_id, instance, generation_id)
+            groups.check_commit_of(group_id, member_id, instance, generation_id, &committed)
         })
         .await
     }
@@ -304,13 +316,71 @@ impl GroupCoordinator {
         }
     }
 
-    /// Every group, without members.
+    /// Every group, without members: classic ones and consumer-protocol ones.
     pub fn list(&self) -> Vec<GroupSummary> {
-        self.groups().iter().map(|g| summary(g, false)).collect()
+        let groups = self.groups();
+        let classic = groups
+            .iter()
+            .filter(|g| !groups.consumer.contains_key(&g.group_id))
+            .map(|g| summary(g, false));
+        let consumer = groups.consumer.values().map(|c| consumer_summary(c, false));
+        let mut all: Vec<GroupSummary> = classic.chain(consumer).collect();
+        all.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        all
     }
 
+    /// A group as DescribeGroups shows it. A consumer-protocol group is described as
+    /// Kafka does: protocol type "consumer", its assignor as the protocol, and each
+    /// member's subscription and assignment in the classic consumer protocol's format.
     pub fn describe(&self, group_id: &str) -> Option<GroupSummary> {
-        self.groups().get(group_id).map(|g| summary(g, true))
+        let groups = self.groups();
+        match groups.consumer.get(group_id) {
+            Some(c) => Some(consumer_summary(c, true)),
+            None => groups.get(group_id).map(|g| summary(g, true)),
+        }
+    }
+
+    /// Whether a group of any type holds this id (one namespace for all group types).
+    pub fn group_exists(&self, group_id: &str) -> bool {
+        let groups = self.groups();
+        groups.get(group_id).is_some() || groups.consumer.contains_key(group_id)
+    }
+
+    /// Whether the id is a consumer-protocol group with members.
+    pub fn is_consumer_group(&self, group_id: &str) -> bool {
+        self.groups()
+            .consumer
+            .get(group_id)
+            .is_some_and(|c| !c.members.is_empty())
+    }
+
+    /// Handles a ConsumerGroupHeartbeat against the broker's `topics` now.
+    pub fn consumer_heartbeat(
+        &self,
+        req: &HeartbeatRequest,
+        topics: &TopicsView,
+    ) -> Result<HeartbeatAnswer, GroupError> {
+        self.groups().consumer_heartbeat(req, topics, now_ms())
+    }
+
+    /// The heartbeat interval consumer-protocol members are told.
+    pub fn consumer_heartbeat_interval_ms(&self) -> i32 {
+        self.groups().config.consumer_heartbeat_interval_ms
+    }
+
+    /// A copy of a consumer-protocol group (ConsumerGroupDescribe).
+    pub fn consumer_group(&self, group_id: &str) -> Option<ConsumerGroup> {
+        self.groups().consumer.get(group_id).cloned()
+    }
+
+    /// Checks an OffsetFetch naming a member (v9+), see [`Groups::check_fetch`].
+    pub fn check_fetch(
+        &self,
+        group_id: &str,
+        member_id: Option<&str>,
+        member_epoch: Option<i32>,
+    ) -> Result<(), GroupError> {
+        self.groups().check_fetch(group_id, member_id, member_epoch)
     }
 
     /// Deletes a group without members and tombstones its offsets.
@@ -347,6 +417,7 @@ fn summary(g: &crate::state::Group, with_members: bool) -> GroupSummary {
         state: g.state.name(),
         protocol_type: g.protocol_type.clone().unwrap_or_default(),
         protocol_name: protocol.clone(),
+        group_type: "classic",
         members: if with_members {
             g.members
                 .values()
@@ -368,6 +439,64 @@ fn summary(g: &crate::state::Group, with_members: bool) -> GroupSummary {
             Vec::new()
         },
     }
+}
+
+fn consumer_summary(c: &ConsumerGroup, with_members: bool) -> GroupSummary {
+    GroupSummary {
+        group_id: c.group_id.clone(),
+        group_type: "consumer",
+        state: c.state().name(),
+        protocol_type: "consumer".to_string(),
+        protocol_name: c.assignor.name().to_string(),
+        members: match with_members {
+            false => Vec::new(),
+            true => c
+                .members
+                .values()
+                .map(|m| MemberSummary {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: classic_subscription(&m.subscribed),
+                    assignment: classic_assignment(&m.assigned),
+                })
+                .collect(),
+        },
+    }
+}
+
+/// A subscription in the classic consumer protocol's format (version 0).
+fn classic_subscription(topics: &std::collections::BTreeSet<String>) -> Bytes {
+    use kafka_protocol::messages::ConsumerProtocolSubscription;
+    let names = topics.iter().map(|t| StrBytes::from_string(t.clone()));
+    let message = ConsumerProtocolSubscription::default().with_topics(names.collect());
+    versioned(&message, 0)
+}
+
+/// An assignment in the classic consumer protocol's format (version 0).
+fn classic_assignment(assignment: &crate::consumer::Assignment) -> Bytes {
+    use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as Assigned;
+    use kafka_protocol::messages::{ConsumerProtocolAssignment, TopicName};
+    let partitions = assignment.iter().map(|(t, ps)| {
+        Assigned::default()
+            .with_topic(TopicName(StrBytes::from_string(t.clone())))
+            .with_partitions(ps.iter().copied().collect())
+    });
+    let message =
+        ConsumerProtocolAssignment::default().with_assigned_partitions(partitions.collect());
+    versioned(&message, 0)
+}
+
+fn versioned<M: kafka_protocol::protocol::Encodable>(message: &M, version: i16) -> Bytes {
+    use bytes::BufMut;
+    let mut buf = bytes::BytesMut::new();
+    buf.put_i16(version);
+    // Encoding a message built here from valid strings cannot fail.
+    message
+        .encode(&mut buf, version)
+        .expect("a consumer protocol message encodes");
+    buf.freeze()
 }
 
 /// Rebuilds the committed offsets from the offsets log. Returns the records read.

@@ -30,4 +30,18 @@ pub enum GroupError {
     CoordinatorNotAvailable,
     #[error("open transactions hold as many pending offsets as the broker keeps")]
     TooManyPendingOffsets,
+    #[error("the request is malformed")]
+    InvalidRequest,
+    #[error("the subscription's regular expression is not valid")]
+    InvalidRegularExpression,
+    #[error("the server-side assignor is not served")]
+    UnsupportedAssignor,
+    #[error("the static member's instance id is still held by another member")]
+    UnreleasedInstanceId,
+    #[error("the member epoch is fenced: the member must give up its partitions and rejoin")]
+    FencedMemberEpoch,
+    #[error("the member epoch is stale")]
+    StaleMemberEpoch,
+    #[error("a member of a consumer group must commit with OffsetCommit v9 or later")]
+    UnsupportedVersion,
 }

@@ -9,6 +9,7 @@
 //!   offsets log: a commit is answered once its record is durable, and the log is
 //!   replayed at start-up, so committed offsets survive restarts and crashes.
 
+pub mod consumer;
 mod coordinator;
 mod error;
 mod generation;

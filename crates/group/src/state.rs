@@ -16,6 +16,10 @@
 //!
 //! Dead is not kept: a deleted or expired group is removed from the map.
 
+use crate::consumer::state::ConsumerConfig;
+use crate::consumer::{
+    ConsumerGroup, HeartbeatAnswer, HeartbeatRequest, MemberEpochIn, TopicsView,
+};
 use crate::{GenerationId, GroupError};
 use bytes::Bytes;
 use headway_broker::{Offset, ProducerId, TopicPartition};
@@ -40,6 +44,16 @@ pub struct GroupConfig {
     /// Groups the coordinator holds. A JoinGroup or commit that would create one more
     /// gets COORDINATOR_NOT_AVAILABLE (retriable) until groups expire or are deleted.
     pub groups_max: usize,
+    /// Kafka's `group.consumer.session.timeout.ms`: a consumer-protocol member that
+    /// does not heartbeat for this long is fenced.
+    pub consumer_session_timeout_ms: i64,
+    /// Kafka's `group.consumer.heartbeat.interval.ms`, told to consumer-protocol
+    /// members in each heartbeat answer.
+    pub consumer_heartbeat_interval_ms: i32,
+    /// Longest subscription regex accepted (`SubscribedTopicRegex`); a longer one gets
+    /// INVALID_REGULAR_EXPRESSION. Bounds the compiled automaton and the work of
+    /// matching it against every topic at each heartbeat.
+    pub consumer_regex_bytes_max: usize,
 }
 
 impl Default for GroupConfig {
@@ -52,6 +66,9 @@ impl Default for GroupConfig {
             offset_metadata_bytes_max: 4096,
             members_per_group_max: 10_000,
             groups_max: 100_000,
+            consumer_session_timeout_ms: 45_000,
+            consumer_heartbeat_interval_ms: 5_000,
+            consumer_regex_bytes_max: 1024,
         }
     }
 }
@@ -487,6 +504,10 @@ pub struct Groups {
     pending: BTreeMap<ProducerId, BTreeMap<(String, TopicPartition), CommittedOffset>>,
     /// How many offsets `pending` holds.
     pending_len: usize,
+    /// Groups of the consumer protocol (KIP-848), in the same namespace as `groups`:
+    /// a group id is of one type at a time, and changes type only when empty. Their
+    /// committed offsets are kept in `groups`, under the same id.
+    pub consumer: BTreeMap<String, ConsumerGroup>,
 }
 
 /// Offsets pending in open transactions, at most; a TxnOffsetCommit past it is refused
@@ -505,6 +526,7 @@ impl Groups {
             groups: BTreeMap::new(),
             pending: BTreeMap::new(),
             pending_len: 0,
+            consumer: BTreeMap::new(),
         }
     }
 
@@ -521,6 +543,21 @@ impl Groups {
         if let Err(e) = self.check_join(&req) {
             let _ = reply.send(JoinResult::error(e, &req.member_id));
             return;
+        }
+        // A consumer-protocol group with members is not joined with the classic
+        // protocol (online conversion is not served); an empty one becomes classic.
+        match self.consumer.get(&req.group_id) {
+            Some(c) if !c.members.is_empty() => {
+                let _ = reply.send(JoinResult::error(
+                    GroupError::InconsistentGroupProtocol,
+                    &req.member_id,
+                ));
+                return;
+            }
+            Some(_) => {
+                self.consumer.remove(&req.group_id);
+            }
+            None => {}
         }
         if !req.member_id.is_empty() && !self.groups.contains_key(&req.group_id) {
             let _ = reply.send(JoinResult::error(
@@ -721,6 +758,12 @@ impl Groups {
         if group_id.is_empty() {
             return Err(GroupError::InvalidGroupId);
         }
+        if let Some(c) = self.consumer.get(group_id) {
+            let anonymous = generation_id.is_none() && member_id.is_empty();
+            if !(anonymous && c.members.is_empty()) {
+                return c.check_member_epoch(member_id, generation_id.map(GenerationId::value));
+            }
+        }
         let Some(group) = self.groups.get(group_id) else {
             self.check_room_for_group(group_id)?;
             return if generation_id.is_none() {
@@ -745,6 +788,26 @@ impl Groups {
         match group.state {
             GroupState::CompletingRebalance => Err(GroupError::RebalanceInProgress),
             _ => Ok(()),
+        }
+    }
+
+    /// Checks a commit of the given partitions: as [`Groups::check_commit`], except
+    /// that a member of a consumer-protocol group may commit at an older epoch the
+    /// partitions it has held since ([`ConsumerGroup::check_commit`]).
+    pub fn check_commit_of(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: Option<GenerationId>,
+        committed: &[(String, i32)],
+    ) -> Result<(), GroupError> {
+        let anonymous = generation_id.is_none() && member_id.is_empty();
+        match self.consumer.get(group_id) {
+            Some(c) if !(anonymous && c.members.is_empty()) => {
+                c.check_commit(member_id, generation_id.map(GenerationId::value), committed)
+            }
+            _ => self.check_commit(group_id, member_id, instance, generation_id),
         }
     }
 
@@ -874,6 +937,15 @@ impl Groups {
 
     /// Deletes a group without members; returns the offsets to tombstone.
     pub fn delete(&mut self, group_id: &str) -> Result<Vec<TopicPartition>, GroupError> {
+        if let Some(c) = self.consumer.get(group_id) {
+            if !c.members.is_empty() {
+                return Err(GroupError::NonEmptyGroup);
+            }
+            self.consumer.remove(group_id);
+            if !self.groups.contains_key(group_id) {
+                return Ok(Vec::new());
+            }
+        }
         let group = self
             .groups
             .get(group_id)
@@ -890,6 +962,10 @@ impl Groups {
     /// (group, topic partition) so the caller can tombstone them.
     pub fn tick(&mut self, now_ms: i64) -> Vec<(String, TopicPartition)> {
         let config = self.config.clone();
+        let consumer_config = self.consumer_config();
+        for c in self.consumer.values_mut() {
+            c.tick(&consumer_config, now_ms);
+        }
         let mut expired_offsets = Vec::new();
         let mut dead = Vec::new();
         for group in self.groups.values_mut() {
@@ -910,7 +986,11 @@ impl Groups {
                 group.members_changed(&config, now_ms);
             }
             group.maybe_complete_join(now_ms);
-            let idle = group.members.is_empty() && group.state == GroupState::Empty;
+            let consumers = self
+                .consumer
+                .get(&group.group_id)
+                .is_some_and(|c| !c.members.is_empty());
+            let idle = group.members.is_empty() && group.state == GroupState::Empty && !consumers;
             if idle && now_ms - group.last_commit_ms > config.offsets_retention_ms {
                 let keys = std::mem::take(&mut group.offsets);
                 expired_offsets.extend(keys.into_keys().map(|k| (group.group_id.clone(), k)));
@@ -920,7 +1000,76 @@ impl Groups {
         for id in dead {
             self.groups.remove(&id);
         }
+        // An empty consumer group lasts as long as its offsets do.
+        let groups = &self.groups;
+        self.consumer
+            .retain(|id, c| !c.members.is_empty() || groups.contains_key(id));
         expired_offsets
+    }
+
+    fn consumer_config(&self) -> ConsumerConfig {
+        ConsumerConfig {
+            session_timeout_ms: self.config.consumer_session_timeout_ms,
+            heartbeat_interval_ms: self.config.consumer_heartbeat_interval_ms,
+            members_max: self.config.members_per_group_max,
+            regex_bytes_max: self.config.consumer_regex_bytes_max,
+        }
+    }
+
+    /// Handles a ConsumerGroupHeartbeat. A classic group with members is not a
+    /// consumer group (GROUP_ID_NOT_FOUND, as Kafka answers when it does not convert
+    /// online); a heartbeat other than a join for a group this broker does not hold
+    /// (after a restart: the groups' members are not durable) gets UNKNOWN_MEMBER_ID,
+    /// and the client rejoins.
+    pub fn consumer_heartbeat(
+        &mut self,
+        req: &HeartbeatRequest,
+        topics: &TopicsView,
+        now_ms: i64,
+    ) -> Result<HeartbeatAnswer, GroupError> {
+        if req.group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        if self
+            .groups
+            .get(&req.group_id)
+            .is_some_and(|g| !g.members.is_empty() || g.state != GroupState::Empty)
+        {
+            return Err(GroupError::GroupIdNotFound);
+        }
+        if !self.consumer.contains_key(&req.group_id) {
+            if req.member_epoch != MemberEpochIn::Join {
+                return Err(GroupError::UnknownMemberId);
+            }
+            let groups = self.groups.len() + self.consumer.len();
+            if !self.groups.contains_key(&req.group_id) && groups >= self.config.groups_max {
+                return Err(GroupError::CoordinatorNotAvailable);
+            }
+        }
+        let config = self.consumer_config();
+        let group = self
+            .consumer
+            .entry(req.group_id.clone())
+            .or_insert_with(|| ConsumerGroup::new(&req.group_id));
+        let answer = group.heartbeat(req, topics, &config, now_ms);
+        if group.members.is_empty() && !self.groups.contains_key(&req.group_id) {
+            self.consumer.remove(&req.group_id);
+        }
+        answer
+    }
+
+    /// Checks an OffsetFetch that names a member (v9+): a consumer group's member at
+    /// its epoch. Classic groups and fetches naming no member are not checked.
+    pub fn check_fetch(
+        &self,
+        group_id: &str,
+        member_id: Option<&str>,
+        member_epoch: Option<i32>,
+    ) -> Result<(), GroupError> {
+        match (self.consumer.get(group_id), member_id) {
+            (Some(c), Some(member_id)) => c.check_member_epoch(member_id, member_epoch),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -1496,6 +1645,93 @@ mod tests {
             ra.members.len() + rb.members.len(),
             2,
             "the leader sees both"
+        );
+    }
+
+    fn consumer_join(member_id: &str) -> HeartbeatRequest {
+        HeartbeatRequest {
+            group_id: "g".into(),
+            member_id: member_id.into(),
+            member_epoch: MemberEpochIn::Join,
+            instance_id: None,
+            rack_id: None,
+            rebalance_timeout_ms: Some(30_000),
+            subscribed_topic_names: Some(vec!["t".into()]),
+            subscribed_topic_regex: None,
+            server_assignor: None,
+            owned: None,
+            client_id: "c".into(),
+            client_host: "h".into(),
+        }
+    }
+
+    fn topic_t() -> TopicsView {
+        let info = crate::consumer::TopicInfo {
+            id: uuid::Uuid::from_u128(1),
+            partitions: 2,
+        };
+        [("t".to_string(), info)].into()
+    }
+
+    #[test]
+    fn classic_and_consumer_groups_share_one_namespace_and_switch_when_empty() {
+        let mut groups = Groups::new(config());
+        // A consumer group with a member: classic joins are refused, commits are
+        // checked against member epochs.
+        let answer = groups
+            .consumer_heartbeat(&consumer_join("m"), &topic_t(), 0)
+            .expect("join");
+        let HeartbeatAnswer::Member { member_epoch, .. } = answer else {
+            panic!("joined: {answer:?}");
+        };
+        let refused = join(&mut groups, join_req("", None, &["range"]), 1)
+            .try_recv()
+            .expect("answered");
+        assert_eq!(refused.error, Some(GroupError::InconsistentGroupProtocol));
+        let epoch = |e: i32| Some(GenerationId::new(e));
+        assert_eq!(
+            groups.check_commit("g", "m", None, epoch(member_epoch)),
+            Ok(())
+        );
+        assert_eq!(
+            groups.check_commit("g", "m", None, epoch(member_epoch + 1)),
+            Err(GroupError::FencedMemberEpoch)
+        );
+        assert_eq!(
+            groups.check_commit("g", "", None, None),
+            Err(GroupError::UnknownMemberId),
+            "no commits from outside while it has members"
+        );
+        assert_eq!(
+            groups.check_fetch("g", Some("m"), Some(member_epoch)),
+            Ok(())
+        );
+        assert_eq!(
+            groups.check_fetch("g", Some("x"), Some(1)),
+            Err(GroupError::UnknownMemberId)
+        );
+        assert_eq!(groups.delete("g"), Err(GroupError::NonEmptyGroup));
+        // Emptied, it becomes a classic group on a classic join...
+        let mut leave = consumer_join("m");
+        leave.member_epoch = MemberEpochIn::Leave;
+        groups
+            .consumer_heartbeat(&leave, &topic_t(), 2)
+            .expect("leave");
+        let (_, _joined) = join_new(&mut groups, &["range"], 3);
+        assert!(!groups.consumer.contains_key("g"));
+        // ...and a classic group with members is not a consumer group.
+        assert_eq!(
+            groups.consumer_heartbeat(&consumer_join("n"), &topic_t(), 4),
+            Err(GroupError::GroupIdNotFound)
+        );
+        // A heartbeat for a group the broker does not hold (after a restart) makes the
+        // member rejoin.
+        let mut beat = consumer_join("m");
+        beat.group_id = "other".into();
+        beat.member_epoch = MemberEpochIn::Member(3);
+        assert_eq!(
+            groups.consumer_heartbeat(&beat, &topic_t(), 5),
+            Err(GroupError::UnknownMemberId)
         );
     }
 }

@@ -194,6 +194,18 @@ pub(crate) static MESSAGES: &[Message] = &[
         flexible_min: 0,
         root: &LIST_TRANSACTIONS,
     },
+    Message {
+        api_key: ApiKey::ConsumerGroupHeartbeat,
+        min_version: 0,
+        flexible_min: 0,
+        root: &CONSUMER_GROUP_HEARTBEAT,
+    },
+    Message {
+        api_key: ApiKey::ConsumerGroupDescribe,
+        min_version: 0,
+        flexible_min: 0,
+        root: &CONSUMER_GROUP_DESCRIBE,
+    },
 ];
 
 static PRODUCE_PARTITION_PRODUCE_DATA: Struct = Struct {
@@ -1002,6 +1014,45 @@ static LIST_TRANSACTIONS: Struct = Struct {
         ), // producer_id_filters
         field(1, i16::MAX, Kind::Fixed(8)),         // duration_filter
         field(2, i16::MAX, Kind::Str),              // transactional_id_pattern
+    ],
+    tags: &[],
+};
+
+static CONSUMER_GROUP_HEARTBEAT: Struct = Struct {
+    size: size_of::<consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),              // group_id
+        field(0, i16::MAX, Kind::Str),              // member_id
+        field(0, i16::MAX, Kind::Fixed(4)),         // member_epoch
+        field(0, i16::MAX, Kind::Str),              // instance_id
+        field(0, i16::MAX, Kind::Str),              // rack_id
+        field(0, i16::MAX, Kind::Fixed(4)),         // rebalance_timeout_ms
+        field(0, i16::MAX, Kind::Array(Elem::Str)), // subscribed_topic_names
+        field(1, i16::MAX, Kind::Str),              // subscribed_topic_regex
+        field(0, i16::MAX, Kind::Str),              // server_assignor
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&CONSUMER_GROUP_HEARTBEAT_TOPIC_PARTITIONS)),
+        ), // topic_partitions
+    ],
+    tags: &[],
+};
+
+static CONSUMER_GROUP_HEARTBEAT_TOPIC_PARTITIONS: Struct = Struct {
+    size: size_of::<consumer_group_heartbeat_request::TopicPartitions>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(16)), // topic_id
+        field(0, i16::MAX, Kind::Array(Elem::Fixed(4, size_of::<i32>()))), // partitions
+    ],
+    tags: &[],
+};
+
+static CONSUMER_GROUP_DESCRIBE: Struct = Struct {
+    size: size_of::<consumer_group_describe_request::ConsumerGroupDescribeRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Array(Elem::Str)), // group_ids
+        field(0, i16::MAX, Kind::Fixed(1)),         // include_authorized_operations
     ],
     tags: &[],
 };

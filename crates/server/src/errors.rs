@@ -79,6 +79,13 @@ pub fn group_error_code(error: GroupError) -> i16 {
         GroupError::GroupMaxSizeReached => R::GroupMaxSizeReached,
         GroupError::CoordinatorNotAvailable => R::CoordinatorNotAvailable,
         GroupError::TooManyPendingOffsets => R::InvalidCommitOffsetSize,
+        GroupError::InvalidRequest => R::InvalidRequest,
+        GroupError::InvalidRegularExpression => R::InvalidRegularExpression,
+        GroupError::UnsupportedAssignor => R::UnsupportedAssignor,
+        GroupError::UnreleasedInstanceId => R::UnreleasedInstanceId,
+        GroupError::FencedMemberEpoch => R::FencedMemberEpoch,
+        GroupError::StaleMemberEpoch => R::StaleMemberEpoch,
+        GroupError::UnsupportedVersion => R::UnsupportedVersion,
     };
     e.code()
 }

@@ -38,12 +38,21 @@ struct Feature {
 /// The features advertised. A client keeps the finalized levels of the answer with
 /// the highest epoch; they never change on this broker, so the epoch is constant
 /// (and above the -1 Java clients start from, which they would ignore).
-const FEATURES: &[Feature] = &[Feature {
-    name: "transaction.version",
-    min_level: 0,
-    max_level: 2,
-    finalized_level: 2,
-}];
+const FEATURES: &[Feature] = &[
+    Feature {
+        name: "transaction.version",
+        min_level: 0,
+        max_level: 2,
+        finalized_level: 2,
+    },
+    // Level 1 is the consumer group protocol (KIP-848), as Kafka 4.x finalizes it.
+    Feature {
+        name: "group.version",
+        min_level: 0,
+        max_level: 1,
+        finalized_level: 1,
+    },
+];
 const FINALIZED_FEATURES_EPOCH: i64 = 1;
 /// Before v4, supported features whose lowest level is 0 are left out, as Kafka does:
 /// clients of that age refuse a range starting at 0.

@@ -24,6 +24,17 @@ fn str_of(s: Option<String>) -> Option<StrBytes> {
     s.map(StrBytes::from_string)
 }
 
+/// The client id a member is described with (empty when the header has none).
+pub(super) fn client_id(request: &Request) -> String {
+    let id = request.header.client_id.as_ref();
+    id.map(|c| c.to_string()).unwrap_or_default()
+}
+
+/// The host a member is described with, as Kafka prints it ("/address").
+pub(super) fn client_host(peer: std::net::SocketAddr) -> String {
+    format!("/{}", peer.ip())
+}
+
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let (ctx, peer) = (call.ctx, call.conn.peer);
     let body: JoinGroupRequest = decode_body(request)?;
@@ -32,13 +43,8 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         group_id: body.group_id.to_string(),
         member_id: body.member_id.to_string(),
         group_instance_id: body.group_instance_id.map(|s| s.to_string()),
-        client_id: request
-            .header
-            .client_id
-            .as_ref()
-            .map(|c| c.to_string())
-            .unwrap_or_default(),
-        client_host: format!("/{}", peer.ip()),
+        client_id: client_id(request),
+        client_host: client_host(peer),
         session_timeout_ms: body.session_timeout_ms,
         // v0 has no rebalance timeout: it is the session timeout.
         rebalance_timeout_ms: if version == 0 {

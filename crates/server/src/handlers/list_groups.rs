@@ -1,5 +1,5 @@
 //! ListGroups: every group with its protocol type and (v4+) state, filtered by state
-//! (v4+) and type (v5+; every group here is "classic").
+//! (v4+) and type (v5+: "classic", or "consumer" for groups of the consumer protocol).
 
 use super::{ready, Call, Handler, HandlerError, Reply};
 use headway_protocol::kafka_protocol::messages::list_groups_response::ListedGroup;
@@ -16,8 +16,6 @@ pub const HANDLER: Handler = Handler {
     handle,
 };
 
-const GROUP_TYPE: &str = "classic";
-
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: ListGroupsRequest = decode_body(request)?;
@@ -25,22 +23,20 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         body.states_filter.is_empty()
             || body.states_filter.iter().any(|f| f.eq_ignore_ascii_case(s))
     };
-    let type_ok = body.types_filter.is_empty()
-        || body
-            .types_filter
-            .iter()
-            .any(|f| f.eq_ignore_ascii_case(GROUP_TYPE));
+    let type_ok = |t: &str| {
+        body.types_filter.is_empty() || body.types_filter.iter().any(|f| f.eq_ignore_ascii_case(t))
+    };
     let groups = ctx
         .groups
         .list()
         .into_iter()
-        .filter(|g| type_ok && state_ok(g.state))
+        .filter(|g| type_ok(g.group_type) && state_ok(g.state))
         .map(|g| {
             ListedGroup::default()
                 .with_group_id(GroupId(StrBytes::from_string(g.group_id)))
                 .with_protocol_type(StrBytes::from_string(g.protocol_type))
                 .with_group_state(StrBytes::from_static_str(g.state))
-                .with_group_type(StrBytes::from_static_str(GROUP_TYPE))
+                .with_group_type(StrBytes::from_static_str(g.group_type))
         })
         .collect();
     ready(request, &ListGroupsResponse::default().with_groups(groups))

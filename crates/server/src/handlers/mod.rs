@@ -11,6 +11,8 @@ pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_configs;
 pub mod api_versions;
+pub mod consumer_group_describe;
+pub mod consumer_group_heartbeat;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
@@ -99,6 +101,8 @@ pub const APIS: &[Handler] = &[
     txn_offset_commit::HANDLER,
     describe_transactions::HANDLER,
     list_transactions::HANDLER,
+    consumer_group_heartbeat::HANDLER,
+    consumer_group_describe::HANDLER,
 ];
 
 /// One past the largest API key in [`APIS`]: the length of the dispatch table.

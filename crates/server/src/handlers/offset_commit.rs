@@ -2,7 +2,9 @@
 //! is durable in the offsets log. A member commits within its generation; a client
 //! without a group membership (generation -1, no member id) may commit for a group that
 //! has no members. Offsets of a topic that does not exist are refused with
-//! UNKNOWN_TOPIC_OR_PARTITION, partition by partition, as Kafka does.
+//! UNKNOWN_TOPIC_OR_PARTITION, partition by partition, as Kafka does. In a group of
+//! the consumer protocol (v9+) the generation field carries the member epoch, checked
+//! against the member's (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID).
 
 use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::{error_code, group_code, group_error_code};
@@ -21,9 +23,13 @@ use std::sync::Arc;
 pub const HANDLER: Handler = Handler {
     key: ApiKey::OffsetCommit,
     min_version: 2,
-    max_version: 8,
+    max_version: 9,
     handle,
 };
+
+/// From v9 the generation field is a consumer-protocol member's epoch; a member of such
+/// a group must commit with v9 or later (UNSUPPORTED_VERSION below), as Kafka requires.
+const MEMBER_EPOCH_MIN_VERSION: i16 = 9;
 
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
@@ -42,11 +48,15 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             (t.name.to_string(), partitions.collect())
         }),
     );
+    let too_old = request.api_version() < MEMBER_EPOCH_MIN_VERSION
+        && !body.member_id.is_empty()
+        && ctx.groups.is_consumer_group(&body.group_id);
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let (known, entries) = (asked.known, asked.entries);
         let outcome = match entries.is_empty() {
             true => Ok(Vec::new()),
+            false if too_old => Err(GroupError::UnsupportedVersion),
             false => {
                 ctx.groups
                     .commit(

@@ -2,9 +2,12 @@
 //! v8+ asks for several groups at once. A partition without a commit answers -1.
 //! With `require_stable` (v7+, sent by read_committed consumers), a named partition
 //! for which an open transaction holds an offset answers UNSTABLE_OFFSET_COMMIT, which
-//! the client retries until the transaction ends (KIP-447).
+//! the client retries until the transaction ends (KIP-447). From v9 a member of a
+//! consumer-protocol group names itself and its epoch, which are checked as for a
+//! commit (the group's error code answers a failed check).
 
 use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
+use crate::errors::group_error_code;
 use headway_broker::{PartitionIndex, TopicPartition};
 use headway_group::state::leader_epoch_to_wire;
 use headway_group::CommittedOffset;
@@ -23,7 +26,7 @@ use std::collections::BTreeMap;
 pub const HANDLER: Handler = Handler {
     key: ApiKey::OffsetFetch,
     min_version: 1,
-    max_version: 8,
+    max_version: 9,
     handle,
 };
 
@@ -130,6 +133,13 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .groups
             .into_iter()
             .map(|g| {
+                let member_epoch = Some(g.member_epoch).filter(|e| *e >= 0);
+                let member_id = g.member_id.as_ref().map(|m| m.as_str());
+                if let Err(e) = ctx.groups.check_fetch(&g.group_id, member_id, member_epoch) {
+                    return OffsetFetchResponseGroup::default()
+                        .with_group_id(g.group_id)
+                        .with_error_code(group_error_code(e));
+                }
                 let asked = wanted(g.topics, |t| (t.name.to_string(), t.partition_indexes));
                 let found = lookup(ctx, &g.group_id, asked, body.require_stable);
                 OffsetFetchResponseGroup::default()

@@ -1,0 +1,109 @@
+//! ConsumerGroupDescribe (KIP-848): a consumer-protocol group's epochs, assignor and
+//! members, each with its subscription, current assignment and target assignment.
+//! A group id that is not a consumer-protocol group answers GROUP_ID_NOT_FOUND, as
+//! Kafka does.
+
+use super::consumer_group_heartbeat::topics_view;
+use super::{ready, Call, Handler, HandlerError, Reply};
+use crate::errors::group_error_code;
+use headway_group::consumer::{Assignment, TopicsView};
+use headway_group::GroupError;
+use headway_protocol::kafka_protocol::messages::consumer_group_describe_response::{
+    Assignment as WireAssignment, DescribedGroup, Member, TopicPartitions,
+};
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, TopicName,
+};
+use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::{decode_body, Request};
+
+pub const HANDLER: Handler = Handler {
+    key: ApiKey::ConsumerGroupDescribe,
+    min_version: 0,
+    max_version: 1,
+    handle,
+};
+
+/// Kafka's "not authorized operations requested" value.
+const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
+/// `MemberType` of a member of the consumer protocol (v1).
+const MEMBER_TYPE_CONSUMER: i8 = 1;
+
+fn wire(assignment: &Assignment, topics: &TopicsView) -> WireAssignment {
+    WireAssignment::default().with_topic_partitions(
+        assignment
+            .iter()
+            .filter_map(|(name, ps)| {
+                let id = topics.get(name)?.id;
+                Some(
+                    TopicPartitions::default()
+                        .with_topic_id(id)
+                        .with_topic_name(TopicName(StrBytes::from_string(name.clone())))
+                        .with_partitions(ps.iter().copied().collect()),
+                )
+            })
+            .collect(),
+    )
+}
+
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
+    let body: ConsumerGroupDescribeRequest = decode_body(request)?;
+    let topics = topics_view(ctx);
+    let groups = body
+        .group_ids
+        .into_iter()
+        .map(|id| {
+            let described = DescribedGroup::default()
+                .with_group_id(id.clone())
+                .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+            let Some(g) = ctx.groups.consumer_group(&id) else {
+                let e = GroupError::GroupIdNotFound;
+                let message = format!("group {} is not a consumer group", id.as_str());
+                return described
+                    .with_group_state(StrBytes::from_static_str("Dead"))
+                    .with_error_code(group_error_code(e))
+                    .with_error_message(Some(StrBytes::from_string(message)));
+            };
+            let empty = Assignment::new();
+            let members = g
+                .members
+                .values()
+                .map(|m| {
+                    Member::default()
+                        .with_member_id(StrBytes::from_string(m.member_id.clone()))
+                        .with_instance_id(m.instance_id.clone().map(StrBytes::from_string))
+                        .with_rack_id(m.rack_id.clone().map(StrBytes::from_string))
+                        .with_member_epoch(m.member_epoch)
+                        .with_client_id(StrBytes::from_string(m.client_id.clone()))
+                        .with_client_host(StrBytes::from_string(m.client_host.clone()))
+                        .with_subscribed_topic_names(
+                            m.subscribed_topic_names
+                                .iter()
+                                .map(|t| TopicName(StrBytes::from_string(t.clone())))
+                                .collect(),
+                        )
+                        .with_subscribed_topic_regex(
+                            m.subscribed_topic_regex.clone().map(StrBytes::from_string),
+                        )
+                        .with_assignment(wire(&m.assigned, &topics))
+                        .with_target_assignment(wire(
+                            g.target.get(&m.member_id).unwrap_or(&empty),
+                            &topics,
+                        ))
+                        .with_member_type(MEMBER_TYPE_CONSUMER)
+                })
+                .collect();
+            described
+                .with_group_state(StrBytes::from_static_str(g.state().name()))
+                .with_group_epoch(g.group_epoch)
+                .with_assignment_epoch(g.assignment_epoch)
+                .with_assignor_name(StrBytes::from_static_str(g.assignor.name()))
+                .with_members(members)
+        })
+        .collect();
+    ready(
+        request,
+        &ConsumerGroupDescribeResponse::default().with_groups(groups),
+    )
+}
