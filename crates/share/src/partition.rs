@@ -194,6 +194,7 @@ impl SharePartition {
             };
             p.push(r.first, r.last, state, r.delivery_count);
         }
+        p.coalesce();
         p.advance_start();
         p
     }
