@@ -276,3 +276,23 @@ pub const METRICS_PARTITIONS_MAX: usize = 1_000;
 /// topic and index have series, the rest are counted by
 /// `headway_group_partitions_omitted`.
 pub const METRICS_GROUP_PARTITIONS_MAX: usize = 1_000;
+
+/// Records in flight (from the share-partition start offset to its end offset) per
+/// share-partition (Kafka's `group.share.partition.max.record.locks`). Past it a
+/// share fetch acquires nothing more there until acknowledgements or expired locks
+/// let the start offset move; it bounds a share-partition's memory (its runs of
+/// in-flight records) and what one slow consumer can hold back.
+pub const SHARE_PARTITION_RECORD_LOCKS_MAX: u32 = 2_000;
+
+/// Share sessions on the broker (Kafka's `group.share.max.share.sessions`). A new
+/// one past it gets SHARE_SESSION_LIMIT_REACHED (retriable); sessions go when their
+/// member closes them, leaves or times out.
+pub const SHARE_SESSIONS_MAX: usize = 2_000;
+
+/// Members of one share group (Kafka's `group.share.max.size`); a join past it gets
+/// GROUP_MAX_SIZE_REACHED.
+pub const SHARE_GROUP_MEMBERS_MAX: usize = 1_000;
+
+/// Records one ShareFetch acquires at most, whatever its MaxRecords says: a response
+/// stays bounded and records stay available to the group's other members.
+pub const SHARE_FETCH_RECORDS_MAX: u32 = 10_000;

@@ -133,9 +133,19 @@ impl ShareCoordinator {
         self.groups().get(group_id).is_some()
     }
 
-    /// Resolves once records may have become available again.
-    pub async fn released(&self) {
-        self.released.notified().await
+    /// The topics a member subscribes to (none for an unknown member).
+    pub fn subscription(&self, group_id: &str, member_id: &str) -> Vec<String> {
+        self.groups()
+            .get(group_id)
+            .and_then(|g| g.members.get(member_id))
+            .map(|m| m.subscribed.clone())
+            .unwrap_or_default()
+    }
+
+    /// Notified when records may have become available again: a waiting fetch makes
+    /// its `notified()` future before it looks, so it misses no release.
+    pub fn released(&self) -> &Notify {
+        &self.released
     }
 
     pub fn heartbeat(
@@ -173,6 +183,10 @@ impl ShareCoordinator {
         self.wait_durable(end).await
     }
 
+    /// A ShareFetch or ShareAcknowledge's share session step (see
+    /// [`ShareGroups::session_step`]). Closing a session (-1) releases nothing yet:
+    /// the request's acknowledgements apply first, then
+    /// [`ShareCoordinator::release_member`].
     pub fn session_step(
         &self,
         group_id: &str,
@@ -181,23 +195,25 @@ impl ShareCoordinator {
         add: &[(uuid::Uuid, i32)],
         forget: &[(uuid::Uuid, i32)],
     ) -> Result<Vec<(uuid::Uuid, i32)>, ShareError> {
-        let closing = epoch == -1;
+        self.groups()
+            .session_step(group_id, member_id, epoch, add, forget)
+    }
+
+    /// Every lock the member holds in the group goes back to the others (its share
+    /// session closed, as Kafka does).
+    pub fn release_member(&self, group_id: &str, member_id: &str) {
         let mut groups = self.groups();
-        let partitions = groups.session_step(group_id, member_id, epoch, add, forget)?;
-        if closing {
-            // A closed session's records go back to the others (as Kafka does).
-            if let Some(g) = groups.get(group_id) {
-                let tps: Vec<TopicPartition> = g.partitions.keys().cloned().collect();
-                for tp in tps {
-                    if let Some(p) = groups.partition(group_id, &tp) {
-                        p.release_member(member_id);
-                    }
-                }
+        let tps: Vec<TopicPartition> = groups
+            .get(group_id)
+            .map(|g| g.partitions.keys().cloned().collect())
+            .unwrap_or_default();
+        for tp in tps {
+            if let Some(p) = groups.partition(group_id, &tp) {
+                p.release_member(member_id);
             }
-            drop(groups);
-            self.released.notify_waiters();
         }
-        Ok(partitions)
+        drop(groups);
+        self.released.notify_waiters();
     }
 
     /// Where the next read for `group_id`'s share-partition of `tp` starts, if

@@ -7,7 +7,8 @@
 //!
 //! From v3 the answer also carries the broker's features (KIP-584), as Kafka 4.x
 //! sends them: `transaction.version` supported 0..=2 and finalized at 2, so Java
-//! clients 4.x run transactions version 2 (KIP-890: `docs/transactions.md`).
+//! clients 4.x run transactions version 2 (KIP-890: `docs/transactions.md`), and
+//! `share.version` supported 0..=1 and finalized at 1, so share groups are on.
 
 use super::{ready, Call, Handler, HandlerError, Reply, APIS};
 use headway_protocol::decode_body;
@@ -38,12 +39,22 @@ struct Feature {
 /// The features advertised. A client keeps the finalized levels of the answer with
 /// the highest epoch; they never change on this broker, so the epoch is constant
 /// (and above the -1 Java clients start from, which they would ignore).
-const FEATURES: &[Feature] = &[Feature {
-    name: "transaction.version",
-    min_level: 0,
-    max_level: 2,
-    finalized_level: 2,
-}];
+const FEATURES: &[Feature] = &[
+    Feature {
+        name: "transaction.version",
+        min_level: 0,
+        max_level: 2,
+        finalized_level: 2,
+    },
+    // Share groups (`docs/share-groups.md`): the Java KafkaShareConsumer needs level 1
+    // finalized.
+    Feature {
+        name: "share.version",
+        min_level: 0,
+        max_level: 1,
+        finalized_level: 1,
+    },
+];
 const FINALIZED_FEATURES_EPOCH: i64 = 1;
 /// Before v4, supported features whose lowest level is 0 are left out, as Kafka does:
 /// clients of that age refuse a range starting at 0.
