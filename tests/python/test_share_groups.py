@@ -83,9 +83,9 @@ def close(proc) -> None:
     proc.kill()
 
 
-def test_more_share_consumers_than_partitions_all_get_work(make_broker, java):
+def test_fifty_share_consumers_on_four_partitions_all_get_work(make_broker, java):
     broker = make_broker(*SHARE_ARGS)
-    topic, consumers, partitions = "work", 12, 4
+    topic, consumers, partitions = "work", 50, 4
     create_topic(broker.bootstrap, topic, partitions)
     proc = consumer(java, broker.bootstrap, topic, "workers", "--consumers", str(consumers))
     produced: list[str] = []
