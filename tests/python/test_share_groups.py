@@ -15,8 +15,10 @@ come from confluent-kafka. Every wait polls for its condition with a deadline.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,16 @@ def consumer(java: JavaClient, bootstrap: str, topic: str, group: str, *extra: s
     return proc
 
 
+def share_metric(broker, name: str, group: str) -> float:
+    """The value of `headway_<name>{group=...}` on the broker's /metrics."""
+    url = f"http://{broker.metrics_address()}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    found = re.search(rf'^headway_{name}{{group="{group}"}} (\S+)$', text, re.MULTILINE)
+    assert found, f"no headway_{name} for group {group}"
+    return float(found.group(1))
+
+
 def close(proc) -> None:
     proc.close_stdin()
     proc.wait_event(lambda e: e.get("event") == "closed", DEADLINE_S, "close")
@@ -132,7 +144,7 @@ def test_a_killed_consumers_records_go_to_another_after_the_lock_expires(make_br
 
 def test_a_record_released_the_delivery_limit_times_is_archived_through_a_crash(
         make_broker, java):
-    broker = make_broker(*SHARE_ARGS)
+    broker = make_broker(*SHARE_ARGS, "--metrics-listen", "127.0.0.1:0")
     topic = "poison"
     create_topic(broker.bootstrap, topic, 1)
     produce(broker.bootstrap, topic, ["poison-1", "good-1"], partition=0)
@@ -147,6 +159,8 @@ def test_a_record_released_the_delivery_limit_times_is_archived_through_a_crash(
         got = wait_records(proc, lambda rs: any(r["value"] == "good-2" for r in rs), "good-2")
         poison = [r["delivery"] for r in got if r["value"] == "poison-1"]
         assert poison == [1, 2, 3, 4, 5]
+        assert share_metric(broker, "share_group_archived_records", "g") == 1
+        assert share_metric(broker, "share_group_redelivered_records", "g") == 4
     finally:
         close(proc)
     broker.kill()

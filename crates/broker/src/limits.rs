@@ -296,3 +296,8 @@ pub const SHARE_GROUP_MEMBERS_MAX: usize = 1_000;
 /// Records one ShareFetch acquires at most, whatever its MaxRecords says: a response
 /// stays bounded and records stay available to the group's other members.
 pub const SHARE_FETCH_RECORDS_MAX: u32 = 10_000;
+
+/// Share groups with their own series on `/metrics` (members, in-flight, acquired,
+/// redelivered and archived records), the first by group id; `headway_share_groups`
+/// counts them all.
+pub const METRICS_SHARE_GROUPS_MAX: usize = 1_000;

@@ -70,6 +70,8 @@ pub struct ShareGroupSummary {
     pub group_id: String,
     pub state: &'static str,
     pub group_epoch: i32,
+    pub member_count: usize,
+    /// Empty in [`ShareCoordinator::list`].
     pub members: Vec<MemberSummary>,
     pub partitions: Vec<PartitionSummary>,
 }
@@ -323,6 +325,7 @@ impl ShareCoordinator {
         self.wait_durable(end).await
     }
 
+    /// Every share group, by id, without members.
     pub fn list(&self) -> Vec<ShareGroupSummary> {
         self.groups().iter().map(|g| summary(g, false)).collect()
     }
@@ -433,6 +436,7 @@ fn summary(g: &crate::group::ShareGroup, members: bool) -> ShareGroupSummary {
         group_id: g.group_id.clone(),
         state: g.state(),
         group_epoch: g.group_epoch,
+        member_count: g.members.len(),
         members: if members {
             g.members
                 .values()
