@@ -414,8 +414,8 @@ fn apply_acks(
             [] => return Err(AckFailure::UnknownType(-1)),
             [one] => *durable |= p.acknowledge(member_id, b.first, b.last, kind(*one)?, now_ms)?,
             types => {
-                let records = b.last.value() - b.first.value() + 1;
-                if records != types.len() as i64 {
+                let records = i128::from(b.last.value()) - i128::from(b.first.value()) + 1;
+                if records != types.len() as i128 {
                     return Err(AckFailure::Record(AckError::BadRange {
                         first: b.first,
                         last: b.last,

@@ -261,6 +261,9 @@ impl ShareGroups {
                 assignment: None,
             });
         }
+        if hb.group_id.is_empty() {
+            return Err(ShareError::InvalidRequest("a share group needs an id"));
+        }
         let members_max = self.config.members_max;
         let group = self
             .groups
@@ -330,14 +333,19 @@ impl ShareGroups {
     /// Removes a member: its locks are released and its share session closed.
     /// Returns the share-partitions whose state changed.
     pub fn leave(&mut self, group_id: &str, member_id: &str) -> Vec<TopicPartition> {
+        self.sessions
+            .retain(|(g, m), _| !(g == group_id && &**m == member_id));
         let Some(group) = self.groups.get_mut(group_id) else {
             return Vec::new();
         };
         if group.members.remove(member_id).is_some() {
             group.group_epoch += 1;
         }
-        self.sessions
-            .retain(|(g, m), _| !(g == group_id && &**m == member_id));
+        if group.members.is_empty() && group.partitions.is_empty() {
+            // Nothing durable: the group goes with its last member.
+            self.groups.remove(group_id);
+            return Vec::new();
+        }
         let mut changed = Vec::new();
         for (tp, p) in group.partitions.iter_mut() {
             let archived = p.archived;
@@ -399,6 +407,15 @@ impl ShareGroups {
         let key = (group_id.to_string(), member);
         match epoch {
             0 => {
+                // Only a member of the group opens a session: share-partition state is
+                // made for the group's members, not for whoever names a group.
+                let member = self
+                    .groups
+                    .get(group_id)
+                    .and_then(|g| g.members.get(member_id));
+                if member.is_none() {
+                    return Err(ShareError::UnknownMemberId);
+                }
                 if !self.sessions.contains_key(&key)
                     && self.sessions.len() >= self.config.sessions_max
                 {
@@ -627,6 +644,12 @@ mod tests {
             ..ShareConfig::default()
         });
         let p = (uuid::Uuid::nil(), 0);
+        assert_eq!(
+            groups.session_step("g", "a", 0, &[p], &[]),
+            Err(ShareError::UnknownMemberId)
+        );
+        join(&mut groups, "a", 1);
+        join(&mut groups, "b", 1);
         assert_eq!(groups.session_step("g", "a", 0, &[p], &[]), Ok(vec![p]));
         assert_eq!(
             groups.session_step("g", "a", 2, &[], &[]),

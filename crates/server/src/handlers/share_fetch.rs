@@ -386,7 +386,8 @@ fn holding(records: &Bytes, headers: &[BatchHeader], first: Offset, last: Offset
         }
         at += size;
     }
-    records.slice(start..end.max(start))
+    let end = end.min(records.len());
+    records.slice(start.min(end)..end)
 }
 
 fn response(
