@@ -69,6 +69,10 @@ fn every_request() -> Vec<(i16, i16, BytesMut)> {
         defaults::<TxnOffsetCommitRequest>(),
         defaults::<DescribeTransactionsRequest>(),
         defaults::<ListTransactionsRequest>(),
+        defaults::<ShareGroupHeartbeatRequest>(),
+        defaults::<ShareGroupDescribeRequest>(),
+        defaults::<ShareFetchRequest>(),
+        defaults::<ShareAcknowledgeRequest>(),
     ];
     assert_eq!(all.len(), APIS.len(), "every served API is probed");
     all.into_iter().flatten().collect()
