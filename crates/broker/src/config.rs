@@ -334,6 +334,18 @@ pub struct BrokerConfig {
     /// adaptive bulk budget it also passes.
     pub log_cleaner_io_bytes_per_sec: u64,
     pub log: LogDefaults,
+    /// How long a share consumer holds records it acquired before they go back to
+    /// the others (Kafka's `group.share.record.lock.duration.ms`).
+    pub share_record_lock_duration_ms: i64,
+    /// Deliveries of a record to share consumers before it is archived (Kafka's
+    /// `group.share.delivery.count.limit`).
+    pub share_delivery_count_limit: u16,
+    /// Where a share group starts in a partition it has no state for: `latest` or
+    /// `earliest` (Kafka's `share.auto.offset.reset`).
+    pub share_auto_offset_reset: String,
+    /// A share group member without a heartbeat this long is removed (Kafka's
+    /// `group.share.session.timeout.ms`).
+    pub share_session_timeout_ms: i64,
 }
 
 impl Default for BrokerConfig {
@@ -382,6 +394,10 @@ impl Default for BrokerConfig {
             log_cleaner_dedupe_buffer_bytes: limits::LOG_CLEANER_DEDUPE_BUFFER_BYTES_DEFAULT,
             log_cleaner_io_bytes_per_sec: limits::LOG_CLEANER_IO_BYTES_PER_SEC_DEFAULT,
             log: LogDefaults::default(),
+            share_record_lock_duration_ms: 30_000,
+            share_delivery_count_limit: 5,
+            share_auto_offset_reset: "latest".into(),
+            share_session_timeout_ms: 45_000,
         }
     }
 }
@@ -444,6 +460,18 @@ impl BrokerConfig {
             return Err(
                 "transaction_max_timeout_ms, transactional_id_expiration_ms and \
                  transaction_abort_timed_out_check_interval_ms must be above 0"
+                    .into(),
+            );
+        }
+        if self.share_record_lock_duration_ms <= 0
+            || self.share_delivery_count_limit == 0
+            || self.share_session_timeout_ms <= 0
+            || !matches!(self.share_auto_offset_reset.as_str(), "latest" | "earliest")
+        {
+            return Err(
+                "share_record_lock_duration_ms, share_delivery_count_limit and \
+                 share_session_timeout_ms must be above 0, share_auto_offset_reset \
+                 latest or earliest"
                     .into(),
             );
         }

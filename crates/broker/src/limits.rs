@@ -297,3 +297,28 @@ pub const TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 /// per miss). The files held open for a read stay valid when evicted, so a small
 /// cache costs opens, never errors.
 pub const FILE_CACHE_CAPACITY_MIN: usize = 64;
+
+/// Records in flight (from the share-partition start offset to its end offset) per
+/// share-partition (Kafka's `group.share.partition.max.record.locks`). Past it a
+/// share fetch acquires nothing more there until acknowledgements or expired locks
+/// let the start offset move; it bounds a share-partition's memory (its runs of
+/// in-flight records) and what one slow consumer can hold back.
+pub const SHARE_PARTITION_RECORD_LOCKS_MAX: u32 = 2_000;
+
+/// Share sessions on the broker (Kafka's `group.share.max.share.sessions`). A new
+/// one past it gets SHARE_SESSION_LIMIT_REACHED (retriable); sessions go when their
+/// member closes them, leaves or times out.
+pub const SHARE_SESSIONS_MAX: usize = 2_000;
+
+/// Members of one share group (Kafka's `group.share.max.size`); a join past it gets
+/// GROUP_MAX_SIZE_REACHED.
+pub const SHARE_GROUP_MEMBERS_MAX: usize = 1_000;
+
+/// Records one ShareFetch acquires at most, whatever its MaxRecords says: a response
+/// stays bounded and records stay available to the group's other members.
+pub const SHARE_FETCH_RECORDS_MAX: u32 = 10_000;
+
+/// Share groups with their own series on `/metrics` (members, in-flight, acquired,
+/// redelivered and archived records), the first by group id; `headway_share_groups`
+/// counts them all.
+pub const METRICS_SHARE_GROUPS_MAX: usize = 1_000;

@@ -45,9 +45,26 @@ enum LogFormat {
     Json,
 }
 
+/// Where a share group starts in a partition it has no state for.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ShareAutoOffsetReset {
+    Latest,
+    Earliest,
+}
+
+impl ShareAutoOffsetReset {
+    fn name(self) -> &'static str {
+        match self {
+            ShareAutoOffsetReset::Latest => "latest",
+            ShareAutoOffsetReset::Earliest => "earliest",
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Start the broker (defaults: data in ./headway-data, listening on 127.0.0.1:9092).
+    // Boxed: its many settings would make every command as large.
     Serve(Box<ServeArgs>),
     /// Write records to a topic: stdin lines, or generated ones with --count.
     Produce(produce::ProduceArgs),
@@ -139,6 +156,15 @@ struct ServeArgs {
     /// How long an empty group's first rebalance waits for more members, in ms [default: 3000].
     #[arg(long, env = "HEADWAY_GROUP_INITIAL_REBALANCE_DELAY_MS")]
     group_initial_rebalance_delay_ms: Option<i64>,
+    /// How long a share consumer holds acquired records before they go back to the group, in ms [default: 30000].
+    #[arg(long, env = "HEADWAY_SHARE_RECORD_LOCK_DURATION_MS")]
+    share_record_lock_duration_ms: Option<i64>,
+    /// Deliveries of a record to share consumers before it is archived [default: 5].
+    #[arg(long, env = "HEADWAY_SHARE_DELIVERY_COUNT_LIMIT")]
+    share_delivery_count_limit: Option<u16>,
+    /// Where a share group starts in a partition: latest or earliest [default: latest].
+    #[arg(long, env = "HEADWAY_SHARE_AUTO_OFFSET_RESET")]
+    share_auto_offset_reset: Option<ShareAutoOffsetReset>,
     /// Largest transaction.timeout.ms a transactional producer may ask for, in ms [default: 900000].
     #[arg(long, env = "HEADWAY_TRANSACTION_MAX_TIMEOUT_MS")]
     transaction_max_timeout_ms: Option<i32>,
@@ -254,6 +280,9 @@ impl ServeArgs {
         set!(frame_bytes_max = self.frame_bytes_max);
         set!(group_initial_rebalance_delay_ms = self.group_initial_rebalance_delay_ms);
         set!(transaction_max_timeout_ms = self.transaction_max_timeout_ms);
+        set!(share_record_lock_duration_ms = self.share_record_lock_duration_ms);
+        set!(share_delivery_count_limit = self.share_delivery_count_limit);
+        set!(share_auto_offset_reset = self.share_auto_offset_reset.map(|r| r.name().to_string()));
         set!(transactional_id_expiration_ms = self.transactional_id_expiration_ms);
         set!(
             transaction_abort_timed_out_check_interval_ms =

@@ -206,6 +206,30 @@ pub(crate) static MESSAGES: &[Message] = &[
         flexible_min: 0,
         root: &CONSUMER_GROUP_DESCRIBE,
     },
+    Message {
+        api_key: ApiKey::ShareGroupHeartbeat,
+        min_version: 1,
+        flexible_min: 0,
+        root: &SHARE_GROUP_HEARTBEAT,
+    },
+    Message {
+        api_key: ApiKey::ShareGroupDescribe,
+        min_version: 1,
+        flexible_min: 0,
+        root: &SHARE_GROUP_DESCRIBE,
+    },
+    Message {
+        api_key: ApiKey::ShareFetch,
+        min_version: 1,
+        flexible_min: 0,
+        root: &SHARE_FETCH,
+    },
+    Message {
+        api_key: ApiKey::ShareAcknowledge,
+        min_version: 1,
+        flexible_min: 0,
+        root: &SHARE_ACKNOWLEDGE,
+    },
 ];
 
 static PRODUCE_PARTITION_PRODUCE_DATA: Struct = Struct {
@@ -1053,6 +1077,145 @@ static CONSUMER_GROUP_DESCRIBE: Struct = Struct {
     fields: &[
         field(0, i16::MAX, Kind::Array(Elem::Str)), // group_ids
         field(0, i16::MAX, Kind::Fixed(1)),         // include_authorized_operations
+    ],
+    tags: &[],
+};
+
+static SHARE_GROUP_HEARTBEAT: Struct = Struct {
+    size: size_of::<share_group_heartbeat_request::ShareGroupHeartbeatRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),              // group_id
+        field(0, i16::MAX, Kind::Str),              // member_id
+        field(0, i16::MAX, Kind::Fixed(4)),         // member_epoch
+        field(0, i16::MAX, Kind::Str),              // rack_id
+        field(0, i16::MAX, Kind::Array(Elem::Str)), // subscribed_topic_names
+    ],
+    tags: &[],
+};
+
+static SHARE_GROUP_DESCRIBE: Struct = Struct {
+    size: size_of::<share_group_describe_request::ShareGroupDescribeRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Array(Elem::Str)), // group_ids
+        field(0, i16::MAX, Kind::Fixed(1)),         // include_authorized_operations
+    ],
+    tags: &[],
+};
+
+static SHARE_FETCH: Struct = Struct {
+    size: size_of::<share_fetch_request::ShareFetchRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // group_id
+        field(0, i16::MAX, Kind::Str),      // member_id
+        field(0, i16::MAX, Kind::Fixed(4)), // share_session_epoch
+        field(0, i16::MAX, Kind::Fixed(4)), // max_wait_ms
+        field(0, i16::MAX, Kind::Fixed(4)), // min_bytes
+        field(0, i16::MAX, Kind::Fixed(4)), // max_bytes
+        field(1, i16::MAX, Kind::Fixed(4)), // max_records
+        field(1, i16::MAX, Kind::Fixed(4)), // batch_size
+        field(0, i16::MAX, Kind::Array(Elem::Struct(&SHARE_FETCH_TOPIC))), // topics
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&SHARE_FETCH_FORGOTTEN_TOPIC)),
+        ), // forgotten_topics_data
+    ],
+    tags: &[],
+};
+
+static SHARE_FETCH_TOPIC: Struct = Struct {
+    size: size_of::<share_fetch_request::FetchTopic>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(16)), // topic_id
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&SHARE_FETCH_PARTITION)),
+        ), // partitions
+    ],
+    tags: &[],
+};
+
+static SHARE_FETCH_PARTITION: Struct = Struct {
+    size: size_of::<share_fetch_request::FetchPartition>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(4)), // partition_index
+        field(0, 0, Kind::Fixed(4)),        // partition_max_bytes
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&SHARE_FETCH_ACKNOWLEDGEMENT_BATCH)),
+        ), // acknowledgement_batches
+    ],
+    tags: &[],
+};
+
+static SHARE_FETCH_ACKNOWLEDGEMENT_BATCH: Struct = Struct {
+    size: size_of::<share_fetch_request::AcknowledgementBatch>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(8)), // first_offset
+        field(0, i16::MAX, Kind::Fixed(8)), // last_offset
+        field(0, i16::MAX, Kind::Array(Elem::Fixed(1, size_of::<i8>()))), // acknowledge_types
+    ],
+    tags: &[],
+};
+
+static SHARE_FETCH_FORGOTTEN_TOPIC: Struct = Struct {
+    size: size_of::<share_fetch_request::ForgottenTopic>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(16)), // topic_id
+        field(0, i16::MAX, Kind::Array(Elem::Fixed(4, size_of::<i32>()))), // partitions
+    ],
+    tags: &[],
+};
+
+static SHARE_ACKNOWLEDGE: Struct = Struct {
+    size: size_of::<share_acknowledge_request::ShareAcknowledgeRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // group_id
+        field(0, i16::MAX, Kind::Str),      // member_id
+        field(0, i16::MAX, Kind::Fixed(4)), // share_session_epoch
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&SHARE_ACKNOWLEDGE_TOPIC)),
+        ), // topics
+    ],
+    tags: &[],
+};
+
+static SHARE_ACKNOWLEDGE_TOPIC: Struct = Struct {
+    size: size_of::<share_acknowledge_request::AcknowledgeTopic>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(16)), // topic_id
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&SHARE_ACKNOWLEDGE_PARTITION)),
+        ), // partitions
+    ],
+    tags: &[],
+};
+
+static SHARE_ACKNOWLEDGE_PARTITION: Struct = Struct {
+    size: size_of::<share_acknowledge_request::AcknowledgePartition>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(4)), // partition_index
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&SHARE_ACKNOWLEDGE_BATCH)),
+        ), // acknowledgement_batches
+    ],
+    tags: &[],
+};
+
+static SHARE_ACKNOWLEDGE_BATCH: Struct = Struct {
+    size: size_of::<share_acknowledge_request::AcknowledgementBatch>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(8)), // first_offset
+        field(0, i16::MAX, Kind::Fixed(8)), // last_offset
+        field(0, i16::MAX, Kind::Array(Elem::Fixed(1, size_of::<i8>()))), // acknowledge_types
     ],
     tags: &[],
 };

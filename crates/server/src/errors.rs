@@ -3,6 +3,7 @@
 use headway_broker::producer_state::SequenceError;
 use headway_broker::{BatchError, BrokerError};
 use headway_group::GroupError;
+use headway_share::{AckFailure, ShareError};
 use headway_txn::TxnError;
 use kafka_protocol::ResponseError;
 
@@ -93,6 +94,33 @@ pub fn group_error_code(error: GroupError) -> i16 {
 /// The code for an optional group error (0 when there is none).
 pub fn group_code(error: Option<GroupError>) -> i16 {
     error.map_or(0, group_error_code)
+}
+
+pub fn share_error_code(error: &ShareError) -> i16 {
+    use ResponseError as R;
+    let e = match error {
+        ShareError::UnknownMemberId => R::UnknownMemberId,
+        ShareError::FencedMemberEpoch { .. } => R::FencedMemberEpoch,
+        ShareError::InvalidRequest(_) => R::InvalidRequest,
+        ShareError::GroupMaxSizeReached => R::GroupMaxSizeReached,
+        ShareError::ShareSessionNotFound => R::ShareSessionNotFound,
+        ShareError::InvalidShareSessionEpoch { .. } => R::InvalidShareSessionEpoch,
+        ShareError::ShareSessionLimitReached => R::ShareSessionLimitReached,
+        ShareError::NonEmptyGroup => R::NonEmptyGroup,
+        ShareError::GroupIdNotFound => R::GroupIdNotFound,
+        ShareError::CoordinatorNotAvailable => R::CoordinatorNotAvailable,
+    };
+    e.code()
+}
+
+/// The code of a partition's failed acknowledgements.
+pub fn ack_failure_code(error: &AckFailure) -> i16 {
+    match error {
+        AckFailure::Record(_) | AckFailure::UnknownType(_) => {
+            ResponseError::InvalidRecordState.code()
+        }
+        AckFailure::Share(e) => share_error_code(e),
+    }
 }
 
 pub fn txn_error_code(error: &TxnError) -> i16 {

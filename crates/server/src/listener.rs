@@ -9,9 +9,13 @@ use crate::handlers::{self, Ctx};
 use crate::stats::ServerStats;
 use crate::txn_markers::PartitionMarkers;
 use crate::{connection, metrics, tls};
+use headway_broker::limits;
 use headway_broker::listeners::{ListenerSpec, SecurityProtocol};
 use headway_broker::Broker;
 use headway_group::{GroupConfig, GroupCoordinator};
+use headway_share::{
+    AutoOffsetReset, ShareConfig, ShareCoordinator, SharePartitionConfig, SHARE_STATE_TOPIC,
+};
 use headway_txn::{ProducerIdSource, TxnConfig, TxnCoordinator, TRANSACTION_STATE_TOPIC};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -199,10 +203,13 @@ impl Server {
         .await
         .map_err(|e| std::io::Error::other(format!("opening the transaction coordinator: {e}")))?;
         broker.add_internal_log(TRANSACTION_STATE_TOPIC, Arc::clone(txns.state_log()));
+        let shares = open_share_coordinator(config).await?;
+        broker.add_internal_log(SHARE_STATE_TOPIC, Arc::clone(shares.state_log()));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let ctx = Arc::new(Ctx {
             groups,
             txns,
+            shares,
             stats: ServerStats::new(config, Arc::clone(broker.read_pool())),
             broker: Arc::clone(&broker),
             shutdown: shutdown_rx,
@@ -315,4 +322,26 @@ impl Server {
         }
         tracing::info!("shutdown complete");
     }
+}
+
+/// Opens the share coordinator with the broker's share settings.
+async fn open_share_coordinator(
+    config: &headway_broker::BrokerConfig,
+) -> std::io::Result<Arc<ShareCoordinator>> {
+    let share_config = ShareConfig {
+        partition: SharePartitionConfig {
+            record_lock_duration_ms: config.share_record_lock_duration_ms,
+            delivery_count_limit: config.share_delivery_count_limit,
+            max_record_locks: limits::SHARE_PARTITION_RECORD_LOCKS_MAX,
+        },
+        session_timeout_ms: config.share_session_timeout_ms,
+        auto_offset_reset: AutoOffsetReset::parse(&config.share_auto_offset_reset)
+            .unwrap_or_default(),
+        sessions_max: limits::SHARE_SESSIONS_MAX,
+        members_max: limits::SHARE_GROUP_MEMBERS_MAX,
+        ..ShareConfig::default()
+    };
+    ShareCoordinator::open(&config.data_dir, config.flush, share_config)
+        .await
+        .map_err(|e| std::io::Error::other(format!("opening the share coordinator: {e}")))
 }

@@ -359,6 +359,7 @@ pub fn render(ctx: &Ctx) -> String {
     register_partitions(&mut r, broker);
     register_topics(&mut r, broker);
     register_groups(&mut r, ctx);
+    register_share_groups(&mut r, ctx);
     register_process(&mut r);
     register_cleaner(&mut r, broker);
     let mut text = String::new();
@@ -710,6 +711,63 @@ fn register_groups(r: &mut Registry, ctx: &Ctx) {
         "Records between the group's committed offset and the partition's high watermark (0 when the commit is ahead)",
         lag,
     );
+}
+
+/// Per share group (the first `METRICS_SHARE_GROUPS_MAX` by id): members, records in
+/// flight and acquired, and records redelivered and archived since the broker started.
+fn register_share_groups(r: &mut Registry, ctx: &Ctx) {
+    let families: [(&str, &str); 5] = [
+        ("share_group_members", "Members of the share group"),
+        (
+            "share_group_in_flight_records",
+            "Records between the share-partition start and end offsets, over the group's partitions",
+        ),
+        (
+            "share_group_acquired_records",
+            "Records acquired by a member now, over the group's partitions",
+        ),
+        (
+            "share_group_redelivered_records",
+            "Deliveries beyond a record's first since the broker started",
+        ),
+        (
+            "share_group_archived_records",
+            "Records archived (rejected, or at the delivery count limit) since the broker started",
+        ),
+    ];
+    let values: Vec<Labelled> = families.iter().map(|_| Labelled::default()).collect();
+    let groups = ctx.shares.list();
+    for g in groups.iter().take(limits::METRICS_SHARE_GROUPS_MAX) {
+        let labels = vec![("group".to_string(), g.group_id.clone())];
+        let sum = |f: fn(&headway_share::PartitionSummary) -> u64| {
+            as_gauge(g.partitions.iter().map(f).sum())
+        };
+        let row = [
+            g.member_count as i64,
+            sum(|p| p.in_flight),
+            sum(|p| p.acquired),
+            sum(|p| p.redeliveries),
+            sum(|p| p.archived),
+        ];
+        for (family, value) in values.iter().zip(row) {
+            family.get_or_create(&labels).set(value);
+        }
+    }
+    gauge(
+        r,
+        "share_groups",
+        "Share groups known to the share coordinator",
+        groups.len() as u64,
+    );
+    gauge(
+        r,
+        "share_sessions",
+        "Open share sessions",
+        ctx.shares.sessions() as u64,
+    );
+    for ((name, help), family) in families.into_iter().zip(values) {
+        r.register(name, help, family);
+    }
 }
 
 /// The process: resident memory, open files and uptime, from /proc (Linux; absent

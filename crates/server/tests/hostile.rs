@@ -71,6 +71,10 @@ fn every_request() -> Vec<(i16, i16, BytesMut)> {
         defaults::<ListTransactionsRequest>(),
         defaults::<ConsumerGroupHeartbeatRequest>(),
         defaults::<ConsumerGroupDescribeRequest>(),
+        defaults::<ShareGroupHeartbeatRequest>(),
+        defaults::<ShareGroupDescribeRequest>(),
+        defaults::<ShareFetchRequest>(),
+        defaults::<ShareAcknowledgeRequest>(),
     ];
     assert_eq!(all.len(), APIS.len(), "every served API is probed");
     all.into_iter().flatten().collect()

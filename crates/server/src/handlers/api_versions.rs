@@ -7,7 +7,8 @@
 //!
 //! From v3 the answer also carries the broker's features (KIP-584), as Kafka 4.x
 //! sends them: `transaction.version` supported 0..=2 and finalized at 2, so Java
-//! clients 4.x run transactions version 2 (KIP-890: `docs/transactions.md`).
+//! clients 4.x run transactions version 2 (KIP-890: `docs/transactions.md`), and
+//! `share.version` supported 0..=1 and finalized at 1, so share groups are on.
 
 use super::{ready, Call, Handler, HandlerError, Reply, APIS};
 use headway_protocol::decode_body;
@@ -48,6 +49,14 @@ const FEATURES: &[Feature] = &[
     // Level 1 is the consumer group protocol (KIP-848), as Kafka 4.x finalizes it.
     Feature {
         name: "group.version",
+        min_level: 0,
+        max_level: 1,
+        finalized_level: 1,
+    },
+    // Share groups (`docs/share-groups.md`): the Java KafkaShareConsumer needs level 1
+    // finalized.
+    Feature {
+        name: "share.version",
         min_level: 0,
         max_level: 1,
         finalized_level: 1,

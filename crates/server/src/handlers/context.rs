@@ -16,6 +16,7 @@ use headway_broker::{Broker, Partition};
 use headway_group::GroupCoordinator;
 use headway_protocol::kafka_protocol::protocol::{Encodable, HeaderVersion};
 use headway_protocol::{encode_response, EncodeError, Request};
+use headway_share::ShareCoordinator;
 use headway_txn::TxnCoordinator;
 use std::future::Future;
 use std::sync::Arc;
@@ -28,6 +29,8 @@ pub struct Ctx {
     pub broker: Arc<Broker>,
     pub groups: Arc<GroupCoordinator>,
     pub txns: Arc<TxnCoordinator>,
+    /// Share groups: membership, share sessions and share-partition state.
+    pub shares: Arc<ShareCoordinator>,
     /// Becomes true when the broker shuts down; long polls end early.
     pub shutdown: watch::Receiver<bool>,
     /// Budgets and the open connections' state.

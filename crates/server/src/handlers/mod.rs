@@ -37,6 +37,10 @@ pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;
 pub mod produce;
+pub mod share_acknowledge;
+pub mod share_fetch;
+pub mod share_group_describe;
+pub mod share_group_heartbeat;
 pub mod sync_group;
 pub mod txn_offset_commit;
 
@@ -103,6 +107,10 @@ pub const APIS: &[Handler] = &[
     list_transactions::HANDLER,
     consumer_group_heartbeat::HANDLER,
     consumer_group_describe::HANDLER,
+    share_group_heartbeat::HANDLER,
+    share_group_describe::HANDLER,
+    share_fetch::HANDLER,
+    share_acknowledge::HANDLER,
 ];
 
 /// One past the largest API key in [`APIS`]: the length of the dispatch table.

@@ -1,0 +1,107 @@
+//! ShareAcknowledge: a share group member acknowledges records it acquired (accept,
+//! release, reject, or a gap), outside a fetch. It carries the member's share session
+//! epoch: the session must be open (epoch 0 is refused), and -1 closes it once the
+//! acknowledgements are applied, releasing the member's other locks. Answered once
+//! the resulting state is durable.
+
+use super::share_fetch::{ack_batch, acknowledge, named, Acks};
+use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::errors::share_error_code;
+use headway_protocol::kafka_protocol::messages::share_acknowledge_response::{
+    LeaderIdAndEpoch, PartitionData, ShareAcknowledgeTopicResponse,
+};
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, ShareAcknowledgeRequest, ShareAcknowledgeResponse,
+};
+use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::kafka_protocol::ResponseError;
+use headway_protocol::{decode_body, Request};
+use headway_share::ShareError;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const HANDLER: Handler = Handler {
+    key: ApiKey::ShareAcknowledge,
+    min_version: 1,
+    max_version: 1,
+    handle,
+};
+
+fn error_response(code: i16, message: String) -> ShareAcknowledgeResponse {
+    ShareAcknowledgeResponse::default()
+        .with_error_code(code)
+        .with_error_message(Some(StrBytes::from_string(message)))
+}
+
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
+    let body: ShareAcknowledgeRequest = decode_body(request)?;
+    let (Some(group_id), Some(member_id)) = (body.group_id.clone(), body.member_id.clone()) else {
+        let e = error_response(
+            ResponseError::InvalidRequest.code(),
+            "an acknowledgement names its group and member".into(),
+        );
+        return pending(request, async move { e });
+    };
+    let (group_id, member_id) = (group_id.to_string(), member_id.to_string());
+    let epoch = body.share_session_epoch;
+    let session = match epoch {
+        0 => Err(ShareError::InvalidShareSessionEpoch {
+            got: 0,
+            expected: 1,
+        }),
+        _ => ctx
+            .shares
+            .session_step(&group_id, &member_id, epoch, &[], &[]),
+    };
+    if let Err(e) = session {
+        let body = error_response(share_error_code(&e), e.to_string());
+        return pending(request, async move { body });
+    }
+    let acks: Acks = body
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| {
+                let batches = p
+                    .acknowledgement_batches
+                    .iter()
+                    .map(|b| ack_batch(b.first_offset, b.last_offset, b.acknowledge_types.clone()))
+                    .collect();
+                ((t.topic_id, p.partition_index), batches)
+            })
+        })
+        .map(|(key, batches)| (key, named(ctx, key.0, key.1), batches))
+        .collect();
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let codes = acknowledge(&ctx.shares, &group_id, &member_id, acks).await;
+        if epoch == -1 {
+            ctx.shares.release_member(&group_id, &member_id);
+        }
+        let node_id = ctx.broker.config().node_id;
+        let mut by_topic: BTreeMap<uuid::Uuid, Vec<PartitionData>> = BTreeMap::new();
+        for ((id, index), code) in codes {
+            by_topic.entry(id).or_default().push(
+                PartitionData::default()
+                    .with_partition_index(index)
+                    .with_error_code(code)
+                    .with_current_leader(
+                        LeaderIdAndEpoch::default()
+                            .with_leader_id(node_id)
+                            .with_leader_epoch(0),
+                    ),
+            );
+        }
+        ShareAcknowledgeResponse::default().with_responses(
+            by_topic
+                .into_iter()
+                .map(|(id, partitions)| {
+                    ShareAcknowledgeTopicResponse::default()
+                        .with_topic_id(id)
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        )
+    })
+}

@@ -1,0 +1,468 @@
+//! ShareFetch: a share group member's fetch. It carries the member's share session
+//! step (epoch 0 opens, -1 closes, otherwise the next epoch), acknowledgements of
+//! records it got before (applied first, answered per partition), and the
+//! partitions to add to or forget from its session. The answer hands out records of
+//! the session's partitions: each partition's share-partition state says where to
+//! read ([`ShareCoordinator::next_fetch_offset`]), the read returns whole batches,
+//! and the state acquires records among them for the member under a lock of
+//! `share_record_lock_duration_ms`; the answer carries the batches and the acquired
+//! ranges (AcquiredRecords), and the client hands out only acquired records.
+//!
+//! When nothing can be acquired the fetch long-polls, as Fetch does, bounded by
+//! MaxWaitMs (and `limits::FETCH_WAIT_MS_MAX`): it looks again when a partition's
+//! high watermark moves or records go back to the group (a lock expired, a release),
+//! and answers as soon as it acquired something (MinBytes is taken as 1). MaxRecords
+//! bounds the records acquired (and `limits::SHARE_FETCH_RECORDS_MAX`), MaxBytes the
+//! bytes read; BatchSize is not used (acquired ranges follow the log's batches).
+//! Records are read as read_uncommitted; control batches are never handed out.
+
+use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
+use crate::errors::{ack_failure_code, error_code, share_error_code};
+use bytes::Bytes;
+use futures::future::{select_all, BoxFuture, FutureExt};
+use headway_broker::{limits, BatchHeader, Offset, Partition, PartitionIndex, TopicPartition};
+use headway_protocol::kafka_protocol::messages::share_fetch_response::{
+    AcquiredRecords, LeaderIdAndEpoch, PartitionData, ShareFetchableTopicResponse,
+};
+use headway_protocol::kafka_protocol::messages::{ApiKey, ShareFetchRequest, ShareFetchResponse};
+use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::kafka_protocol::ResponseError;
+use headway_protocol::{decode_body, Request};
+use headway_share::{AckBatch, AckFailure, Acquired, LogBatch, MemberId, ShareCoordinator};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+pub const HANDLER: Handler = Handler {
+    key: ApiKey::ShareFetch,
+    min_version: 1,
+    max_version: 1,
+    handle,
+};
+
+/// Where the next fetch starts among its partitions.
+static ROTATION: AtomicUsize = AtomicUsize::new(0);
+
+/// MaxRecords when a request leaves it at 0 or below (the Java client's
+/// `max.poll.records` default).
+const MAX_RECORDS_DEFAULT: u32 = 500;
+
+/// A topic partition named on the wire by topic id: its name, if the id is known.
+pub(super) type Named = Option<TopicPartition>;
+
+/// Acknowledgements of one request, by topic id and partition.
+pub(super) type Acks = Vec<((Uuid, i32), Named, Vec<AckBatch>)>;
+
+/// Applies `acks` for the member; the result by (topic id, partition): 0 or an
+/// error code.
+pub(super) async fn acknowledge(
+    shares: &ShareCoordinator,
+    group_id: &str,
+    member_id: &str,
+    acks: Acks,
+) -> BTreeMap<(Uuid, i32), i16> {
+    let mut codes = BTreeMap::new();
+    let mut known = Vec::new();
+    let mut ids = BTreeMap::new();
+    for (key, named, batches) in acks {
+        match named {
+            None => {
+                codes.insert(key, ResponseError::UnknownTopicId.code());
+            }
+            Some(tp) => {
+                ids.insert(tp.clone(), key);
+                known.push((tp, batches));
+            }
+        }
+    }
+    if !known.is_empty() {
+        for (tp, result) in shares.acknowledge(group_id, member_id, known).await {
+            let code = match &result {
+                Ok(()) => 0,
+                Err(e @ AckFailure::Record(_)) | Err(e @ AckFailure::UnknownType(_)) => {
+                    tracing::debug!(group = group_id, member = member_id, %tp, error = %e, "acknowledgement refused");
+                    ack_failure_code(e)
+                }
+                Err(e) => ack_failure_code(e),
+            };
+            codes.insert(ids[&tp], code);
+        }
+    }
+    codes
+}
+
+/// The topic partition a topic id and index name, if the topic is known.
+pub(super) fn named(ctx: &Ctx, topic_id: Uuid, partition: i32) -> Named {
+    let topic = ctx.broker.topic_by_id(topic_id)?;
+    Some(TopicPartition::new(
+        topic.name(),
+        PartitionIndex::new(partition),
+    ))
+}
+
+/// An acknowledgement batch from the wire.
+pub(super) fn ack_batch(first: i64, last: i64, types: Vec<i8>) -> AckBatch {
+    AckBatch {
+        first: Offset::new(first),
+        last: Offset::new(last),
+        types,
+    }
+}
+
+fn error_response(code: i16, message: String) -> ShareFetchResponse {
+    ShareFetchResponse::default()
+        .with_error_code(code)
+        .with_error_message(Some(StrBytes::from_string(message)))
+}
+
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let ctx = call.ctx;
+    let body: ShareFetchRequest = decode_body(request)?;
+    let (Some(group_id), Some(member_id)) = (body.group_id.clone(), body.member_id.clone()) else {
+        let e = error_response(
+            ResponseError::InvalidRequest.code(),
+            "a share fetch names its group and member".into(),
+        );
+        return pending(request, async move { e });
+    };
+    let (group_id, member_id) = (group_id.to_string(), member_id.to_string());
+    let epoch = body.share_session_epoch;
+    let mut add = Vec::new();
+    let mut acks: Acks = Vec::new();
+    for t in &body.topics {
+        for p in &t.partitions {
+            add.push((t.topic_id, p.partition_index));
+            if !p.acknowledgement_batches.is_empty() {
+                let batches = p
+                    .acknowledgement_batches
+                    .iter()
+                    .map(|b| ack_batch(b.first_offset, b.last_offset, b.acknowledge_types.clone()))
+                    .collect();
+                acks.push((
+                    (t.topic_id, p.partition_index),
+                    named(ctx, t.topic_id, p.partition_index),
+                    batches,
+                ));
+            }
+        }
+    }
+    let forget: Vec<(Uuid, i32)> = body
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, *p)))
+        .collect();
+    // In request order, on the connection's reader: session epochs are checked in the
+    // order the member sent them.
+    let session = ctx
+        .shares
+        .session_step(&group_id, &member_id, epoch, &add, &forget);
+    let session = match session {
+        Ok(partitions) => partitions,
+        Err(e) => {
+            let body = error_response(share_error_code(&e), e.to_string());
+            return pending(request, async move { body });
+        }
+    };
+    let wait =
+        Duration::from_millis((body.max_wait_ms.max(0) as u64).min(limits::FETCH_WAIT_MS_MAX));
+    let max_bytes = (body.max_bytes.max(0) as usize).min(limits::FETCH_RESPONSE_BYTES_MAX);
+    let max_records = match body.max_records {
+        n if n <= 0 => MAX_RECORDS_DEFAULT,
+        n => (n as u32).min(limits::SHARE_FETCH_RECORDS_MAX),
+    };
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let ack_codes = acknowledge(&ctx.shares, &group_id, &member_id, acks).await;
+        let mut fetched = BTreeMap::new();
+        if epoch == -1 {
+            ctx.shares.release_member(&group_id, &member_id);
+        } else {
+            let member: MemberId = Arc::from(member_id.as_str());
+            let poll = Poll {
+                ctx: &ctx,
+                group_id: &group_id,
+                member: &member,
+                wait,
+                max_bytes,
+                max_records,
+            };
+            fetched = poll.run(&session).await;
+        }
+        let lock_ms = ctx.shares.config().partition.record_lock_duration_ms;
+        let node_id = ctx.broker.config().node_id;
+        response(ack_codes, fetched, node_id)
+            .with_acquisition_lock_timeout_ms(lock_ms.min(i64::from(i32::MAX)) as i32)
+    })
+}
+
+/// What one partition's fetch found.
+#[derive(Default)]
+struct Fetched {
+    error_code: i16,
+    records: Bytes,
+    acquired: Vec<Acquired>,
+}
+
+/// One long poll of a member's session partitions.
+struct Poll<'a> {
+    ctx: &'a Ctx,
+    group_id: &'a str,
+    member: &'a MemberId,
+    wait: Duration,
+    max_bytes: usize,
+    max_records: u32,
+}
+
+impl Poll<'_> {
+    async fn run(&self, session: &[(Uuid, i32)]) -> BTreeMap<(Uuid, i32), Fetched> {
+        let ctx = self.ctx;
+        let deadline = Instant::now() + self.wait;
+        let mut shutdown = ctx.shutdown.clone();
+        // Partitions that exist, and the rest answered with an error.
+        let mut out = BTreeMap::new();
+        let mut partitions: Vec<((Uuid, i32), TopicPartition, Arc<Partition>)> = Vec::new();
+        for &(id, index) in session {
+            let found = named(ctx, id, index).and_then(|tp| {
+                let p = ctx.broker.partition(&tp.topic, tp.partition).ok()?;
+                Some((tp, p))
+            });
+            match found {
+                Some((tp, p)) => partitions.push(((id, index), tp, p)),
+                None => {
+                    let code = match ctx.broker.topic_by_id(id) {
+                        None => ResponseError::UnknownTopicId.code(),
+                        Some(_) => ResponseError::UnknownTopicOrPartition.code(),
+                    };
+                    out.insert(
+                        (id, index),
+                        Fetched {
+                            error_code: code,
+                            ..Fetched::default()
+                        },
+                    );
+                }
+            }
+        }
+        // Start at a different partition each time so that one busy partition does not
+        // take every fetch's record budget.
+        if !partitions.is_empty() {
+            let turn = ROTATION.fetch_add(1, Ordering::Relaxed) % partitions.len();
+            partitions.rotate_left(turn);
+        }
+        loop {
+            // Made before looking, so that a change while looking wakes the wait.
+            let released = ctx.shares.released().notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            let mut watches: Vec<_> = partitions.iter().map(|(_, _, p)| p.watch()).collect();
+            let found = self.round(&partitions).await;
+            let any = found
+                .values()
+                .any(|f| !f.acquired.is_empty() || f.error_code != 0);
+            if any || Instant::now() >= deadline || *shutdown.borrow() {
+                out.extend(found);
+                return out;
+            }
+            let moved: Vec<BoxFuture<'_, ()>> = watches
+                .iter_mut()
+                .map(|w| {
+                    async move {
+                        let _ = w.changed().await;
+                    }
+                    .boxed()
+                })
+                .collect();
+            let any_moved = async move {
+                if moved.is_empty() {
+                    std::future::pending::<()>().await
+                } else {
+                    select_all(moved).await;
+                }
+            };
+            tokio::select! {
+                _ = any_moved => {}
+                _ = &mut released => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = super::shutting_down(&mut shutdown) => {}
+            }
+        }
+    }
+
+    /// Looks at each partition once and acquires what it can.
+    async fn round(
+        &self,
+        partitions: &[((Uuid, i32), TopicPartition, Arc<Partition>)],
+    ) -> BTreeMap<(Uuid, i32), Fetched> {
+        let mut out = BTreeMap::new();
+        let mut records_left = self.max_records;
+        let mut bytes_left = self.max_bytes;
+        for (key, tp, p) in partitions {
+            if records_left == 0 || bytes_left == 0 {
+                break;
+            }
+            let found = self.fetch_one(tp, p, records_left, bytes_left).await;
+            let records: u64 = found
+                .acquired
+                .iter()
+                .map(|a| (a.last.value() - a.first.value() + 1) as u64)
+                .sum();
+            records_left = records_left.saturating_sub(records as u32);
+            bytes_left = bytes_left.saturating_sub(found.records.len());
+            if !found.acquired.is_empty() || found.error_code != 0 {
+                out.insert(*key, found);
+            }
+        }
+        out
+    }
+}
+
+impl Poll<'_> {
+    /// Reads one partition where its share-partition says and acquires what the read
+    /// returned; the answer keeps only the batches that hold acquired records.
+    async fn fetch_one(
+        &self,
+        tp: &TopicPartition,
+        p: &Partition,
+        records_left: u32,
+        bytes_left: usize,
+    ) -> Fetched {
+        let shares = &self.ctx.shares;
+        let Some(offset) =
+            shares.next_fetch_offset(self.group_id, tp, p.log_start_offset(), p.high_watermark())
+        else {
+            return Fetched::default();
+        };
+        let read = match p.read(offset, bytes_left).await {
+            Ok(read) => read,
+            Err(e) => {
+                return Fetched {
+                    error_code: error_code(&e),
+                    ..Fetched::default()
+                }
+            }
+        };
+        let Ok(headers) = headway_log::batch::parse_all(&read.records) else {
+            return Fetched {
+                error_code: ResponseError::CorruptMessage.code(),
+                ..Fetched::default()
+            };
+        };
+        let batches: Vec<LogBatch> = headers
+            .iter()
+            .map(|h| LogBatch {
+                first: Offset::new(h.base_offset),
+                last: Offset::new(h.last_offset()),
+                skip: h.is_control(),
+            })
+            .collect();
+        let acquired = shares.acquire(self.group_id, self.member, tp, &batches, records_left);
+        let records = match (acquired.first(), acquired.last()) {
+            (Some(first), Some(last)) => holding(&read.records, &headers, first.first, last.last),
+            _ => Bytes::new(),
+        };
+        Fetched {
+            error_code: 0,
+            records,
+            acquired,
+        }
+    }
+}
+
+/// The batches of `records` from the one holding `first` to the one holding `last`.
+fn holding(records: &Bytes, headers: &[BatchHeader], first: Offset, last: Offset) -> Bytes {
+    let mut start = 0;
+    let mut end = 0;
+    let mut at = 0;
+    for h in headers {
+        let size = h.total_bytes();
+        if h.last_offset() < first.value() {
+            start = at + size;
+        }
+        if h.base_offset <= last.value() {
+            end = at + size;
+        }
+        at += size;
+    }
+    let end = end.min(records.len());
+    records.slice(start.min(end)..end)
+}
+
+fn response(
+    ack_codes: BTreeMap<(Uuid, i32), i16>,
+    fetched: BTreeMap<(Uuid, i32), Fetched>,
+    node_id: i32,
+) -> ShareFetchResponse {
+    let mut by_topic: BTreeMap<Uuid, Vec<PartitionData>> = BTreeMap::new();
+    let keys: std::collections::BTreeSet<(Uuid, i32)> =
+        ack_codes.keys().chain(fetched.keys()).copied().collect();
+    let mut fetched = fetched;
+    for key in keys {
+        let f = fetched.remove(&key).unwrap_or_default();
+        let data = PartitionData::default()
+            .with_partition_index(key.1)
+            .with_error_code(f.error_code)
+            .with_acknowledge_error_code(ack_codes.get(&key).copied().unwrap_or(0))
+            .with_current_leader(
+                LeaderIdAndEpoch::default()
+                    .with_leader_id(node_id)
+                    .with_leader_epoch(0),
+            )
+            .with_records(Some(f.records))
+            .with_acquired_records(
+                f.acquired
+                    .iter()
+                    .map(|a| {
+                        AcquiredRecords::default()
+                            .with_first_offset(a.first.value())
+                            .with_last_offset(a.last.value())
+                            .with_delivery_count(a.delivery_count.min(i16::MAX as u16) as i16)
+                    })
+                    .collect(),
+            );
+        by_topic.entry(key.0).or_default().push(data);
+    }
+    ShareFetchResponse::default().with_responses(
+        by_topic
+            .into_iter()
+            .map(|(id, partitions)| {
+                ShareFetchableTopicResponse::default()
+                    .with_topic_id(id)
+                    .with_partitions(partitions)
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_batches_holding_acquired_records_are_kept() {
+        let batch = |records: usize| {
+            headway_broker::internal_log::encode_batch(
+                (0..records).map(|i| (Bytes::from(vec![i as u8]), None)),
+                0,
+            )
+        };
+        let mut all = Vec::new();
+        let mut sizes = Vec::new();
+        for (base, n) in [(0i64, 3usize), (3, 2), (5, 4)] {
+            let mut b = batch(n).to_vec();
+            headway_log::batch::set_base_offset(&mut b, base);
+            sizes.push(b.len());
+            all.extend_from_slice(&b);
+        }
+        let all = Bytes::from(all);
+        let headers = headway_log::batch::parse_all(&all).unwrap();
+        let kept = holding(&all, &headers, Offset::new(3), Offset::new(4));
+        assert_eq!(kept.len(), sizes[1]);
+        let kept = holding(&all, &headers, Offset::new(2), Offset::new(5));
+        assert_eq!(kept.len(), all.len());
+        let kept = holding(&all, &headers, Offset::new(0), Offset::new(0));
+        assert_eq!(kept.len(), sizes[0]);
+    }
+}

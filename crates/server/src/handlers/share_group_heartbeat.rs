@@ -1,0 +1,129 @@
+//! ShareGroupHeartbeat: a share group member joins (epoch 0), stays (its current
+//! epoch), or leaves (-1); the answer carries its `simple` assignment when it changed.
+//! The share-partitions of an assignment get their state (from
+//! `share.auto.offset.reset`) before the answer goes out, so records produced after
+//! a member was assigned are the group's.
+
+use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::errors::share_error_code;
+use headway_broker::TopicPartition;
+use headway_protocol::kafka_protocol::messages::share_group_heartbeat_response::{
+    Assignment, TopicPartitions,
+};
+use headway_protocol::kafka_protocol::messages::{
+    ApiKey, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+};
+use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::{decode_body, Request};
+use headway_share::{Heartbeat, TopicInfo};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const HANDLER: Handler = Handler {
+    key: ApiKey::ShareGroupHeartbeat,
+    min_version: 1,
+    max_version: 1,
+    handle,
+};
+
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    let (ctx, peer) = (call.ctx, call.conn.peer);
+    let body: ShareGroupHeartbeatRequest = decode_body(request)?;
+    let subscribed: Option<Vec<String>> = body
+        .subscribed_topic_names
+        .map(|names| names.iter().map(|n| n.to_string()).collect());
+    let group_id = body.group_id.to_string();
+    let hb = Heartbeat {
+        group_id: group_id.clone(),
+        member_id: body.member_id.to_string(),
+        member_epoch: body.member_epoch,
+        rack_id: body.rack_id.map(|r| r.to_string()),
+        subscribed_topic_names: subscribed,
+        client_id: request
+            .header
+            .client_id
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default(),
+        client_host: format!("/{}", peer.ip()),
+    };
+    let interval_ms = ctx.shares.config().heartbeat_interval_ms;
+    // Every topic any member of the group subscribes to could be in this member's
+    // assignment only if it subscribes too, so its own topics are enough.
+    let topics = known_topics(ctx, &ctx.shares, &group_id, &hb);
+    let answer = ctx.shares.heartbeat(hb, &topics);
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let answer = match answer {
+            Ok(a) => a,
+            Err(e) => {
+                return ShareGroupHeartbeatResponse::default()
+                    .with_error_code(share_error_code(&e))
+                    .with_error_message(Some(StrBytes::from_string(e.to_string())))
+                    .with_member_epoch(body.member_epoch)
+                    .with_member_id(Some(body.member_id))
+            }
+        };
+        let mut assignment = None;
+        if let Some(assigned) = &answer.assignment {
+            let mut partitions = Vec::new();
+            let mut wire = Vec::new();
+            for (topic, indexes) in assigned {
+                let Some(t) = ctx.broker.topic(topic) else {
+                    continue;
+                };
+                for &i in indexes {
+                    if let Some(p) = t.partition(headway_broker::PartitionIndex::new(i)) {
+                        partitions.push((
+                            TopicPartition::new(topic.as_str(), p.index()),
+                            p.log_start_offset(),
+                            p.high_watermark(),
+                        ));
+                    }
+                }
+                wire.push(
+                    TopicPartitions::default()
+                        .with_topic_id(t.id())
+                        .with_partitions(indexes.clone()),
+                );
+            }
+            if let Err(e) = ctx.shares.initialize(&group_id, &partitions).await {
+                return ShareGroupHeartbeatResponse::default()
+                    .with_error_code(share_error_code(&e))
+                    .with_member_epoch(body.member_epoch)
+                    .with_member_id(Some(body.member_id));
+            }
+            assignment = Some(Assignment::default().with_topic_partitions(wire));
+        }
+        ShareGroupHeartbeatResponse::default()
+            .with_member_id(Some(StrBytes::from_string(answer.member_id)))
+            .with_member_epoch(answer.member_epoch)
+            .with_heartbeat_interval_ms(interval_ms)
+            .with_assignment(assignment)
+    })
+}
+
+/// The topics (id and partition count) the member subscribes to, from the request
+/// or, for a heartbeat without a subscription, from the member's last one.
+fn known_topics(
+    ctx: &super::Ctx,
+    shares: &headway_share::ShareCoordinator,
+    group_id: &str,
+    hb: &Heartbeat,
+) -> BTreeMap<String, TopicInfo> {
+    let names = match &hb.subscribed_topic_names {
+        Some(names) => names.clone(),
+        None => shares.subscription(group_id, &hb.member_id),
+    };
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let t = ctx.broker.topic(&name)?;
+            let info = TopicInfo {
+                id: t.id(),
+                partitions: t.partitions().len() as u32,
+            };
+            Some((name, info))
+        })
+        .collect()
+}

@@ -1,0 +1,582 @@
+//! The share coordinator: [`ShareGroups`] behind a mutex, a ticker for session
+//! timeouts and lock expiry, and the share state log.
+//!
+//! The mutex is a `std` mutex held only for state steps, never across an `.await`.
+//! A change the state log keeps (an acknowledgement, the start offset moving, records
+//! archived) is appended to the log while the mutex is held, so snapshots of one
+//! share-partition reach the log in the order they were taken; the caller then waits,
+//! without the mutex, until the record is durable before it answers.
+
+use crate::group::{Heartbeat, HeartbeatAnswer, ShareConfig, ShareError, ShareGroups, TopicInfo};
+use crate::partition::{AckError, AcknowledgeType, Acquired, LogBatch, MemberId, SharePartition};
+use crate::state_log::{encode_batch, StateRecord};
+use headway_broker::{internal_log, BrokerError, FlushPolicy, Offset, Partition, TopicPartition};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// How often sessions and locks are checked.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Where clients read the share state log.
+pub const SHARE_STATE_TOPIC: &str = "__share_group_state";
+
+/// One acknowledgement range of a request.
+#[derive(Debug, Clone)]
+pub struct AckBatch {
+    pub first: Offset,
+    pub last: Offset,
+    /// One type for the whole range, or one per offset.
+    pub types: Vec<i8>,
+}
+
+/// Why a partition's acknowledgements failed (INVALID_RECORD_STATE, or the state log).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AckFailure {
+    #[error(transparent)]
+    Record(#[from] AckError),
+    #[error("acknowledge type {0} is not known")]
+    UnknownType(i8),
+    #[error(transparent)]
+    Share(#[from] ShareError),
+}
+
+#[derive(Debug, Clone)]
+pub struct MemberSummary {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed: Vec<String>,
+    pub assignment: BTreeMap<String, Vec<i32>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PartitionSummary {
+    pub topic_partition: TopicPartition,
+    pub start_offset: Offset,
+    pub end_offset: Offset,
+    pub in_flight: u64,
+    pub acquired: u64,
+    pub redeliveries: u64,
+    pub archived: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ShareGroupSummary {
+    pub group_id: String,
+    pub state: &'static str,
+    pub group_epoch: i32,
+    pub member_count: usize,
+    /// Empty in [`ShareCoordinator::list`].
+    pub members: Vec<MemberSummary>,
+    pub partitions: Vec<PartitionSummary>,
+}
+
+pub struct ShareCoordinator {
+    groups: Mutex<ShareGroups>,
+    log: Arc<Partition>,
+    /// Notified when records become available again (a lock expired, a release), so
+    /// waiting fetches look again.
+    released: Notify,
+}
+
+fn now_ms() -> i64 {
+    headway_broker::now_ms()
+}
+
+impl ShareCoordinator {
+    /// Opens the share state log under `data_dir/share/state`, replays it, and starts
+    /// the ticker. Must run inside a tokio runtime.
+    pub async fn open(
+        data_dir: &Path,
+        flush: FlushPolicy,
+        config: ShareConfig,
+    ) -> Result<Arc<ShareCoordinator>, BrokerError> {
+        let dir = data_dir.join("share").join("state");
+        let log = internal_log::open(dir, SHARE_STATE_TOPIC, flush).await?;
+        let mut groups = ShareGroups::new(config);
+        let records = replay(&log, &mut groups).await?;
+        tracing::info!(
+            records,
+            groups = groups.iter().count(),
+            "share state log replayed"
+        );
+        let coordinator = Arc::new(ShareCoordinator {
+            groups: Mutex::new(groups),
+            log,
+            released: Notify::new(),
+        });
+        tokio::spawn(run_ticker(Arc::downgrade(&coordinator)));
+        Ok(coordinator)
+    }
+
+    /// The share state log, compacted by key like a topic.
+    pub fn state_log(&self) -> &Arc<Partition> {
+        &self.log
+    }
+
+    fn groups(&self) -> MutexGuard<'_, ShareGroups> {
+        self.groups
+            .lock()
+            .expect("share groups mutex poisoned by a panic")
+    }
+
+    pub fn config(&self) -> ShareConfig {
+        self.groups().config
+    }
+
+    /// Whether a share group of this id exists (one group-id namespace with consumer
+    /// groups).
+    pub fn group_exists(&self, group_id: &str) -> bool {
+        self.groups().get(group_id).is_some()
+    }
+
+    /// The topics a member subscribes to (none for an unknown member).
+    pub fn subscription(&self, group_id: &str, member_id: &str) -> Vec<String> {
+        self.groups()
+            .get(group_id)
+            .and_then(|g| g.members.get(member_id))
+            .map(|m| m.subscribed.clone())
+            .unwrap_or_default()
+    }
+
+    /// Notified when records may have become available again: a waiting fetch makes
+    /// its `notified()` future before it looks, so it misses no release.
+    pub fn released(&self) -> &Notify {
+        &self.released
+    }
+
+    pub fn heartbeat(
+        &self,
+        hb: Heartbeat,
+        topics: &BTreeMap<String, TopicInfo>,
+    ) -> Result<HeartbeatAnswer, ShareError> {
+        let leaving = hb.member_epoch == -1;
+        let answer = self.groups().heartbeat(hb, topics, now_ms());
+        if leaving {
+            self.released.notify_waiters();
+        }
+        answer
+    }
+
+    /// Makes the share-partitions of an assignment that have no state yet, starting
+    /// where `share.auto.offset.reset` says, and writes them: a share group starting at
+    /// "latest" starts when its members are assigned, not at their first fetch.
+    /// `partitions` holds each one's log start and high watermark.
+    pub async fn initialize(
+        &self,
+        group_id: &str,
+        partitions: &[(TopicPartition, Offset, Offset)],
+    ) -> Result<(), ShareError> {
+        let end = {
+            let mut groups = self.groups();
+            let mut changed = Vec::new();
+            for (tp, log_start, hw) in partitions {
+                if groups.partition_mut(group_id, tp, *log_start, *hw).1 {
+                    changed.push(tp.clone());
+                }
+            }
+            self.write_locked(&mut groups, group_id, &changed)?
+        };
+        self.wait_durable(end).await
+    }
+
+    /// A ShareFetch or ShareAcknowledge's share session step (see
+    /// [`ShareGroups::session_step`]). Closing a session (-1) releases nothing yet:
+    /// the request's acknowledgements apply first, then
+    /// [`ShareCoordinator::release_member`].
+    pub fn session_step(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        epoch: i32,
+        add: &[(uuid::Uuid, i32)],
+        forget: &[(uuid::Uuid, i32)],
+    ) -> Result<Vec<(uuid::Uuid, i32)>, ShareError> {
+        self.groups()
+            .session_step(group_id, member_id, epoch, add, forget)
+    }
+
+    /// Every lock the member holds in the group goes back to the others (its share
+    /// session closed, as Kafka does).
+    pub fn release_member(&self, group_id: &str, member_id: &str) {
+        let mut groups = self.groups();
+        let tps: Vec<TopicPartition> = groups
+            .get(group_id)
+            .map(|g| g.partitions.keys().cloned().collect())
+            .unwrap_or_default();
+        for tp in tps {
+            if let Some(p) = groups.partition(group_id, &tp) {
+                p.release_member(member_id);
+            }
+        }
+        drop(groups);
+        self.released.notify_waiters();
+    }
+
+    /// Where the next read for `group_id`'s share-partition of `tp` starts, if
+    /// anything can be acquired there (the share-partition is made if needed).
+    pub fn next_fetch_offset(
+        &self,
+        group_id: &str,
+        tp: &TopicPartition,
+        log_start: Offset,
+        high_watermark: Offset,
+    ) -> Option<Offset> {
+        let mut groups = self.groups();
+        let (p, changed) = groups.partition_mut(group_id, tp, log_start, high_watermark);
+        let next = p.next_fetch_offset().filter(|o| *o < high_watermark);
+        if changed {
+            // Written now; a later acknowledgement waits for it to be durable.
+            let _ = self.write_locked(&mut groups, group_id, std::slice::from_ref(tp));
+        }
+        next
+    }
+
+    /// Acquires records of what a read returned for `member`.
+    pub fn acquire(
+        &self,
+        group_id: &str,
+        member: &MemberId,
+        tp: &TopicPartition,
+        batches: &[LogBatch],
+        max_records: u32,
+    ) -> Vec<Acquired> {
+        let mut groups = self.groups();
+        let Some(p) = groups.partition(group_id, tp) else {
+            return Vec::new();
+        };
+        let start = p.start_offset();
+        let acquired = p.acquire(member, batches, max_records, now_ms());
+        if p.start_offset() != start {
+            let _ = self.write_locked(&mut groups, group_id, std::slice::from_ref(tp));
+        }
+        acquired
+    }
+
+    /// Applies a member's acknowledgements, partition by partition, and answers once
+    /// their state is durable. A partition's acknowledgements apply in order; the
+    /// first refused one stops that partition's (the ones before it stand).
+    pub async fn acknowledge(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        acks: Vec<(TopicPartition, Vec<AckBatch>)>,
+    ) -> Vec<(TopicPartition, Result<(), AckFailure>)> {
+        let now = now_ms();
+        let (mut results, end) = {
+            let mut groups = self.groups();
+            let mut results = Vec::with_capacity(acks.len());
+            let mut changed = Vec::new();
+            for (tp, batches) in acks {
+                let result = match groups.partition(group_id, &tp) {
+                    None => Err(AckFailure::Record(AckError::NotAcquired {
+                        first: batches.first().map_or(Offset::ZERO, |b| b.first),
+                        last: batches.first().map_or(Offset::ZERO, |b| b.last),
+                    })),
+                    Some(p) => {
+                        let mut durable = false;
+                        let r = apply_acks(p, member_id, &batches, now, &mut durable);
+                        if durable {
+                            changed.push(tp.clone());
+                        }
+                        r
+                    }
+                };
+                results.push((tp, result));
+            }
+            let end = self.write_locked(&mut groups, group_id, &changed);
+            (results, end)
+        };
+        self.released.notify_waiters();
+        let written = match end {
+            Ok(end) => self.wait_durable(end).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            for (_, r) in results.iter_mut() {
+                if r.is_ok() {
+                    *r = Err(AckFailure::Share(e.clone()));
+                }
+            }
+        }
+        results
+    }
+
+    /// Deletes a share group without members and tombstones its state.
+    pub async fn delete(&self, group_id: &str) -> Result<(), ShareError> {
+        let end = {
+            let mut groups = self.groups();
+            let tps = groups.delete(group_id)?;
+            let records: Vec<StateRecord> = tps
+                .into_iter()
+                .map(|topic_partition| StateRecord {
+                    group_id: group_id.to_string(),
+                    topic_partition,
+                    snapshot: None,
+                })
+                .collect();
+            self.append(&records)?
+        };
+        self.wait_durable(end).await
+    }
+
+    /// Every share group, by id, without members.
+    pub fn list(&self) -> Vec<ShareGroupSummary> {
+        self.groups().iter().map(|g| summary(g, false)).collect()
+    }
+
+    pub fn describe(&self, group_id: &str) -> Option<ShareGroupSummary> {
+        self.groups().get(group_id).map(|g| summary(g, true))
+    }
+
+    /// Share sessions open now.
+    pub fn sessions(&self) -> usize {
+        self.groups().sessions()
+    }
+
+    /// Appends the snapshots of `changed` share-partitions of `group_id`, under the
+    /// mutex. Returns the log end offset to wait for, if anything was appended.
+    fn write_locked(
+        &self,
+        groups: &mut ShareGroups,
+        group_id: &str,
+        changed: &[TopicPartition],
+    ) -> Result<Option<Offset>, ShareError> {
+        let records: Vec<StateRecord> = changed
+            .iter()
+            .filter_map(|tp| {
+                let p = groups.partition(group_id, tp)?;
+                Some(StateRecord {
+                    group_id: group_id.to_string(),
+                    topic_partition: tp.clone(),
+                    snapshot: Some(p.snapshot()),
+                })
+            })
+            .collect();
+        self.append(&records)
+    }
+
+    fn append(&self, records: &[StateRecord]) -> Result<Option<Offset>, ShareError> {
+        if records.is_empty() {
+            return Ok(None);
+        }
+        let batch = encode_batch(records, now_ms());
+        let appended = self.log.append(&batch, usize::MAX).map_err(|e| {
+            tracing::error!(error = %e, "appending to the share state log failed");
+            ShareError::CoordinatorNotAvailable
+        })?;
+        Ok(Some(appended.log_end_offset))
+    }
+
+    async fn wait_durable(&self, end: Option<Offset>) -> Result<(), ShareError> {
+        let Some(end) = end else { return Ok(()) };
+        self.log.wait_durable(end).await.map_err(|e| {
+            tracing::error!(error = %e, "syncing the share state log failed");
+            ShareError::CoordinatorNotAvailable
+        })
+    }
+
+    fn tick(&self) {
+        let now = now_ms();
+        let mut groups = self.groups();
+        let (released, changed) = groups.tick(now);
+        let mut by_group: BTreeMap<String, Vec<TopicPartition>> = BTreeMap::new();
+        for (g, tp) in changed {
+            by_group.entry(g).or_default().push(tp);
+        }
+        for (g, tps) in by_group {
+            // Durable when the flusher gets to it; nobody waits for it.
+            let _ = self.write_locked(&mut groups, &g, &tps);
+        }
+        drop(groups);
+        if released > 0 {
+            self.released.notify_waiters();
+        }
+    }
+}
+
+/// Applies one partition's acknowledgement batches in order.
+fn apply_acks(
+    p: &mut SharePartition,
+    member_id: &str,
+    batches: &[AckBatch],
+    now_ms: i64,
+    durable: &mut bool,
+) -> Result<(), AckFailure> {
+    for b in batches {
+        let kind = |t: i8| AcknowledgeType::from_wire(t).ok_or(AckFailure::UnknownType(t));
+        match b.types.as_slice() {
+            [] => return Err(AckFailure::UnknownType(-1)),
+            [one] => *durable |= p.acknowledge(member_id, b.first, b.last, kind(*one)?, now_ms)?,
+            types => {
+                let records = i128::from(b.last.value()) - i128::from(b.first.value()) + 1;
+                if records != types.len() as i128 {
+                    return Err(AckFailure::Record(AckError::BadRange {
+                        first: b.first,
+                        last: b.last,
+                    }));
+                }
+                for (i, t) in types.iter().enumerate() {
+                    let at = b.first.plus(i as i64);
+                    *durable |= p.acknowledge(member_id, at, at, kind(*t)?, now_ms)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn summary(g: &crate::group::ShareGroup, members: bool) -> ShareGroupSummary {
+    ShareGroupSummary {
+        group_id: g.group_id.clone(),
+        state: g.state(),
+        group_epoch: g.group_epoch,
+        member_count: g.members.len(),
+        members: if members {
+            g.members
+                .values()
+                .map(|m| MemberSummary {
+                    member_id: m.member_id.to_string(),
+                    member_epoch: m.member_epoch,
+                    rack_id: m.rack_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    subscribed: m.subscribed.clone(),
+                    assignment: m.assignment.clone(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
+        partitions: g
+            .partitions
+            .iter()
+            .map(|(tp, p)| PartitionSummary {
+                topic_partition: tp.clone(),
+                start_offset: p.start_offset(),
+                end_offset: p.end_offset(),
+                in_flight: p.in_flight(),
+                acquired: p.acquired(),
+                redeliveries: p.redeliveries,
+                archived: p.archived,
+            })
+            .collect(),
+    }
+}
+
+/// Replays the state log into `groups`: the last record of each key wins.
+async fn replay(log: &Partition, groups: &mut ShareGroups) -> Result<usize, BrokerError> {
+    let config = groups.config.partition;
+    internal_log::replay(log, |_, key, value| {
+        let Some(record) = StateRecord::decode(key, value) else {
+            tracing::warn!("skipping a share state record this version does not understand");
+            return;
+        };
+        match record.snapshot {
+            Some(s) => groups.restore(
+                &record.group_id,
+                record.topic_partition,
+                SharePartition::from_snapshot(config, &s),
+            ),
+            None => groups.forget(&record.group_id, &record.topic_partition),
+        }
+    })
+    .await
+}
+
+async fn run_ticker(coordinator: Weak<ShareCoordinator>) {
+    let mut interval = tokio::time::interval(TICK);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let Some(c) = coordinator.upgrade() else {
+            return;
+        };
+        c.tick();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::topic_partition;
+
+    fn batch(first: i64, last: i64) -> LogBatch {
+        LogBatch {
+            first: Offset::new(first),
+            last: Offset::new(last),
+            skip: false,
+        }
+    }
+
+    fn ack(first: i64, last: i64, t: i8) -> AckBatch {
+        AckBatch {
+            first: Offset::new(first),
+            last: Offset::new(last),
+            types: vec![t],
+        }
+    }
+
+    /// Goal: share-partition state survives a crash. Method: acknowledge through one
+    /// coordinator, drop it without closing (as a crash would), open another on the
+    /// same directory, and check the replayed state.
+    #[tokio::test]
+    async fn state_is_replayed_after_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = ShareConfig {
+            auto_offset_reset: crate::group::AutoOffsetReset::Earliest,
+            ..ShareConfig::default()
+        };
+        let tp = topic_partition("t", 0);
+        {
+            let c = ShareCoordinator::open(dir.path(), FlushPolicy::Sync, config)
+                .await
+                .unwrap();
+            let member: MemberId = Arc::from("m");
+            assert_eq!(
+                c.next_fetch_offset("g", &tp, Offset::ZERO, Offset::new(10)),
+                Some(Offset::ZERO)
+            );
+            let got = c.acquire("g", &member, &tp, &[batch(0, 9)], 100);
+            assert_eq!(got.len(), 1);
+            let results = c
+                .acknowledge(
+                    "g",
+                    "m",
+                    vec![(tp.clone(), vec![ack(0, 2, 1), ack(3, 3, 3), ack(5, 5, 2)])],
+                )
+                .await;
+            assert_eq!(results[0].1, Ok(()));
+            // Someone else's acknowledgement is refused.
+            let results = c
+                .acknowledge("g", "x", vec![(tp.clone(), vec![ack(6, 6, 1)])])
+                .await;
+            assert!(results[0].1.is_err());
+        }
+        let c = ShareCoordinator::open(dir.path(), FlushPolicy::Sync, config)
+            .await
+            .unwrap();
+        let d = c.describe("g").expect("the group is back");
+        let p = &d.partitions[0];
+        assert_eq!(p.start_offset, Offset::new(4));
+        assert_eq!(p.end_offset, Offset::new(10));
+        assert_eq!(p.acquired, 0);
+        assert!(c.group_exists("g"));
+        // Offsets 4..=9 were acquired and not acknowledged: available again, delivered
+        // once before.
+        assert_eq!(
+            c.next_fetch_offset("g", &tp, Offset::ZERO, Offset::new(10)),
+            Some(Offset::new(4))
+        );
+        let got = c.acquire("g", &Arc::from("n"), &tp, &[batch(0, 9)], 100);
+        assert_eq!(
+            got.iter().map(|a| a.delivery_count).collect::<Vec<_>>(),
+            vec![2]
+        );
+    }
+}

@@ -1,0 +1,673 @@
+//! Share groups as plain values: members with epochs and assignments (the `simple`
+//! assignor), their share sessions, and the group's share-partitions. Driven by
+//! explicit times (`now_ms`); the coordinator holds it behind a mutex.
+//!
+//! Assignment (`simple`): for each subscribed topic, the members subscribed to it in
+//! member-id order. With at least as many partitions as members, partitions go round
+//! robin, each to one member; with more members than partitions, member `i` gets
+//! partition `i mod partitions`, so every member gets work and members share
+//! partitions. The group epoch moves when membership or subscriptions change; a
+//! member's epoch becomes the group epoch when it is sent its assignment.
+
+use crate::partition::{MemberId, SharePartition, SharePartitionConfig};
+use headway_broker::{Offset, PartitionIndex, TopicPartition};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// `share.auto.offset.reset`: where a share-partition without state starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AutoOffsetReset {
+    #[default]
+    Latest,
+    Earliest,
+}
+
+impl AutoOffsetReset {
+    pub fn parse(value: &str) -> Option<AutoOffsetReset> {
+        match value {
+            "latest" => Some(AutoOffsetReset::Latest),
+            "earliest" => Some(AutoOffsetReset::Earliest),
+            _ => None,
+        }
+    }
+}
+
+/// Settings of every share group on this broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareConfig {
+    pub partition: SharePartitionConfig,
+    /// A member without a heartbeat this long is removed
+    /// (`group.share.session.timeout.ms`).
+    pub session_timeout_ms: i64,
+    /// How often members heartbeat (`group.share.heartbeat.interval.ms`).
+    pub heartbeat_interval_ms: i32,
+    pub auto_offset_reset: AutoOffsetReset,
+    /// Share sessions on this broker at most.
+    pub sessions_max: usize,
+    /// Members of one share group at most.
+    pub members_max: usize,
+}
+
+impl Default for ShareConfig {
+    fn default() -> Self {
+        ShareConfig {
+            partition: SharePartitionConfig::default(),
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 5_000,
+            auto_offset_reset: AutoOffsetReset::Latest,
+            sessions_max: 2_000,
+            members_max: 1_000,
+        }
+    }
+}
+
+/// Expected failures, mapped to Kafka error codes by the server.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShareError {
+    #[error("unknown member")]
+    UnknownMemberId,
+    #[error("member epoch {got} is not the member's epoch {expected}")]
+    FencedMemberEpoch { got: i32, expected: i32 },
+    #[error("invalid request: {0}")]
+    InvalidRequest(&'static str),
+    #[error("the group has its maximum of members")]
+    GroupMaxSizeReached,
+    #[error("no share session for this member")]
+    ShareSessionNotFound,
+    #[error("share session epoch {got}, expected {expected}")]
+    InvalidShareSessionEpoch { got: i32, expected: i32 },
+    #[error("the broker has its maximum of share sessions")]
+    ShareSessionLimitReached,
+    #[error("the group has members")]
+    NonEmptyGroup,
+    #[error("no such group")]
+    GroupIdNotFound,
+    #[error("the state log is not available")]
+    CoordinatorNotAvailable,
+}
+
+/// A topic as the broker knows it, for assignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub id: uuid::Uuid,
+    pub partitions: u32,
+}
+
+/// A ShareGroupHeartbeat.
+#[derive(Debug, Clone)]
+pub struct Heartbeat {
+    pub group_id: String,
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub rack_id: Option<String>,
+    pub subscribed_topic_names: Option<Vec<String>>,
+    pub client_id: String,
+    pub client_host: String,
+}
+
+/// A member's assignment: topic name to partitions.
+pub type Assignment = BTreeMap<String, Vec<i32>>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatAnswer {
+    pub member_id: String,
+    pub member_epoch: i32,
+    /// Sent when it changed since the member last got it.
+    pub assignment: Option<Assignment>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub member_id: MemberId,
+    pub member_epoch: i32,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed: Vec<String>,
+    pub assignment: Assignment,
+    pub deadline_ms: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ShareGroup {
+    pub group_id: String,
+    pub group_epoch: i32,
+    pub members: BTreeMap<MemberId, Member>,
+    pub partitions: BTreeMap<TopicPartition, SharePartition>,
+}
+
+impl ShareGroup {
+    fn new(group_id: &str) -> ShareGroup {
+        ShareGroup {
+            group_id: group_id.to_string(),
+            group_epoch: 0,
+            members: BTreeMap::new(),
+            partitions: BTreeMap::new(),
+        }
+    }
+
+    /// Kafka's share group states.
+    pub fn state(&self) -> &'static str {
+        if self.members.is_empty() {
+            "Empty"
+        } else {
+            "Stable"
+        }
+    }
+
+    /// The `simple` assignment of `member` (see the module documentation).
+    fn assignment_of(&self, member: &str, topics: &BTreeMap<String, TopicInfo>) -> Assignment {
+        let Some(m) = self.members.get(member) else {
+            return Assignment::new();
+        };
+        let mut out = Assignment::new();
+        for topic in &m.subscribed {
+            let Some(info) = topics.get(topic) else {
+                continue;
+            };
+            let partitions = info.partitions as usize;
+            if partitions == 0 {
+                continue;
+            }
+            let subscribers: Vec<&MemberId> = self
+                .members
+                .values()
+                .filter(|o| o.subscribed.contains(topic))
+                .map(|o| &o.member_id)
+                .collect();
+            let n = subscribers.len();
+            let Some(i) = subscribers.iter().position(|id| &***id == member) else {
+                continue;
+            };
+            let assigned: Vec<i32> = if n > partitions {
+                vec![(i % partitions) as i32]
+            } else {
+                (0..partitions)
+                    .filter(|p| p % n == i)
+                    .map(|p| p as i32)
+                    .collect()
+            };
+            out.insert(topic.clone(), assigned);
+        }
+        out
+    }
+}
+
+/// A member's share session: the partitions it fetches, and the epoch the next
+/// ShareFetch must carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub next_epoch: i32,
+    pub partitions: BTreeSet<(uuid::Uuid, i32)>,
+}
+
+/// Every share group on this broker, and the share sessions.
+#[derive(Debug)]
+pub struct ShareGroups {
+    pub config: ShareConfig,
+    groups: BTreeMap<String, ShareGroup>,
+    sessions: BTreeMap<(String, MemberId), Session>,
+}
+
+impl ShareGroups {
+    pub fn new(config: ShareConfig) -> ShareGroups {
+        ShareGroups {
+            config,
+            groups: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+        }
+    }
+
+    pub fn get(&self, group_id: &str) -> Option<&ShareGroup> {
+        self.groups.get(group_id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &ShareGroup> {
+        self.groups.values()
+    }
+
+    pub fn sessions(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// A share-partition's state, for replay at start-up.
+    pub fn restore(&mut self, group_id: &str, tp: TopicPartition, partition: SharePartition) {
+        self.groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| ShareGroup::new(group_id))
+            .partitions
+            .insert(tp, partition);
+    }
+
+    /// A share-partition's state was deleted (replay of a tombstone).
+    pub fn forget(&mut self, group_id: &str, tp: &TopicPartition) {
+        if let Some(g) = self.groups.get_mut(group_id) {
+            g.partitions.remove(tp);
+        }
+    }
+
+    pub fn heartbeat(
+        &mut self,
+        hb: Heartbeat,
+        topics: &BTreeMap<String, TopicInfo>,
+        now_ms: i64,
+    ) -> Result<HeartbeatAnswer, ShareError> {
+        let deadline_ms = now_ms.saturating_add(self.config.session_timeout_ms);
+        if hb.member_epoch == -1 {
+            self.leave(&hb.group_id, &hb.member_id);
+            return Ok(HeartbeatAnswer {
+                member_id: hb.member_id,
+                member_epoch: -1,
+                assignment: None,
+            });
+        }
+        if hb.group_id.is_empty() {
+            return Err(ShareError::InvalidRequest("a share group needs an id"));
+        }
+        let members_max = self.config.members_max;
+        let group = self
+            .groups
+            .entry(hb.group_id.clone())
+            .or_insert_with(|| ShareGroup::new(&hb.group_id));
+        let member_id: MemberId = if hb.member_id.is_empty() {
+            Arc::from(uuid::Uuid::new_v4().to_string())
+        } else {
+            Arc::from(hb.member_id.as_str())
+        };
+        match (hb.member_epoch, group.members.get_mut(&member_id)) {
+            (0, existing) => {
+                let subscribed = hb.subscribed_topic_names.ok_or(ShareError::InvalidRequest(
+                    "a joining member names its topics",
+                ))?;
+                if existing.is_none() && group.members.len() >= members_max {
+                    return Err(ShareError::GroupMaxSizeReached);
+                }
+                group.group_epoch += 1;
+                group.members.insert(
+                    Arc::clone(&member_id),
+                    Member {
+                        member_id: Arc::clone(&member_id),
+                        member_epoch: 0,
+                        rack_id: hb.rack_id,
+                        client_id: hb.client_id,
+                        client_host: hb.client_host,
+                        subscribed,
+                        assignment: Assignment::new(),
+                        deadline_ms,
+                    },
+                );
+            }
+            (_, None) => return Err(ShareError::UnknownMemberId),
+            (epoch, Some(m)) if epoch != m.member_epoch => {
+                return Err(ShareError::FencedMemberEpoch {
+                    got: epoch,
+                    expected: m.member_epoch,
+                })
+            }
+            (_, Some(m)) => {
+                m.deadline_ms = deadline_ms;
+                if let Some(subscribed) = hb.subscribed_topic_names {
+                    if subscribed != m.subscribed {
+                        m.subscribed = subscribed;
+                        group.group_epoch += 1;
+                    }
+                }
+            }
+        }
+        let assignment = group.assignment_of(&member_id, topics);
+        let group_epoch = group.group_epoch;
+        let m = group.members.get_mut(&member_id).expect("inserted above");
+        let changed = m.assignment != assignment || m.member_epoch == 0;
+        if changed || m.member_epoch < group_epoch {
+            m.member_epoch = group_epoch;
+        }
+        let sent = changed.then(|| assignment.clone());
+        m.assignment = assignment;
+        Ok(HeartbeatAnswer {
+            member_id: member_id.to_string(),
+            member_epoch: m.member_epoch,
+            assignment: sent,
+        })
+    }
+
+    /// Removes a member: its locks are released and its share session closed.
+    /// Returns the share-partitions whose state changed.
+    pub fn leave(&mut self, group_id: &str, member_id: &str) -> Vec<TopicPartition> {
+        self.sessions
+            .retain(|(g, m), _| !(g == group_id && &**m == member_id));
+        let Some(group) = self.groups.get_mut(group_id) else {
+            return Vec::new();
+        };
+        if group.members.remove(member_id).is_some() {
+            group.group_epoch += 1;
+        }
+        if group.members.is_empty() && group.partitions.is_empty() {
+            // Nothing durable: the group goes with its last member.
+            self.groups.remove(group_id);
+            return Vec::new();
+        }
+        let mut changed = Vec::new();
+        for (tp, p) in group.partitions.iter_mut() {
+            let archived = p.archived;
+            if p.release_member(member_id) > 0 && p.archived != archived {
+                changed.push(tp.clone());
+            }
+        }
+        changed
+    }
+
+    /// Members past their session timeout leave; expired locks are released.
+    /// Returns the share-partitions whose durable state changed, by group.
+    pub fn tick(&mut self, now_ms: i64) -> (usize, Vec<(String, TopicPartition)>) {
+        let expired: Vec<(String, MemberId)> = self
+            .groups
+            .values()
+            .flat_map(|g| {
+                g.members
+                    .values()
+                    .filter(|m| m.deadline_ms <= now_ms)
+                    .map(|m| (g.group_id.clone(), Arc::clone(&m.member_id)))
+            })
+            .collect();
+        let mut changed = Vec::new();
+        for (group_id, member_id) in &expired {
+            tracing::info!(group = %group_id, member = %member_id, "share group member session expired");
+            for tp in self.leave(group_id, member_id) {
+                changed.push((group_id.clone(), tp));
+            }
+        }
+        let mut released = 0;
+        for g in self.groups.values_mut() {
+            for (tp, p) in g.partitions.iter_mut() {
+                let archived = p.archived;
+                let n = p.expire_locks(now_ms);
+                released += n as usize;
+                if n > 0 && p.archived != archived {
+                    changed.push((g.group_id.clone(), tp.clone()));
+                }
+            }
+        }
+        changed.sort();
+        changed.dedup();
+        (released, changed)
+    }
+
+    /// A ShareFetch or ShareAcknowledge's session step: epoch 0 opens a session (with
+    /// `add` as its partitions), -1 closes it (releasing the member's locks), any other
+    /// must be the session's next epoch. Returns the session's partitions afterwards.
+    pub fn session_step(
+        &mut self,
+        group_id: &str,
+        member_id: &str,
+        epoch: i32,
+        add: &[(uuid::Uuid, i32)],
+        forget: &[(uuid::Uuid, i32)],
+    ) -> Result<Vec<(uuid::Uuid, i32)>, ShareError> {
+        let member: MemberId = Arc::from(member_id);
+        let key = (group_id.to_string(), member);
+        match epoch {
+            0 => {
+                // Only a member of the group opens a session: share-partition state is
+                // made for the group's members, not for whoever names a group.
+                let member = self
+                    .groups
+                    .get(group_id)
+                    .and_then(|g| g.members.get(member_id));
+                if member.is_none() {
+                    return Err(ShareError::UnknownMemberId);
+                }
+                if !self.sessions.contains_key(&key)
+                    && self.sessions.len() >= self.config.sessions_max
+                {
+                    return Err(ShareError::ShareSessionLimitReached);
+                }
+                let partitions = add.iter().copied().collect();
+                self.sessions.insert(
+                    key,
+                    Session {
+                        next_epoch: 1,
+                        partitions,
+                    },
+                );
+                Ok(add.to_vec())
+            }
+            -1 => {
+                let session = self
+                    .sessions
+                    .remove(&key)
+                    .ok_or(ShareError::ShareSessionNotFound)?;
+                Ok(session.partitions.into_iter().collect())
+            }
+            _ => {
+                let session = self
+                    .sessions
+                    .get_mut(&key)
+                    .ok_or(ShareError::ShareSessionNotFound)?;
+                if epoch != session.next_epoch {
+                    return Err(ShareError::InvalidShareSessionEpoch {
+                        got: epoch,
+                        expected: session.next_epoch,
+                    });
+                }
+                session.next_epoch = if epoch == i32::MAX { 1 } else { epoch + 1 };
+                session.partitions.extend(add.iter().copied());
+                for f in forget {
+                    session.partitions.remove(f);
+                }
+                Ok(session.partitions.iter().copied().collect())
+            }
+        }
+    }
+
+    /// The share-partition of `group_id` for `tp`, made (starting where
+    /// `share.auto.offset.reset` says, between `log_start` and `high_watermark`) if it
+    /// has no state yet; its start moves up if the log's start passed it. Returns it,
+    /// and whether it was made or moved (its state needs writing).
+    pub fn partition_mut(
+        &mut self,
+        group_id: &str,
+        tp: &TopicPartition,
+        log_start: Offset,
+        high_watermark: Offset,
+    ) -> (&mut SharePartition, bool) {
+        let config = self.config;
+        let group = self
+            .groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| ShareGroup::new(group_id));
+        let mut made = false;
+        let p = group.partitions.entry(tp.clone()).or_insert_with(|| {
+            made = true;
+            let start = match config.auto_offset_reset {
+                AutoOffsetReset::Latest => high_watermark,
+                AutoOffsetReset::Earliest => log_start,
+            };
+            SharePartition::new(config.partition, start)
+        });
+        let moved = p.log_start_moved(log_start);
+        (p, made || moved)
+    }
+
+    /// The share-partition of `group_id` for `tp`, if it has state.
+    pub fn partition(
+        &mut self,
+        group_id: &str,
+        tp: &TopicPartition,
+    ) -> Option<&mut SharePartition> {
+        self.groups.get_mut(group_id)?.partitions.get_mut(tp)
+    }
+
+    /// Deletes a share group without members; returns its share-partitions (to write
+    /// tombstones for).
+    pub fn delete(&mut self, group_id: &str) -> Result<Vec<TopicPartition>, ShareError> {
+        let group = self
+            .groups
+            .get(group_id)
+            .ok_or(ShareError::GroupIdNotFound)?;
+        if !group.members.is_empty() {
+            return Err(ShareError::NonEmptyGroup);
+        }
+        let group = self.groups.remove(group_id).expect("found above");
+        Ok(group.partitions.into_keys().collect())
+    }
+}
+
+/// A topic partition from a topic name and index.
+pub fn topic_partition(topic: &str, partition: i32) -> TopicPartition {
+    TopicPartition::new(topic, PartitionIndex::new(partition))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topics(partitions: u32) -> BTreeMap<String, TopicInfo> {
+        BTreeMap::from([(
+            "t".to_string(),
+            TopicInfo {
+                id: uuid::Uuid::nil(),
+                partitions,
+            },
+        )])
+    }
+
+    fn join(groups: &mut ShareGroups, member: &str, partitions: u32) -> HeartbeatAnswer {
+        groups
+            .heartbeat(
+                Heartbeat {
+                    group_id: "g".into(),
+                    member_id: member.into(),
+                    member_epoch: 0,
+                    rack_id: None,
+                    subscribed_topic_names: Some(vec!["t".into()]),
+                    client_id: "c".into(),
+                    client_host: "h".into(),
+                },
+                &topics(partitions),
+                0,
+            )
+            .unwrap()
+    }
+
+    fn beat(groups: &mut ShareGroups, member: &str, epoch: i32, now_ms: i64) -> HeartbeatAnswer {
+        groups
+            .heartbeat(
+                Heartbeat {
+                    group_id: "g".into(),
+                    member_id: member.into(),
+                    member_epoch: epoch,
+                    rack_id: None,
+                    subscribed_topic_names: None,
+                    client_id: "c".into(),
+                    client_host: "h".into(),
+                },
+                &topics(4),
+                now_ms,
+            )
+            .unwrap()
+    }
+
+    #[test]
+    fn more_members_than_partitions_all_get_work() {
+        let mut groups = ShareGroups::new(ShareConfig::default());
+        let names: Vec<String> = (0..10).map(|i| format!("m{i:02}")).collect();
+        for n in &names {
+            join(&mut groups, n, 4);
+        }
+        let mut covered = BTreeSet::new();
+        for n in &names {
+            let epoch = groups.get("g").unwrap().members[n.as_str()].member_epoch;
+            let answer = beat(&mut groups, n, epoch, 1);
+            let assignment = answer.assignment.unwrap_or_else(|| {
+                groups.get("g").unwrap().members[n.as_str()]
+                    .assignment
+                    .clone()
+            });
+            assert_eq!(assignment["t"].len(), 1, "{n} gets one partition");
+            covered.extend(assignment["t"].iter().copied());
+        }
+        assert_eq!(covered, BTreeSet::from([0, 1, 2, 3]));
+    }
+
+    #[test]
+    fn fewer_members_split_the_partitions() {
+        let mut groups = ShareGroups::new(ShareConfig::default());
+        let a = join(&mut groups, "a", 4);
+        assert_eq!(a.assignment.unwrap()["t"], vec![0, 1, 2, 3]);
+        join(&mut groups, "b", 4);
+        let a = beat(&mut groups, "a", a.member_epoch, 1);
+        assert_eq!(a.assignment.unwrap()["t"], vec![0, 2]);
+        assert_eq!(a.member_epoch, 2);
+        // Nothing changed: no assignment sent, and a stale epoch is fenced.
+        assert_eq!(beat(&mut groups, "a", 2, 2).assignment, None);
+        let stale = groups.heartbeat(
+            Heartbeat {
+                group_id: "g".into(),
+                member_id: "a".into(),
+                member_epoch: 1,
+                rack_id: None,
+                subscribed_topic_names: None,
+                client_id: String::new(),
+                client_host: String::new(),
+            },
+            &topics(4),
+            3,
+        );
+        assert!(matches!(stale, Err(ShareError::FencedMemberEpoch { .. })));
+    }
+
+    #[test]
+    fn a_silent_member_is_removed_after_the_session_timeout_and_its_locks_released() {
+        let mut groups = ShareGroups::new(ShareConfig::default());
+        join(&mut groups, "a", 1);
+        let tp = topic_partition("t", 0);
+        let (p, made) = groups.partition_mut("g", &tp, Offset::new(0), Offset::new(0));
+        assert!(made);
+        let member: MemberId = Arc::from("a");
+        let batch = crate::partition::LogBatch {
+            first: Offset::new(0),
+            last: Offset::new(4),
+            skip: false,
+        };
+        assert_eq!(p.acquire(&member, &[batch], 100, 0).len(), 1);
+        groups.tick(44_999);
+        assert_eq!(groups.get("g").unwrap().members.len(), 1);
+        groups.tick(45_000);
+        assert_eq!(groups.get("g").unwrap().members.len(), 0);
+        assert_eq!(groups.partition("g", &tp).unwrap().acquired(), 0);
+    }
+
+    #[test]
+    fn share_sessions_check_their_epochs_and_are_bounded() {
+        let mut groups = ShareGroups::new(ShareConfig {
+            sessions_max: 1,
+            ..ShareConfig::default()
+        });
+        let p = (uuid::Uuid::nil(), 0);
+        assert_eq!(
+            groups.session_step("g", "a", 0, &[p], &[]),
+            Err(ShareError::UnknownMemberId)
+        );
+        join(&mut groups, "a", 1);
+        join(&mut groups, "b", 1);
+        assert_eq!(groups.session_step("g", "a", 0, &[p], &[]), Ok(vec![p]));
+        assert_eq!(
+            groups.session_step("g", "a", 2, &[], &[]),
+            Err(ShareError::InvalidShareSessionEpoch {
+                got: 2,
+                expected: 1
+            })
+        );
+        assert_eq!(groups.session_step("g", "a", 1, &[], &[]), Ok(vec![p]));
+        assert_eq!(groups.session_step("g", "a", 2, &[], &[p]), Ok(vec![]));
+        assert_eq!(
+            groups.session_step("g", "b", 0, &[p], &[]),
+            Err(ShareError::ShareSessionLimitReached)
+        );
+        assert_eq!(groups.session_step("g", "a", -1, &[], &[]), Ok(vec![]));
+        assert_eq!(
+            groups.session_step("g", "a", 1, &[], &[]),
+            Err(ShareError::ShareSessionNotFound)
+        );
+    }
+}

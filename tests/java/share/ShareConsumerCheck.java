@@ -1,0 +1,94 @@
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Properties;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
+import org.apache.kafka.common.serialization.StringDeserializer;
+
+/**
+ * Share consumers (KafkaShareConsumer, client defaults) of one share group, as threads of
+ * one JVM: each prints a "record" line per record it gets (consumer, partition, offset,
+ * value, delivery count), until standard input closes.
+ *
+ *   --bootstrap B --topic T --group G [--consumers N]
+ *   [--release-prefix P]  acknowledge explicitly: release records whose value starts
+ *                         with P, accept the rest (otherwise records are accepted
+ *                         implicitly by the next poll, the default mode)
+ *   [--hold true]         after the first records, stop polling and hold them (the
+ *                         process is then killed: its locks must expire)
+ *
+ * Compiled against kafka-clients 4.x only (the share consumer is new in 4.x).
+ */
+public final class ShareConsumerCheck {
+    public static void main(String[] argv) throws Exception {
+        Args args = Args.parse(argv);
+        int consumers = (int) args.getLong("consumers", 1);
+        String releasePrefix = args.get("release-prefix", null);
+        boolean hold = Boolean.parseBoolean(args.get("hold", "false"));
+        AtomicBoolean stop = new AtomicBoolean(false);
+        List<Thread> threads = new ArrayList<>();
+        for (int i = 0; i < consumers; i++) {
+            int id = i;
+            Thread t = new Thread(() -> run(args, id, releasePrefix, hold, stop), "share-" + i);
+            t.start();
+            threads.add(t);
+        }
+        Json.emit(Json.obj("event", "started", "consumers", consumers));
+        // Runs until standard input closes (or the process is killed).
+        while (System.in.read() != -1) {
+        }
+        stop.set(true);
+        for (Thread t : threads) {
+            t.join();
+        }
+        Json.emit(Json.obj("event", "closed"));
+    }
+
+    private static void run(Args args, int id, String releasePrefix, boolean hold,
+                            AtomicBoolean stop) {
+        Properties props = new Properties();
+        props.put("bootstrap.servers", args.get("bootstrap"));
+        props.put("group.id", args.get("group"));
+        props.put("client.id", "share-" + id);
+        props.put("key.deserializer", StringDeserializer.class.getName());
+        props.put("value.deserializer", StringDeserializer.class.getName());
+        if (releasePrefix != null) {
+            props.put("share.acknowledgement.mode", "explicit");
+        }
+        args.applySettings(props);
+        try (KafkaShareConsumer<String, String> consumer = new KafkaShareConsumer<>(props)) {
+            consumer.subscribe(List.of(args.get("topic")));
+            while (!stop.get()) {
+                ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(200));
+                for (ConsumerRecord<String, String> r : records) {
+                    Json.emit(Json.obj("event", "record", "consumer", id,
+                            "partition", r.partition(), "offset", r.offset(),
+                            "value", r.value(),
+                            "delivery", r.deliveryCount().map(Short::intValue).orElse(-1)));
+                    if (releasePrefix != null) {
+                        boolean release = r.value() != null && r.value().startsWith(releasePrefix);
+                        consumer.acknowledge(r, release ? AcknowledgeType.RELEASE
+                                : AcknowledgeType.ACCEPT);
+                    }
+                }
+                if (releasePrefix != null && !records.isEmpty()) {
+                    consumer.commitSync();
+                }
+                if (hold && !records.isEmpty()) {
+                    Json.emit(Json.obj("event", "holding", "consumer", id,
+                            "records", records.count()));
+                    while (!stop.get()) {
+                        Thread.sleep(100);
+                    }
+                    return;
+                }
+            }
+        } catch (Exception e) {
+            Json.emit(Json.obj("event", "error", "consumer", id, "error", Json.error(e)));
+        }
+    }
+}
