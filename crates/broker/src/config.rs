@@ -314,6 +314,9 @@ pub struct BrokerConfig {
     /// adaptive bulk budget it also passes.
     pub log_cleaner_io_bytes_per_sec: u64,
     pub log: LogDefaults,
+    /// Where to serve the read-only web console (`HOST:PORT`, `docs/console.md`); off
+    /// when unset.
+    pub console_listen: Option<String>,
 }
 
 impl Default for BrokerConfig {
@@ -355,6 +358,7 @@ impl Default for BrokerConfig {
             log_cleaner_dedupe_buffer_bytes: limits::LOG_CLEANER_DEDUPE_BUFFER_BYTES_DEFAULT,
             log_cleaner_io_bytes_per_sec: limits::LOG_CLEANER_IO_BYTES_PER_SEC_DEFAULT,
             log: LogDefaults::default(),
+            console_listen: None,
         }
     }
 }

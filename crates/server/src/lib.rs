@@ -28,6 +28,7 @@
 //! Kafka error codes are chosen in one place, [`errors`].
 
 pub mod connection;
+pub mod console;
 pub mod errors;
 pub mod handlers;
 pub mod listener;
