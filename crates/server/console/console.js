@@ -72,8 +72,8 @@ function renderConnections(state) {
   });
   el.innerHTML =
     `<p class="legend">${state.connections_total} open · outbound held broker-wide ${bytes(state.outbound_bytes_held)} of ${bytes(state.outbound_bytes_max)}</p>` +
-    "<table><thead><tr><th>peer</th><th>client id</th><th>in flight</th><th>reader</th>" +
-    "<th>held (against its budget)</th><th>window full</th><th>written</th></tr></thead><tbody>" +
+    "<table><thead><tr><th>peer</th><th class=\"text\">client id</th><th>in flight</th><th>reader</th>" +
+    "<th class=\"text\">held (against its budget)</th><th>window full</th><th>written</th></tr></thead><tbody>" +
     rows.join("") + "</tbody></table>";
 }
 
@@ -117,7 +117,7 @@ function renderGroups(state) {
     const history = lagHistory.get(g.group_id) ?? [];
     return `<div class="group" data-group="${esc(g.group_id)}" data-lag="${g.lag}">` +
       `<h3>${esc(g.group_id)} <small>${esc(g.state)} · ${esc(g.protocol || g.protocol_type)} · lag <b class="group-lag">${g.lag}</b></small></h3>` +
-      (g.members.length ? `<table><thead><tr><th>member (client id)</th><th>host</th><th>assignment</th></tr></thead><tbody>${members}</tbody></table>` : "") +
+      (g.members.length ? `<table><thead><tr><th>member (client id)</th><th class="text">host</th><th class="text">assignment</th></tr></thead><tbody>${members}</tbody></table>` : "") +
       (g.offsets.length ? `<table><thead><tr><th>topic</th><th>partition</th><th>committed</th><th>high watermark</th><th>lag</th></tr></thead><tbody>${offsets}</tbody></table>` : "") +
       more + plot(history, [{ values: history.map((p) => p.lag), cls: "lag" }], 600, 90) + "</div>";
   }).join("");
