@@ -198,3 +198,66 @@ async fn off_by_default() {
     assert!(broker.server.console_addr.is_none());
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_list_is_bounded_and_says_what_it_left_out() {
+    use headway_broker::limits::{
+        CONSOLE_CONNECTIONS_MAX, CONSOLE_GROUPS_MAX, CONSOLE_PARTITIONS_MAX,
+    };
+    let broker = TestBroker::start_with(|c| c.console_listen = Some("127.0.0.1:0".into())).await;
+    let console = broker.server.console_addr.unwrap();
+    let mut client = broker.client().await;
+    let partitions = CONSOLE_PARTITIONS_MAX + 1;
+    create_topic(&mut client, TOPIC, partitions as i32).await;
+    // Groups of standalone commits (no members).
+    for g in 0..=CONSOLE_GROUPS_MAX {
+        let commit = OffsetCommitRequest::default()
+            .with_group_id(GroupId(str_bytes(&format!("group-{g:04}"))))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(vec![
+                offset_commit_request::OffsetCommitRequestTopic::default()
+                    .with_name(topic_name(TOPIC))
+                    .with_partitions(vec![
+                        offset_commit_request::OffsetCommitRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_committed_offset(0),
+                    ]),
+            ]);
+        let response = client.call(8, &commit).await;
+        assert_eq!(response.topics[0].partitions[0].error_code, 0);
+    }
+    let mut idle = Vec::new();
+    for _ in 0..CONSOLE_CONNECTIONS_MAX {
+        idle.push(broker.client().await);
+    }
+    wait_for(&broker, "every connection registered", |s| {
+        s.connections.len() > CONSOLE_CONNECTIONS_MAX
+    })
+    .await;
+
+    let state = state(console).await;
+    assert_eq!(state["truncated"], true);
+    assert_eq!(state["partitions_total"], partitions);
+    assert_eq!(state["partitions_omitted"], 1);
+    assert_eq!(
+        state["topics"][0]["partitions"].as_array().unwrap().len(),
+        CONSOLE_PARTITIONS_MAX
+    );
+    assert_eq!(state["groups_total"], CONSOLE_GROUPS_MAX + 1);
+    assert_eq!(state["groups_omitted"], 1);
+    assert_eq!(
+        state["groups"].as_array().unwrap().len(),
+        CONSOLE_GROUPS_MAX
+    );
+    assert_eq!(state["groups"][0]["group_id"], "group-0000");
+    assert_eq!(state["groups"][0]["offsets"][0]["lag"], 0);
+    assert_eq!(state["connections_total"], CONSOLE_CONNECTIONS_MAX + 1);
+    assert_eq!(state["connections_omitted"], 1);
+    assert_eq!(
+        state["connections"].as_array().unwrap().len(),
+        CONSOLE_CONNECTIONS_MAX
+    );
+
+    drop((client, idle));
+    broker.stop().await;
+}
