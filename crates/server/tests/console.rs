@@ -45,6 +45,25 @@ fn assignment() -> Bytes {
     bytes.freeze()
 }
 
+/// Commits `offset` for partition 0 of the topic; a standalone commit with generation -1.
+async fn commit(client: &mut Client, group: &str, member_id: &str, generation: i32, offset: i64) {
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(str_bytes(group)))
+        .with_generation_id_or_member_epoch(generation)
+        .with_member_id(str_bytes(member_id))
+        .with_topics(vec![
+            offset_commit_request::OffsetCommitRequestTopic::default()
+                .with_name(topic_name(TOPIC))
+                .with_partitions(vec![
+                    offset_commit_request::OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(offset),
+                ]),
+        ]);
+    let response = client.call(8, &commit).await;
+    assert_eq!(response.topics[0].partitions[0].error_code, 0);
+}
+
 /// Joins the group as its only member, syncs an assignment and commits `COMMITTED`.
 async fn join_and_commit(client: &mut Client) {
     let mut member_id = String::new();
@@ -76,21 +95,7 @@ async fn join_and_commit(client: &mut Client) {
                 .with_assignment(assignment()),
         ]);
     assert_eq!(client.call(3, &sync).await.error_code, 0);
-    let commit = OffsetCommitRequest::default()
-        .with_group_id(GroupId(str_bytes(GROUP)))
-        .with_generation_id_or_member_epoch(joined.generation_id)
-        .with_member_id(str_bytes(&member_id))
-        .with_topics(vec![
-            offset_commit_request::OffsetCommitRequestTopic::default()
-                .with_name(topic_name(TOPIC))
-                .with_partitions(vec![
-                    offset_commit_request::OffsetCommitRequestPartition::default()
-                        .with_partition_index(0)
-                        .with_committed_offset(COMMITTED),
-                ]),
-        ]);
-    let response = client.call(8, &commit).await;
-    assert_eq!(response.topics[0].partitions[0].error_code, 0);
+    commit(client, GROUP, &member_id, joined.generation_id, COMMITTED).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,20 +216,7 @@ async fn every_list_is_bounded_and_says_what_it_left_out() {
     create_topic(&mut client, TOPIC, partitions as i32).await;
     // Groups of standalone commits (no members).
     for g in 0..=CONSOLE_GROUPS_MAX {
-        let commit = OffsetCommitRequest::default()
-            .with_group_id(GroupId(str_bytes(&format!("group-{g:04}"))))
-            .with_generation_id_or_member_epoch(-1)
-            .with_topics(vec![
-                offset_commit_request::OffsetCommitRequestTopic::default()
-                    .with_name(topic_name(TOPIC))
-                    .with_partitions(vec![
-                        offset_commit_request::OffsetCommitRequestPartition::default()
-                            .with_partition_index(0)
-                            .with_committed_offset(0),
-                    ]),
-            ]);
-        let response = client.call(8, &commit).await;
-        assert_eq!(response.topics[0].partitions[0].error_code, 0);
+        commit(&mut client, &format!("group-{g:04}"), "", -1, 0).await;
     }
     let mut idle = Vec::new();
     for _ in 0..CONSOLE_CONNECTIONS_MAX {
