@@ -346,6 +346,9 @@ pub struct BrokerConfig {
     /// A share group member without a heartbeat this long is removed (Kafka's
     /// `group.share.session.timeout.ms`).
     pub share_session_timeout_ms: i64,
+    /// Where to serve the read-only web console (`HOST:PORT`, `docs/console.md`); off
+    /// when unset.
+    pub console_listen: Option<String>,
 }
 
 impl Default for BrokerConfig {
@@ -398,6 +401,7 @@ impl Default for BrokerConfig {
             share_delivery_count_limit: 5,
             share_auto_offset_reset: "latest".into(),
             share_session_timeout_ms: 45_000,
+            console_listen: None,
         }
     }
 }

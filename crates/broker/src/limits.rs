@@ -322,3 +322,21 @@ pub const SHARE_FETCH_RECORDS_MAX: u32 = 10_000;
 /// redelivered and archived records), the first by group id; `headway_share_groups`
 /// counts them all.
 pub const METRICS_SHARE_GROUPS_MAX: usize = 1_000;
+
+/// Partitions listed by the web console's `/api/state` (`docs/console.md`): one poll a
+/// second stays a few hundred KiB however many topics there are. The first by topic
+/// name and index are listed; the answer counts the ones left out, and its traffic
+/// totals still cover all.
+pub const CONSOLE_PARTITIONS_MAX: usize = 500;
+
+/// Groups listed by the console's `/api/state`, the first by group id; the answer
+/// counts the ones left out.
+pub const CONSOLE_GROUPS_MAX: usize = 100;
+
+/// Members and committed partitions listed per group by the console's `/api/state`;
+/// the answer counts the ones left out.
+pub const CONSOLE_GROUP_ENTRIES_MAX: usize = 200;
+
+/// Connections listed by the console's `/api/state`, those holding the most outbound
+/// bytes first; the answer counts the ones left out.
+pub const CONSOLE_CONNECTIONS_MAX: usize = 200;

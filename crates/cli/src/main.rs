@@ -234,6 +234,9 @@ struct ServeArgs {
     /// filesystem has fewer free bytes than this; 0 turns it off [default: 1073741824].
     #[arg(long, env = "HEADWAY_DISK_FREE_BYTES_MIN")]
     disk_free_bytes_min: Option<u64>,
+    /// Serve the read-only web console at http://ADDR/ [default: off].
+    #[arg(long, env = "HEADWAY_CONSOLE_LISTEN")]
+    console_listen: Option<String>,
 }
 
 impl ServeArgs {
@@ -310,6 +313,9 @@ impl ServeArgs {
         if self.metrics_listen.is_some() {
             config.metrics_listen = self.metrics_listen;
         }
+        if self.console_listen.is_some() {
+            config.console_listen = self.console_listen;
+        }
         config.validate().map_err(anyhow::Error::msg)?;
         Ok(config)
     }
@@ -364,7 +370,7 @@ fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
-        Command::Serve(args) => serve(args.into_config()?),
+        Command::Serve(args) => serve((*args).into_config()?),
         Command::Produce(args) => client_runtime()?.block_on(produce::run(args)),
         Command::Consume(args) => client_runtime()?.block_on(consume::run(args)),
         Command::Topic(args) => client_runtime()?.block_on(topic::run(args)),

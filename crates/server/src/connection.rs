@@ -112,6 +112,9 @@ where
             break;
         };
         conn.requests_read.fetch_add(1, Ordering::Relaxed);
+        if let Some(id) = &client.client_id {
+            conn.set_client_id(id);
+        }
         let (api, version) = (request.api_key, request.api_version());
         let handled_from = std::time::Instant::now();
         ctx.stats.requests.read(api);

@@ -23,11 +23,13 @@
 //!    has written the response. [`stats`] shows what every bounded queue holds,
 //!    [`probe`] how often each budget was found short and how long callers waited, and
 //!    [`requests`] the requests, response codes and latencies per API; [`metrics`]
-//!    serves them with `/healthz` and `/readyz`.
+//!    serves them with `/healthz` and `/readyz`, and [`console`] shows them, with
+//!    groups and topics, in a read-only web page.
 //!
 //! Kafka error codes are chosen in one place, [`errors`].
 
 pub mod connection;
+pub mod console;
 pub mod errors;
 pub mod handlers;
 pub mod listener;

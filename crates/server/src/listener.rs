@@ -8,7 +8,7 @@
 use crate::handlers::{self, Ctx};
 use crate::stats::ServerStats;
 use crate::txn_markers::PartitionMarkers;
-use crate::{connection, metrics, tls};
+use crate::{connection, console, metrics, tls};
 use headway_broker::limits;
 use headway_broker::listeners::{ListenerSpec, SecurityProtocol};
 use headway_broker::Broker;
@@ -36,6 +36,7 @@ pub struct Server {
     ctx: Arc<Ctx>,
     shutdown: watch::Sender<bool>,
     metrics_addr: Option<SocketAddr>,
+    console_addr: Option<SocketAddr>,
 }
 
 /// A listener as its connections see it: Metadata and FindCoordinator answer with its
@@ -127,6 +128,27 @@ fn parse_advertised(addr: &str) -> std::io::Result<(String, i32)> {
     ))
 }
 
+/// Starts one of the HTTP endpoints when its `listen` setting is set; where it listens.
+async fn serve_http<'a, F, Fut>(
+    listen: &'a Option<String>,
+    what: &str,
+    start: F,
+) -> std::io::Result<Option<SocketAddr>>
+where
+    F: FnOnce(&'a str) -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<SocketAddr>>,
+{
+    let Some(listen) = listen else {
+        return Ok(None);
+    };
+    match start(listen).await {
+        Ok(addr) => Ok(Some(addr)),
+        Err(e) => Err(std::io::Error::other(format!(
+            "{what} listener {listen}: {e}"
+        ))),
+    }
+}
+
 /// A server started by [`Server::start`], running on its own task.
 pub struct RunningServer {
     pub addr: SocketAddr,
@@ -135,6 +157,8 @@ pub struct RunningServer {
     pub stats: Arc<ServerStats>,
     /// Where `/metrics` is served, when `metrics_listen` is set.
     pub metrics_addr: Option<SocketAddr>,
+    /// Where the web console is served, when `console_listen` is set.
+    pub console_addr: Option<SocketAddr>,
 }
 
 impl RunningServer {
@@ -155,6 +179,7 @@ impl Server {
             handle: server.handle(),
             stats: server.stats(),
             metrics_addr: server.metrics_addr(),
+            console_addr: server.console_addr(),
             task: tokio::spawn(server.run()),
         })
     }
@@ -214,24 +239,27 @@ impl Server {
             broker: Arc::clone(&broker),
             shutdown: shutdown_rx,
         });
-        let metrics_addr = match &config.metrics_listen {
-            Some(listen) => {
-                let addr = metrics::start(listen, Arc::clone(&ctx))
-                    .await
-                    .map_err(|e| {
-                        std::io::Error::other(format!("metrics listener {listen}: {e}"))
-                    })?;
-                tracing::info!(%addr, "serving metrics at /metrics");
-                Some(addr)
-            }
-            None => None,
-        };
+        let metrics_addr = serve_http(&config.metrics_listen, "metrics", |listen| {
+            metrics::start(listen, Arc::clone(&ctx))
+        })
+        .await?;
+        if let Some(addr) = metrics_addr {
+            tracing::info!(%addr, "serving metrics at /metrics");
+        }
+        let console_addr = serve_http(&config.console_listen, "console", |listen| {
+            console::start(listen, Arc::clone(&ctx))
+        })
+        .await?;
+        if let Some(addr) = console_addr {
+            tracing::info!(%addr, "serving the console at http://{addr}/");
+        }
         Ok(Server {
             broker,
             listeners,
             ctx,
             shutdown,
             metrics_addr,
+            console_addr,
         })
     }
 
@@ -257,6 +285,11 @@ impl Server {
     /// Where `/metrics` is served, if anywhere.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// Where the web console is served, if anywhere.
+    pub fn console_addr(&self) -> Option<SocketAddr> {
+        self.console_addr
     }
 
     /// The budgets and the open connections' state.

@@ -23,6 +23,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use std::borrow::Cow;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,25 +37,69 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Binds `listen` and serves scrapes on a task until the process ends.
 pub async fn start(listen: &str, ctx: Arc<Ctx>) -> std::io::Result<SocketAddr> {
+    let addr = serve_http(listen, move |target| route(target, Arc::clone(&ctx))).await?;
+    started();
+    Ok(addr)
+}
+
+/// One answer of the broker's small HTTP endpoints (metrics and the console).
+pub(crate) struct Reply {
+    pub status: &'static str,
+    pub content_type: &'static str,
+    pub body: Cow<'static, [u8]>,
+}
+
+impl Reply {
+    pub(crate) fn ok(content_type: &'static str, body: impl Into<Cow<'static, [u8]>>) -> Reply {
+        Reply {
+            status: "200 OK",
+            content_type,
+            body: body.into(),
+        }
+    }
+
+    pub(crate) fn not_found(hint: &'static str) -> Reply {
+        Reply {
+            status: "404 Not Found",
+            content_type: TEXT,
+            body: hint.as_bytes().into(),
+        }
+    }
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// Binds `listen` and answers, on a task until the process ends, one `GET` per
+/// connection with `route(target)` (the request target, e.g. `/metrics`). A request
+/// head larger than 8 KiB or slower than 5 s closes the connection.
+pub(crate) async fn serve_http<F, Fut>(listen: &str, route: F) -> std::io::Result<SocketAddr>
+where
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::io::Result<Reply>> + Send + 'static,
+{
     let listener = TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
-    started();
+    let route = Arc::new(route);
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             };
-            let ctx = Arc::clone(&ctx);
+            let route = Arc::clone(&route);
             tokio::spawn(async move {
-                let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, ctx)).await;
+                let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &*route)).await;
             });
         }
     });
     Ok(addr)
 }
 
-async fn answer(mut stream: TcpStream, ctx: Arc<Ctx>) -> std::io::Result<()> {
+async fn answer<F, Fut>(mut stream: TcpStream, route: &F) -> std::io::Result<()>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = std::io::Result<Reply>>,
+{
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -63,37 +109,52 @@ async fn answer(mut stream: TcpStream, ctx: Arc<Ctx>) -> std::io::Result<()> {
         }
         head.extend_from_slice(&chunk[..n]);
     }
-    const TEXT: &str = "text/plain; charset=utf-8";
-    let (status, content_type, body) = if head.starts_with(b"GET /metrics ") {
-        // A scrape reads the partitions' directories for their size: off the runtime.
-        let body = tokio::task::spawn_blocking(move || render(&ctx))
-            .await
-            .map_err(std::io::Error::other)?;
-        (
-            "200 OK",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            body,
-        )
-    } else if head.starts_with(b"GET /healthz ") {
-        ("200 OK", TEXT, "ok\n".to_string())
-    } else if head.starts_with(b"GET /readyz ") {
-        match not_ready(&ctx.stats, &ctx.broker) {
-            reasons if reasons.is_empty() => ("200 OK", TEXT, "ready\n".to_string()),
-            reasons => ("503 Service Unavailable", TEXT, reasons.join("\n") + "\n"),
-        }
-    } else {
-        (
-            "404 Not Found",
-            TEXT,
-            "try /metrics, /healthz or /readyz\n".to_string(),
-        )
+    let target = head
+        .strip_prefix(b"GET ")
+        .and_then(|rest| rest.split(|&b| b == b' ').next())
+        .map(|t| String::from_utf8_lossy(t).into_owned());
+    let reply = match target {
+        Some(target) => route(target).await?,
+        None => Reply {
+            status: "405 Method Not Allowed",
+            content_type: TEXT,
+            body: b"only GET\n".as_slice().into(),
+        },
     };
-    let response = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
+    let head = format!(
+        "HTTP/1.1 {}\r\ncontent-type: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        reply.status,
+        reply.content_type,
+        reply.body.len()
     );
-    stream.write_all(response.as_bytes()).await?;
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(&reply.body).await?;
     stream.shutdown().await
+}
+
+async fn route(target: String, ctx: Arc<Ctx>) -> std::io::Result<Reply> {
+    Ok(match target.as_str() {
+        "/metrics" => {
+            // A scrape reads the partitions' directories for their size: off the runtime.
+            let body = tokio::task::spawn_blocking(move || render(&ctx))
+                .await
+                .map_err(std::io::Error::other)?;
+            Reply::ok(
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                body.into_bytes(),
+            )
+        }
+        "/healthz" => Reply::ok(TEXT, b"ok\n".as_slice()),
+        "/readyz" => match not_ready(&ctx.stats, &ctx.broker) {
+            reasons if reasons.is_empty() => Reply::ok(TEXT, b"ready\n".as_slice()),
+            reasons => Reply {
+                status: "503 Service Unavailable",
+                content_type: TEXT,
+                body: (reasons.join("\n") + "\n").into_bytes().into(),
+            },
+        },
+        _ => Reply::not_found("try /metrics, /healthz or /readyz\n"),
+    })
 }
 
 fn gauge(registry: &mut Registry, name: &str, help: &str, value: u64) {
@@ -644,7 +705,7 @@ fn register_partitions(r: &mut Registry, broker: &Broker) {
 
 /// Bytes of the files directly in `dir` (a partition's segments, indexes and side
 /// files); a file that vanishes meanwhile (retention, cleaning) counts as 0.
-fn dir_bytes(dir: &std::path::Path) -> u64 {
+pub(crate) fn dir_bytes(dir: &std::path::Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };

@@ -17,7 +17,7 @@ use headway_broker::{limits, BrokerConfig};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Broker-wide budgets and the registry of open connections.
@@ -86,6 +86,8 @@ pub struct Connection {
     /// True while the reader waits for room in the window.
     pub reader_paused: AtomicBool,
     pub bytes_written: AtomicU64,
+    /// The client id of the first request that carried one (the console shows it).
+    client_id: OnceLock<Arc<str>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +102,7 @@ pub struct ConnectionSnapshot {
     pub outbound_bytes_held: usize,
     pub outbound_bytes_max: usize,
     pub bytes_written: u64,
+    pub client_id: Option<Arc<str>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,6 +180,7 @@ impl ServerStats {
             window_full_events: AtomicU64::new(0),
             reader_paused: AtomicBool::new(false),
             bytes_written: AtomicU64::new(0),
+            client_id: OnceLock::new(),
         });
         self.accepted.fetch_add(1, Ordering::Relaxed);
         self.connections
@@ -259,6 +263,14 @@ impl Connection {
             outbound_bytes_held: self.outbound.held(),
             outbound_bytes_max: self.outbound.max(),
             bytes_written: self.bytes_written.load(Ordering::Relaxed),
+            client_id: self.client_id.get().cloned(),
+        }
+    }
+
+    /// Records the connection's client id; the first one set stays.
+    pub fn set_client_id(&self, client_id: &Arc<str>) {
+        if self.client_id.get().is_none() {
+            let _ = self.client_id.set(Arc::clone(client_id));
         }
     }
 }

@@ -289,6 +289,9 @@ async fn api_versions_finalizes_transaction_version_2() {
         .iter()
         .map(|f| f.name.as_str())
         .collect();
-    assert_eq!(finalized, ["transaction.version", "group.version", "share.version"]);
+    assert_eq!(
+        finalized,
+        ["transaction.version", "group.version", "share.version"]
+    );
     broker.stop().await;
 }

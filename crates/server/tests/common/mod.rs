@@ -344,17 +344,22 @@ pub fn values_of(records: &Bytes) -> Vec<(i64, String)> {
 
 /// `GET /metrics` over a plain TCP connection; the body of a 200 answer.
 pub async fn scrape(addr: SocketAddr) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nhost: test\r\n\r\n")
-        .await
-        .unwrap();
+    let (status, body) = http_get(addr, "/metrics").await;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    body
+}
+
+/// `GET path` over a plain TCP connection: the status line and the body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nhost: test\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
     let mut answer = String::new();
     tokio::time::timeout(DEADLINE, stream.read_to_string(&mut answer))
         .await
-        .expect("metrics answered in time")
+        .expect("answered in time")
         .unwrap();
     let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_string()
+    let status = head.lines().next().unwrap_or_default().to_string();
+    (status, body.to_string())
 }
