@@ -83,6 +83,17 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         client_id: client_id(request),
         client_host: client_host(peer),
     };
+    // One namespace of group ids: a share group's id is not a consumer group's.
+    if ctx.shares.group_exists(&req.group_id) {
+        let message = format!(
+            "group {} is a share group, not a consumer group",
+            req.group_id
+        );
+        let response = response
+            .with_error_code(group_error_code(GroupError::GroupIdNotFound))
+            .with_error_message(Some(StrBytes::from_string(message)));
+        return ready(request, &response);
+    }
     let response = match ctx.groups.consumer_heartbeat(&req, &topics) {
         Err(e) => response
             .with_error_code(group_error_code(e))

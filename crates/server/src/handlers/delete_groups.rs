@@ -1,7 +1,8 @@
-//! DeleteGroups: remove groups without members, with their committed offsets.
+//! DeleteGroups: remove groups without members, with their committed offsets; a share
+//! group without members goes with its share-partition state.
 
 use super::{pending, Call, Handler, HandlerError, Reply};
-use crate::errors::group_code;
+use crate::errors::{group_code, share_error_code};
 use headway_protocol::kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, DeleteGroupsRequest, DeleteGroupsResponse,
@@ -23,11 +24,17 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     pending(request, async move {
         let mut results = Vec::with_capacity(body.groups_names.len());
         for id in body.groups_names {
-            let outcome = ctx.groups.delete(&id).await;
+            let code = match ctx.shares.group_exists(&id) {
+                true => match ctx.shares.delete(&id).await {
+                    Ok(()) => 0,
+                    Err(e) => share_error_code(&e),
+                },
+                false => group_code(ctx.groups.delete(&id).await.err()),
+            };
             results.push(
                 DeletableGroupResult::default()
                     .with_group_id(id)
-                    .with_error_code(group_code(outcome.err())),
+                    .with_error_code(code),
             );
         }
         DeleteGroupsResponse::default().with_results(results)

@@ -2,12 +2,13 @@
 //! completes (every member rejoined, or the rebalance timeout passed). From v4 a new
 //! member first gets MEMBER_ID_REQUIRED with its id and joins again with it.
 
-use super::{pending, Call, Handler, HandlerError, Reply};
+use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
 use headway_group::{GenerationId, JoinRequest};
 use headway_protocol::kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use headway_protocol::kafka_protocol::messages::{ApiKey, JoinGroupRequest, JoinGroupResponse};
 use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::kafka_protocol::ResponseError;
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
 
@@ -60,6 +61,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .collect(),
         require_known_member_id: version >= KNOWN_MEMBER_ID_MIN_VERSION,
     };
+    if ctx.shares.group_exists(&join.group_id) {
+        // One namespace of group ids: a share group takes no classic members.
+        let code = ResponseError::InconsistentGroupProtocol.code();
+        return ready(request, &JoinGroupResponse::default().with_error_code(code));
+    }
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let r = ctx.groups.join(join).await;

@@ -1,5 +1,7 @@
 //! ListGroups: every group with its protocol type and (v4+) state, filtered by state
-//! (v4+) and type (v5+: "classic", or "consumer" for groups of the consumer protocol).
+//! (v4+) and type (v5+: "classic", "consumer" for groups of the consumer protocol, or
+//! "share"). Share groups are listed from v5 only, the version that names group types:
+//! older clients list consumer groups and would take a share group for one.
 
 use super::{ready, Call, Handler, HandlerError, Reply};
 use headway_protocol::kafka_protocol::messages::list_groups_response::ListedGroup;
@@ -16,6 +18,10 @@ pub const HANDLER: Handler = Handler {
     handle,
 };
 
+/// The group type (and protocol type) of share groups.
+const SHARE: &str = "share";
+const SHARE_GROUPS_MIN_VERSION: i16 = 5;
+
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: ListGroupsRequest = decode_body(request)?;
@@ -26,18 +32,23 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let type_ok = |t: &str| {
         body.types_filter.is_empty() || body.types_filter.iter().any(|f| f.eq_ignore_ascii_case(t))
     };
-    let groups = ctx
+    let listed = |id: String, protocol_type: String, state: &'static str, kind: &'static str| {
+        ListedGroup::default()
+            .with_group_id(GroupId(StrBytes::from_string(id)))
+            .with_protocol_type(StrBytes::from_string(protocol_type))
+            .with_group_state(StrBytes::from_static_str(state))
+            .with_group_type(StrBytes::from_static_str(kind))
+    };
+    let mut groups: Vec<ListedGroup> = ctx
         .groups
         .list()
         .into_iter()
         .filter(|g| type_ok(g.group_type) && state_ok(g.state))
-        .map(|g| {
-            ListedGroup::default()
-                .with_group_id(GroupId(StrBytes::from_string(g.group_id)))
-                .with_protocol_type(StrBytes::from_string(g.protocol_type))
-                .with_group_state(StrBytes::from_static_str(g.state))
-                .with_group_type(StrBytes::from_static_str(g.group_type))
-        })
+        .map(|g| listed(g.group_id, g.protocol_type, g.state, g.group_type))
         .collect();
+    if request.api_version() >= SHARE_GROUPS_MIN_VERSION && type_ok(SHARE) {
+        let shares = ctx.shares.list().into_iter().filter(|g| state_ok(g.state));
+        groups.extend(shares.map(|g| listed(g.group_id, SHARE.to_string(), g.state, SHARE)));
+    }
     ready(request, &ListGroupsResponse::default().with_groups(groups))
 }

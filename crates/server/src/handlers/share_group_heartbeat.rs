@@ -4,7 +4,7 @@
 //! `share.auto.offset.reset`) before the answer goes out, so records produced after
 //! a member was assigned are the group's.
 
-use super::{pending, Call, Handler, HandlerError, Reply};
+use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::share_error_code;
 use headway_broker::TopicPartition;
 use headway_protocol::kafka_protocol::messages::share_group_heartbeat_response::{
@@ -14,6 +14,7 @@ use headway_protocol::kafka_protocol::messages::{
     ApiKey, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
 };
 use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::kafka_protocol::ResponseError;
 use headway_protocol::{decode_body, Request};
 use headway_share::{Heartbeat, TopicInfo};
 use std::collections::BTreeMap;
@@ -47,6 +48,15 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .unwrap_or_default(),
         client_host: format!("/{}", peer.ip()),
     };
+    // One namespace of group ids: a consumer group's id is not a share group's.
+    if ctx.groups.group_exists(&group_id) {
+        let message = format!("group {group_id} is a consumer group, not a share group");
+        let response = ShareGroupHeartbeatResponse::default()
+            .with_error_code(ResponseError::GroupIdNotFound.code())
+            .with_error_message(Some(StrBytes::from_string(message)))
+            .with_member_epoch(body.member_epoch);
+        return ready(request, &response);
+    }
     let interval_ms = ctx.shares.config().heartbeat_interval_ms;
     // Every topic any member of the group subscribes to could be in this member's
     // assignment only if it subscribes too, so its own topics are enough.
