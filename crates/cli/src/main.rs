@@ -404,7 +404,9 @@ fn serve(config: BrokerConfig) -> anyhow::Result<()> {
             drop(
                 tokio::net::TcpListener::bind(&spec.bind)
                     .await
-                    .with_context(|| format!("listener {} on {}", spec.name, spec.bind))?,
+                    .with_context(|| {
+                        format!("listening on {} (listener {})", spec.bind, spec.name)
+                    })?,
             );
         }
         let broker = Broker::open(config)
