@@ -30,9 +30,12 @@
 //! per connection.
 
 use crate::bulk_budget::BulkBudget;
+use crate::timings::Histogram;
+use prometheus_client::metrics::histogram::exponential_buckets;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 use tokio::sync::oneshot;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -47,7 +50,6 @@ pub struct ReadPool {
 }
 
 /// What the read path did, for metrics and tests.
-#[derive(Default)]
 pub struct ReadStats {
     /// Reads waiting for a pool thread.
     pub queued: AtomicUsize,
@@ -57,6 +59,21 @@ pub struct ReadStats {
     pub cached: AtomicU64,
     /// Fetch reads that went to the pool.
     pub pooled: AtomicU64,
+    /// How long each job waited in the queue for a thread: 10 µs to about 5 s,
+    /// doubling (`headway_read_queue_wait_seconds`).
+    pub queue_wait: Histogram,
+}
+
+impl Default for ReadStats {
+    fn default() -> ReadStats {
+        ReadStats {
+            queued: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            cached: AtomicU64::new(0),
+            pooled: AtomicU64::new(0),
+            queue_wait: Histogram::new(exponential_buckets(1e-5, 2.0, 20)),
+        }
+    }
 }
 
 /// A snapshot of [`ReadStats`].
@@ -135,7 +152,9 @@ impl ReadPool {
     ) -> Result<T, PoolClosed> {
         let (tx, rx) = oneshot::channel();
         let stats = Arc::clone(&self.stats);
+        let queued_at = Instant::now();
         let job: Job = Box::new(move || {
+            stats.queue_wait.observe(queued_at.elapsed().as_secs_f64());
             let result = read();
             // Counted as done before the caller can see the result.
             stats.running.fetch_sub(1, Ordering::Relaxed);
@@ -264,5 +283,11 @@ mod tests {
             w.await.unwrap().unwrap();
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+        // Every job's wait in the queue was measured: the blocker and the three.
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("wait", "", pool.stats().queue_wait.clone());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("wait_count 4"), "{text}");
     }
 }

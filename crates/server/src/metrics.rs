@@ -359,6 +359,11 @@ pub fn render(ctx: &Ctx) -> String {
         "Cold reads waiting for a thread",
         s.reads.queued as u64,
     );
+    r.register(
+        "read_queue_wait_seconds",
+        "How long each cold read (or large produce) waited in the read threads' queue",
+        broker.read_pool().stats().queue_wait.clone(),
+    );
     gauge(
         &mut r,
         "read_running",
