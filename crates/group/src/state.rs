@@ -504,6 +504,9 @@ pub struct Groups {
     pending: BTreeMap<ProducerId, BTreeMap<(String, TopicPartition), CommittedOffset>>,
     /// How many offsets `pending` holds.
     pending_len: usize,
+    /// For each group partition in `pending`, how many transactions hold it: an
+    /// OffsetFetch asking for stable offsets looks here, not through every transaction.
+    pending_holders: HashMap<(String, TopicPartition), usize>,
     /// Groups of the consumer protocol (KIP-848), in the same namespace as `groups`:
     /// a group id is of one type at a time, and changes type only when empty. Their
     /// committed offsets are kept in `groups`, under the same id.
@@ -526,6 +529,7 @@ impl Groups {
             groups: BTreeMap::new(),
             pending: BTreeMap::new(),
             pending_len: 0,
+            pending_holders: HashMap::new(),
             consumer: BTreeMap::new(),
         }
     }
@@ -847,8 +851,13 @@ impl Groups {
             let key = (group_id.to_string(), key);
             match pending.get(&key) {
                 Some(current) if current.log_offset > offset.log_offset => {}
-                _ => {
-                    self.pending_len += usize::from(pending.insert(key, offset).is_none());
+                Some(_) => {
+                    pending.insert(key, offset);
+                }
+                None => {
+                    *self.pending_holders.entry(key.clone()).or_default() += 1;
+                    pending.insert(key, offset);
+                    self.pending_len += 1;
                 }
             }
         }
@@ -885,6 +894,12 @@ impl Groups {
         if ended {
             pending.remove(&key);
             self.pending_len -= 1;
+            if let Some(holders) = self.pending_holders.get_mut(&key) {
+                *holders -= 1;
+                if *holders == 0 {
+                    self.pending_holders.remove(&key);
+                }
+            }
         }
         if pending.is_empty() {
             self.pending.remove(&producer_id);
@@ -895,7 +910,7 @@ impl Groups {
     /// a fetch that asks for stable offsets is then told to retry.
     pub fn has_pending(&self, group_id: &str, key: &TopicPartition) -> bool {
         let key = (group_id.to_string(), key.clone());
-        self.pending.values().any(|p| p.contains_key(&key))
+        self.pending_holders.contains_key(&key)
     }
 
     /// Offsets pending in open transactions.
@@ -1733,5 +1748,38 @@ mod tests {
             groups.consumer_heartbeat(&beat, &topic_t(), 5),
             Err(GroupError::UnknownMemberId)
         );
+    }
+
+    #[test]
+    fn a_partition_stays_pending_while_any_transaction_holds_it() {
+        let mut groups = Groups::new(config());
+        let tp = TopicPartition::new("in", PartitionIndex::new(0));
+        let at = |log_offset: i64| {
+            OffsetCommit {
+                offset: Offset::new(10),
+                leader_epoch: None,
+                metadata: None,
+                commit_timestamp_ms: 0,
+            }
+            .at(Offset::new(log_offset))
+        };
+        let (first, second) = (ProducerId::new(1), ProducerId::new(2));
+        groups.apply_pending(first, "g", vec![(tp.clone(), at(1))]);
+        groups.apply_pending(first, "g", vec![(tp.clone(), at(3))]);
+        groups.apply_pending(second, "g", vec![(tp.clone(), at(2))]);
+        assert_eq!(groups.pending_len(), 2, "one offset per transaction");
+        assert!(groups.has_pending("g", &tp) && !groups.has_pending("other", &tp));
+        // The first transaction's end covers up to its record at 1: the replacing
+        // record at 3 stays pending.
+        groups.remove_pending(first, "g", &tp, Some(Offset::new(1)));
+        assert_eq!(groups.pending_len(), 2);
+        groups.remove_pending(first, "g", &tp, None);
+        assert!(
+            groups.has_pending("g", &tp),
+            "the second transaction still holds it"
+        );
+        groups.remove_pending(second, "g", &tp, None);
+        assert!(!groups.has_pending("g", &tp));
+        assert_eq!(groups.pending_len(), 0);
     }
 }
