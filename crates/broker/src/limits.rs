@@ -314,6 +314,11 @@ pub const SHARE_SESSIONS_MAX: usize = 2_000;
 /// GROUP_MAX_SIZE_REACHED.
 pub const SHARE_GROUP_MEMBERS_MAX: usize = 1_000;
 
+/// Share groups the broker holds. A heartbeat that would create one more gets
+/// COORDINATOR_NOT_AVAILABLE (retriable) until groups are deleted or emptied of state;
+/// it bounds the share coordinator's memory as `groups_max` bounds consumer groups'.
+pub const SHARE_GROUPS_MAX: usize = 10_000;
+
 /// Records one ShareFetch acquires at most, whatever its MaxRecords says: a response
 /// stays bounded and records stay available to the group's other members.
 pub const SHARE_FETCH_RECORDS_MAX: u32 = 10_000;

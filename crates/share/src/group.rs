@@ -265,6 +265,11 @@ impl ShareGroups {
             return Err(ShareError::InvalidRequest("a share group needs an id"));
         }
         let members_max = self.config.members_max;
+        if !self.groups.contains_key(&hb.group_id)
+            && self.groups.len() >= headway_broker::limits::SHARE_GROUPS_MAX
+        {
+            return Err(ShareError::CoordinatorNotAvailable);
+        }
         let group = self
             .groups
             .entry(hb.group_id.clone())
@@ -532,21 +537,42 @@ mod tests {
     }
 
     fn join(groups: &mut ShareGroups, member: &str, partitions: u32) -> HeartbeatAnswer {
-        groups
-            .heartbeat(
-                Heartbeat {
-                    group_id: "g".into(),
-                    member_id: member.into(),
-                    member_epoch: 0,
-                    rack_id: None,
-                    subscribed_topic_names: Some(vec!["t".into()]),
-                    client_id: "c".into(),
-                    client_host: "h".into(),
-                },
-                &topics(partitions),
-                0,
-            )
-            .unwrap()
+        join_group(groups, "g", member, partitions).unwrap()
+    }
+
+    fn join_group(
+        groups: &mut ShareGroups,
+        group_id: &str,
+        member: &str,
+        partitions: u32,
+    ) -> Result<HeartbeatAnswer, ShareError> {
+        groups.heartbeat(
+            Heartbeat {
+                group_id: group_id.into(),
+                member_id: member.into(),
+                member_epoch: 0,
+                rack_id: None,
+                subscribed_topic_names: Some(vec!["t".into()]),
+                client_id: "c".into(),
+                client_host: "h".into(),
+            },
+            &topics(partitions),
+            0,
+        )
+    }
+
+    #[test]
+    fn a_new_group_past_the_bound_is_refused_and_known_ones_go_on() {
+        let mut groups = ShareGroups::new(ShareConfig::default());
+        for i in 0..headway_broker::limits::SHARE_GROUPS_MAX {
+            join_group(&mut groups, &format!("g{i}"), "m", 1).unwrap();
+        }
+        let refused = join_group(&mut groups, "one-more", "m", 1).unwrap_err();
+        assert_eq!(refused, ShareError::CoordinatorNotAvailable);
+        assert!(
+            join_group(&mut groups, "g0", "m2", 1).is_ok(),
+            "an existing group grows"
+        );
     }
 
     fn beat(groups: &mut ShareGroups, member: &str, epoch: i32, now_ms: i64) -> HeartbeatAnswer {
