@@ -245,13 +245,14 @@ def test_sigint_exits_cleanly(broker):
 
 
 def test_partitions_past_the_open_files_limit_are_refused_whole(make_broker):
-    """Under a limit of 1,024 open files, a topic of 400 partitions (about 1,200 files) is
-    refused before anything is created, with POLICY_VIOLATION naming the limit; the broker
-    keeps serving, a small topic is created, growing it past the limit is refused too,
-    and the broker starts again under the same limit."""
+    """Under a limit of 1,024 open files (448 for the logs beside the connections'
+    reserve), a topic of 600 partitions (one file each counted: the log a write holds
+    until its sync) is refused before anything is created, with POLICY_VIOLATION naming
+    the limit; the broker keeps serving, a small topic is created, growing it past the
+    limit is refused too, and the broker starts again under the same limit."""
     broker = make_broker(open_files_max=1024)
     admin = admin_for(broker)
-    refused = admin.create_topics([NewTopic("wide", num_partitions=400, replication_factor=1)],
+    refused = admin.create_topics([NewTopic("wide", num_partitions=600, replication_factor=1)],
                                   operation_timeout=ADMIN_TIMEOUT_S)
     try:
         refused["wide"].result(timeout=ADMIN_TIMEOUT_S)
@@ -263,7 +264,7 @@ def test_partitions_past_the_open_files_limit_are_refused_whole(make_broker):
     assert not (broker.data_dir / "topics" / "wide").exists()
 
     create_topic(broker.bootstrap, "narrow", 4)
-    grow = admin.create_partitions([NewPartitions("narrow", 400)])
+    grow = admin.create_partitions([NewPartitions("narrow", 600)])
     assert error_code_of(grow["narrow"]) == KafkaError.POLICY_VIOLATION
     wait_for_topic(broker.bootstrap, "narrow", 4)
 
@@ -416,3 +417,83 @@ def test_sealed_segments_files_stay_within_the_open_files_limit(make_broker):
     evictions = re.search(r"^headway_file_cache_evictions_total (\S+)$", text, re.M)
     assert misses and float(misses.group(1)) >= segments, text[:2000]
     assert evictions and float(evictions.group(1)) > 0
+
+
+def test_more_partitions_than_the_open_files_limit_are_written_and_read_back(make_broker,
+                                                                             tmp_path):
+    """Goal: an idle partition holds no file, so a broker serves far more partitions than
+    its open files limit would allow at three files each. Method: under a limit of 2,048
+    open files (connections_max 200), one topic of 1,500 partitions (4,500 segment files
+    if each held its active segment open) gets 3 records per partition written
+    round-robin (librdkafka, acks=all, flushed every 500 records); every record is read
+    back by value, before and after a restart, with the process's open files
+    (/proc/PID/fd) checked under the limit after each flush and read."""
+    limit, partitions, per_partition = 2048, 1500, 3
+    config = tmp_path / "headway.toml"
+    config.write_text("connections_max = 200\n")
+    broker = make_broker("--config", str(config), open_files_max=limit)
+    create_topic(broker.bootstrap, "wide", partitions)
+    producer = Producer({**rdkafka_base(broker.bootstrap), "acks": "all"})
+    errors: list[str] = []
+    peak = _open_files(broker.pid)
+    expected = {p: set() for p in range(partitions)}
+    for i in range(partitions * per_partition):
+        p = i % partitions
+        value = f"{p}-{i}".encode()
+        expected[p].add(value)
+        producer.produce("wide", value=value, partition=p,
+                         on_delivery=lambda err, _m: err and errors.append(err.str()))
+        if i % 500 == 499:
+            assert producer.flush(FLUSH_TIMEOUT_S) == 0, "records still in flight"
+            peak = max(peak, _open_files(broker.pid))
+    assert producer.flush(FLUSH_TIMEOUT_S) == 0 and not errors, errors[:3]
+    for restart in (False, True):
+        if restart:
+            broker.stop()
+            broker.start()
+            wait_for_topic(broker.bootstrap, "wide", partitions)
+        assert _read_values(broker.bootstrap, "wide", partitions, per_partition) == expected
+        peak = max(peak, _open_files(broker.pid))
+    assert peak < limit, f"{peak} files open under a limit of {limit}"
+
+
+def _read_values(bootstrap: str, topic: str, partitions: int, per_partition: int
+                 ) -> dict[int, set[bytes]]:
+    """Reads `per_partition` records from the start of each partition; their values."""
+    consumer = new_consumer(bootstrap)
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        seen: dict[int, set[bytes]] = {p: set() for p in range(partitions)}
+        total = 0
+        deadline = time.monotonic() + ADMIN_TIMEOUT_S
+        while total < partitions * per_partition:
+            assert time.monotonic() < deadline, f"read {total} records"
+            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+                if msg.error() is None:
+                    seen[msg.partition()].add(msg.value())
+                    total += 1
+        return seen
+    finally:
+        consumer.close()
+
+
+def test_connections_past_connections_max_wait_and_the_limit_is_logged(make_broker, tmp_path):
+    """With connections_max 4, six idle TCP connections: the broker serves four, logs
+    one clear line naming the limit, and serves the waiting ones once others close."""
+    import socket
+
+    config = tmp_path / "headway.toml"
+    config.write_text("connections_max = 4\n")
+    broker = make_broker("--config", str(config))
+    host, port = broker.bootstrap.rsplit(":", 1)
+    sockets = [socket.create_connection((host, int(port)), timeout=10) for _ in range(6)]
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    line = "connections_max reached: new connections wait in the listen backlog"
+    while line not in broker.stderr_path.read_text():
+        assert time.monotonic() < deadline, "no log line for connections_max"
+        time.sleep(0.1)
+    assert "connections_max=4" in broker.stderr_path.read_text()
+    for s in sockets:
+        s.close()
+    # Slots free again: a client is served.
+    assert "wide" not in topic_names(admin_for(broker))

@@ -3,27 +3,29 @@
 //! anything is created, instead of failing part-way (and leaving a data directory that
 //! can no longer be opened under the same limit).
 //!
-//! Each partition holds its active segment's three files open (the log, the offset
-//! index, the time index) and each sealed segment's too; sockets take one file each.
-//! The budget for new partitions is what the limit leaves after the files open now, a
-//! reserve for connections (`connections_max`, at most half the limit) and
-//! [`limits::OPEN_FILES_HEADROOM`] for the rest (directories synced, side files,
-//! the metrics listener).
+//! No partition holds a file open between uses: every segment file (the active
+//! segment's log, offset index and time index, sealed segments' logs) is opened
+//! through the log's bounded [`FileCache`], which closes the least recently used when
+//! it needs room. One file per partition is still counted: a partition written holds
+//! the `.log` it wrote until its flusher has synced it, even when the cache closed its
+//! own copy meanwhile ([`FILES_PER_PARTITION`]). Sockets take one file each.
 //!
-//! What the limit leaves after that reserve is `open_files_max` (or the configured
-//! figure, when lower). Sealed segments' files do not stay open: they go through
-//! the log's bounded [`FileCache`], whose capacity is what `open_files_max` leaves
-//! beside the files held open outside it (the partitions' active segments and
-//! directories), at least [`limits::FILE_CACHE_CAPACITY_MIN`]. The broker sets it at
-//! start-up and after every change to the set of partitions; a new partition may take
-//! the cache's room, which the cache gives back by closing idle files.
+//! What the limit leaves after a reserve for connections (`connections_max`, at most
+//! half the limit) and [`limits::OPEN_FILES_HEADROOM`] for the rest (directories
+//! synced, side files, the metrics listener) is `open_files_max` (or the configured
+//! figure, when lower). New partitions are refused whole when the partitions would
+//! then count more files than `open_files_max` leaves beside the files open outside
+//! the cache. The cache's capacity is what `open_files_max` leaves beside the files
+//! held open outside it, at least [`limits::FILE_CACHE_CAPACITY_MIN`]; the broker sets
+//! it at start-up and after every change to the set of partitions.
 
 use crate::{limits, BrokerError};
 use headway_log::FileCache;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
-/// Files a new partition opens: its first segment's log, offset index and time index.
-pub const FILES_PER_NEW_PARTITION: u64 = 3;
+/// Files a partition counts for: the `.log` a write holds until its sync (its other
+/// files, and this one between writes, are the cache's).
+pub const FILES_PER_PARTITION: u64 = 1;
 
 /// Raises the soft limit on open files to the hard limit; returns the soft limit in
 /// force afterwards (`None`: unlimited, or the limit could not be read).
@@ -91,10 +93,11 @@ impl OpenFiles {
     }
 
     /// Whether `partitions` new partitions fit beside `open` files held open (outside
-    /// the cache, which gives its files back).
-    pub fn check(&self, open: u64, partitions: u64) -> Result<(), BrokerError> {
-        let needed = partitions.saturating_mul(FILES_PER_NEW_PARTITION);
-        let available = self.files_max.saturating_sub(open);
+    /// the cache, which gives its files back) and the `existing` partitions.
+    pub fn check(&self, open: u64, existing: u64, partitions: u64) -> Result<(), BrokerError> {
+        let needed = partitions.saturating_mul(FILES_PER_PARTITION);
+        let counted = existing.saturating_mul(FILES_PER_PARTITION);
+        let available = self.files_max.saturating_sub(open.saturating_add(counted));
         match needed <= available {
             true => Ok(()),
             false => Err(BrokerError::OpenFilesLimit {
@@ -115,24 +118,26 @@ mod tests {
     fn partitions_fit_what_the_limit_leaves_after_open_files_and_the_reserve() {
         // 20,000 files, 10,000 connections: 10,000 + headroom kept back.
         let budget = OpenFiles::new(20_000, 10_000, None);
-        let room = 20_000 - 10_000 - limits::OPEN_FILES_HEADROOM - 100;
-        let fits = room / FILES_PER_NEW_PARTITION;
-        assert!(budget.check(100, fits).is_ok());
-        match budget.check(100, fits + 1) {
+        let room = 20_000 - 10_000 - limits::OPEN_FILES_HEADROOM - 100 - 500;
+        let fits = room / FILES_PER_PARTITION;
+        assert!(budget.check(100, 500, fits).is_ok());
+        match budget.check(100, 500, fits + 1) {
             Err(BrokerError::OpenFilesLimit {
                 needed,
                 available,
                 limit,
                 ..
             }) => {
-                assert_eq!((needed, available, limit), ((fits + 1) * 3, room, 20_000));
+                assert_eq!((needed, available, limit), (fits + 1, room, 20_000));
             }
             other => panic!("{other:?}"),
         }
         // A small limit keeps at most half of it for connections.
         let small = OpenFiles::new(1024, 10_000, None);
         assert_eq!(small.reserve, 512 + limits::OPEN_FILES_HEADROOM);
-        assert!(small.check(2000, 1).is_err(), "more open than the limit");
+        assert!(small.check(2000, 0, 1).is_err(), "more open than the limit");
+        assert!(small.check(10, 440, 1).is_err(), "too many partitions");
+        assert!(small.check(10, 400, 1).is_ok());
     }
 
     #[test]

@@ -1,13 +1,20 @@
-//! Open files of sealed segments as a bounded, counted resource.
+//! Open files of segments as a bounded, counted resource.
 //!
-//! A sealed segment's `.log` is read only by fetches from behind the tail, timestamp
-//! look-ups and the cleaner, so it is not held open: it is opened on demand through
-//! this cache and closed when the least recently used of the cache's files must make
-//! room for another. The active segment's files are not in the cache: they stay open
-//! while the segment is written. The cache holds at most its capacity of files
-//! (`open_files_max` less what the active segments and sockets take, set by the
-//! broker with [`FileCache::set_capacity`]); hits, misses, evictions and the count
-//! of open files are counted for `/metrics`.
+//! No segment holds its files open between uses: a sealed segment's `.log` (read by
+//! fetches from behind the tail, timestamp look-ups and the cleaner) and the active
+//! segment's three files (`.log`, `.index`, `.timeindex`, written by appends) are
+//! opened on demand through this cache and closed when the least recently used of the
+//! cache's files must make room for another. So a partition nobody writes or reads
+//! holds no file, and a hot partition's files stay in the cache (one map look-up per
+//! append). The cache holds at most its capacity of files (`open_files_max` less what
+//! sockets and the rest take, set by the broker with [`FileCache::set_capacity`]);
+//! hits, misses, evictions and the count of open files are counted for `/metrics`.
+//!
+//! Durability does not depend on the cache keeping a file: an append hands the
+//! `.log` it wrote to the log's pending sync set (`crate::sync`), which holds that
+//! descriptor until the flusher has synced it, so a file evicted before its sync is
+//! closed only after it (the index files need no sync for acknowledgements: recovery
+//! rebuilds them).
 //!
 //! Files are handed out as `Arc<File>`: a read that holds one keeps it valid even
 //! when the cache evicts it meanwhile (the descriptor closes when the last holder
@@ -22,7 +29,7 @@
 
 use crate::LogError;
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -42,30 +49,66 @@ pub struct FileCacheStats {
     pub evictions: u64,
 }
 
+/// Which of a segment's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum FileKind {
+    Log,
+    Index,
+    TimeIndex,
+}
+
+type Key = (u64, FileKind);
+
+struct Entry {
+    file: Arc<File>,
+    used: u64,
+    /// Opened for appending (the active segment's), not only for reading.
+    writable: bool,
+}
+
 #[derive(Default)]
 struct Entries {
-    /// Segment id to its file and the tick of its last use.
-    files: HashMap<u64, (Arc<File>, u64)>,
-    /// Tick of last use to segment id: the first is the least recently used.
-    by_use: BTreeMap<u64, u64>,
+    /// Segment id and file to its entry.
+    files: HashMap<Key, Entry>,
+    /// Tick of last use to key: the first is the least recently used.
+    by_use: BTreeMap<u64, Key>,
     tick: u64,
 }
 
 impl Entries {
-    fn touch(&mut self, id: u64) -> Option<Arc<File>> {
+    /// The file of `key`, if held and (when `writable`) open for appending.
+    fn touch(&mut self, key: Key, writable: bool) -> Option<Arc<File>> {
         self.tick += 1;
         let tick = self.tick;
-        let (file, used) = self.files.get_mut(&id)?;
-        self.by_use.remove(used);
-        *used = tick;
-        self.by_use.insert(tick, id);
-        Some(Arc::clone(file))
+        let entry = self
+            .files
+            .get_mut(&key)
+            .filter(|e| e.writable || !writable)?;
+        self.by_use.remove(&entry.used);
+        entry.used = tick;
+        self.by_use.insert(tick, key);
+        Some(Arc::clone(&entry.file))
     }
 
-    fn remove(&mut self, id: u64) -> bool {
-        match self.files.remove(&id) {
-            Some((_, used)) => {
-                self.by_use.remove(&used);
+    fn insert(&mut self, key: Key, file: Arc<File>, writable: bool) {
+        self.remove(key);
+        self.tick += 1;
+        let used = self.tick;
+        self.files.insert(
+            key,
+            Entry {
+                file,
+                used,
+                writable,
+            },
+        );
+        self.by_use.insert(used, key);
+    }
+
+    fn remove(&mut self, key: Key) -> bool {
+        match self.files.remove(&key) {
+            Some(entry) => {
+                self.by_use.remove(&entry.used);
                 true
             }
             None => false,
@@ -79,6 +122,9 @@ pub struct FileCache {
     hits: AtomicU64,
     misses: AtomicU64,
     evictions: AtomicU64,
+    /// The use tick at the last [`FileCache::close_unused`]: files not used since are
+    /// idle.
+    mark: AtomicU64,
 }
 
 /// Identities of segments: each `Segment` value takes the next one.
@@ -96,7 +142,27 @@ impl FileCache {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
+            mark: AtomicU64::new(0),
         }
+    }
+
+    /// Closes the files not used since the previous call (counted as evictions), and
+    /// returns how many. Called on a timer, it closes the files of partitions idle for
+    /// one to two periods, so that an idle broker holds few files even after every
+    /// partition was written.
+    pub fn close_unused(&self) -> usize {
+        let mut entries = self.lock();
+        let mark = self.mark.swap(entries.tick, Ordering::Relaxed);
+        let mut closed = 0;
+        while let Some((&used, &key)) = entries.by_use.first_key_value() {
+            if used > mark {
+                break;
+            }
+            entries.remove(key);
+            closed += 1;
+        }
+        self.evictions.fetch_add(closed as u64, Ordering::Relaxed);
+        closed
     }
 
     /// The process's cache, which every log's sealed segments use.
@@ -123,41 +189,72 @@ impl FileCache {
         }
     }
 
-    /// The open file of segment `id` at `path` (read-only), opened if the cache does
-    /// not hold it.
+    /// The open `.log` of segment `id` at `path` for reading, opened (read-only) if
+    /// the cache does not hold it.
     pub(crate) fn get(&self, id: u64, path: &Path) -> Result<Arc<File>, LogError> {
-        if let Some(file) = self.lock().touch(id) {
+        self.get_kind(id, FileKind::Log, path, false)
+            .map_err(LogError::io("open", path))
+    }
+
+    /// The file `kind` of the active segment `id` at `path`, open for appending (and
+    /// reading), opened if the cache does not hold it so. The caller maps the error:
+    /// an open that fails (too many open files, a full disk's metadata) refuses an
+    /// append, it does not poison the log.
+    pub(crate) fn get_writable(
+        &self,
+        id: u64,
+        kind: FileKind,
+        path: &Path,
+    ) -> std::io::Result<Arc<File>> {
+        self.get_kind(id, kind, path, true)
+    }
+
+    fn get_kind(
+        &self,
+        id: u64,
+        kind: FileKind,
+        path: &Path,
+        writable: bool,
+    ) -> std::io::Result<Arc<File>> {
+        let key = (id, kind);
+        if let Some(file) = self.lock().touch(key, writable) {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(file);
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
-        let opened = File::open(path).map_err(LogError::io("open", path))?;
-        crate::segment::without_readahead(&opened);
+        let opened = match writable {
+            true => OpenOptions::new().read(true).append(true).open(path)?,
+            false => File::open(path)?,
+        };
+        if kind == FileKind::Log {
+            crate::segment::without_readahead(&opened);
+        }
         let mut entries = self.lock();
-        // Another reader may have opened it meanwhile: keep one.
-        if let Some(file) = entries.touch(id) {
+        // Another thread may have opened it meanwhile: keep one.
+        if let Some(file) = entries.touch(key, writable) {
             return Ok(file);
         }
         let file = Arc::new(opened);
-        let tick = entries.tick;
-        entries.files.insert(id, (Arc::clone(&file), tick));
-        entries.by_use.insert(tick, id);
+        entries.insert(key, Arc::clone(&file), writable);
         self.evict_over_capacity(&mut entries);
         Ok(file)
     }
 
-    /// Closes segment `id`'s file if the cache holds it (the segment is gone).
+    /// Closes segment `id`'s files if the cache holds them (the segment is gone).
     pub(crate) fn forget(&self, id: u64) {
-        self.lock().remove(id);
+        let mut entries = self.lock();
+        for kind in [FileKind::Log, FileKind::Index, FileKind::TimeIndex] {
+            entries.remove((id, kind));
+        }
     }
 
     fn evict_over_capacity(&self, entries: &mut Entries) {
         let capacity = self.capacity.load(Ordering::Relaxed);
         while entries.files.len() > capacity {
-            let Some((_, id)) = entries.by_use.pop_first() else {
+            let Some((_, key)) = entries.by_use.pop_first() else {
                 break;
             };
-            entries.files.remove(&id);
+            entries.files.remove(&key);
             self.evictions.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -207,5 +304,50 @@ mod tests {
         cache.forget(2);
         assert_eq!(cache.stats().open, 0);
         assert!(cache.get(9, &dir.path().join("missing.log")).is_err());
+    }
+
+    #[test]
+    fn a_file_read_first_is_reopened_for_appending_and_counts_once() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("active.log");
+        std::fs::write(&path, b"a").unwrap();
+        let cache = FileCache::new(4);
+        cache.get(1, &path).unwrap();
+        let writable = cache.get_writable(1, FileKind::Log, &path).unwrap();
+        (&*writable).write_all(b"b").unwrap();
+        // The writable file serves reads too, and replaced the read-only one.
+        cache.get(1, &path).unwrap();
+        cache.get_writable(1, FileKind::Index, &path).unwrap();
+        let stats = cache.stats();
+        assert_eq!((stats.open, stats.hits, stats.misses), (2, 1, 3));
+        assert_eq!(std::fs::read(&path).unwrap(), b"ab");
+        cache.forget(1);
+        assert_eq!(cache.stats().open, 0);
+    }
+
+    #[test]
+    fn files_unused_between_two_calls_are_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths: Vec<_> = (0..3)
+            .map(|i| {
+                let path = dir.path().join(format!("{i}.log"));
+                std::fs::write(&path, b"x").unwrap();
+                path
+            })
+            .collect();
+        let cache = FileCache::new(8);
+        for (id, path) in paths.iter().enumerate() {
+            cache.get(id as u64, path).unwrap();
+        }
+        assert_eq!(cache.close_unused(), 0, "the first round only marks");
+        assert_eq!(cache.close_unused(), 3, "none used since the last round");
+        cache.get(0, &paths[0]).unwrap();
+        cache.get(1, &paths[1]).unwrap();
+        assert_eq!(cache.close_unused(), 0, "both used since the last call");
+        cache.get(1, &paths[1]).unwrap();
+        assert_eq!(cache.close_unused(), 1, "0 was not used since");
+        assert_eq!(cache.stats().open, 1);
+        assert_eq!(cache.stats().evictions, 4);
     }
 }

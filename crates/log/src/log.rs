@@ -170,7 +170,7 @@ impl Log {
         let appended = self
             .active_mut()
             .append(batches, &headers, interval, now_ms);
-        self.check_write(appended)?;
+        let written = self.check_write(appended)?;
         if self.refused_appends > 0 {
             tracing::info!(dir = %self.dir.display(), refused_appends = self.refused_appends,
                 "appends succeed again");
@@ -178,7 +178,9 @@ impl Log {
         }
         self.log_end_offset = base_offset + offset_count;
         self.size_bytes += batches.len() as u64;
-        self.pending.wrote_active(batches.len() as u64);
+        let path = self.active().paths().log.clone();
+        self.pending
+            .wrote_active(batches.len() as u64, (written, path));
         Ok(AppendInfo {
             base_offset: Offset::new(base_offset),
             last_offset: Offset::new(self.log_end_offset - 1),
@@ -227,18 +229,17 @@ impl Log {
     /// with the log end offset at this moment. Syncing the set makes every offset below
     /// `SyncSet::log_end_offset` durable.
     pub fn sync_set(&mut self) -> SyncSet {
-        let active = self
-            .segments
-            .values()
-            .next_back()
-            .expect("a log has a segment");
-        let active_log = active
-            .log_file()
-            .expect("the active segment holds its .log open");
-        let active_log = (&active_log, active.paths().log.as_path());
         let dir = self.dir.as_path();
-        self.pending
-            .take(active_log, dir, Offset::new(self.log_end_offset))
+        self.pending.take(dir, Offset::new(self.log_end_offset))
+    }
+
+    /// True when nothing changed since the clean close this log was opened after: its
+    /// clean-shutdown marker is still true, so a close has nothing to sync or write.
+    pub fn untouched_since_clean_close(&self) -> bool {
+        self.clean_marker
+            && self.pending.is_clean()
+            && self.last_sealed.is_none()
+            && self.aborted_unsynced.is_empty()
     }
 
     /// Bytes appended since the last [`Log::sync_set`]: what the next sync writes.
@@ -455,6 +456,11 @@ impl Log {
             return Err(LogError::Poisoned {
                 path: self.dir.clone(),
             });
+        }
+        if self.untouched_since_clean_close() {
+            // The marker of the last clean close still stands for these files.
+            tracing::debug!(dir = %self.dir.display(), "log closed untouched");
+            return Ok(());
         }
         // Sync sets still in flight on other threads may not have finished: sync
         // everything that can be dirty, which by the durability invariant is the

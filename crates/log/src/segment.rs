@@ -9,6 +9,10 @@
 //! in the cleaner's staging directory, sealed, and moved in). A `Segment` is owned by the `Log` and used under its lock; only its
 //! `Arc<File>` handles escape, to sync sets and read slices.
 //!
+//! A segment holds no file open between uses (only while it is loaded): its files are
+//! opened through the process's [`FileCache`], the active segment's for appending, so
+//! an idle partition costs no open file and a hot one finds its files in the cache.
+//!
 //! Failed writes are undone: an append, a seal or a create that fails part-way (most
 //! often `ENOSPC`) truncates every file it touched back to its previous length, or
 //! removes the files it created, and reports `LogError::WriteRefused`; the segment's
@@ -22,7 +26,7 @@ pub(crate) use load::LoadOptions;
 
 use crate::batch::BatchHeader;
 use crate::config::{SEALED_INDEX_THINNING, SHORT_WALK_CHUNK_BYTES};
-use crate::file_cache::{self, FileCache};
+use crate::file_cache::{self, FileCache, FileKind};
 use crate::index::{self, OffsetIndex};
 use crate::indexing::{BatchPlace, IndexCursor, NewEntries};
 use crate::scan::{self, WalkOptions};
@@ -71,12 +75,10 @@ impl SegmentPaths {
     }
 }
 
-/// The index files of the active segment, open for appending, with their lengths
-/// (what a failed write is truncated back to).
+/// The lengths of the active segment's index files (what a failed write is truncated
+/// back to); the files themselves are in the [`FileCache`].
 #[derive(Debug)]
-struct IndexWriters {
-    index: Arc<File>,
-    time_index: Arc<File>,
+struct IndexLengths {
     index_bytes: u64,
     time_index_bytes: u64,
 }
@@ -88,8 +90,8 @@ pub(crate) struct Segment {
     id: u64,
     base_offset: i64,
     paths: SegmentPaths,
-    /// The `.log`, held open while the segment is loaded and while it is active;
-    /// `None` once sealed: then opened on demand through the [`FileCache`].
+    /// The `.log`, held open while the segment is loaded; `None` once it is in use:
+    /// then opened on demand through the [`FileCache`].
     log_file: Option<Arc<File>>,
     size_bytes: u64,
     /// The offset after the segment's last batch; the base offset when empty.
@@ -102,7 +104,8 @@ pub(crate) struct Segment {
     /// When the segment got its first batch (or was loaded, for a non-empty
     /// segment found at open): the start of its age for `segment_ms_max`.
     created_ms: Option<i64>,
-    writers: Option<IndexWriters>,
+    /// `Some` while the segment is the active one (appended to).
+    writers: Option<IndexLengths>,
 }
 
 /// Offset minus base offset, if it fits an index entry.
@@ -229,17 +232,32 @@ impl Segment {
         }
     }
 
-    /// Opens the index files for appending: the segment becomes the active one.
+    /// Opens the index files for appending (creating them if missing) to learn their
+    /// lengths: the segment becomes the active one. Its files, the `.log` held since its
+    /// load or creation too, are closed again: the first append opens them through the
+    /// [`FileCache`], so a partition opened and not written holds none.
     pub fn open_writers(&mut self) -> Result<(), LogError> {
         let index = open_for_append(&self.paths.index, true)?;
         let time_index = open_for_append(&self.paths.time_index, true)?;
-        self.writers = Some(IndexWriters {
+        self.writers = Some(IndexLengths {
             index_bytes: file_len(&index, &self.paths.index)?,
             time_index_bytes: file_len(&time_index, &self.paths.time_index)?,
-            index,
-            time_index,
         });
+        self.log_file = None;
         Ok(())
+    }
+
+    /// The active segment's file `kind`, open for appending, through the cache. A
+    /// failure to open it refuses the write (`LogError::WriteRefused`).
+    fn writable(&self, kind: FileKind) -> Result<Arc<File>, LogError> {
+        let path = match kind {
+            FileKind::Log => &self.paths.log,
+            FileKind::Index => &self.paths.index,
+            FileKind::TimeIndex => &self.paths.time_index,
+        };
+        FileCache::global()
+            .get_writable(self.id, kind, path)
+            .map_err(LogError::refused("open", path))
     }
 
     pub fn base_offset(&self) -> i64 {
@@ -258,19 +276,21 @@ impl Segment {
         self.size_bytes == 0
     }
 
-    /// The `.log`: the one held open, or a sealed segment's through the cache.
+    /// The `.log`: the one held open while loading, or through the cache (open for
+    /// appending when the segment is the active one).
     pub fn log_file(&self) -> Result<Arc<File>, LogError> {
-        match &self.log_file {
-            Some(file) => Ok(Arc::clone(file)),
-            None => FileCache::global().get(self.id, &self.paths.log),
+        match (&self.log_file, &self.writers) {
+            (Some(file), _) => Ok(Arc::clone(file)),
+            (None, Some(_)) => self.writable(FileKind::Log),
+            (None, None) => FileCache::global().get(self.id, &self.paths.log),
         }
     }
 
-    /// The `.log` held open: the active segment's, or one being loaded.
+    /// The `.log` held open by a segment being loaded.
     fn held_log(&self) -> &Arc<File> {
         self.log_file
             .as_ref()
-            .expect("the active segment and a segment being loaded hold their .log open")
+            .expect("a segment being loaded holds its .log open")
     }
 
     pub fn id(&self) -> u64 {
@@ -305,21 +325,22 @@ impl Segment {
     /// Appends batches whose base offsets the log already assigned: one write to the
     /// `.log`, then one write per index file when the batches add entries. The
     /// in-memory state changes only when every write succeeded; a failed write is
-    /// undone (`LogError::WriteRefused`).
+    /// undone (`LogError::WriteRefused`). Returns the `.log` written, which the sync
+    /// set holds until it is synced.
     pub fn append(
         &mut self,
         bytes: &[u8],
         batches: &[BatchHeader],
         index_interval_bytes: u32,
         now_ms: i64,
-    ) -> Result<(), LogError> {
+    ) -> Result<Arc<File>, LogError> {
         let (cursor, new, size_bytes) = self.plan(batches, index_interval_bytes);
         assert_eq!(
             size_bytes - self.size_bytes,
             bytes.len() as u64,
             "batch headers must cover the appended bytes"
         );
-        self.write(bytes, &new)?;
+        let log = self.write(bytes, &new)?;
         self.size_bytes = size_bytes;
         self.end_offset = batches.last().expect("an append has batches").last_offset() + 1;
         self.cursor = cursor;
@@ -327,7 +348,7 @@ impl Segment {
         for entries in new {
             entries.push_into(&mut self.offset_index, &mut self.time_index);
         }
-        Ok(())
+        Ok(log)
     }
 
     /// The indexing state, the index entries and the segment size after `batches`,
@@ -354,51 +375,48 @@ impl Segment {
         (cursor, new, position)
     }
 
-    fn write(&mut self, bytes: &[u8], new: &[NewEntries]) -> Result<(), LogError> {
+    /// Writes the batches and index entries. Every file is opened (through the cache)
+    /// before anything is written, so that a failed open refuses the write with
+    /// nothing to undo.
+    fn write(&mut self, bytes: &[u8], new: &[NewEntries]) -> Result<Arc<File>, LogError> {
         let offsets: Vec<_> = new.iter().filter_map(|n| n.offset).collect();
         let index_bytes = index::encode_entries(&offsets);
         let times: Vec<_> = new.iter().filter_map(|n| n.time).collect();
         let time_index_bytes = time_index::encode_entries(&times);
-        let writers = self
+        let log = self.writable(FileKind::Log)?;
+        let index = (!index_bytes.is_empty())
+            .then(|| self.writable(FileKind::Index))
+            .transpose()?;
+        let time = (!time_index_bytes.is_empty())
+            .then(|| self.writable(FileKind::TimeIndex))
+            .transpose()?;
+        let lengths = self
             .writers
             .as_ref()
             .expect("only the active segment is appended to");
-        let written = write_to(self.held_log(), bytes, &self.paths.log)
-            .and_then(|()| match index_bytes.is_empty() {
-                true => Ok(()),
-                false => write_to(&writers.index, &index_bytes, &self.paths.index),
+        let written = write_to(&log, bytes, &self.paths.log)
+            .and_then(|()| match &index {
+                Some(file) => write_to(file, &index_bytes, &self.paths.index),
+                None => Ok(()),
             })
-            .and_then(|()| match time_index_bytes.is_empty() {
-                true => Ok(()),
-                false => write_to(
-                    &writers.time_index,
-                    &time_index_bytes,
-                    &self.paths.time_index,
-                ),
+            .and_then(|()| match &time {
+                Some(file) => write_to(file, &time_index_bytes, &self.paths.time_index),
+                None => Ok(()),
             });
         if let Err(e) = written {
-            self.undo_writes()?;
+            undo_to(&log, self.size_bytes, &self.paths.log)?;
+            if let Some(file) = &index {
+                undo_to(file, lengths.index_bytes, &self.paths.index)?;
+            }
+            if let Some(file) = &time {
+                undo_to(file, lengths.time_index_bytes, &self.paths.time_index)?;
+            }
             return Err(e);
         }
-        let writers = self.writers.as_mut().expect("checked above");
-        writers.index_bytes += index_bytes.len() as u64;
-        writers.time_index_bytes += time_index_bytes.len() as u64;
-        Ok(())
-    }
-
-    /// Truncates the active segment's three files back to what the segment holds.
-    fn undo_writes(&self) -> Result<(), LogError> {
-        let writers = self
-            .writers
-            .as_ref()
-            .expect("only the active segment is appended to");
-        undo_to(self.held_log(), self.size_bytes, &self.paths.log)?;
-        undo_to(&writers.index, writers.index_bytes, &self.paths.index)?;
-        undo_to(
-            &writers.time_index,
-            writers.time_index_bytes,
-            &self.paths.time_index,
-        )
+        let lengths = self.writers.as_mut().expect("checked above");
+        lengths.index_bytes += index_bytes.len() as u64;
+        lengths.time_index_bytes += time_index_bytes.len() as u64;
+        Ok(log)
     }
 
     /// Ends the segment's life as the active one: writes the final time-index entry
@@ -406,35 +424,34 @@ impl Segment {
     /// acknowledged. When the entry cannot be written the segment stays active and
     /// unchanged (`LogError::WriteRefused`).
     pub fn seal(&mut self) -> Result<SealedFiles, LogError> {
+        let log = self.writable(FileKind::Log)?;
+        let index = self.writable(FileKind::Index)?;
+        let time = self.writable(FileKind::TimeIndex)?;
         let mut cursor = self.cursor.clone();
         if let Some(entry) = cursor.seal() {
-            let writers = self
+            let lengths = self
                 .writers
                 .as_ref()
                 .expect("only the active segment is sealed");
-            if let Err(e) = write_to(&writers.time_index, &entry.encode(), &self.paths.time_index) {
-                self.undo_writes()?;
+            if let Err(e) = write_to(&time, &entry.encode(), &self.paths.time_index) {
+                undo_to(&time, lengths.time_index_bytes, &self.paths.time_index)?;
                 return Err(e);
             }
             self.time_index.push(entry);
         }
         self.cursor = cursor;
-        let writers = self
-            .writers
-            .take()
-            .expect("only the active segment is sealed");
-        let log_file = Arc::clone(self.held_log());
+        self.writers = None;
         self.thin_indexes();
         Ok(SealedFiles::new(vec![
-            (log_file, self.paths.log.clone()),
-            (writers.index, self.paths.index.clone()),
-            (writers.time_index, self.paths.time_index.clone()),
+            (log, self.paths.log.clone()),
+            (index, self.paths.index.clone()),
+            (time, self.paths.time_index.clone()),
         ]))
     }
 
     /// Frees most of a sealed segment's in-memory index entries (see
-    /// `SEALED_INDEX_THINNING`; the index files keep every entry) and lets go of its
-    /// `.log`, which reads then open through the [`FileCache`].
+    /// `SEALED_INDEX_THINNING`; the index files keep every entry) and lets go of the
+    /// `.log` held since its load, which reads then open through the [`FileCache`].
     pub fn thin_indexes(&mut self) {
         self.log_file = None;
         if !self.thinned {
@@ -544,12 +561,10 @@ impl Segment {
 }
 
 impl Drop for Segment {
-    /// A sealed segment that goes (deleted, replaced by the cleaner, closed) closes
-    /// its cached file, so the cache never keeps a deleted file's space.
+    /// A segment that goes (deleted, replaced by the cleaner, closed) closes its
+    /// cached files, so the cache never keeps a deleted file's space.
     fn drop(&mut self) {
-        if self.log_file.is_none() {
-            FileCache::global().forget(self.id);
-        }
+        FileCache::global().forget(self.id);
     }
 }
 

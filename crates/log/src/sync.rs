@@ -113,7 +113,9 @@ impl SealedFiles {
 /// synced it yet (see `Log::roll`), so this stays bounded even when nobody syncs.
 #[derive(Debug, Default)]
 pub(crate) struct Pending {
-    active_log: bool,
+    /// The active segment's `.log` as the first append since the last set wrote it:
+    /// held until synced even when the file cache closes its own copy meanwhile.
+    active_log: Option<(Arc<File>, PathBuf)>,
     /// Bytes appended since the last set was taken.
     bytes: u64,
     sealed: Vec<SealedFiles>,
@@ -121,10 +123,15 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// `bytes` were appended to the active segment's `.log`.
-    pub fn wrote_active(&mut self, bytes: u64) {
-        self.active_log = true;
+    /// `bytes` were appended to the active segment's `.log`, through `file`.
+    pub fn wrote_active(&mut self, bytes: u64, file: (Arc<File>, PathBuf)) {
+        self.active_log.get_or_insert(file);
         self.bytes += bytes;
+    }
+
+    /// Nothing written, sealed or changed in the directory since the last set.
+    pub fn is_clean(&self) -> bool {
+        self.active_log.is_none() && self.sealed.is_empty() && !self.dir && self.bytes == 0
     }
 
     /// Bytes appended since the last set was taken.
@@ -139,29 +146,28 @@ impl Pending {
 
     /// The active segment was sealed: its files replace the active `.log` in the next
     /// set, and the new segment's file entries make the directory dirty.
-    pub fn sealed(&mut self, sealed: SealedFiles) {
+    pub fn sealed(&mut self, mut sealed: SealedFiles) {
         self.sealed.retain(|s| !s.is_durable());
+        if let Some((file, path)) = self.active_log.take() {
+            // Written through a descriptor the cache has closed since: sync that one
+            // too, so that no written descriptor closes before its sync.
+            if !sealed.files.iter().any(|(f, _)| Arc::ptr_eq(f, &file)) {
+                sealed.files.push((file, path));
+            }
+        }
         self.sealed.push(sealed);
-        self.active_log = false;
         self.dir = true;
     }
 
-    /// Takes everything pending as a set. `active_log` is the active segment's `.log`.
-    pub fn take(
-        &mut self,
-        active_log: (&Arc<File>, &Path),
-        dir: &Path,
-        log_end_offset: Offset,
-    ) -> SyncSet {
+    /// Takes everything pending as a set.
+    pub fn take(&mut self, dir: &Path, log_end_offset: Offset) -> SyncSet {
         let mut files = Vec::new();
         let mut sealed = Vec::new();
         for segment in self.sealed.drain(..).filter(|s| !s.is_durable()) {
             files.extend(segment.files);
             sealed.push(segment.durable);
         }
-        if std::mem::take(&mut self.active_log) {
-            files.push((active_log.0.clone(), active_log.1.to_path_buf()));
-        }
+        files.extend(self.active_log.take());
         let dir = std::mem::take(&mut self.dir).then(|| dir.to_path_buf());
         SyncSet {
             log_end_offset,

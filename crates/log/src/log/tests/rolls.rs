@@ -145,7 +145,7 @@ fn roll_before_relative_offsets_overflow() {
 }
 
 #[test]
-fn only_the_active_segment_holds_its_log_file_open_and_sealed_ones_read_through_the_cache() {
+fn no_segment_holds_its_log_file_open_and_every_one_goes_through_the_cache() {
     let dir = TempDir::new().unwrap();
     let small = LogConfig {
         segment_bytes_max: 2000,
@@ -158,7 +158,7 @@ fn only_the_active_segment_holds_its_log_file_open_and_sealed_ones_read_through_
     }
     let held = |log: &Log| log.segments.values().filter(|s| s.holds_log_open()).count();
     assert!(log.segment_count() >= 5);
-    assert_eq!(held(&log), 1, "the active segment only");
+    assert_eq!(held(&log), 0, "not even the active segment");
     // Reads of sealed segments open their files through the cache (other tests share
     // it, so its counters only grow).
     let before = crate::FileCache::global().stats();
@@ -169,6 +169,52 @@ fn only_the_active_segment_holds_its_log_file_open_and_sealed_ones_read_through_
 
     // Reopened: the same, and reads still see every batch.
     let (log, _) = open(&dir, small);
-    assert_eq!(held(&log), 1);
+    assert_eq!(held(&log), 0);
+    assert_eq!(read_all(&log, 0), expected);
+}
+
+#[test]
+fn an_active_segment_closed_by_the_cache_is_reopened_and_its_written_file_kept_until_synced() {
+    let dir = TempDir::new().unwrap();
+    let (mut log, _) = open(&dir, config());
+    let mut expected = append_one(&mut log, 2, 50, NOW_MS);
+    let active = log.active().id();
+    // The cache closes the active segment's files (as under pressure): the next
+    // append reopens them, and the sync set holds the descriptor written first.
+    crate::FileCache::global().forget(active);
+    expected.extend(append_one(&mut log, 3, 50, NOW_MS));
+    crate::FileCache::global().forget(active);
+    assert_eq!(read_all(&log, 0), expected);
+    let set = log.sync_set();
+    assert_eq!(set.log_end_offset, Offset::new(5));
+    assert_eq!(set.file_count(), 1, "the .log written, once");
+    set.sync().unwrap();
+    assert!(log.sync_set().is_empty());
+    log.close().unwrap();
+    let (log, report) = open(&dir, config());
+    assert!(report.clean_shutdown);
+    assert_eq!(read_all(&log, 0), expected);
+}
+
+#[test]
+fn a_log_untouched_since_a_clean_close_closes_without_writing() {
+    let dir = TempDir::new().unwrap();
+    let (mut log, _) = open(&dir, config());
+    let expected = append_one(&mut log, 2, 50, NOW_MS);
+    assert!(!log.untouched_since_clean_close());
+    log.close().unwrap();
+    let (log, _) = open(&dir, config());
+    assert!(log.untouched_since_clean_close());
+    // A close that wrote the marker again would truncate it.
+    let marker = dir.path().join(crate::recovery::CLEAN_SHUTDOWN_FILE);
+    std::fs::write(&marker, b"left").unwrap();
+    log.close().unwrap();
+    assert_eq!(
+        std::fs::read(&marker).unwrap(),
+        b"left",
+        "the marker of the last close stands"
+    );
+    let (log, report) = open(&dir, config());
+    assert!(report.clean_shutdown);
     assert_eq!(read_all(&log, 0), expected);
 }
