@@ -15,6 +15,7 @@ come from confluent-kafka. Every wait polls for its condition with a deadline.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -24,13 +25,15 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from group_support import headway_cli
 from java_support import JAVA_DIR, JavaClient
-from support import create_topic, rdkafka_base
+from support import create_topic, rdkafka_base, wait_until
 
 SHARE_ARGS = ("--share-auto-offset-reset", "earliest")
 LOCK_ARGS = ("--share-record-lock-duration-ms", "3000")
 DEADLINE_S = 90.0
 MAIN = "ShareConsumerCheck"
+ADMIN = "ShareAdminCheck"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +43,8 @@ def share_classes(tmp_path_factory) -> Path:
     if not list(lib.glob("kafka-clients-*.jar")):
         pytest.fail(f"kafka-clients 4.x not set up in {lib}: run scripts/setup", pytrace=False)
     out = tmp_path_factory.mktemp("share-classes")
-    sources = [JAVA_DIR / "share" / f"{MAIN}.java", JAVA_DIR / "src" / "Json.java",
+    sources = [JAVA_DIR / "share" / f"{MAIN}.java", JAVA_DIR / "share" / f"{ADMIN}.java",
+               JAVA_DIR / "src" / "Json.java",
                JAVA_DIR / "src" / "Args.java"]
     subprocess.run(["javac", "-nowarn", "--release", "17", "-encoding", "UTF-8", "-d", str(out),
                     "-cp", f"{lib}/*", *map(str, sources)], check=True, timeout=300)
@@ -172,3 +176,111 @@ def test_a_record_released_the_delivery_limit_times_is_archived_through_a_crash(
         assert [r["value"] for r in got] == ["good-3"]
     finally:
         close(proc)
+
+
+def admin(java: JavaClient, bootstrap: str, group: str, op: str, *extra: str) -> list[dict]:
+    """One Java Admin call (tests/java/share/ShareAdminCheck.java); its JSON lines."""
+    return java.run(ADMIN, "--bootstrap", bootstrap, "--group", group, "--op", op, *extra)
+
+
+def start_offsets(java: JavaClient, bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    events = admin(java, bootstrap, group, "list-offsets")
+    assert all(e["event"] == "offset" for e in events), events
+    return {(e["topic"], e["partition"]): e["start"] for e in events}
+
+
+def test_admin_lists_alters_and_deletes_share_group_offsets(make_broker, java):
+    """The Java Admin client's listShareGroupOffsets, alterShareGroupOffsets and
+    deleteShareGroupOffsets, describeShareGroups and listGroups for share groups: an
+    alter while the group has a member is refused (NON_EMPTY_GROUP); after the member
+    left, an alter to offset 4 makes the next consumer start at 4; after a delete the
+    group starts over where share.auto.offset.reset says."""
+    broker = make_broker(*SHARE_ARGS)
+    topic, group = "offsets", "g"
+    create_topic(broker.bootstrap, topic, 1)
+    produce(broker.bootstrap, topic, [f"v{i}" for i in range(10)], partition=0)
+    proc = consumer(java, broker.bootstrap, topic, group)
+    try:
+        wait_records(proc, lambda rs: {r["offset"] for r in rs} >= set(range(10)), "ten records")
+        refused = admin(java, broker.bootstrap, group, "alter", "--topic", topic,
+                        "--partition", "0", "--offset", "4")
+        assert refused[-1]["event"] == "error", refused
+        assert refused[-1]["error"] == "GroupNotEmptyException", refused
+        [described] = admin(java, broker.bootstrap, group, "describe")
+        assert described["state"] == "Stable", described
+        assert [m["assigned"] for m in described["members"]] == [[f"{topic}-0"]], described
+        listed = admin(java, broker.bootstrap, group, "list-groups")
+        assert {"event": "listed", "group": group, "type": "Share"} in listed, listed
+    finally:
+        close(proc)
+    # Every record was accepted (implicitly, by the polls and the close).
+    wait_until(lambda: start_offsets(java, broker.bootstrap, group) == {(topic, 0): 10},
+             "the start offset at 10")
+    altered = admin(java, broker.bootstrap, group, "alter", "--topic", topic,
+                    "--partition", "0", "--offset", "4")
+    assert altered == [{"event": "altered"}], altered
+    assert start_offsets(java, broker.bootstrap, group) == {(topic, 0): 4}
+    proc = consumer(java, broker.bootstrap, topic, group)
+    try:
+        got = wait_records(proc, lambda rs: {r["offset"] for r in rs} >= set(range(4, 10)),
+                           "offsets 4 to 9 again")
+        assert sorted(r["offset"] for r in got) == list(range(4, 10))
+        assert all(r["delivery"] == 1 for r in got), got
+    finally:
+        close(proc)
+    assert admin(java, broker.bootstrap, group, "delete", "--topic", topic) == [
+        {"event": "deleted"}]
+    assert start_offsets(java, broker.bootstrap, group) == {}
+    proc = consumer(java, broker.bootstrap, topic, group)
+    try:
+        got = wait_records(proc, lambda rs: {r["offset"] for r in rs} >= set(range(10)),
+                           "every record again, from earliest")
+        assert sorted(r["offset"] for r in got) == list(range(10))
+    finally:
+        close(proc)
+
+
+def share_describe(bootstrap: str, group: str) -> dict:
+    """`headway group describe GROUP --format json` of a share group."""
+    return json.loads(headway_cli("group", "describe", group, "-b", bootstrap,
+                                  "--format", "json"))
+
+
+def test_group_describe_and_metrics_show_share_group_records(make_broker, java):
+    """`headway group describe` of a share group shows its member, and per
+    share-partition the records in flight and acquired: a consumer holding the twenty
+    records it got holds all twenty. /metrics counts the records another group's
+    consumer got and accepted (implicitly, at its next poll and its close)."""
+    broker = make_broker(*SHARE_ARGS, "--metrics-listen", "127.0.0.1:0")
+    topic = "shown"
+    create_topic(broker.bootstrap, topic, 1)
+    produce(broker.bootstrap, topic, [f"v{i}" for i in range(20)], partition=0)
+    holder = consumer(java, broker.bootstrap, topic, "held", "--hold", "true")
+    try:
+        holder.wait_event(lambda e: e.get("event") == "holding", DEADLINE_S, "holding")
+        held = len(records(holder))
+        assert held > 0
+        d = share_describe(broker.bootstrap, "held")
+        assert d["state"] == "Stable", d
+        assert [(m["client_id"], m["assignment"]) for m in d["members"]] == [
+            ("share-0", [[topic, [0]]])], d
+        [p] = d["partitions"]
+        assert (p["topic"], p["partition"], p["start_offset"]) == (topic, 0, 0), p
+        assert p["stats"] == {"in_flight": held, "acquired": held, "archived": 0,
+                              "redelivered": 0}, p
+        text = headway_cli("group", "describe", "held", "-b", broker.bootstrap)
+        assert text.startswith("share group held: Stable, group epoch"), text
+    finally:
+        holder.kill()
+    proc = consumer(java, broker.bootstrap, topic, "counted")
+    try:
+        wait_records(proc, lambda rs: len(rs) >= 20, "twenty records")
+    finally:
+        close(proc)
+    got = len(records(proc))
+    assert got == 20, records(proc)
+    wait_until(lambda: share_metric(broker, "share_group_acknowledged_records", "counted") == got,
+               "every record consumed counted as acknowledged")
+    assert share_metric(broker, "share_group_delivered_records", "counted") == got
+    assert share_metric(broker, "share_group_released_records", "counted") == 0
+    assert share_metric(broker, "share_group_rejected_records", "counted") == 0

@@ -8,7 +8,7 @@ use crate::row;
 use clap::{Args, Subcommand};
 use headway_client::{
     Cluster, ConsumerGroupDescription, GroupDescription, GroupListing, OffsetReset, OffsetSpec,
-    LATEST,
+    ShareGroupDescription, SharePartitionOffset, SharePartitionStats, LATEST,
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -164,7 +164,10 @@ async fn describe(cluster: &Arc<Cluster>, format: Format, group: &str) -> anyhow
     // Kafka describes a group it does not know as Dead with no members; one that only
     // has committed offsets left is Empty.
     if description.state == "Dead" && committed.is_empty() {
-        anyhow::bail!("group {group} does not exist");
+        return match cluster.describe_share_group(group).await? {
+            Some(share) => describe_share(cluster, format, share).await,
+            None => anyhow::bail!("group {group} does not exist"),
+        };
     }
     let mut owner: BTreeMap<(String, i32), String> = BTreeMap::new();
     for m in &description.members {
@@ -224,17 +227,12 @@ fn describe_table(out: &mut dyn Write, state: &GroupState) -> std::io::Result<()
         "ASSIGNMENT"
     ]];
     for m in &d.members {
-        let assignment: Vec<String> = m
-            .assignment
-            .iter()
-            .map(|(t, ps)| format!("{t}:{}", output::ids(ps)))
-            .collect();
         rows.push(row![
             m.member_id,
             or_dash(m.group_instance_id.as_deref()),
             m.client_id,
             m.client_host,
-            assignment.join(" ")
+            assignment_text(&m.assignment)
         ]);
     }
     writeln!(out)?;
@@ -264,6 +262,15 @@ fn describe_table(out: &mut dyn Write, state: &GroupState) -> std::io::Result<()
     table(out, &rows)
 }
 
+/// An assignment as `topic:0,1 other:2`.
+fn assignment_text(a: &[(String, Vec<i32>)]) -> String {
+    let parts: Vec<String> = a
+        .iter()
+        .map(|(t, ps)| format!("{t}:{}", output::ids(ps)))
+        .collect();
+    parts.join(" ")
+}
+
 /// Epochs and assignments of a consumer-protocol group: a member whose epoch is behind
 /// the assignment epoch, or whose assignment differs from its target, is reconciling.
 fn consumer_protocol_table(
@@ -275,13 +282,6 @@ fn consumer_protocol_table(
         "\nconsumer protocol: group epoch {}, assignment epoch {}, assignor {}",
         c.group_epoch, c.assignment_epoch, c.assignor
     )?;
-    let show = |a: &[(String, Vec<i32>)]| -> String {
-        let parts: Vec<String> = a
-            .iter()
-            .map(|(t, ps)| format!("{t}:{}", output::ids(ps)))
-            .collect();
-        parts.join(" ")
-    };
     let mut rows = vec![row!["MEMBER", "EPOCH", "SUBSCRIBED", "ASSIGNED", "TARGET"]];
     for m in &c.members {
         let subscribed = match &m.subscribed_topic_regex {
@@ -292,8 +292,99 @@ fn consumer_protocol_table(
             m.member_id,
             m.member_epoch,
             subscribed.trim(),
-            show(&m.assignment),
-            show(&m.target_assignment)
+            assignment_text(&m.assignment),
+            assignment_text(&m.target_assignment)
+        ]);
+    }
+    writeln!(out)?;
+    table(out, &rows)
+}
+
+/// A share group as `group describe` shows it: members and assignments, and per
+/// share-partition its start offset, the log end, and (from a headway broker) the
+/// records in flight, acquired, archived and redelivered.
+#[derive(Serialize)]
+struct ShareGroupState {
+    #[serde(flatten)]
+    description: ShareGroupDescription,
+    partitions: Vec<SharePartitionRow>,
+}
+
+#[derive(Serialize)]
+struct SharePartitionRow {
+    #[serde(flatten)]
+    offset: SharePartitionOffset,
+    log_end_offset: Option<i64>,
+}
+
+async fn describe_share(
+    cluster: &Arc<Cluster>,
+    format: Format,
+    description: ShareGroupDescription,
+) -> anyhow::Result<()> {
+    let offsets = cluster.share_group_offsets(&description.group_id).await?;
+    let mut partitions = Vec::with_capacity(offsets.len());
+    for offset in offsets {
+        let end = cluster
+            .list_offset(&offset.topic, offset.partition, LATEST)
+            .await
+            .ok();
+        partitions.push(SharePartitionRow {
+            offset,
+            log_end_offset: end,
+        });
+    }
+    let state = ShareGroupState {
+        description,
+        partitions,
+    };
+    output::print(format, &state, |out| share_table(out, &state))
+}
+
+fn share_table(out: &mut dyn Write, state: &ShareGroupState) -> std::io::Result<()> {
+    let d = &state.description;
+    writeln!(
+        out,
+        "share group {}: {}, group epoch {}, {} members",
+        d.group_id,
+        d.state,
+        d.group_epoch,
+        d.members.len()
+    )?;
+    let mut rows = vec![row!["MEMBER", "EPOCH", "CLIENT-ID", "HOST", "ASSIGNMENT"]];
+    for m in &d.members {
+        rows.push(row![
+            m.member_id,
+            m.member_epoch,
+            m.client_id,
+            m.client_host,
+            assignment_text(&m.assignment)
+        ]);
+    }
+    writeln!(out)?;
+    table(out, &rows)?;
+    let mut rows = vec![row![
+        "TOPIC",
+        "PARTITION",
+        "START",
+        "LOG-END",
+        "IN-FLIGHT",
+        "ACQUIRED",
+        "ARCHIVED",
+        "REDELIVERED"
+    ]];
+    for p in &state.partitions {
+        let o = &p.offset;
+        let stat = |f: fn(&SharePartitionStats) -> u64| o.stats.as_ref().map(f);
+        rows.push(row![
+            o.topic,
+            o.partition,
+            or_dash(o.start_offset),
+            or_dash(p.log_end_offset),
+            or_dash(stat(|s| s.in_flight)),
+            or_dash(stat(|s| s.acquired)),
+            or_dash(stat(|s| s.archived)),
+            or_dash(stat(|s| s.redelivered))
         ]);
     }
     writeln!(out)?;

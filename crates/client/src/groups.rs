@@ -227,3 +227,148 @@ impl Cluster {
         Ok(offsets)
     }
 }
+
+/// The tagged field a headway broker adds to each share-partition of a
+/// DescribeShareGroupOffsets answer: records in flight, acquired now, archived and
+/// redelivered (four big-endian u64). Other brokers do not send it; other clients
+/// skip it as an unknown tagged field.
+pub const SHARE_PARTITION_STATS_TAG: i32 = 0x4857;
+
+/// A share group's members with their assignments (ShareGroupDescribe).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ShareGroupDescription {
+    pub group_id: String,
+    pub state: String,
+    pub group_epoch: i32,
+    pub members: Vec<ShareMemberDescription>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ShareMemberDescription {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub client_id: String,
+    pub client_host: String,
+    pub assignment: Vec<(String, Vec<i32>)>,
+}
+
+/// One share-partition's start offset, and what a headway broker tells of it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SharePartitionOffset {
+    pub topic: String,
+    pub partition: i32,
+    /// `None`: no state for it yet.
+    pub start_offset: Option<i64>,
+    pub stats: Option<SharePartitionStats>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct SharePartitionStats {
+    pub in_flight: u64,
+    pub acquired: u64,
+    pub archived: u64,
+    pub redelivered: u64,
+}
+
+impl SharePartitionStats {
+    pub fn decode(mut bytes: &[u8]) -> Option<SharePartitionStats> {
+        if bytes.len() != 32 {
+            return None;
+        }
+        let mut next = || bytes.get_u64();
+        Some(SharePartitionStats {
+            in_flight: next(),
+            acquired: next(),
+            archived: next(),
+            redelivered: next(),
+        })
+    }
+}
+
+impl Cluster {
+    /// A share group's members and assignments, or `None` when the group is not a
+    /// share group (or the broker serves no share groups).
+    pub async fn describe_share_group(
+        self: &Arc<Self>,
+        group_id: &str,
+    ) -> Result<Option<ShareGroupDescription>, ClientError> {
+        use kafka_protocol::messages::ShareGroupDescribeRequest;
+        use kafka_protocol::ResponseError;
+        let request = ShareGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(StrBytes::from_string(group_id.to_string()))]);
+        let coordinator = self.coordinator(group_id).await?;
+        let response = match coordinator.request(&request).await {
+            Ok(r) => r,
+            Err(ClientError::UnsupportedApi { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let Some(g) = response.groups.into_iter().next() else {
+            return Err(ClientError::Protocol(
+                "empty ShareGroupDescribe answer".into(),
+            ));
+        };
+        if g.error_code == ResponseError::GroupIdNotFound.code() {
+            return Ok(None);
+        }
+        check(g.error_code, g.error_message.as_deref())?;
+        Ok(Some(ShareGroupDescription {
+            group_id: g.group_id.to_string(),
+            state: g.group_state.to_string(),
+            group_epoch: g.group_epoch,
+            members: g
+                .members
+                .into_iter()
+                .map(|m| ShareMemberDescription {
+                    member_id: m.member_id.to_string(),
+                    member_epoch: m.member_epoch,
+                    client_id: m.client_id.to_string(),
+                    client_host: m.client_host.to_string(),
+                    assignment: m
+                        .assignment
+                        .topic_partitions
+                        .into_iter()
+                        .map(|t| (t.topic_name.to_string(), t.partitions))
+                        .collect(),
+                })
+                .collect(),
+        }))
+    }
+
+    /// The start offset of every share-partition of a share group with state
+    /// (DescribeShareGroupOffsets).
+    pub async fn share_group_offsets(
+        self: &Arc<Self>,
+        group_id: &str,
+    ) -> Result<Vec<SharePartitionOffset>, ClientError> {
+        use kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup;
+        use kafka_protocol::messages::DescribeShareGroupOffsetsRequest;
+        let request = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+            DescribeShareGroupOffsetsRequestGroup::default()
+                .with_group_id(GroupId(StrBytes::from_string(group_id.to_string())))
+                .with_topics(None),
+        ]);
+        let response = self.coordinator(group_id).await?.request(&request).await?;
+        let Some(g) = response.groups.into_iter().next() else {
+            return Err(ClientError::Protocol(
+                "empty DescribeShareGroupOffsets answer".into(),
+            ));
+        };
+        check(g.error_code, g.error_message.as_deref())?;
+        let mut out = Vec::new();
+        for t in g.topics {
+            for p in t.partitions {
+                let stats = p
+                    .unknown_tagged_fields
+                    .get(&SHARE_PARTITION_STATS_TAG)
+                    .and_then(|b| SharePartitionStats::decode(b));
+                out.push(SharePartitionOffset {
+                    topic: t.topic_name.to_string(),
+                    partition: p.partition_index,
+                    start_offset: (p.start_offset >= 0).then_some(p.start_offset),
+                    stats,
+                });
+            }
+        }
+        Ok(out)
+    }
+}

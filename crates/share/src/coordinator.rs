@@ -63,6 +63,11 @@ pub struct PartitionSummary {
     pub acquired: u64,
     pub redeliveries: u64,
     pub archived: u64,
+    /// Since the broker started: records delivered, accepted, released and rejected.
+    pub deliveries: u64,
+    pub accepted: u64,
+    pub released: u64,
+    pub rejected: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -141,6 +146,15 @@ impl ShareCoordinator {
             .get(group_id)
             .and_then(|g| g.members.get(member_id))
             .map(|m| m.subscribed.clone())
+            .unwrap_or_default()
+    }
+
+    /// The partitions assigned to a member, by topic (none for an unknown member).
+    pub fn assignment(&self, group_id: &str, member_id: &str) -> BTreeMap<String, Vec<i32>> {
+        self.groups()
+            .get(group_id)
+            .and_then(|g| g.members.get(member_id))
+            .map(|m| m.assignment.clone())
             .unwrap_or_default()
     }
 
@@ -312,17 +326,52 @@ impl ShareCoordinator {
         let end = {
             let mut groups = self.groups();
             let tps = groups.delete(group_id)?;
-            let records: Vec<StateRecord> = tps
-                .into_iter()
-                .map(|topic_partition| StateRecord {
-                    group_id: group_id.to_string(),
-                    topic_partition,
-                    snapshot: None,
-                })
-                .collect();
-            self.append(&records)?
+            self.append(&tombstones(group_id, &tps))?
         };
         self.wait_durable(end).await
+    }
+
+    /// The start offset of each share-partition of a group with state
+    /// (DescribeShareGroupOffsets); `None` for an unknown group.
+    pub fn offsets(&self, group_id: &str) -> Option<Vec<(TopicPartition, Offset)>> {
+        self.groups().get(group_id).map(|g| {
+            g.partitions
+                .iter()
+                .map(|(tp, p)| (tp.clone(), p.start_offset()))
+                .collect()
+        })
+    }
+
+    /// Sets share-partitions' start offsets in a group without members, durably
+    /// (AlterShareGroupOffsets).
+    pub async fn alter_offsets(
+        &self,
+        group_id: &str,
+        offsets: &[(TopicPartition, Offset)],
+    ) -> Result<(), ShareError> {
+        let end = {
+            let mut groups = self.groups();
+            let changed = groups.alter_offsets(group_id, offsets)?;
+            self.write_locked(&mut groups, group_id, &changed)?
+        };
+        self.wait_durable(end).await
+    }
+
+    /// Deletes the share-partition state of `topics` in a group without members,
+    /// durably (DeleteShareGroupOffsets). Returns the share-partitions deleted.
+    pub async fn delete_offsets(
+        &self,
+        group_id: &str,
+        topics: &[String],
+    ) -> Result<Vec<TopicPartition>, ShareError> {
+        let (gone, end) = {
+            let mut groups = self.groups();
+            let gone = groups.delete_offsets(group_id, topics)?;
+            let end = self.append(&tombstones(group_id, &gone))?;
+            (gone, end)
+        };
+        self.wait_durable(end).await?;
+        Ok(gone)
     }
 
     /// Every share group, by id, without members.
@@ -400,6 +449,17 @@ impl ShareCoordinator {
     }
 }
 
+/// The records that delete share-partitions' state from the log.
+fn tombstones(group_id: &str, tps: &[TopicPartition]) -> Vec<StateRecord> {
+    tps.iter()
+        .map(|tp| StateRecord {
+            group_id: group_id.to_string(),
+            topic_partition: tp.clone(),
+            snapshot: None,
+        })
+        .collect()
+}
+
 /// Applies one partition's acknowledgement batches in order.
 fn apply_acks(
     p: &mut SharePartition,
@@ -464,6 +524,10 @@ fn summary(g: &crate::group::ShareGroup, members: bool) -> ShareGroupSummary {
                 acquired: p.acquired(),
                 redeliveries: p.redeliveries,
                 archived: p.archived,
+                deliveries: p.deliveries,
+                accepted: p.accepted,
+                released: p.released,
+                rejected: p.rejected,
             })
             .collect(),
     }
@@ -520,6 +584,80 @@ mod tests {
             last: Offset::new(last),
             types: vec![t],
         }
+    }
+
+    /// Goal: altered and deleted offsets are durable, and refused while the group has
+    /// members. Method: alter two share-partitions of a new group, delete one topic's
+    /// state, reopen the log and check what is left; then join a member and try again.
+    #[tokio::test]
+    async fn altered_and_deleted_offsets_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = ShareConfig::default();
+        let (a, b) = (topic_partition("a", 0), topic_partition("b", 1));
+        {
+            let c = ShareCoordinator::open(dir.path(), FlushPolicy::Sync, config)
+                .await
+                .unwrap();
+            c.alter_offsets(
+                "g",
+                &[(a.clone(), Offset::new(7)), (b.clone(), Offset::new(3))],
+            )
+            .await
+            .unwrap();
+            assert_eq!(
+                c.offsets("g").unwrap(),
+                vec![(a.clone(), Offset::new(7)), (b.clone(), Offset::new(3))]
+            );
+            let gone = c.delete_offsets("g", &["b".to_string()]).await.unwrap();
+            assert_eq!(gone, vec![b.clone()]);
+            assert_eq!(
+                c.delete_offsets("nope", &["b".to_string()]).await,
+                Err(ShareError::GroupIdNotFound)
+            );
+        }
+        let c = ShareCoordinator::open(dir.path(), FlushPolicy::Sync, config)
+            .await
+            .unwrap();
+        assert_eq!(c.offsets("g").unwrap(), vec![(a.clone(), Offset::new(7))]);
+        // A fetch starts at the altered offset, whatever the reset policy says.
+        assert_eq!(
+            c.next_fetch_offset("g", &a, Offset::ZERO, Offset::new(20)),
+            Some(Offset::new(7))
+        );
+        let topics = BTreeMap::from([(
+            "a".to_string(),
+            TopicInfo {
+                id: uuid::Uuid::from_u128(1),
+                partitions: 1,
+            },
+        )]);
+        c.heartbeat(
+            Heartbeat {
+                group_id: "g".to_string(),
+                member_id: "m".to_string(),
+                member_epoch: 0,
+                rack_id: None,
+                client_id: "c".to_string(),
+                client_host: "h".to_string(),
+                subscribed_topic_names: Some(vec!["a".to_string()]),
+            },
+            &topics,
+        )
+        .unwrap();
+        assert_eq!(
+            c.assignment("g", "m"),
+            BTreeMap::from([("a".to_string(), vec![0])])
+        );
+        assert!(c.assignment("g", "nobody").is_empty());
+        assert_eq!(
+            c.alter_offsets("g", &[(a.clone(), Offset::ZERO)]).await,
+            Err(ShareError::NonEmptyGroup)
+        );
+        assert_eq!(
+            c.delete_offsets("g", &["a".to_string()]).await,
+            Err(ShareError::NonEmptyGroup)
+        );
+        assert_eq!(c.offsets("g").unwrap(), vec![(a, Offset::new(7))]);
     }
 
     /// Goal: share-partition state survives a crash. Method: acknowledge through one

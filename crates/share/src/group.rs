@@ -517,6 +517,66 @@ impl ShareGroups {
     }
 }
 
+impl ShareGroups {
+    /// Sets the start offset of share-partitions of a group without members
+    /// (AlterShareGroupOffsets): each one's in-flight state is dropped, it starts over
+    /// at the given offset with its state epoch up. A group not known yet is made.
+    /// Returns the share-partitions changed (to write).
+    pub fn alter_offsets(
+        &mut self,
+        group_id: &str,
+        offsets: &[(TopicPartition, Offset)],
+    ) -> Result<Vec<TopicPartition>, ShareError> {
+        if self
+            .groups
+            .get(group_id)
+            .is_some_and(|g| !g.members.is_empty())
+        {
+            return Err(ShareError::NonEmptyGroup);
+        }
+        let config = self.config.partition;
+        let group = self
+            .groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| ShareGroup::new(group_id));
+        for (tp, offset) in offsets {
+            let epoch = group.partitions.get(tp).map_or(0, |p| p.state_epoch() + 1);
+            group.partitions.insert(
+                tp.clone(),
+                SharePartition::with_epoch(config, *offset, epoch),
+            );
+        }
+        Ok(offsets.iter().map(|(tp, _)| tp.clone()).collect())
+    }
+
+    /// Deletes the state of every share-partition of `topics` in a group without
+    /// members (DeleteShareGroupOffsets). Returns the share-partitions deleted (to write
+    /// tombstones for).
+    pub fn delete_offsets(
+        &mut self,
+        group_id: &str,
+        topics: &[String],
+    ) -> Result<Vec<TopicPartition>, ShareError> {
+        let group = self
+            .groups
+            .get_mut(group_id)
+            .ok_or(ShareError::GroupIdNotFound)?;
+        if !group.members.is_empty() {
+            return Err(ShareError::NonEmptyGroup);
+        }
+        let gone: Vec<TopicPartition> = group
+            .partitions
+            .keys()
+            .filter(|tp| topics.contains(&tp.topic))
+            .cloned()
+            .collect();
+        for tp in &gone {
+            group.partitions.remove(tp);
+        }
+        Ok(gone)
+    }
+}
+
 /// A topic partition from a topic name and index.
 pub fn topic_partition(topic: &str, partition: i32) -> TopicPartition {
     TopicPartition::new(topic, PartitionIndex::new(partition))

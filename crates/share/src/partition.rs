@@ -159,6 +159,12 @@ pub struct SharePartition {
     /// Deliveries beyond the first, and records archived, since the broker started.
     pub redeliveries: u64,
     pub archived: u64,
+    /// Since the broker started: records acquired (every delivery), and records
+    /// acknowledged by members as accepted, released and rejected.
+    pub deliveries: u64,
+    pub accepted: u64,
+    pub released: u64,
+    pub rejected: u64,
 }
 
 impl SharePartition {
@@ -172,7 +178,23 @@ impl SharePartition {
             runs: BTreeMap::new(),
             redeliveries: 0,
             archived: 0,
+            deliveries: 0,
+            accepted: 0,
+            released: 0,
+            rejected: 0,
         }
+    }
+
+    /// A share-partition that starts over at `start_offset` with state epoch `epoch`
+    /// (its offsets were altered).
+    pub fn with_epoch(
+        config: SharePartitionConfig,
+        start_offset: Offset,
+        epoch: i32,
+    ) -> SharePartition {
+        let mut p = SharePartition::new(config, start_offset);
+        p.state_epoch = epoch;
+        p
     }
 
     /// The share-partition as a snapshot left it; runs out of order or outside the
@@ -384,6 +406,7 @@ impl SharePartition {
             });
             left -= count(from, to);
         }
+        self.deliveries += out.iter().map(|a| count(a.first, a.last)).sum::<u64>();
         self.coalesce();
         self.advance_start();
         out
@@ -414,6 +437,12 @@ impl SharePartition {
         for k in firsts {
             let run = self.runs.get_mut(&k).expect("listed above");
             let records = count(k, run.last);
+            match kind {
+                AcknowledgeType::Accept => self.accepted += records,
+                AcknowledgeType::Release => self.released += records,
+                AcknowledgeType::Reject => self.rejected += records,
+                AcknowledgeType::Gap | AcknowledgeType::Renew => {}
+            }
             run.state = match kind {
                 AcknowledgeType::Accept => RecordState::Acknowledged,
                 AcknowledgeType::Gap | AcknowledgeType::Reject => {
@@ -658,6 +687,30 @@ mod tests {
             (p.start_offset(), p.end_offset(), p.runs()),
             (o(10), o(10), 0)
         );
+    }
+
+    /// Goal: the counters /metrics shows follow what members did. Method: acquire ten
+    /// records, accept four, release three, reject two, let one expire, acquire again.
+    #[test]
+    fn deliveries_and_acknowledgements_are_counted() {
+        let mut p = SharePartition::new(config(), o(0));
+        let a = member("a");
+        p.acquire(&a, &[batch(0, 9)], 100, 0);
+        for (first, last, kind) in [
+            (0, 3, AcknowledgeType::Accept),
+            (4, 6, AcknowledgeType::Release),
+            (7, 8, AcknowledgeType::Reject),
+        ] {
+            assert_eq!(p.acknowledge("a", o(first), o(last), kind, 10), Ok(true));
+        }
+        assert_eq!(p.expire_locks(1_000), 1);
+        let got = p.acquire(&member("b"), &[batch(0, 9)], 100, 1_000);
+        assert_eq!(got, vec![acquired(4, 6, 2), acquired(9, 9, 2)]);
+        assert_eq!(
+            (p.deliveries, p.accepted, p.released, p.rejected),
+            (14, 4, 3, 2)
+        );
+        assert_eq!((p.redeliveries, p.archived), (4, 2));
     }
 
     #[test]

@@ -15,12 +15,22 @@
 //! bounds the records acquired (and `limits::SHARE_FETCH_RECORDS_MAX`), MaxBytes the
 //! bytes read; BatchSize is not used (acquired ranges follow the log's batches).
 //! Records are read as read_uncommitted; control batches are never handed out.
+//!
+//! Only partitions assigned to the member are read. Reads are held to a Fetch's
+//! budgets: each look reserves outbound bytes from the connection's budget and reads no
+//! more (the reservation stays with the answer until it is written), and each read
+//! takes the connection's turn on the read threads and goes through
+//! [`Partition::read_via`] (the page cache, else the cold-read threads).
 
-use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
+use super::{pending, pending_with, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::{ack_failure_code, error_code, share_error_code};
+use crate::outbound::Reservation;
+use crate::stats::Connection;
 use bytes::Bytes;
 use futures::future::{select_all, BoxFuture, FutureExt};
-use headway_broker::{limits, BatchHeader, Offset, Partition, PartitionIndex, TopicPartition};
+use headway_broker::{
+    limits, BatchHeader, Isolation, Offset, Partition, PartitionIndex, TopicPartition,
+};
 use headway_protocol::kafka_protocol::messages::share_fetch_response::{
     AcquiredRecords, LeaderIdAndEpoch, PartitionData, ShareFetchableTopicResponse,
 };
@@ -173,28 +183,32 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         n if n <= 0 => MAX_RECORDS_DEFAULT,
         n => (n as u32).min(limits::SHARE_FETCH_RECORDS_MAX),
     };
-    let ctx = Arc::clone(ctx);
-    pending(request, async move {
+    let (ctx, conn) = (Arc::clone(ctx), Arc::clone(call.conn));
+    pending_with(request, async move {
         let ack_codes = acknowledge(&ctx.shares, &group_id, &member_id, acks).await;
         let mut fetched = BTreeMap::new();
+        let mut reserved = None;
         if epoch == -1 {
             ctx.shares.release_member(&group_id, &member_id);
         } else {
             let member: MemberId = Arc::from(member_id.as_str());
             let poll = Poll {
                 ctx: &ctx,
+                conn: &conn,
                 group_id: &group_id,
                 member: &member,
                 wait,
                 max_bytes,
                 max_records,
             };
-            fetched = poll.run(&session).await;
+            let (found, kept) = poll.run(&session).await;
+            (fetched, reserved) = (found, Some(kept));
         }
         let lock_ms = ctx.shares.config().partition.record_lock_duration_ms;
         let node_id = ctx.broker.config().node_id;
-        response(ack_codes, fetched, node_id)
-            .with_acquisition_lock_timeout_ms(lock_ms.min(i64::from(i32::MAX)) as i32)
+        let body = response(ack_codes, fetched, node_id)
+            .with_acquisition_lock_timeout_ms(lock_ms.min(i64::from(i32::MAX)) as i32);
+        (body, reserved, None)
     })
 }
 
@@ -209,6 +223,8 @@ struct Fetched {
 /// One long poll of a member's session partitions.
 struct Poll<'a> {
     ctx: &'a Ctx,
+    /// The connection: its outbound byte budget and its share of the read threads.
+    conn: &'a Connection,
     group_id: &'a str,
     member: &'a MemberId,
     wait: Duration,
@@ -217,15 +233,29 @@ struct Poll<'a> {
 }
 
 impl Poll<'_> {
-    async fn run(&self, session: &[(Uuid, i32)]) -> BTreeMap<(Uuid, i32), Fetched> {
+    /// Returns what was found, and the outbound bytes reserved for it (kept until the
+    /// answer is written).
+    async fn run(&self, session: &[(Uuid, i32)]) -> (BTreeMap<(Uuid, i32), Fetched>, Reservation) {
         let ctx = self.ctx;
+        // Only partitions assigned to the member are read: records of others are never
+        // acquired for it (a partition it was just moved off answers nothing).
+        let assigned = ctx.shares.assignment(self.group_id, self.member);
         let deadline = Instant::now() + self.wait;
         let mut shutdown = ctx.shutdown.clone();
         // Partitions that exist, and the rest answered with an error.
         let mut out = BTreeMap::new();
         let mut partitions: Vec<((Uuid, i32), TopicPartition, Arc<Partition>)> = Vec::new();
         for &(id, index) in session {
-            let found = named(ctx, id, index).and_then(|tp| {
+            let named = named(ctx, id, index);
+            if let Some(tp) = &named {
+                let mine = assigned
+                    .get(&tp.topic)
+                    .is_some_and(|ps| ps.contains(&index));
+                if !mine {
+                    continue;
+                }
+            }
+            let found = named.and_then(|tp| {
                 let p = ctx.broker.partition(&tp.topic, tp.partition).ok()?;
                 Some((tp, p))
             });
@@ -258,14 +288,19 @@ impl Poll<'_> {
             tokio::pin!(released);
             released.as_mut().enable();
             let mut watches: Vec<_> = partitions.iter().map(|(_, _, p)| p.watch()).collect();
-            let found = self.round(&partitions).await;
+            // Reads stay within the connection's outbound budget, as a Fetch's do.
+            let mut reserved = self.conn.outbound.reserve(self.max_bytes).await;
+            let budget = self.max_bytes.min(reserved.bytes());
+            let found = self.round(&partitions, budget).await;
             let any = found
                 .values()
                 .any(|f| !f.acquired.is_empty() || f.error_code != 0);
             if any || Instant::now() >= deadline || *shutdown.borrow() {
+                reserved.shrink_to(found.values().map(|f| f.records.len()).sum());
                 out.extend(found);
-                return out;
+                return (out, reserved);
             }
+            drop(reserved);
             let moved: Vec<BoxFuture<'_, ()>> = watches
                 .iter_mut()
                 .map(|w| {
@@ -295,10 +330,11 @@ impl Poll<'_> {
     async fn round(
         &self,
         partitions: &[((Uuid, i32), TopicPartition, Arc<Partition>)],
+        max_bytes: usize,
     ) -> BTreeMap<(Uuid, i32), Fetched> {
         let mut out = BTreeMap::new();
         let mut records_left = self.max_records;
-        let mut bytes_left = self.max_bytes;
+        let mut bytes_left = max_bytes;
         for (key, tp, p) in partitions {
             if records_left == 0 || bytes_left == 0 {
                 break;
@@ -335,7 +371,19 @@ impl Poll<'_> {
         else {
             return Fetched::default();
         };
-        let read = match p.read(offset, bytes_left).await {
+        // The connection's share of the read threads, around the read; the page cache
+        // or the read threads serve it, as for a Fetch.
+        let turn = self.conn.read_turn().await;
+        let read = p
+            .read_via(
+                offset,
+                bytes_left,
+                &self.conn.reads,
+                Isolation::ReadUncommitted,
+            )
+            .await;
+        drop(turn);
+        let read = match read {
             Ok(read) => read,
             Err(e) => {
                 return Fetched {
