@@ -447,3 +447,12 @@ def raise_on_error(futures: dict, timeout_s: float = ADMIN_TIMEOUT_S) -> None:
             f.result(timeout=timeout_s)
         except KafkaException as e:
             raise AssertionError(f"{name}: {e}") from None
+
+
+def wait_until(condition, what: str, deadline_s: float = 60.0):
+    """Polls `condition()` until it returns something true; returns that."""
+    deadline = time.monotonic() + deadline_s
+    while not (result := condition()):
+        assert time.monotonic() < deadline, f"{what}: not true within {deadline_s:.0f} s"
+        time.sleep(0.1)
+    return result

@@ -5,7 +5,9 @@ clients of each are told their own listener's address, so TLS clients stay on TL
 written over TLS are read back whole over TLS and over plaintext. With a client CA
 configured, the SSL listener requires client certificates: a client with a certificate
 from that CA works, one without a certificate or with a certificate from another CA is
-refused, and each refusal is counted on /metrics.
+refused, and each refusal is counted on /metrics. SIGHUP reloads the certificate files:
+new connections get the new certificate, established ones are kept, and a reload that
+fails keeps the certificate in use.
 Method: trustme makes a CA, the broker's certificate (for 127.0.0.1) and client
 certificates, written as PEM files; the broker runs with `--listeners` and the
 `--ssl-*-file` flags; the clients run at their defaults plus the settings TLS needs
@@ -15,7 +17,12 @@ has a deadline.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import socket
+import ssl
+import struct
 import subprocess
 import time
 import urllib.request
@@ -28,6 +35,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from java_support import JavaClient
+from kafka_frames import API_VERSIONS_KEY, frame, read_response
 from support import (Delivery, create_topic, make_record, produce_records, rdkafka_base,
                      read_records)
 
@@ -155,21 +163,28 @@ def test_the_java_client_produces_and_consumes_over_tls(make_broker, pki, tmp_pa
     broker, ssl_address = start_tls_broker(make_broker, pki)
     topic = "java-tls"
     create_topic(broker.bootstrap, topic, 2)
-    lib, classes = JAVA_CLIENTS[version]
-    java = JavaClient(lib, classes, "ProducerCheck", tmp_path)
     tls = ("--set", "security.protocol=SSL", "--set", "ssl.truststore.type=PEM",
            "--set", f"ssl.truststore.location={pki.ca_file}")
-    events = java.run("ProducerCheck", "--bootstrap", ssl_address, "--topic", topic,
-                      "--count", str(JAVA_RECORDS), *tls)
+    java_produce_and_consume(version, tmp_path, ssl_address, topic, JAVA_RECORDS, tls)
+
+
+def java_produce_and_consume(version: str, tmp_path, address: str, topic: str, count: int,
+                             settings: tuple) -> None:
+    """The Java producer writes `count` records to `topic` and the consumer (group
+    `java-<topic>`) reads them all, both with `settings` (`--set` pairs)."""
+    lib, classes = JAVA_CLIENTS[version]
+    java = JavaClient(lib, classes, "ProducerCheck", tmp_path)
+    events = java.run("ProducerCheck", "--bootstrap", address, "--topic", topic,
+                      "--count", str(count), *settings)
     result = events[-1] if events else {}
     assert result.get("event") == "done" and not result["failed"], result
-    assert result["acked"] == JAVA_RECORDS
-    events = java.run("ConsumerCheck", "--bootstrap", ssl_address, "--topic", topic,
-                      "--group", "java-tls", "--count", str(JAVA_RECORDS),
-                      "--set", "auto.offset.reset=earliest", *tls)
+    assert result["acked"] == count
+    events = java.run("ConsumerCheck", "--bootstrap", address, "--topic", topic,
+                      "--group", f"java-{topic}", "--count", str(count),
+                      "--set", "auto.offset.reset=earliest", *settings)
     done = next((e for e in events if e["event"] == "done"), None)
     assert done is not None, events[-1:]
-    assert done["count"] == JAVA_RECORDS
+    assert done["count"] == count
 
 
 def test_client_certificates_are_required_when_a_client_ca_is_set(make_broker, pki, tmp_path):
@@ -195,3 +210,59 @@ def test_client_certificates_are_required_when_a_client_ca_is_set(make_broker, p
                       "--set", f"ssl.keystore.location={pki.client_keystore}")
     result = events[-1] if events else {}
     assert result.get("event") == "done" and result.get("acked") == 100, result
+
+
+def _api_versions_over(sock, correlation_id: int) -> None:
+    """Sends ApiVersions v0 on an open socket and checks its answer."""
+    sock.sendall(frame(API_VERSIONS_KEY, 0, b"", correlation_id=correlation_id))
+    response = read_response(sock)
+    assert response is not None, "the established TLS connection was closed"
+    assert struct.unpack_from(">ih", response) == (correlation_id, 0)
+
+
+def _wait_for_log(broker, text: str, count: int) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while broker.stderr_path.read_text("utf-8", "replace").count(text) < count:
+        assert time.monotonic() < deadline, f"no {text!r} in the log\n{broker.stderr_tail()}"
+        broker.check_alive()
+        time.sleep(0.05)
+
+
+def test_sighup_reloads_the_certificate_and_keeps_established_connections(make_broker,
+                                                                          tmp_path):
+    first, second = Pki(tmp_path, "first"), Pki(tmp_path, "second")
+    live_cert, live_key = tmp_path / "live.pem", tmp_path / "live.key"
+    live_cert.write_bytes(Path(first.server_cert).read_bytes())
+    live_key.write_bytes(Path(first.server_key).read_bytes())
+    broker = make_broker("--listeners", "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+                         "--ssl-certificate-file", str(live_cert),
+                         "--ssl-key-file", str(live_key))
+    ssl_address = listener_address(broker, "SSL")
+    host, port = ssl_address.rsplit(":", 1)
+    assert reaches(ssl_address, tls_settings(first))
+    assert not reaches(ssl_address, tls_settings(second))
+
+    # A connection established under the first certificate.
+    context = ssl.create_default_context(cafile=first.ca_file)
+    established = context.wrap_socket(socket.create_connection((host, int(port)), timeout=10),
+                                      server_hostname=host)
+    _api_versions_over(established, 1)
+
+    # The files are replaced by a certificate of another CA; SIGHUP loads them.
+    live_cert.write_bytes(Path(second.server_cert).read_bytes())
+    live_key.write_bytes(Path(second.server_key).read_bytes())
+    os.kill(broker.pid, signal.SIGHUP)
+    _wait_for_log(broker, "SIGHUP: reloaded the TLS certificate", 1)
+    assert reaches(ssl_address, tls_settings(second))
+    assert not reaches(ssl_address, tls_settings(first))
+    # The established connection keeps its session and is served.
+    _api_versions_over(established, 2)
+
+    # A reload that cannot load the files keeps the certificate in use.
+    live_key.write_bytes(b"not a key")
+    os.kill(broker.pid, signal.SIGHUP)
+    _wait_for_log(broker, "SIGHUP: TLS reload failed", 1)
+    assert reaches(ssl_address, tls_settings(second))
+    _api_versions_over(established, 3)
+    established.close()
+    broker.check_alive()

@@ -18,6 +18,7 @@
 
 use crate::AuthError;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 
 macro_rules! wire_enum {
     ($(#[$doc:meta])* $name:ident { $($variant:ident = $code:expr),+ $(,)? }) => {
@@ -261,7 +262,8 @@ impl Acls {
             .collect()
     }
 
-    /// Whether `principal` from `host` may do `operation` on the resource.
+    /// Whether `principal` from `host` may do `operation` on the resource (a walk of
+    /// every ACL; the broker's checks use [`AclIndex`]).
     pub fn authorize(
         &self,
         config: &AuthorizerConfig,
@@ -271,31 +273,149 @@ impl Acls {
         resource_type: ResourceType,
         resource_name: &str,
     ) -> bool {
-        if config.super_users.iter().any(|s| s == principal) {
-            return true;
-        }
-        let mut any_acl = false;
-        let mut allowed = false;
-        for acl in self
+        let request = Request {
+            principal,
+            host,
+            operation,
+        };
+        let covering = self
             .bindings
             .iter()
-            .filter(|a| a.covers(resource_type, resource_name))
-        {
-            any_acl = true;
-            if !acl.names(principal, host) {
-                continue;
+            .filter(|a| a.covers(resource_type, resource_name));
+        decide(config, &request, covering)
+    }
+}
+
+/// Who asks to do what, for [`AclIndex::authorize`].
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// `Type:name`, e.g. `User:alice`.
+    pub principal: &'a str,
+    /// The client's address.
+    pub host: &'a str,
+    pub operation: Operation,
+}
+
+/// Kafka's rule over the ACLs `covering` the resource.
+fn decide<'a>(
+    config: &AuthorizerConfig,
+    request: &Request<'_>,
+    covering: impl Iterator<Item = &'a AclBinding>,
+) -> bool {
+    if config.super_users.iter().any(|s| s == request.principal) {
+        return true;
+    }
+    let mut any_acl = false;
+    let mut allowed = false;
+    for acl in covering {
+        any_acl = true;
+        if !acl.names(request.principal, request.host) {
+            continue;
+        }
+        match acl.permission {
+            Permission::Deny
+                if acl.operation == request.operation || acl.operation == Operation::All =>
+            {
+                return false
             }
-            match acl.permission {
-                Permission::Deny
-                    if acl.operation == operation || acl.operation == Operation::All =>
-                {
-                    return false
-                }
-                Permission::Allow if implies(acl.operation, operation) => allowed = true,
-                _ => {}
+            Permission::Allow if implies(acl.operation, request.operation) => allowed = true,
+            _ => {}
+        }
+    }
+    allowed || (!any_acl && config.allow_everyone_if_no_acl_found)
+}
+
+/// The ACLs grouped for the check of every request: literal ones by resource type and
+/// name (one hash lookup for the name, one for `*`), prefixed ones by resource type.
+/// Built once per change of the ACLs, read without locks by the checks.
+#[derive(Debug, Default)]
+pub struct AclIndex {
+    literal: HashMap<ResourceType, HashMap<String, Vec<AclBinding>>>,
+    prefixed: HashMap<ResourceType, Vec<AclBinding>>,
+}
+
+impl AclIndex {
+    pub fn new(acls: &Acls) -> AclIndex {
+        let mut index = AclIndex::default();
+        for acl in acls.iter() {
+            let kind = acl.resource_type;
+            match acl.pattern_type {
+                PatternType::Prefixed => index.prefixed.entry(kind).or_default().push(acl.clone()),
+                _ => index
+                    .literal
+                    .entry(kind)
+                    .or_default()
+                    .entry(acl.resource_name.clone())
+                    .or_default()
+                    .push(acl.clone()),
             }
         }
-        allowed || (!any_acl && config.allow_everyone_if_no_acl_found)
+        index
+    }
+
+    /// Whether `request` is allowed on the resource, by Kafka's rule
+    /// ([`Acls::authorize`] gives the same answer).
+    pub fn authorize(
+        &self,
+        config: &AuthorizerConfig,
+        request: &Request<'_>,
+        resource_type: ResourceType,
+        resource_name: &str,
+    ) -> bool {
+        let none: &[AclBinding] = &[];
+        let literal = self.literal.get(&resource_type);
+        let named = literal.and_then(|by_name| by_name.get(resource_name));
+        let wildcard = match resource_name {
+            WILDCARD => None,
+            _ => literal.and_then(|by_name| by_name.get(WILDCARD)),
+        };
+        let prefixed = self
+            .prefixed
+            .get(&resource_type)
+            .map_or(none, Vec::as_slice)
+            .iter()
+            .filter(|a| resource_name.starts_with(&a.resource_name));
+        let covering = named
+            .map_or(none, Vec::as_slice)
+            .iter()
+            .chain(wildcard.map_or(none, Vec::as_slice))
+            .chain(prefixed);
+        decide(config, request, covering)
+    }
+
+    /// Whether `request` is allowed on some resource of the type, as Kafka's
+    /// `authorizeByResourceType` answers it (an idempotent producer needs Write on
+    /// any topic): a super user, or an allow naming the principal and the host on any
+    /// pattern, unless a literal wildcard denies it.
+    pub fn allows_any(
+        &self,
+        config: &AuthorizerConfig,
+        request: &Request<'_>,
+        resource_type: ResourceType,
+    ) -> bool {
+        if config.super_users.iter().any(|s| s == request.principal) {
+            return true;
+        }
+        let none = HashMap::new();
+        let literal = self.literal.get(&resource_type).unwrap_or(&none);
+        let named = |a: &&AclBinding| a.names(request.principal, request.host);
+        let denied = literal
+            .get(WILDCARD)
+            .into_iter()
+            .flatten()
+            .filter(named)
+            .any(|a| {
+                a.permission == Permission::Deny
+                    && (a.operation == request.operation || a.operation == Operation::All)
+            });
+        let prefixed = self.prefixed.get(&resource_type).into_iter().flatten();
+        let allowed = literal
+            .values()
+            .flatten()
+            .chain(prefixed)
+            .filter(named)
+            .any(|a| a.permission == Permission::Allow && implies(a.operation, request.operation));
+        !denied && allowed
     }
 }
 
@@ -522,5 +642,78 @@ mod tests {
         assert_eq!(Operation::from_code(3), Some(Read));
         assert_eq!(Operation::from_code(0), None);
         assert_eq!(ResourceType::Topic.code(), 2);
+    }
+
+    #[test]
+    fn the_index_answers_as_the_walk_of_every_acl() {
+        use Operation::*;
+        let acls = Acls::new(vec![
+            alice_reads_a(),
+            topic_acl(
+                "ord",
+                PatternType::Prefixed,
+                "User:*",
+                Write,
+                Permission::Allow,
+            ),
+            topic_acl(
+                "*",
+                PatternType::Literal,
+                "User:bob",
+                Describe,
+                Permission::Allow,
+            ),
+            topic_acl(
+                "orders",
+                PatternType::Literal,
+                "User:bob",
+                All,
+                Permission::Deny,
+            ),
+            acl(
+                ResourceType::Group,
+                "a",
+                PatternType::Literal,
+                "User:alice",
+                Read,
+                Permission::Allow,
+            ),
+        ]);
+        let index = AclIndex::new(&acls);
+        for config in [
+            CONFIG,
+            AuthorizerConfig {
+                super_users: vec!["User:root".into()],
+                allow_everyone_if_no_acl_found: true,
+            },
+        ] {
+            for principal in ["User:alice", "User:bob", "User:carol", "User:root"] {
+                for op in [Read, Write, Describe, Delete, Alter] {
+                    for kind in [ResourceType::Topic, ResourceType::Group] {
+                        for name in ["a", "b", "orders", "ord", "or", "*"] {
+                            let request = Request {
+                                principal,
+                                host: "h",
+                                operation: op,
+                            };
+                            if config.super_users.is_empty()
+                                && index.authorize(&config, &request, kind, name)
+                                && name != "*"
+                            {
+                                assert!(
+                                    index.allows_any(&config, &request, kind)
+                                        || config.allow_everyone_if_no_acl_found
+                                );
+                            }
+                            assert_eq!(
+                                index.authorize(&config, &request, kind, name),
+                                acls.authorize(&config, principal, "h", op, kind, name),
+                                "{principal} {op:?} {kind:?} {name}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -1,13 +1,16 @@
 //! Authentication and authorization for headway, over plain values: the SASL
 //! exchanges the broker serves ([`scram`] for SCRAM-SHA-256 and SCRAM-SHA-512,
-//! [`plain`] for PLAIN), the salted credentials they check, Kafka's ACL model and
+//! [`plain`] for PLAIN, [`oauth`] for OAUTHBEARER), the salted credentials and token
+//! keys they check, Kafka's ACL model and
 //! authorization rule ([`acl`]), and the durable store of both ([`store`]).
 //!
 //! Nothing here does network I/O; the server's connection code drives the exchanges
 //! and asks the authorizer, so every rule is unit-tested without a socket.
 
 pub mod acl;
+pub mod oauth;
 pub mod plain;
+pub mod sasl;
 pub mod scram;
 pub mod store;
 

@@ -17,6 +17,7 @@
 //! [`limits::LOG_CLEANER_PASS_DIRTY_BYTES_MAX`] of dirty data.
 
 use crate::bulk_budget::BulkBudget;
+use crate::priority::BulkPriority;
 use crate::{limits, BrokerConfig, Partition, TopicConfig};
 use headway_log::{CleanReport, CleanerConfig};
 use std::collections::BTreeMap;
@@ -200,8 +201,8 @@ impl LogCleaner {
 
     /// Runs the cleaner until stopped, taking the logs to clean from `logs` each round
     /// (`None`: the broker is gone).
-    pub fn run(&self, nice: i32, logs: impl Fn() -> Option<Vec<Cleanable>>) {
-        crate::read_pool::lower_priority(nice);
+    pub fn run(&self, priority: BulkPriority, logs: impl Fn() -> Option<Vec<Cleanable>>) {
+        priority.lower_this_thread();
         loop {
             if self.stopping() {
                 return;

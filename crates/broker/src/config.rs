@@ -223,6 +223,12 @@ impl Default for LogDefaults {
     }
 }
 
+/// The SASL mechanisms the broker can serve.
+pub const SASL_MECHANISMS: [&str; 4] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"];
+
+/// The mechanisms SASL listeners offer unless configured: OAUTHBEARER needs a key set.
+pub const SASL_MECHANISMS_DEFAULT: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BrokerConfig {
@@ -278,6 +284,10 @@ pub struct BrokerConfig {
     /// CPU priority (nice value, 0..=19) of the read threads: catching up uses the CPU
     /// the tail readers and producers leave.
     pub read_threads_nice: i32,
+    /// Bulk work (the read threads, the log cleaner, syncs larger than 256 KiB) submits
+    /// its disk I/O in the idle class. Off by default: measured, it slowed heavy writers
+    /// without making light syncs faster (`docs/sync.md`).
+    pub bulk_io_idle: bool,
     /// Highest rate of bulk work (catch-up reads and produces larger than 64 KiB),
     /// bytes per second; the rate
     /// adapts between the lowest and this to the latency of syncs (`docs/sync.md`).
@@ -349,6 +359,30 @@ pub struct BrokerConfig {
     /// Where to serve the read-only web console (`HOST:PORT`, `docs/console.md`); off
     /// when unset.
     pub console_listen: Option<String>,
+    /// Kafka's `authorizer.class.name`: `acl` checks every request against the ACLs
+    /// (`docs/security.md`); unset (the default) allows everything.
+    pub authorizer: Option<String>,
+    /// Kafka's `super.users`: principals allowed everything, e.g. `User:admin`.
+    pub super_users: Vec<String>,
+    /// Kafka's `allow.everyone.if.no.acl.found`: with the authorizer on, a resource
+    /// without any ACL is open to everyone rather than closed.
+    pub allow_everyone_if_no_acl_found: bool,
+    /// SASL mechanisms SASL listeners offer (Kafka's `sasl.enabled.mechanisms`):
+    /// `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`.
+    pub sasl_enabled_mechanisms: Vec<String>,
+    /// How long a failed SASL authentication waits before its answer, and twice that
+    /// for each further recent failure from the same address up to
+    /// `limits::SASL_FAILURE_DELAY_MAX_MS` (Kafka's
+    /// `connection.failed.authentication.delay.ms`).
+    pub sasl_failed_authentication_delay_ms: u64,
+    /// The JSON Web Key Set OAUTHBEARER tokens are checked against (Kafka's
+    /// `sasl.oauthbearer.jwks.endpoint.url` with a `file:` URL); needed to enable
+    /// OAUTHBEARER.
+    pub sasl_oauthbearer_jwks_file: Option<PathBuf>,
+    /// `sasl.oauthbearer.expected.issuer`: the `iss` tokens must carry, if set.
+    pub sasl_oauthbearer_expected_issuer: Option<String>,
+    /// `sasl.oauthbearer.expected.audience`: a token's `aud` must name one of these.
+    pub sasl_oauthbearer_expected_audience: Vec<String>,
 }
 
 impl Default for BrokerConfig {
@@ -378,6 +412,7 @@ impl Default for BrokerConfig {
             read_cache_first: true,
             read_tail_bytes: limits::READ_TAIL_BYTES_DEFAULT,
             read_threads_nice: limits::READ_THREADS_NICE_DEFAULT,
+            bulk_io_idle: false,
             bulk_bytes_per_sec_max: limits::BULK_BYTES_PER_SEC_MAX_DEFAULT,
             bulk_bytes_per_sec_min: limits::BULK_BYTES_PER_SEC_MIN_DEFAULT,
             light_latency_target_ms: limits::LIGHT_LATENCY_TARGET_MS_DEFAULT,
@@ -402,11 +437,30 @@ impl Default for BrokerConfig {
             share_auto_offset_reset: "latest".into(),
             share_session_timeout_ms: 45_000,
             console_listen: None,
+            authorizer: None,
+            super_users: Vec::new(),
+            allow_everyone_if_no_acl_found: false,
+            sasl_enabled_mechanisms: SASL_MECHANISMS_DEFAULT
+                .iter()
+                .map(|m| m.to_string())
+                .collect(),
+            sasl_failed_authentication_delay_ms: 100,
+            sasl_oauthbearer_jwks_file: None,
+            sasl_oauthbearer_expected_issuer: None,
+            sasl_oauthbearer_expected_audience: Vec::new(),
         }
     }
 }
 
 impl BrokerConfig {
+    /// How the threads of bulk work are lowered.
+    pub fn bulk_priority(&self) -> crate::priority::BulkPriority {
+        crate::priority::BulkPriority {
+            nice: self.read_threads_nice,
+            io_idle: self.bulk_io_idle,
+        }
+    }
+
     /// The bulk budget's settings.
     pub fn bulk_budget(&self) -> crate::bulk_budget::BudgetConfig {
         crate::bulk_budget::BudgetConfig {
@@ -420,11 +474,39 @@ impl BrokerConfig {
     /// Checks relations between settings that serde cannot.
     pub fn validate(&self) -> Result<(), String> {
         let listeners = crate::listeners::specs(self)?;
-        let ssl = listeners
-            .iter()
-            .any(|l| l.protocol == crate::listeners::SecurityProtocol::Ssl);
+        let ssl = listeners.iter().any(|l| l.protocol.tls());
         if ssl && (self.ssl_certificate_file.is_none() || self.ssl_key_file.is_none()) {
             return Err("an SSL listener needs ssl_certificate_file and ssl_key_file".to_string());
+        }
+        match self.authorizer.as_deref() {
+            None | Some("acl") => {}
+            Some(other) => return Err(format!("authorizer must be acl or unset, not {other:?}")),
+        }
+        if let Some(bad) = self.super_users.iter().find(|u| !u.contains(':')) {
+            return Err(format!(
+                "super user {bad:?} is not Type:name, e.g. User:admin"
+            ));
+        }
+        if let Some(unknown) = self
+            .sasl_enabled_mechanisms
+            .iter()
+            .find(|m| !SASL_MECHANISMS.contains(&m.as_str()))
+        {
+            return Err(format!(
+                "sasl_enabled_mechanisms: {unknown:?} is not one of {}",
+                SASL_MECHANISMS.join(", ")
+            ));
+        }
+        if self
+            .sasl_enabled_mechanisms
+            .iter()
+            .any(|m| m == "OAUTHBEARER")
+            && self.sasl_oauthbearer_jwks_file.is_none()
+        {
+            return Err("OAUTHBEARER needs sasl_oauthbearer_jwks_file".to_string());
+        }
+        if self.sasl_enabled_mechanisms.is_empty() && listeners.iter().any(|l| l.protocol.sasl()) {
+            return Err("a SASL listener needs at least one sasl_enabled_mechanisms".to_string());
         }
         if self.default_partitions < 1 || self.default_partitions > limits::PARTITIONS_PER_TOPIC_MAX
         {

@@ -15,7 +15,8 @@
 //! [`SyncCounters`] belong to one broker instance ([`crate::Broker::sync_counters`]);
 //! every flusher of that broker counts its rounds and sync calls there.
 
-use crate::timings::Timings;
+use crate::priority::BulkPriority;
+use crate::timings::{Timings, SMALL_SYNC_BYTES};
 use crate::FlushPolicy;
 use headway_log::{Offset, SyncSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,12 +88,19 @@ impl SyncCounters {
 pub(crate) struct SyncMeters {
     pub(crate) counters: Arc<SyncCounters>,
     pub(crate) timings: Option<Arc<Timings>>,
+    /// How a sync larger than [`SMALL_SYNC_BYTES`] is lowered: a heavy writer's sync
+    /// queues its writes behind the small syncs of light partitions.
+    pub(crate) large_syncs: BulkPriority,
 }
 
 impl SyncMeters {
     /// Syncs `set`, recording its duration. Blocking.
     pub(crate) fn sync(&self, set: &SyncSet) -> Result<(), String> {
         let start = Instant::now();
+        let _idle = match set.bytes > SMALL_SYNC_BYTES {
+            true => self.large_syncs.idle_io_while(),
+            false => None,
+        };
         let outcome = set.sync().map_err(|e| e.to_string());
         self.synced(set.bytes, start.elapsed());
         outcome

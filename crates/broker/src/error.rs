@@ -99,6 +99,10 @@ pub enum BrokerError {
         topic: String,
         partition: PartitionIndex,
     },
+    /// The authorizer refused the request on `resource`: `code` is Kafka's
+    /// *_AUTHORIZATION_FAILED code for the resource's type.
+    #[error("not authorized to access {resource}")]
+    AuthorizationFailed { code: i16, resource: String },
 }
 
 impl BrokerError {

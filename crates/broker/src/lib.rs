@@ -45,6 +45,7 @@ pub mod limits;
 pub mod listeners;
 pub mod open_files;
 pub mod partition;
+pub mod priority;
 pub mod producer_ids;
 pub mod producer_state;
 pub mod read_pool;

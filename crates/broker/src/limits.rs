@@ -345,3 +345,36 @@ pub const CONSOLE_GROUP_ENTRIES_MAX: usize = 200;
 /// Connections listed by the console's `/api/state`, those holding the most outbound
 /// bytes first; the answer counts the ones left out.
 pub const CONSOLE_CONNECTIONS_MAX: usize = 200;
+
+/// Threads that close partitions at once at a clean stop: each close of a written
+/// partition syncs its files, directory and clean-shutdown marker, and overlapping
+/// them lets the disk merge the flushes (`crate::Broker::shutdown`).
+pub const SHUTDOWN_CLOSE_THREADS: usize = 16;
+
+/// How often the cache of segment files closes the files not used since its previous
+/// round (`headway_log::FileCache::close_unused`): a partition idle for one to two
+/// periods holds no open file. Reopening one costs three `open(2)` at its next append.
+pub const FILE_CACHE_IDLE_CLOSE_MS: u64 = 30_000;
+
+/// ACLs the broker holds (CreateAcls past it is refused with INVALID_REQUEST): every
+/// request's check walks the ACLs of its resources, so they stay bounded in memory.
+pub const ACLS_MAX: usize = 10_000;
+
+/// SCRAM users the broker's security store holds.
+pub const SCRAM_USERS_MAX: usize = 10_000;
+/// Largest request frame a SASL listener reads from a client that has not
+/// authenticated: ApiVersions, SaslHandshake and SaslAuthenticate fit in far less. A
+/// longer length prefix closes the connection before its body is read.
+pub const SASL_UNAUTHENTICATED_FRAME_BYTES_MAX: usize = 8 * 1024;
+
+/// How long a client of a SASL listener has from its connection to a successful
+/// authentication; past it the connection is closed and counted as a failure.
+pub const SASL_AUTHENTICATION_TIMEOUT_MS: u64 = 10_000;
+
+/// Longest delay before the answer to a failed SASL authentication, however many
+/// recent failures its address has (`sasl_failed_authentication_delay_ms`).
+pub const SASL_FAILURE_DELAY_MAX_MS: u64 = 5_000;
+
+/// Client addresses whose recent SASL failures are remembered (to lengthen their
+/// delay); when full, the oldest entry is forgotten.
+pub const SASL_FAILURE_ADDRESSES_MAX: usize = 4_096;

@@ -14,6 +14,10 @@ use crate::BrokerConfig;
 pub enum SecurityProtocol {
     Plaintext,
     Ssl,
+    /// SASL authentication over plaintext.
+    SaslPlaintext,
+    /// SASL authentication over TLS.
+    SaslSsl,
 }
 
 impl SecurityProtocol {
@@ -21,18 +25,32 @@ impl SecurityProtocol {
         match self {
             SecurityProtocol::Plaintext => "PLAINTEXT",
             SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
         }
+    }
+
+    /// The connection runs TLS (SSL and SASL_SSL).
+    pub fn tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Clients authenticate with SASL before anything else (SASL_PLAINTEXT, SASL_SSL).
+    pub fn sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
     }
 
     fn parse(name: &str) -> Result<SecurityProtocol, String> {
         match name {
             "PLAINTEXT" => Ok(SecurityProtocol::Plaintext),
             "SSL" => Ok(SecurityProtocol::Ssl),
-            "SASL_PLAINTEXT" | "SASL_SSL" => Err(format!(
-                "security protocol {name} is not served yet (PLAINTEXT and SSL are)"
-            )),
+            "SASL_PLAINTEXT" => Ok(SecurityProtocol::SaslPlaintext),
+            "SASL_SSL" => Ok(SecurityProtocol::SaslSsl),
             other => Err(format!(
-                "unknown security protocol {other:?} (PLAINTEXT or SSL)"
+                "unknown security protocol {other:?} (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)"
             )),
         }
     }
@@ -156,6 +174,22 @@ mod tests {
     }
 
     #[test]
+    fn sasl_listeners_are_served_and_marked() {
+        let c = config(
+            &["SASL_SSL://h:1", "SASL_PLAINTEXT://h:2", "EXT://h:3"],
+            &[],
+            &["EXT:SASL_SSL"],
+        );
+        let got = specs(&c).unwrap();
+        assert_eq!(got[0].protocol, SecurityProtocol::SaslSsl);
+        assert_eq!(got[1].protocol, SecurityProtocol::SaslPlaintext);
+        assert_eq!(got[2].protocol, SecurityProtocol::SaslSsl);
+        assert!(got[0].protocol.tls() && got[0].protocol.sasl());
+        assert!(!got[1].protocol.tls() && got[1].protocol.sasl());
+        assert!(SecurityProtocol::Ssl.tls() && !SecurityProtocol::Ssl.sasl());
+    }
+
+    #[test]
     fn listeners_are_named_mapped_and_advertised_as_kafka_does() {
         let c = config(
             &["PLAINTEXT://127.0.0.1:9092", "EXTERNAL://0.0.0.0:9093"],
@@ -188,7 +222,6 @@ mod tests {
                 &[],
                 "listener_security_protocol_map",
             ),
-            (&["SASL_SSL://h:1"], &[], &[], "not served yet"),
             (&["SSL://h:1", "SSL://h:2"], &[], &[], "twice"),
             (
                 &["SSL://h:1"],

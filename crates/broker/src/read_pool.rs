@@ -30,6 +30,7 @@
 //! per connection.
 
 use crate::bulk_budget::BulkBudget;
+use crate::priority::BulkPriority;
 use crate::timings::Histogram;
 use prometheus_client::metrics::histogram::exponential_buckets;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -102,10 +103,10 @@ pub struct ReadVia {
 pub struct PoolClosed;
 
 impl ReadPool {
-    /// Starts `threads` threads (at least one), each at CPU priority `nice` (0 leaves
-    /// the process's priority; raising it never needs privileges).
-    /// Starts `threads` threads; their catch-up reads pass `budget`.
-    pub fn new(threads: usize, nice: i32, budget: Arc<BulkBudget>) -> Arc<ReadPool> {
+    /// Starts `threads` threads (at least one), each lowered to `priority` (raising a
+    /// nice value or taking the idle I/O class never needs privileges); their catch-up
+    /// reads pass `budget`.
+    pub fn new(threads: usize, priority: BulkPriority, budget: Arc<BulkBudget>) -> Arc<ReadPool> {
         let threads = threads.max(1);
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
@@ -116,7 +117,7 @@ impl ReadPool {
             std::thread::Builder::new()
                 .name(format!("headway-read-{i}"))
                 .spawn(move || {
-                    lower_priority(nice);
+                    priority.lower_this_thread();
                     serve_reads(&rx, &stats);
                 })
                 .expect("spawning a read thread");
@@ -204,18 +205,6 @@ fn serve_reads(jobs: &Mutex<mpsc::Receiver<Job>>, stats: &ReadStats) {
     }
 }
 
-/// Sets this thread's nice value (Linux schedules threads individually).
-pub(crate) fn lower_priority(nice: i32) {
-    if nice == 0 {
-        return;
-    }
-    let tid = rustix::thread::gettid();
-    if let Err(error) = rustix::process::setpriority_process(Some(tid), nice) {
-        tracing::warn!(nice, error = %std::io::Error::from(error),
-            "could not lower the read threads' priority");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,7 +217,7 @@ mod tests {
 
     #[tokio::test]
     async fn reads_run_on_the_pool_threads_and_return_their_results() {
-        let pool = ReadPool::new(2, 0, test_budget());
+        let pool = ReadPool::new(2, BulkPriority::UNCHANGED, test_budget());
         let name = pool
             .run(|| std::thread::current().name().map(str::to_string))
             .await
@@ -247,7 +236,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_pool_queues_in_arrival_order() {
-        let pool = ReadPool::new(1, 0, test_budget());
+        let pool = ReadPool::new(1, BulkPriority::UNCHANGED, test_budget());
         let (release, gate) = std::sync::mpsc::channel::<()>();
         let order = Arc::new(Mutex::new(Vec::new()));
         let blocker = {

@@ -93,13 +93,14 @@ impl Broker {
         }
         tokio::spawn(run_retention(Arc::downgrade(&broker)));
         tokio::spawn(run_disk_checks(Arc::downgrade(&broker)));
+        tokio::spawn(close_unused_files(Arc::downgrade(&broker)));
         if broker.config.log_cleaner_enabled {
             let cleaner = Arc::clone(&broker.cleaner);
             let weak = Arc::downgrade(&broker);
-            let nice = broker.config.read_threads_nice;
+            let priority = broker.config.bulk_priority();
             std::thread::Builder::new()
                 .name("log-cleaner".into())
-                .spawn(move || cleaner.run(nice, || weak.upgrade().map(|b| b.compacted_logs())))
+                .spawn(move || cleaner.run(priority, || weak.upgrade().map(|b| b.compacted_logs())))
                 .map_err(|e| BrokerError::Storage(format!("start the log cleaner: {e}")))?;
         }
         Ok(broker)
@@ -133,6 +134,7 @@ impl Broker {
         let sync_meters = SyncMeters {
             counters: Arc::new(SyncCounters::default()),
             timings: Some(Arc::clone(&timings)),
+            large_syncs: config.bulk_priority(),
         };
         let shared_flusher = match (config.flush, config.sync_scope) {
             (FlushPolicy::Sync, SyncScope::Broker | SyncScope::Syncfs) => Some(
@@ -179,7 +181,7 @@ impl Broker {
         let bulk = Arc::new(BulkBudget::new(config.bulk_budget(), Arc::clone(&timings)));
         let read_pool = ReadPool::new(
             config.read_threads,
-            config.read_threads_nice,
+            config.bulk_priority(),
             Arc::clone(&bulk),
         );
         let cleaner = Arc::new(LogCleaner::new(&config, Arc::clone(&bulk)));
@@ -273,7 +275,10 @@ impl Broker {
 
     fn check_open_files(&self, partitions: i32) -> Result<(), BrokerError> {
         match (self.open_files, open_files::held_now()) {
-            (Some(budget), Some(open)) => budget.check(open, partitions.max(0) as u64),
+            (Some(budget), Some(open)) => {
+                let existing: usize = self.topics().iter().map(|t| t.partitions().len()).sum();
+                budget.check(open, existing as u64, partitions.max(0) as u64)
+            }
             _ => Ok(()),
         }
     }
@@ -558,22 +563,25 @@ impl Broker {
     }
 
     /// Closes every partition: syncs all logs and writes their clean-shutdown markers.
+    /// Partitions not written since they were opened close without any I/O; the
+    /// others close on [`limits::SHUTDOWN_CLOSE_THREADS`] threads at once, so that their
+    /// syncs overlap on the disk instead of queueing one after another.
     pub async fn shutdown(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
         self.cleaner.stop();
-        let topics = self.topics();
-        let _ = tokio::task::spawn_blocking(move || {
-            for topic in topics {
-                for p in topic.partitions() {
-                    if let Err(e) = p.close() {
-                        tracing::error!(topic = topic.name(), partition = p.index().value(), error = %e, "close failed");
-                    }
-                }
-            }
-        })
-        .await;
+        let partitions: Vec<(Arc<Topic>, Arc<Partition>)> = self
+            .topics()
+            .into_iter()
+            .flat_map(|t| {
+                t.partitions()
+                    .iter()
+                    .map(|p| (Arc::clone(&t), Arc::clone(p)))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let _ = tokio::task::spawn_blocking(move || close_all(&partitions)).await;
         if let Some(flusher) = &self.shared_flusher {
             flusher.stop();
         }
@@ -596,6 +604,23 @@ impl Drop for Broker {
     }
 }
 
+/// Closes `partitions` on up to [`limits::SHUTDOWN_CLOSE_THREADS`] threads. Blocking.
+fn close_all(partitions: &[(Arc<Topic>, Arc<Partition>)]) {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = limits::SHUTDOWN_CLOSE_THREADS.min(partitions.len()).max(1);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                while let Some((topic, p)) = partitions.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    if let Err(e) = p.close() {
+                        tracing::error!(topic = topic.name(), partition = p.index().value(), error = %e, "close failed");
+                    }
+                }
+            });
+        }
+    });
+}
+
 fn load_cluster_id(data_dir: &Path) -> Result<String, BrokerError> {
     let path = data_dir.join("meta.json");
     if let Ok(text) = fs::read_to_string(&path) {
@@ -609,6 +634,24 @@ fn load_cluster_id(data_dir: &Path) -> Result<String, BrokerError> {
     let text = serde_json::to_string(&meta).expect("serializes");
     durable_file::replace(&path, text.as_bytes())?;
     Ok(meta.cluster_id)
+}
+
+/// Closes, every [`limits::FILE_CACHE_IDLE_CLOSE_MS`], the segment files not used since
+/// the previous round: an idle partition's files are closed one to two periods after
+/// its last append or read.
+async fn close_unused_files(broker: Weak<Broker>) {
+    let every = std::time::Duration::from_millis(limits::FILE_CACHE_IDLE_CLOSE_MS);
+    loop {
+        tokio::time::sleep(every).await;
+        match broker.upgrade() {
+            Some(b) if !b.closed.load(Ordering::Acquire) => {}
+            _ => return,
+        }
+        let closed = FileCache::global().close_unused();
+        if closed > 0 {
+            tracing::debug!(closed, "closed idle segment files");
+        }
+    }
 }
 
 async fn run_retention(broker: Weak<Broker>) {

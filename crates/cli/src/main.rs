@@ -16,6 +16,7 @@ mod output;
 mod produce;
 mod progress;
 mod topic;
+mod user;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -81,6 +82,8 @@ enum Command {
     Cleaner(cleaner::CleanerArgs),
     /// Run a benchmark scenario against headway or any Kafka-compatible broker.
     Bench(headway_bench::BenchArgs),
+    /// Add, list and delete SCRAM users on a stopped broker's data directory.
+    User(user::UserArgs),
 }
 
 #[derive(Args)]
@@ -192,6 +195,10 @@ struct ServeArgs {
     /// Nice value (0-19) of the read threads, so catching up uses spare CPU [default: 10].
     #[arg(long, env = "HEADWAY_READ_THREADS_NICE")]
     read_threads_nice: Option<i32>,
+    /// Submit bulk work's disk I/O (catch-up reads, the log cleaner, syncs over 256 KiB)
+    /// in the idle I/O class [default: false].
+    #[arg(long, env = "HEADWAY_BULK_IO_IDLE")]
+    bulk_io_idle: Option<bool>,
     /// Highest rate of bulk work (catch-up reads, produces over 64 KiB), bytes/s; it adapts down to
     /// --bulk-bytes-per-sec-min while light work is slower than --light-latency-target-ms
     /// [default: 1073741824].
@@ -237,6 +244,40 @@ struct ServeArgs {
     /// Serve the read-only web console at http://ADDR/ [default: off].
     #[arg(long, env = "HEADWAY_CONSOLE_LISTEN")]
     console_listen: Option<String>,
+    /// `acl` checks every request against the ACLs (Kafka's authorizer.class.name)
+    /// [default: off, everything allowed].
+    #[arg(long, env = "HEADWAY_AUTHORIZER")]
+    authorizer: Option<String>,
+    /// Principals allowed everything, e.g. User:admin;User:ops (Kafka's super.users).
+    #[arg(long, env = "HEADWAY_SUPER_USERS", value_delimiter = ';')]
+    super_users: Option<Vec<String>>,
+    /// With the authorizer on, open a resource without any ACL to everyone
+    /// [default: false].
+    #[arg(long, env = "HEADWAY_ALLOW_EVERYONE_IF_NO_ACL_FOUND")]
+    allow_everyone_if_no_acl_found: Option<bool>,
+    /// SASL mechanisms of SASL listeners, comma-separated
+    /// [default: PLAIN,SCRAM-SHA-256,SCRAM-SHA-512].
+    #[arg(long, env = "HEADWAY_SASL_ENABLED_MECHANISMS", value_delimiter = ',')]
+    sasl_enabled_mechanisms: Option<Vec<String>>,
+    /// Delay of a failed SASL authentication's answer, doubled per recent failure of
+    /// the same address [default: 100].
+    #[arg(long, env = "HEADWAY_SASL_FAILED_AUTHENTICATION_DELAY_MS")]
+    sasl_failed_authentication_delay_ms: Option<u64>,
+    /// JSON Web Key Set file OAUTHBEARER tokens are checked against; add OAUTHBEARER to
+    /// --sasl-enabled-mechanisms to offer it.
+    #[arg(long, env = "HEADWAY_SASL_OAUTHBEARER_JWKS_FILE")]
+    sasl_oauthbearer_jwks_file: Option<PathBuf>,
+    /// The issuer (`iss`) OAUTHBEARER tokens must carry [default: any].
+    #[arg(long, env = "HEADWAY_SASL_OAUTHBEARER_EXPECTED_ISSUER")]
+    sasl_oauthbearer_expected_issuer: Option<String>,
+    /// Audiences (`aud`) of which an OAUTHBEARER token must name one, comma-separated
+    /// [default: any].
+    #[arg(
+        long,
+        env = "HEADWAY_SASL_OAUTHBEARER_EXPECTED_AUDIENCE",
+        value_delimiter = ','
+    )]
+    sasl_oauthbearer_expected_audience: Option<Vec<String>>,
 }
 
 impl ServeArgs {
@@ -299,6 +340,7 @@ impl ServeArgs {
         set!(read_cache_first = self.read_cache_first);
         set!(read_tail_bytes = self.read_tail_bytes);
         set!(read_threads_nice = self.read_threads_nice);
+        set!(bulk_io_idle = self.bulk_io_idle);
         set!(bulk_bytes_per_sec_max = self.bulk_bytes_per_sec_max);
         set!(bulk_bytes_per_sec_min = self.bulk_bytes_per_sec_min);
         set!(light_latency_target_ms = self.light_latency_target_ms);
@@ -316,6 +358,20 @@ impl ServeArgs {
         if self.console_listen.is_some() {
             config.console_listen = self.console_listen;
         }
+        if self.authorizer.is_some() {
+            config.authorizer = self.authorizer;
+        }
+        set!(super_users = self.super_users);
+        set!(allow_everyone_if_no_acl_found = self.allow_everyone_if_no_acl_found);
+        set!(sasl_enabled_mechanisms = self.sasl_enabled_mechanisms);
+        set!(sasl_failed_authentication_delay_ms = self.sasl_failed_authentication_delay_ms);
+        if self.sasl_oauthbearer_jwks_file.is_some() {
+            config.sasl_oauthbearer_jwks_file = self.sasl_oauthbearer_jwks_file;
+        }
+        if self.sasl_oauthbearer_expected_issuer.is_some() {
+            config.sasl_oauthbearer_expected_issuer = self.sasl_oauthbearer_expected_issuer;
+        }
+        set!(sasl_oauthbearer_expected_audience = self.sasl_oauthbearer_expected_audience);
         config.validate().map_err(anyhow::Error::msg)?;
         Ok(config)
     }
@@ -378,6 +434,7 @@ fn run() -> anyhow::Result<()> {
         Command::Cluster(args) => client_runtime()?.block_on(cluster::run(args)),
         Command::Cleaner(args) => cleaner::run(args),
         Command::Bench(args) => headway_bench::run(args),
+        Command::User(args) => user::run(args),
     }
 }
 
@@ -430,6 +487,17 @@ fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         }
         let _ = out.flush();
         let handle = server.handle();
+        let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        let reloader = server.handle();
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                match reloader.reload_tls() {
+                    Ok(true) => tracing::info!("SIGHUP: reloaded the TLS certificate, key and client CAs"),
+                    Ok(false) => tracing::info!("SIGHUP: no SSL listener, nothing to reload"),
+                    Err(error) => tracing::warn!(%error, "SIGHUP: TLS reload failed, the previous certificate stays in use"),
+                }
+            }
+        });
         tokio::spawn(async move {
             signals.wait().await;
             tracing::info!("signal received");

@@ -48,6 +48,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::DescribeShareGroupOffsets, 0, 0),
 ];
 
 /// Largest answer accepted; a larger length means a corrupt stream.
@@ -259,6 +261,8 @@ fn api_name(key: ApiKey) -> &'static str {
         ApiKey::DeleteGroups => "DeleteGroups",
         ApiKey::DescribeCluster => "DescribeCluster",
         ApiKey::ConsumerGroupDescribe => "ConsumerGroupDescribe",
+        ApiKey::ShareGroupDescribe => "ShareGroupDescribe",
+        ApiKey::DescribeShareGroupOffsets => "DescribeShareGroupOffsets",
         _ => "ApiVersions",
     }
 }

@@ -33,7 +33,8 @@ pub use error::ClientError;
 pub use group_consumer::{GroupConfig, GroupConsumer};
 pub use groups::{
     ConsumerGroupDescription, ConsumerMemberDescription, GroupDescription, GroupListing,
-    GroupMemberDescription,
+    GroupMemberDescription, ShareGroupDescription, ShareMemberDescription, SharePartitionOffset,
+    SharePartitionStats, SHARE_PARTITION_STATS_TAG,
 };
 pub use kafka_protocol::records::Compression;
 pub use producer::{Delivery, LaneStats, Producer, ProducerConfig, ProducerStats, Record};

@@ -230,7 +230,71 @@ pub(crate) static MESSAGES: &[Message] = &[
         flexible_min: 0,
         root: &SHARE_ACKNOWLEDGE,
     },
+    Message {
+        api_key: ApiKey::DescribeShareGroupOffsets,
+        min_version: 0,
+        flexible_min: 0,
+        root: &DESCRIBE_SHARE_GROUP_OFFSETS,
+    },
+    Message {
+        api_key: ApiKey::AlterShareGroupOffsets,
+        min_version: 0,
+        flexible_min: 0,
+        root: &ALTER_SHARE_GROUP_OFFSETS,
+    },
+    Message {
+        api_key: ApiKey::DeleteShareGroupOffsets,
+        min_version: 0,
+        flexible_min: 0,
+        root: &DELETE_SHARE_GROUP_OFFSETS,
+    },
+    Message {
+        api_key: ApiKey::CreateAcls,
+        min_version: 1,
+        flexible_min: 2,
+        root: &CREATE_ACLS,
+    },
+    Message {
+        api_key: ApiKey::DescribeAcls,
+        min_version: 1,
+        flexible_min: 2,
+        root: &DESCRIBE_ACLS,
+    },
+    Message {
+        api_key: ApiKey::DeleteAcls,
+        min_version: 1,
+        flexible_min: 2,
+        root: &DELETE_ACLS,
+    },
+    Message {
+        api_key: ApiKey::SaslHandshake,
+        min_version: 0,
+        flexible_min: i16::MAX,
+        root: &SASL_HANDSHAKE,
+    },
+    Message {
+        api_key: ApiKey::SaslAuthenticate,
+        min_version: 0,
+        flexible_min: 2,
+        root: &SASL_AUTHENTICATE,
+    },
 ];
+
+static SASL_HANDSHAKE: Struct = Struct {
+    size: size_of::<sasl_handshake_request::SaslHandshakeRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // mechanism
+    ],
+    tags: &[],
+};
+
+static SASL_AUTHENTICATE: Struct = Struct {
+    size: size_of::<sasl_authenticate_request::SaslAuthenticateRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Bytes), // auth_bytes
+    ],
+    tags: &[],
+};
 
 static PRODUCE_PARTITION_PRODUCE_DATA: Struct = Struct {
     size: size_of::<produce_request::PartitionProduceData>(),
@@ -1217,5 +1281,150 @@ static SHARE_ACKNOWLEDGE_BATCH: Struct = Struct {
         field(0, i16::MAX, Kind::Fixed(8)), // last_offset
         field(0, i16::MAX, Kind::Array(Elem::Fixed(1, size_of::<i8>()))), // acknowledge_types
     ],
+    tags: &[],
+};
+
+static DESCRIBE_SHARE_GROUP_OFFSETS: Struct = Struct {
+    size: size_of::<describe_share_group_offsets_request::DescribeShareGroupOffsetsRequest>(),
+    fields: &[
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&DESCRIBE_SHARE_GROUP_OFFSETS_GROUP)),
+        ), // groups
+    ],
+    tags: &[],
+};
+
+static DESCRIBE_SHARE_GROUP_OFFSETS_GROUP: Struct = Struct {
+    size: size_of::<describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // group_id
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&DESCRIBE_SHARE_GROUP_OFFSETS_TOPIC)),
+        ), // topics (nullable)
+    ],
+    tags: &[],
+};
+
+static DESCRIBE_SHARE_GROUP_OFFSETS_TOPIC: Struct = Struct {
+    size: size_of::<describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestTopic>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // topic_name
+        field(0, i16::MAX, Kind::Array(Elem::Fixed(4, size_of::<i32>()))), // partitions
+    ],
+    tags: &[],
+};
+
+static ALTER_SHARE_GROUP_OFFSETS: Struct = Struct {
+    size: size_of::<alter_share_group_offsets_request::AlterShareGroupOffsetsRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // group_id
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&ALTER_SHARE_GROUP_OFFSETS_TOPIC)),
+        ), // topics
+    ],
+    tags: &[],
+};
+
+static ALTER_SHARE_GROUP_OFFSETS_TOPIC: Struct = Struct {
+    size: size_of::<alter_share_group_offsets_request::AlterShareGroupOffsetsRequestTopic>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // topic_name
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&ALTER_SHARE_GROUP_OFFSETS_PARTITION)),
+        ), // partitions
+    ],
+    tags: &[],
+};
+
+static ALTER_SHARE_GROUP_OFFSETS_PARTITION: Struct = Struct {
+    size: size_of::<alter_share_group_offsets_request::AlterShareGroupOffsetsRequestPartition>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(4)), // partition_index
+        field(0, i16::MAX, Kind::Fixed(8)), // start_offset
+    ],
+    tags: &[],
+};
+
+static DELETE_SHARE_GROUP_OFFSETS: Struct = Struct {
+    size: size_of::<delete_share_group_offsets_request::DeleteShareGroupOffsetsRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // group_id
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&DELETE_SHARE_GROUP_OFFSETS_TOPIC)),
+        ), // topics
+    ],
+    tags: &[],
+};
+
+static DELETE_SHARE_GROUP_OFFSETS_TOPIC: Struct = Struct {
+    size: size_of::<delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // topic_name
+    ],
+    tags: &[],
+};
+
+static CREATE_ACLS_CREATION: Struct = Struct {
+    size: size_of::<create_acls_request::AclCreation>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(1)), // resource_type
+        field(0, i16::MAX, Kind::Str),      // resource_name
+        field(1, i16::MAX, Kind::Fixed(1)), // resource_pattern_type
+        field(0, i16::MAX, Kind::Str),      // principal
+        field(0, i16::MAX, Kind::Str),      // host
+        field(0, i16::MAX, Kind::Fixed(1)), // operation
+        field(0, i16::MAX, Kind::Fixed(1)), // permission_type
+    ],
+    tags: &[],
+};
+
+static CREATE_ACLS: Struct = Struct {
+    size: size_of::<create_acls_request::CreateAclsRequest>(),
+    fields: &[field(
+        0,
+        i16::MAX,
+        Kind::Array(Elem::Struct(&CREATE_ACLS_CREATION)),
+    )], // creations
+    tags: &[],
+};
+
+/// DescribeAcls' body, and each filter of DeleteAcls: the same fields.
+static DESCRIBE_ACLS: Struct = Struct {
+    size: size_of::<describe_acls_request::DescribeAclsRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(1)), // resource_type_filter
+        field(0, i16::MAX, Kind::Str),      // resource_name_filter
+        field(1, i16::MAX, Kind::Fixed(1)), // pattern_type_filter
+        field(0, i16::MAX, Kind::Str),      // principal_filter
+        field(0, i16::MAX, Kind::Str),      // host_filter
+        field(0, i16::MAX, Kind::Fixed(1)), // operation
+        field(0, i16::MAX, Kind::Fixed(1)), // permission_type
+    ],
+    tags: &[],
+};
+
+static DELETE_ACLS_FILTER: Struct = Struct {
+    size: size_of::<delete_acls_request::DeleteAclsFilter>(),
+    fields: DESCRIBE_ACLS.fields,
+    tags: &[],
+};
+
+static DELETE_ACLS: Struct = Struct {
+    size: size_of::<delete_acls_request::DeleteAclsRequest>(),
+    fields: &[field(
+        0,
+        i16::MAX,
+        Kind::Array(Elem::Struct(&DELETE_ACLS_FILTER)),
+    )], // filters
     tags: &[],
 };

@@ -28,6 +28,7 @@ use crate::handlers::{self, Arrival, Ctx, HandlerError, Outgoing, Reply, ReplyTi
 use crate::listener::ListenerInfo;
 use crate::request_budget::Reserved;
 use crate::requests::Caller;
+use crate::sasl;
 use crate::stats::{Connection, ServerStats};
 use crate::tls;
 use bytes::Bytes;
@@ -73,17 +74,26 @@ pub async fn serve(
             let Some(stream) = tls::handshake(&acceptor, stream, peer, &ctx.stats).await else {
                 return;
             };
+            if let Some(principal) = tls::client_principal(&stream) {
+                conn.set_principal(&principal);
+            }
             let (reader, writer) = tokio::io::split(stream);
             read_requests(reader, writer, conn, &ctx).await;
         }
     }
 }
 
-async fn read_requests<R, W>(mut reader: R, writer: W, conn: &Arc<Connection>, ctx: &Arc<Ctx>)
+async fn read_requests<R, W>(mut reader: R, mut writer: W, conn: &Arc<Connection>, ctx: &Arc<Ctx>)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    // A SASL listener's client authenticates first, one request at a time (`crate::sasl`).
+    if conn.listener.protocol.sasl()
+        && !sasl::authenticate(&mut reader, &mut writer, conn, ctx).await
+    {
+        return;
+    }
     let (replies, queued) = mpsc::channel(limits::REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX);
     let writer = tokio::spawn(write_replies(writer, queued, Arc::clone(conn)));
     let mut client = Caller {

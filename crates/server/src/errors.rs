@@ -45,7 +45,8 @@ fn response_error(error: &BrokerError) -> ResponseError {
             R::TransactionCoordinatorFenced
         }
         BrokerError::Sequence(SequenceError::TooManyTransactions { .. }) => R::PolicyViolation,
-        BrokerError::TransactionRefused { code, .. } => {
+        BrokerError::TransactionRefused { code, .. }
+        | BrokerError::AuthorizationFailed { code, .. } => {
             R::try_from_code(*code).unwrap_or(R::UnknownServerError)
         }
         BrokerError::InvalidRequest(_) => R::InvalidRequest,

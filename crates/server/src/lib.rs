@@ -28,6 +28,7 @@
 //!
 //! Kafka error codes are chosen in one place, [`errors`].
 
+pub mod authorize;
 pub mod connection;
 pub mod console;
 pub mod errors;
@@ -39,6 +40,7 @@ pub mod outbound;
 pub mod probe;
 pub mod request_budget;
 pub mod requests;
+pub mod sasl;
 pub mod stats;
 pub mod tls;
 pub mod txn_markers;

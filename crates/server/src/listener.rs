@@ -7,8 +7,9 @@
 
 use crate::handlers::{self, Ctx};
 use crate::stats::ServerStats;
+use crate::tls::ReloadableTls;
 use crate::txn_markers::PartitionMarkers;
-use crate::{connection, console, metrics, tls};
+use crate::{connection, console, metrics};
 use headway_broker::limits;
 use headway_broker::listeners::{ListenerSpec, SecurityProtocol};
 use headway_broker::Broker;
@@ -24,7 +25,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tokio_rustls::TlsAcceptor;
 
 /// How long connections may take to write their last replies at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -37,6 +37,8 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     metrics_addr: Option<SocketAddr>,
     console_addr: Option<SocketAddr>,
+    /// The SSL listeners' certificates, when there are any.
+    tls: Option<Arc<ReloadableTls>>,
 }
 
 /// A listener as its connections see it: Metadata and FindCoordinator answer with its
@@ -66,11 +68,11 @@ struct Bound {
     tcp: TcpListener,
     info: Arc<ListenerInfo>,
     /// For SSL listeners.
-    tls: Option<TlsAcceptor>,
+    tls: Option<Arc<ReloadableTls>>,
 }
 
 impl Bound {
-    async fn bind(spec: &ListenerSpec, tls: &Option<TlsAcceptor>) -> std::io::Result<Bound> {
+    async fn bind(spec: &ListenerSpec, tls: &Option<Arc<ReloadableTls>>) -> std::io::Result<Bound> {
         let tcp = TcpListener::bind(&spec.bind).await.map_err(|e| {
             std::io::Error::new(
                 e.kind(),
@@ -86,9 +88,9 @@ impl Bound {
             }
             None => (local.ip().to_string(), i32::from(local.port())),
         };
-        let tls = match spec.protocol {
-            SecurityProtocol::Ssl => tls.clone(),
-            SecurityProtocol::Plaintext => None,
+        let tls = match spec.protocol.tls() {
+            true => tls.clone(),
+            false => None,
         };
         Ok(Bound {
             tcp,
@@ -105,11 +107,23 @@ impl Bound {
 
 /// Asks a running server to shut down.
 #[derive(Clone)]
-pub struct ServerHandle(watch::Sender<bool>);
+pub struct ServerHandle {
+    shutdown: watch::Sender<bool>,
+    tls: Option<Arc<ReloadableTls>>,
+}
 
 impl ServerHandle {
     pub fn shutdown(&self) {
-        self.0.send_replace(true);
+        self.shutdown.send_replace(true);
+    }
+
+    /// Reads the SSL listeners' certificate, key and client CA files again (SIGHUP).
+    /// `Ok(false)`: there is no SSL listener. On an error the old ones stay in use.
+    pub fn reload_tls(&self) -> Result<bool, String> {
+        match &self.tls {
+            None => Ok(false),
+            Some(tls) => tls.reload().map(|()| true),
+        }
     }
 }
 
@@ -190,8 +204,8 @@ impl Server {
         let config = broker.config();
         let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
         let specs = headway_broker::listeners::specs(config).map_err(invalid)?;
-        let tls = match specs.iter().any(|s| s.protocol == SecurityProtocol::Ssl) {
-            true => Some(tls::acceptor(config).map_err(invalid)?),
+        let tls = match specs.iter().any(|s| s.protocol.tls()) {
+            true => Some(ReloadableTls::load(config).map_err(invalid)?),
             false => None,
         };
         let mut listeners = Vec::with_capacity(specs.len());
@@ -231,6 +245,11 @@ impl Server {
         let shares = open_share_coordinator(config).await?;
         broker.add_internal_log(SHARE_STATE_TOPIC, Arc::clone(shares.state_log()));
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let security = open_security_store(config).await?;
+        let authorizer = Arc::new(crate::authorize::Authorizer::new(
+            config,
+            Arc::clone(&security),
+        ));
         let ctx = Arc::new(Ctx {
             groups,
             txns,
@@ -238,6 +257,9 @@ impl Server {
             stats: ServerStats::new(config, Arc::clone(broker.read_pool())),
             broker: Arc::clone(&broker),
             shutdown: shutdown_rx,
+            authorizer,
+            security,
+            sasl: crate::sasl::Sasl::new(config).map_err(invalid)?,
         });
         let metrics_addr = serve_http(&config.metrics_listen, "metrics", |listen| {
             metrics::start(listen, Arc::clone(&ctx))
@@ -256,6 +278,7 @@ impl Server {
         Ok(Server {
             broker,
             listeners,
+            tls,
             ctx,
             shutdown,
             metrics_addr,
@@ -298,7 +321,10 @@ impl Server {
     }
 
     pub fn handle(&self) -> ServerHandle {
-        ServerHandle(self.shutdown.clone())
+        ServerHandle {
+            shutdown: self.shutdown.clone(),
+            tls: self.tls.clone(),
+        }
     }
 
     /// Accepts connections until shut down, then runs the shutdown sequence.
@@ -321,7 +347,7 @@ impl Server {
                     Ok((stream, peer)) => {
                         let ctx = Arc::clone(&self.ctx);
                         let info = Arc::clone(&listener.info);
-                        let tls = listener.tls.clone();
+                        let tls = listener.tls.as_ref().map(|t| t.acceptor());
                         tasks.spawn(async move {
                             connection::serve(stream, peer, ctx, info, tls).await;
                             drop(permit);
@@ -377,4 +403,20 @@ async fn open_share_coordinator(
     ShareCoordinator::open(&config.data_dir, config.flush, share_config)
         .await
         .map_err(|e| std::io::Error::other(format!("opening the share coordinator: {e}")))
+}
+
+/// Opens the security store in `<data_dir>/security/`.
+async fn open_security_store(
+    config: &headway_broker::BrokerConfig,
+) -> std::io::Result<Arc<headway_auth::store::SecurityStore>> {
+    let dir = config.data_dir.join(crate::authorize::SECURITY_DIR);
+    let limits = headway_auth::store::StoreLimits {
+        users_max: limits::SCRAM_USERS_MAX,
+        acls_max: limits::ACLS_MAX,
+    };
+    tokio::task::spawn_blocking(move || headway_auth::store::SecurityStore::open(&dir, limits))
+        .await
+        .map_err(std::io::Error::other)?
+        .map(Arc::new)
+        .map_err(|e| std::io::Error::other(format!("opening the security store: {e}")))
 }

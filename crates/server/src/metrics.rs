@@ -194,6 +194,8 @@ pub fn render(ctx: &Ctx) -> String {
     let s = stats.snapshot();
     let mut r = Registry::with_prefix("headway");
     stats.requests.register(&mut r);
+    ctx.authorizer.register(&mut r);
+    ctx.sasl.register(&mut r);
     register_open_files(&mut r, broker);
     let t = broker.timings();
     r.register(
@@ -780,9 +782,10 @@ fn register_groups(r: &mut Registry, ctx: &Ctx) {
 }
 
 /// Per share group (the first `METRICS_SHARE_GROUPS_MAX` by id): members, records in
-/// flight and acquired, and records redelivered and archived since the broker started.
+/// flight and acquired, and records redelivered, archived, delivered, accepted,
+/// released and rejected since the broker started.
 fn register_share_groups(r: &mut Registry, ctx: &Ctx) {
-    let families: [(&str, &str); 5] = [
+    let families: [(&str, &str); 9] = [
         ("share_group_members", "Members of the share group"),
         (
             "share_group_in_flight_records",
@@ -800,6 +803,22 @@ fn register_share_groups(r: &mut Registry, ctx: &Ctx) {
             "share_group_archived_records",
             "Records archived (rejected, or at the delivery count limit) since the broker started",
         ),
+        (
+            "share_group_delivered_records",
+            "Records acquired by members (every delivery) since the broker started",
+        ),
+        (
+            "share_group_acknowledged_records",
+            "Records members acknowledged as accepted since the broker started",
+        ),
+        (
+            "share_group_released_records",
+            "Records members released since the broker started",
+        ),
+        (
+            "share_group_rejected_records",
+            "Records members rejected since the broker started",
+        ),
     ];
     let values: Vec<Labelled> = families.iter().map(|_| Labelled::default()).collect();
     let groups = ctx.shares.list();
@@ -814,6 +833,10 @@ fn register_share_groups(r: &mut Registry, ctx: &Ctx) {
             sum(|p| p.acquired),
             sum(|p| p.redeliveries),
             sum(|p| p.archived),
+            sum(|p| p.deliveries),
+            sum(|p| p.accepted),
+            sum(|p| p.released),
+            sum(|p| p.rejected),
         ];
         for (family, value) in values.iter().zip(row) {
             family.get_or_create(&labels).set(value);
@@ -880,8 +903,8 @@ fn resident_bytes() -> Option<u64> {
 /// The page size of Linux on x86-64 and of most arm64 kernels; `statm` counts pages.
 const PAGE_BYTES: u64 = 4096;
 
-/// Open files: the process's count and budget, and the cache of sealed segments'
-/// files (`headway_log::FileCache`).
+/// Open files: the process's count and budget, and the cache of segment files
+/// (`headway_log::FileCache`).
 fn register_open_files(r: &mut Registry, broker: &Broker) {
     if let Some(open) = headway_broker::open_files::open_now() {
         gauge(
@@ -903,31 +926,31 @@ fn register_open_files(r: &mut Registry, broker: &Broker) {
     gauge(
         r,
         "file_cache_open",
-        "Sealed segments' files the cache holds open",
+        "Segment files (active and sealed) the cache holds open",
         cache.open as u64,
     );
     gauge(
         r,
         "file_cache_capacity",
-        "Most sealed segments' files the cache holds open: what open_files_max leaves beside the active segments",
+        "Most segment files the cache holds open: what open_files_max leaves beside the files held outside it",
         cache.capacity as u64,
     );
     counter(
         r,
         "file_cache_hits",
-        "Reads of sealed segments that found their file open in the cache",
+        "Uses of a segment file (appends, reads) that found it open in the cache",
         cache.hits,
     );
     counter(
         r,
         "file_cache_misses",
-        "Reads of sealed segments that opened their file",
+        "Uses of a segment file (appends, reads) that opened it",
         cache.misses,
     );
     counter(
         r,
         "file_cache_evictions",
-        "Sealed segments' files closed to make room in the cache",
+        "Segment files closed to make room in the cache",
         cache.evictions,
     );
 }

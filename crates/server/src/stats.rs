@@ -59,6 +59,10 @@ pub struct ServerStats {
     /// True while the listener accepts connections: from the start of its accept loop
     /// until shutdown begins (`/readyz`).
     pub accepting: AtomicBool,
+    /// `connections_max`, named by the log line when it is reached.
+    connections_max: usize,
+    /// Bounds the log lines of `connections_max` reached.
+    connection_limit_lines: LineLimiter,
 }
 
 /// One connection's state.
@@ -88,7 +92,13 @@ pub struct Connection {
     pub bytes_written: AtomicU64,
     /// The client id of the first request that carried one (the console shows it).
     client_id: OnceLock<Arc<str>>,
+    /// Who the connection acts as, in Kafka's `Type:name` form: `User:ANONYMOUS` until a
+    /// listener's authentication (a client certificate, SASL) names someone else.
+    principal: Mutex<Arc<str>>,
 }
+
+/// The principal of a connection nobody has authenticated.
+pub const ANONYMOUS: &str = "User:ANONYMOUS";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionSnapshot {
@@ -144,12 +154,20 @@ impl ServerStats {
             tls_failure_lines: LineLimiter::new(limits::FAILURE_LOG_LINES_PER_SECOND),
             requests: RequestMetrics::new(),
             accepting: AtomicBool::new(false),
+            connections_max: config.connections_max,
+            connection_limit_lines: LineLimiter::new(1),
         })
     }
 
     /// A slot for one more connection (`connections_max`), once one is free; the
     /// connection holds it until it ends.
     pub async fn connection_slot(&self) -> OwnedSemaphorePermit {
+        if self.connection_slots.available_permits() == 0 {
+            if let Some(left_out) = self.connection_limit_lines.admit_now() {
+                tracing::warn!(connections_max = self.connections_max, times_left_out = left_out,
+                    "connections_max reached: new connections wait in the listen backlog until one closes");
+            }
+        }
         self.connection_slots_probe
             .acquire(&self.connection_slots, 1)
             .await
@@ -181,6 +199,7 @@ impl ServerStats {
             reader_paused: AtomicBool::new(false),
             bytes_written: AtomicU64::new(0),
             client_id: OnceLock::new(),
+            principal: Mutex::new(Arc::from(ANONYMOUS)),
         });
         self.accepted.fetch_add(1, Ordering::Relaxed);
         self.connections
@@ -268,6 +287,16 @@ impl Connection {
     }
 
     /// Records the connection's client id; the first one set stays.
+    /// The principal the connection acts as (see [`ANONYMOUS`]).
+    pub fn principal(&self) -> Arc<str> {
+        Arc::clone(&self.principal.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Records who the connection acts as from now on, after an authentication.
+    pub fn set_principal(&self, principal: &str) {
+        *self.principal.lock().unwrap_or_else(|e| e.into_inner()) = Arc::from(principal);
+    }
+
     pub fn set_client_id(&self, client_id: &Arc<str>) {
         if self.client_id.get().is_none() {
             let _ = self.client_id.set(Arc::clone(client_id));
@@ -288,7 +317,10 @@ mod tests {
             config.bulk_budget(),
             Arc::new(Timings::new()),
         ));
-        ServerStats::new(&config, ReadPool::new(1, 0, bulk))
+        ServerStats::new(
+            &config,
+            ReadPool::new(1, headway_broker::priority::BulkPriority::UNCHANGED, bulk),
+        )
     }
 
     fn peer(port: u16) -> SocketAddr {

@@ -75,6 +75,14 @@ fn every_request() -> Vec<(i16, i16, BytesMut)> {
         defaults::<ShareGroupDescribeRequest>(),
         defaults::<ShareFetchRequest>(),
         defaults::<ShareAcknowledgeRequest>(),
+        defaults::<SaslHandshakeRequest>(),
+        defaults::<SaslAuthenticateRequest>(),
+        defaults::<DescribeShareGroupOffsetsRequest>(),
+        defaults::<AlterShareGroupOffsetsRequest>(),
+        defaults::<DeleteShareGroupOffsetsRequest>(),
+        defaults::<CreateAclsRequest>(),
+        defaults::<DescribeAclsRequest>(),
+        defaults::<DeleteAclsRequest>(),
     ];
     assert_eq!(all.len(), APIS.len(), "every served API is probed");
     all.into_iter().flatten().collect()

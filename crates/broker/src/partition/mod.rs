@@ -1002,7 +1002,9 @@ impl Partition {
     }
 
     /// Syncs and closes the log. Produces waiting for durability are answered: their
-    /// data is synced by the close. Blocking.
+    /// data is synced by the close. A log not written since the clean close it was
+    /// opened after has nothing to sync or write (its marker and producer snapshot
+    /// still stand). Blocking.
     pub fn close(&self) -> Result<(), BrokerError> {
         self.closed.store(true, Ordering::Release);
         // The own flusher looks once more, finds the partition stopped, and ends.
@@ -1017,7 +1019,7 @@ impl Partition {
         };
         let log_end_offset = log.log_end_offset();
         let mut log = log;
-        if !log.is_poisoned() {
+        if !log.is_poisoned() && !log.untouched_since_clean_close() {
             // The snapshot says the markers before it need no replay at the next open,
             // so their index entries must be on disk first.
             log.sync_aborted().map_err(BrokerError::from_log)?;

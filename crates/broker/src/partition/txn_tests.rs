@@ -232,7 +232,11 @@ async fn a_read_committed_read_is_shortened_until_its_aborted_transactions_fit()
     }
     let budget = crate::BrokerConfig::default().bulk_budget();
     let via = ReadVia {
-        pool: ReadPool::new(1, 0, Arc::new(BulkBudget::new(budget, Arc::default()))),
+        pool: ReadPool::new(
+            1,
+            crate::priority::BulkPriority::UNCHANGED,
+            Arc::new(BulkBudget::new(budget, Arc::default())),
+        ),
         cache_first: true,
         tail_bytes: u64::MAX,
     };

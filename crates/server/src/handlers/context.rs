@@ -35,6 +35,12 @@ pub struct Ctx {
     pub shutdown: watch::Receiver<bool>,
     /// Budgets and the open connections' state.
     pub stats: Arc<ServerStats>,
+    /// ACLs and the checks of every request ([`crate::authorize`]).
+    pub authorizer: Arc<crate::authorize::Authorizer>,
+    /// SCRAM credentials and ACLs (`<data_dir>/security/`).
+    pub security: Arc<headway_auth::store::SecurityStore>,
+    /// SASL listeners' settings and counters.
+    pub sasl: crate::sasl::Sasl,
 }
 
 impl Ctx {

@@ -4,7 +4,9 @@
 //! every partition on this broker alone.
 
 use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::code_and_message;
+use headway_auth::acl::Operation;
 use headway_broker::{BrokerError, Topic, TopicConfig};
 use headway_protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
 use headway_protocol::kafka_protocol::messages::create_topics_response::{
@@ -32,12 +34,23 @@ pub(crate) const SOURCE_DEFAULT: i8 = 5;
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: CreateTopicsRequest = decode_body(request)?;
+    // Create on the cluster allows any topic; otherwise Create on each topic.
+    let anywhere = authorize::visible_on_cluster(call, Operation::Create);
+    let allowed: Vec<bool> = body
+        .topics
+        .iter()
+        .map(|t| anywhere || authorize::topic(call, Operation::Create, &t.name))
+        .collect();
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let mut results = Vec::with_capacity(body.topics.len());
-        for topic in body.topics {
+        for (topic, allowed) in body.topics.into_iter().zip(allowed) {
             let name = topic.name.clone();
-            let result = match create(&ctx, topic, body.validate_only).await {
+            let created = match allowed {
+                true => create(&ctx, topic, body.validate_only).await,
+                false => Err(authorize::topic_denied(&name)),
+            };
+            let result = match created {
                 Ok((partitions, config, id)) => CreatableTopicResult::default()
                     .with_topic_id(id)
                     .with_num_partitions(partitions)

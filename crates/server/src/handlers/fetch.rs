@@ -21,10 +21,12 @@
 //! v13+ names topics by id; earlier versions by name.
 
 use super::{pending_with, Call, Ctx, Handler, HandlerError, Reply, ReplyTiming};
+use crate::authorize;
 use crate::errors::error_code;
 use crate::outbound::Reservation;
 use crate::stats::Connection;
 use bytes::Bytes;
+use headway_auth::acl::Operation;
 use headway_broker::timings;
 use headway_broker::{
     limits, BatchHeader, BrokerError, Isolation, Offset, Partition, PartitionIndex,
@@ -71,7 +73,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let topics = body
         .topics
         .into_iter()
-        .map(|t| resolve(ctx, by_id, t, isolation))
+        .map(|t| resolve(call, by_id, t, isolation))
         .collect::<Vec<_>>();
     let wait =
         Duration::from_millis((body.max_wait_ms.max(0) as u64).min(limits::FETCH_WAIT_MS_MAX));
@@ -109,12 +111,13 @@ struct Polled {
 }
 
 fn resolve(
-    ctx: &Ctx,
+    call: &Call<'_>,
     by_id: bool,
     t: headway_protocol::kafka_protocol::messages::fetch_request::FetchTopic,
     isolation: Isolation,
 ) -> WantedTopic {
     // By id, the topic's name (an unknown id is an error of its own).
+    let ctx = call.ctx;
     let name = match by_id {
         true => ctx
             .broker
@@ -122,6 +125,9 @@ fn resolve(
             .map(|t| t.name().to_string()),
         false => Some(t.topic.to_string()),
     };
+    let readable = name
+        .as_deref()
+        .is_none_or(|name| authorize::topic(call, Operation::Read, name));
     let partitions = t
         .partitions
         .into_iter()
@@ -130,6 +136,7 @@ fn resolve(
             offset: Offset::new(p.fetch_offset),
             max_bytes: p.partition_max_bytes.max(0) as usize,
             partition: match &name {
+                Some(name) if !readable => Err(authorize::topic_denied(name)),
                 Some(name) => ctx
                     .broker
                     .readable_partition(name, PartitionIndex::new(p.partition)),

@@ -2,6 +2,8 @@
 //! every transactional id). v4+ asks for several keys at once.
 
 use super::{ready, Call, Handler, HandlerError, Reply};
+use crate::authorize;
+use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::find_coordinator_response::Coordinator;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, BrokerId, FindCoordinatorRequest, FindCoordinatorResponse,
@@ -18,6 +20,17 @@ pub const HANDLER: Handler = Handler {
 
 const BATCHED_KEYS_MIN_VERSION: i16 = 4;
 
+/// Describe on the group (key type 0) or the transactional id (key type 1) the
+/// coordinator is asked for.
+fn refusal(call: &Call<'_>, key_type: i8, key: &str) -> Option<i16> {
+    match key_type {
+        TRANSACTION_KEY_TYPE => authorize::transactional_id_refusal(call, Operation::Describe, key),
+        _ => authorize::group_refusal(call, Operation::Describe, key),
+    }
+}
+
+const TRANSACTION_KEY_TYPE: i8 = 1;
+
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: FindCoordinatorRequest = decode_body(request)?;
@@ -28,7 +41,9 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             body.coordinator_keys
                 .into_iter()
                 .map(|key| {
+                    let refused = refusal(call, body.key_type, &key);
                     Coordinator::default()
+                        .with_error_code(refused.unwrap_or(0))
                         .with_key(key)
                         .with_node_id(node)
                         .with_host(host.clone())
@@ -37,7 +52,9 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                 .collect(),
         )
     } else {
+        let refused = refusal(call, body.key_type, &body.key);
         FindCoordinatorResponse::default()
+            .with_error_code(refused.unwrap_or(0))
             .with_node_id(node)
             .with_host(host)
             .with_port(call.conn.listener.advertised_port)

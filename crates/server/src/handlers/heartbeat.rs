@@ -2,7 +2,9 @@
 //! (REBALANCE_IN_PROGRESS).
 
 use super::{ready, Call, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::group_code;
+use headway_auth::acl::Operation;
 use headway_group::GenerationId;
 use headway_protocol::kafka_protocol::messages::{ApiKey, HeartbeatRequest, HeartbeatResponse};
 use headway_protocol::{decode_body, Request};
@@ -17,6 +19,9 @@ pub const HANDLER: Handler = Handler {
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: HeartbeatRequest = decode_body(request)?;
+    if let Some(code) = authorize::group_refusal(call, Operation::Read, &body.group_id) {
+        return ready(request, &HeartbeatResponse::default().with_error_code(code));
+    }
     let outcome = ctx.groups.heartbeat(
         &body.group_id,
         &body.member_id,

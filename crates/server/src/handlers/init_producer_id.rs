@@ -10,11 +10,14 @@
 //! abortable error without being fenced.
 
 use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::{error_code, txn_error_code};
+use headway_auth::acl::Operation;
 use headway_broker::{BrokerError, ProducerEpoch};
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId,
 };
+use headway_protocol::kafka_protocol::ResponseError;
 use headway_protocol::{decode_body, Request};
 use headway_txn::ExpectedProducer;
 use std::sync::Arc;
@@ -42,9 +45,15 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     } else {
         None
     };
+    let refused = match &body.transactional_id {
+        Some(id) => authorize::transactional_id_refusal(call, Operation::Write, id),
+        None => (!authorize::idempotent_producer(call))
+            .then_some(ResponseError::ClusterAuthorizationFailed.code()),
+    };
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let answer = match body.transactional_id {
+            _ if refused.is_some() => Err(refused.unwrap_or_default()),
             Some(transactional_id) => ctx
                 .txns
                 .init_producer_id(&transactional_id, body.transaction_timeout_ms, expected)

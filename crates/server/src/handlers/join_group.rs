@@ -3,7 +3,9 @@
 //! member first gets MEMBER_ID_REQUIRED with its id and joins again with it.
 
 use super::{pending, ready, Call, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::group_code;
+use headway_auth::acl::Operation;
 use headway_group::{GenerationId, JoinRequest};
 use headway_protocol::kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use headway_protocol::kafka_protocol::messages::{ApiKey, JoinGroupRequest, JoinGroupResponse};
@@ -39,6 +41,9 @@ pub(super) fn client_host(peer: std::net::SocketAddr) -> String {
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let (ctx, peer) = (call.ctx, call.conn.peer);
     let body: JoinGroupRequest = decode_body(request)?;
+    if let Some(code) = authorize::group_refusal(call, Operation::Read, &body.group_id) {
+        return ready(request, &JoinGroupResponse::default().with_error_code(code));
+    }
     let version = request.api_version();
     let join = JoinRequest {
         group_id: body.group_id.to_string(),

@@ -2,7 +2,9 @@
 //! v3+ names several members, by member id or group.instance.id.
 
 use super::{ready, Call, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::{group_code, group_error_code};
+use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::leave_group_response::MemberResponse;
 use headway_protocol::kafka_protocol::messages::{ApiKey, LeaveGroupRequest, LeaveGroupResponse};
 use headway_protocol::{decode_body, Request};
@@ -19,6 +21,12 @@ const BATCHED_MIN_VERSION: i16 = 3;
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: LeaveGroupRequest = decode_body(request)?;
+    if let Some(code) = authorize::group_refusal(call, Operation::Read, &body.group_id) {
+        return ready(
+            request,
+            &LeaveGroupResponse::default().with_error_code(code),
+        );
+    }
     let batched = request.api_version() >= BATCHED_MIN_VERSION;
     let leaving: Vec<(String, Option<String>)> = if batched {
         body.members

@@ -4,6 +4,8 @@
 //! older clients list consumer groups and would take a share group for one.
 
 use super::{ready, Call, Handler, HandlerError, Reply};
+use crate::authorize;
+use headway_auth::acl::{Operation, ResourceType};
 use headway_protocol::kafka_protocol::messages::list_groups_response::ListedGroup;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, GroupId, ListGroupsRequest, ListGroupsResponse,
@@ -39,15 +41,22 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .with_group_state(StrBytes::from_static_str(state))
             .with_group_type(StrBytes::from_static_str(kind))
     };
+    // Groups the principal may not describe are left out, as Kafka does.
+    let subject = authorize::Subject::of(call);
+    let shown = |id: &str| subject.visible(Operation::Describe, ResourceType::Group, id);
     let mut groups: Vec<ListedGroup> = ctx
         .groups
         .list()
         .into_iter()
-        .filter(|g| type_ok(g.group_type) && state_ok(g.state))
+        .filter(|g| type_ok(g.group_type) && state_ok(g.state) && shown(&g.group_id))
         .map(|g| listed(g.group_id, g.protocol_type, g.state, g.group_type))
         .collect();
     if request.api_version() >= SHARE_GROUPS_MIN_VERSION && type_ok(SHARE) {
-        let shares = ctx.shares.list().into_iter().filter(|g| state_ok(g.state));
+        let shares = ctx
+            .shares
+            .list()
+            .into_iter()
+            .filter(|g| state_ok(g.state) && shown(&g.group_id));
         groups.extend(shares.map(|g| listed(g.group_id, SHARE.to_string(), g.state, SHARE)));
     }
     ready(request, &ListGroupsResponse::default().with_groups(groups))

@@ -5,7 +5,9 @@
 //! that one batch to find the record.
 
 use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::error_code;
+use headway_auth::acl::Operation;
 use headway_broker::{BrokerError, Isolation, Offset, Partition, PartitionIndex};
 use headway_log::records;
 use headway_protocol::kafka_protocol::messages::list_offsets_response::{
@@ -32,14 +34,23 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     // Leader epochs exist from v4; the encoder refuses a non-default one before.
     let leader_epoch = if request.api_version() >= 4 { 0 } else { -1 };
     let isolation = Isolation::from_wire(body.isolation_level);
+    let describable: Vec<bool> = body
+        .topics
+        .iter()
+        .map(|t| authorize::topic(call, Operation::Describe, &t.name))
+        .collect();
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let mut topics = Vec::with_capacity(body.topics.len());
-        for t in body.topics {
+        for (t, describable) in body.topics.into_iter().zip(describable) {
             let mut partitions = Vec::with_capacity(t.partitions.len());
             for p in t.partitions {
                 let index = PartitionIndex::new(p.partition_index);
-                let result = match ctx.broker.readable_partition(&t.name, index) {
+                let readable = match describable {
+                    true => ctx.broker.readable_partition(&t.name, index),
+                    false => Err(authorize::topic_denied(&t.name)),
+                };
+                let result = match readable {
                     Ok(partition) => lookup(partition, p.timestamp, isolation).await,
                     Err(e) => Err(e),
                 };

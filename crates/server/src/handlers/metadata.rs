@@ -3,7 +3,9 @@
 //! client allows it (v4+).
 
 use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
+use crate::authorize::{self, Subject};
 use crate::errors::error_code;
+use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::{BrokerError, Topic};
 use headway_protocol::kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -31,6 +33,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let version = request.api_version();
     let ctx = Arc::clone(ctx);
     let listener = Arc::clone(&call.conn.listener);
+    let subject = Subject::of(call);
     pending(request, async move {
         let allow_create = version < 4 || body.allow_auto_topic_creation;
         let topics = match body.topics {
@@ -38,18 +41,27 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             Some(list) if !(version == 0 && list.is_empty()) => {
                 let mut out = Vec::with_capacity(list.len());
                 for t in list {
-                    out.push(requested_topic(&ctx, t.name, t.topic_id, allow_create).await);
+                    out.push(
+                        requested_topic(&ctx, &subject, t.name, t.topic_id, allow_create).await,
+                    );
                 }
                 out
             }
             _ => {
                 let node_id = ctx.broker.config().node_id;
                 let topics = ctx.broker.topics();
-                let mut all: Vec<_> = topics.iter().map(|t| topic_metadata(node_id, t)).collect();
+                let shown =
+                    |name: &str| subject.visible(Operation::Describe, ResourceType::Topic, name);
+                let mut all: Vec<_> = topics
+                    .iter()
+                    .filter(|t| shown(t.name()))
+                    .map(|t| topic_metadata(node_id, t))
+                    .collect();
                 let internal = ctx.broker.internal_logs();
                 all.extend(
                     internal
                         .iter()
+                        .filter(|(name, _)| shown(name))
                         .map(|(name, _)| internal_metadata(node_id, name)),
                 );
                 all
@@ -72,17 +84,34 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
 
 async fn requested_topic(
     ctx: &Ctx,
+    subject: &Subject,
     name: Option<TopicName>,
     topic_id: uuid::Uuid,
     allow_create: bool,
 ) -> MetadataResponseTopic {
     let node_id = ctx.broker.config().node_id;
+    let describable = |name: &str| subject.allowed(Operation::Describe, ResourceType::Topic, name);
     let Some(name) = name else {
         return match ctx.broker.topic_by_id(topic_id) {
+            Some(topic) if !describable(topic.name()) => {
+                error_topic(None, topic_id, &authorize::topic_denied(topic.name()))
+            }
             Some(topic) => topic_metadata(node_id, &topic),
             None => error_topic(None, topic_id, &BrokerError::UnknownTopicId(topic_id)),
         };
     };
+    if !describable(&name) {
+        return error_topic(
+            Some(name.clone()),
+            uuid::Uuid::nil(),
+            &authorize::topic_denied(&name),
+        );
+    }
+    // Creating a topic needs Create on the cluster or on the topic.
+    let allow_create = allow_create
+        && ctx.broker.topic(&name).is_none()
+        && (subject.visible(Operation::Create, ResourceType::Cluster, authorize::CLUSTER)
+            || subject.allowed(Operation::Create, ResourceType::Topic, &name));
     if ctx.broker.is_internal(&name) {
         return internal_metadata(node_id, &name);
     }

@@ -13,11 +13,14 @@ pub mod alter_configs;
 pub mod api_versions;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
+pub mod create_acls;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_acls;
 pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
+pub mod describe_acls;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
@@ -37,10 +40,13 @@ pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;
 pub mod produce;
+pub mod sasl_authenticate;
+pub mod sasl_handshake;
 pub mod share_acknowledge;
 pub mod share_fetch;
 pub mod share_group_describe;
 pub mod share_group_heartbeat;
+pub mod share_group_offsets;
 pub mod sync_group;
 pub mod txn_offset_commit;
 
@@ -111,6 +117,14 @@ pub const APIS: &[Handler] = &[
     share_group_describe::HANDLER,
     share_fetch::HANDLER,
     share_acknowledge::HANDLER,
+    share_group_offsets::DESCRIBE,
+    share_group_offsets::ALTER,
+    share_group_offsets::DELETE,
+    create_acls::HANDLER,
+    describe_acls::HANDLER,
+    delete_acls::HANDLER,
+    sasl_handshake::HANDLER,
+    sasl_authenticate::HANDLER,
 ];
 
 /// One past the largest API key in [`APIS`]: the length of the dispatch table.

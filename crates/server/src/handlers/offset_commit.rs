@@ -6,8 +6,10 @@
 //! the consumer protocol (v9+) the generation field carries the member epoch, checked
 //! against the member's (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID).
 
-use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
+use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::{error_code, group_code, group_error_code};
+use headway_auth::acl::Operation;
 use headway_broker::{BrokerError, Offset, PartitionIndex, TopicPartition};
 use headway_group::state::leader_epoch_from_wire;
 use headway_group::{CommitEntry, GenerationId, GroupError};
@@ -17,6 +19,7 @@ use headway_protocol::kafka_protocol::messages::offset_commit_response::{
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, OffsetCommitRequest, OffsetCommitResponse,
 };
+use headway_protocol::kafka_protocol::ResponseError;
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
 
@@ -35,7 +38,9 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let ctx = call.ctx;
     let body: OffsetCommitRequest = decode_body(request)?;
     let asked = Asked::of(
-        ctx,
+        call,
+        &body.group_id,
+        None,
         body.topics.iter().map(|t| {
             let partitions = t.partitions.iter().map(|p| {
                 (
@@ -53,7 +58,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         && ctx.groups.is_consumer_group(&body.group_id);
     let ctx = Arc::clone(ctx);
     pending(request, async move {
-        let (known, entries) = (asked.known, asked.entries);
+        let (refused, entries) = (asked.refused, asked.entries);
         let outcome = match entries.is_empty() {
             true => Ok(Vec::new()),
             false if too_old => Err(GroupError::UnsupportedVersion),
@@ -70,7 +75,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             }
         };
         let committed = outcome.map_err(group_error_code);
-        let mut codes = partition_codes(&known, committed);
+        let mut codes = partition_codes(&refused, asked.unauthorized, committed);
         let topics = body
             .topics
             .into_iter()
@@ -100,21 +105,43 @@ pub(super) type Named = (String, Vec<(i32, i64, i32, Option<String>)>);
 /// A commit's entries: those of existing topics, and for each named partition in
 /// request order whether its topic exists.
 pub(super) struct Asked {
-    pub known: Vec<bool>,
+    /// Per partition, in request order: `Some(code)` when it is refused before the
+    /// commit (an unknown topic, a topic the principal may not read).
+    pub refused: Vec<Option<i16>>,
     pub entries: Vec<CommitEntry>,
+    /// GROUP_AUTHORIZATION_FAILED (or the transactional id's) for every partition.
+    pub unauthorized: Option<i16>,
 }
 
 impl Asked {
     /// As Kafka does, offsets of a topic that does not exist are not stored: those
-    /// partitions get UNKNOWN_TOPIC_OR_PARTITION and the others are committed.
-    pub fn of(ctx: &Ctx, topics: impl Iterator<Item = Named>) -> Asked {
-        let mut known = Vec::new();
+    /// partitions get UNKNOWN_TOPIC_OR_PARTITION and the others are committed. The
+    /// principal needs Read on the group and on each topic (and Write on the
+    /// transactional id of a transactional commit, `transactional`).
+    pub fn of(
+        call: &Call<'_>,
+        group_id: &str,
+        transactional: Option<&str>,
+        topics: impl Iterator<Item = Named>,
+    ) -> Asked {
+        let unauthorized = transactional
+            .and_then(|id| authorize::transactional_id_refusal(call, Operation::Write, id))
+            .or_else(|| authorize::group_refusal(call, Operation::Read, group_id));
+        let unknown = error_code(&BrokerError::UnknownTopicOrPartition {
+            topic: String::new(),
+            partition: None,
+        });
+        let mut refused = Vec::new();
         let mut entries = Vec::new();
         for (topic, partitions) in topics {
-            let exists = ctx.broker.topic(&topic).is_some();
+            let refusal = if !authorize::topic(call, Operation::Read, &topic) {
+                Some(ResponseError::TopicAuthorizationFailed.code())
+            } else {
+                call.ctx.broker.topic(&topic).is_none().then_some(unknown)
+            };
             for (partition, offset, leader_epoch, metadata) in partitions {
-                known.push(exists);
-                if exists {
+                refused.push(refusal);
+                if refusal.is_none() && unauthorized.is_none() {
                     entries.push(CommitEntry {
                         topic_partition: TopicPartition::new(
                             topic.clone(),
@@ -127,31 +154,29 @@ impl Asked {
                 }
             }
         }
-        Asked { known, entries }
+        Asked {
+            refused,
+            entries,
+            unauthorized,
+        }
     }
 }
 
-/// One code per named partition, in request order: UNKNOWN_TOPIC_OR_PARTITION for a
-/// topic that does not exist, else the commit's result for the entry (or its error for
-/// the whole request).
 pub(super) fn partition_codes(
-    known: &[bool],
+    asked_refused: &[Option<i16>],
+    unauthorized: Option<i16>,
     committed: Result<Vec<Result<(), GroupError>>, i16>,
 ) -> impl Iterator<Item = i16> {
     let committed: Vec<i16> = match committed {
         Ok(results) => results.iter().map(|r| group_code(r.err())).collect(),
-        Err(code) => vec![code; known.iter().filter(|k| **k).count()],
+        Err(code) => vec![code; asked_refused.iter().filter(|r| r.is_none()).count()],
     };
     let mut committed = committed.into_iter();
-    let unknown = error_code(&BrokerError::UnknownTopicOrPartition {
-        topic: String::new(),
-        partition: None,
-    });
-    let codes: Vec<i16> = known
+    let codes: Vec<i16> = asked_refused
         .iter()
-        .map(|known| match known {
-            true => committed.next().unwrap_or(0),
-            false => unknown,
+        .map(|refused| match (unauthorized, *refused) {
+            (Some(code), _) | (None, Some(code)) => code,
+            (None, None) => committed.next().unwrap_or(0),
         })
         .collect();
     codes.into_iter()

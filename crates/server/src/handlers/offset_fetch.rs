@@ -7,7 +7,9 @@
 //! commit (the group's error code answers a failed check).
 
 use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::group_error_code;
+use headway_auth::acl::Operation;
 use headway_broker::{PartitionIndex, TopicPartition};
 use headway_group::state::leader_epoch_to_wire;
 use headway_group::CommittedOffset;
@@ -135,6 +137,12 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .map(|g| {
                 let member_epoch = Some(g.member_epoch).filter(|e| *e >= 0);
                 let member_id = g.member_id.as_ref().map(|m| m.as_str());
+                if let Some(code) = authorize::group_refusal(call, Operation::Describe, &g.group_id)
+                {
+                    return OffsetFetchResponseGroup::default()
+                        .with_group_id(g.group_id)
+                        .with_error_code(code);
+                }
                 if let Err(e) = ctx.groups.check_fetch(&g.group_id, member_id, member_epoch) {
                     return OffsetFetchResponseGroup::default()
                         .with_group_id(g.group_id)
@@ -152,6 +160,12 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             })
             .collect();
         return ready(request, &OffsetFetchResponse::default().with_groups(groups));
+    }
+    if let Some(code) = authorize::group_refusal(call, Operation::Describe, &body.group_id) {
+        return ready(
+            request,
+            &OffsetFetchResponse::default().with_error_code(code),
+        );
     }
     let asked = wanted(body.topics, |t| (t.name.to_string(), t.partition_indexes));
     let found = lookup(ctx, &body.group_id, asked, body.require_stable);

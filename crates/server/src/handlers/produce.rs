@@ -24,7 +24,9 @@
 //! waits for that check, so the produces of one connection stay in order.
 
 use super::{pending_with, Call, Handler, HandlerError, Reply, ReplyTiming};
+use crate::authorize;
 use crate::errors::{code_and_message, txn_error_code};
+use headway_auth::acl::Operation;
 use headway_broker::timings::{self, ProduceStages, Timings};
 use headway_broker::{
     Appended, Broker, BrokerError, Partition, PartitionIndex, ProducerEpoch, ProducerId,
@@ -67,7 +69,6 @@ struct Outcome {
 
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let (ctx, arrival) = (call.ctx, call.arrival);
-    let hold = &mut *call.hold;
     if request.api_version() < MESSAGE_FORMAT_V2_MIN_VERSION {
         return Err(HandlerError::UnsupportedVersion {
             api_key: ApiKey::Produce,
@@ -77,6 +78,17 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         });
     }
     let body: ProduceRequest = decode_body(request)?;
+    // Checked once per topic, not per batch: Write on the topic, and Write on the
+    // transactional id of a transactional produce.
+    let transactional_refusal = body.transactional_id.as_ref().and_then(|id| {
+        (!authorize::transactional_id(call, Operation::Write, id)).then(|| id.to_string())
+    });
+    let refusals: Vec<Option<(i16, String)>> = body
+        .topic_data
+        .iter()
+        .map(|t| refusal(call, transactional_refusal.as_deref(), &t.name))
+        .collect();
+    let hold = &mut *call.hold;
     let transaction = Transaction {
         txns: &ctx.txns,
         transactional_id: body.transactional_id.as_ref().map(|id| &***id),
@@ -98,7 +110,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     timings::observe(&stages.read, arrival.read);
     let mut topics = Vec::with_capacity(body.topic_data.len());
     let mut first = true;
-    for topic_data in body.topic_data {
+    for (topic_data, refused) in body.topic_data.into_iter().zip(refusals) {
         // The topic's limit, read once for all its partitions; the broker's default
         // only for a topic created while this request is handled.
         let max_message_bytes = ctx
@@ -117,7 +129,12 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     let read = arrival.started + arrival.read;
                     timings::observe(&stages.handle, start.saturating_duration_since(read));
                 }
-                let appended = if valid_acks {
+                let appended = if let Some((code, resource)) = &refused {
+                    Err(BrokerError::AuthorizationFailed {
+                        code: *code,
+                        resource: resource.clone(),
+                    })
+                } else if valid_acks {
                     append(
                         &ctx.broker,
                         &transaction,
@@ -163,6 +180,21 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         };
         let body = ProduceResponse::default().with_responses(responses);
         (body, None, Some(timing))
+    })
+}
+
+/// Why the authorizer refuses the produce to `topic`, if it does: the transactional id
+/// refused (`transactional`), or no Write on the topic.
+fn refusal(call: &Call<'_>, transactional: Option<&str>, topic: &str) -> Option<(i16, String)> {
+    if let Some(id) = transactional {
+        let code = ResponseError::TransactionalIdAuthorizationFailed.code();
+        return Some((code, format!("transactional id {id}")));
+    }
+    (!authorize::topic(call, Operation::Write, topic)).then(|| {
+        (
+            ResponseError::TopicAuthorizationFailed.code(),
+            format!("topic {topic}"),
+        )
     })
 }
 

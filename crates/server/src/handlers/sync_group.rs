@@ -1,8 +1,10 @@
 //! SyncGroup: the leader hands out assignments; every member receives its own. A
 //! follower's answer waits for the leader's SyncGroup.
 
-use super::{pending, Call, Handler, HandlerError, Reply};
+use super::{pending, ready, Call, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::group_code;
+use headway_auth::acl::Operation;
 use headway_group::{GenerationId, SyncRequest};
 use headway_protocol::kafka_protocol::messages::{ApiKey, SyncGroupRequest, SyncGroupResponse};
 use headway_protocol::kafka_protocol::protocol::StrBytes;
@@ -19,6 +21,9 @@ pub const HANDLER: Handler = Handler {
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: SyncGroupRequest = decode_body(request)?;
+    if let Some(code) = authorize::group_refusal(call, Operation::Read, &body.group_id) {
+        return ready(request, &SyncGroupResponse::default().with_error_code(code));
+    }
     let sync = SyncRequest {
         group_id: body.group_id.to_string(),
         generation_id: GenerationId::from_wire(body.generation_id),

@@ -36,7 +36,9 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let body: TxnOffsetCommitRequest = decode_body(request)?;
     let implicit_add = request.api_version() >= TRANSACTIONS_V2_MIN_VERSION;
     let asked = Asked::of(
-        ctx,
+        call,
+        &body.group_id,
+        Some(&body.transactional_id),
         body.topics.iter().map(|t| {
             let partitions = t.partitions.iter().map(|p| {
                 (
@@ -51,7 +53,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     );
     let ctx = Arc::clone(ctx);
     pending(request, async move {
-        let (known, entries) = (asked.known, asked.entries);
+        let (refused, entries) = (asked.refused, asked.entries);
         let producer_id = ProducerId::new(body.producer_id.0);
         let checked = ctx
             .txns
@@ -65,6 +67,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .await
             .map_err(|e| txn_error_code(&e));
         let committed = match (checked, entries.is_empty()) {
+            _ if asked.unauthorized.is_some() => Ok(Vec::new()),
             (Err(code), _) => Err(code),
             (Ok(()), true) => Ok(Vec::new()),
             (Ok(()), false) => ctx
@@ -80,7 +83,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                 .await
                 .map_err(crate::errors::group_error_code),
         };
-        let mut codes = partition_codes(&known, committed);
+        let mut codes = partition_codes(&refused, asked.unauthorized, committed);
         let topics = body
             .topics
             .into_iter()

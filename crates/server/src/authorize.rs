@@ -1,0 +1,313 @@
+//! Authorization of requests (Kafka's ACL authorizer, `docs/security.md`): off by
+//! default, everything allowed; with `authorizer = "acl"` every handler asks
+//! [`allowed`] (or [`visible`], for what a listing leaves out) before it acts on a
+//! resource.
+//!
+//! The ACLs live in the durable [`SecurityStore`]; the checks read an [`AclIndex`] of
+//! them, rebuilt on every change and swapped in whole, so a check is a few hash lookups
+//! and takes no lock a change could hold long. A denial is counted on `/metrics`
+//! (`headway_authorization_denials_total{resource_type}`) and logged with the principal
+//! and the client's address, within the failure log's bound.
+
+use crate::handlers::Call;
+use crate::log_limit::LineLimiter;
+use headway_auth::acl::{
+    AclBinding, AclFilter, AclIndex, AuthorizerConfig, Operation, PatternType, Permission, Request,
+    ResourceType,
+};
+use headway_auth::store::SecurityStore;
+use headway_auth::AuthError;
+use headway_broker::{limits, BrokerConfig, BrokerError};
+use headway_protocol::kafka_protocol::ResponseError;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+
+/// The name of the cluster resource in ACLs.
+pub const CLUSTER: &str = "kafka-cluster";
+
+/// Where the security state lives under the data directory.
+pub const SECURITY_DIR: &str = "security";
+
+/// The broker's authorizer: its settings, the ACLs and their index.
+pub struct Authorizer {
+    /// `None` when no authorizer is configured: everything is allowed.
+    config: Option<AuthorizerConfig>,
+    store: Arc<SecurityStore>,
+    index: RwLock<Arc<AclIndex>>,
+    denials: Family<Vec<(&'static str, String)>, Counter>,
+    denial_lines: LineLimiter,
+}
+
+impl Authorizer {
+    /// The authorizer of `config` over the ACLs of `store` (the broker's one security
+    /// store, which SASL reads its credentials from too).
+    pub fn new(config: &BrokerConfig, store: Arc<SecurityStore>) -> Authorizer {
+        let index = store.with_acls(AclIndex::new);
+        let settings = config.authorizer.as_ref().map(|_| AuthorizerConfig {
+            super_users: config.super_users.clone(),
+            allow_everyone_if_no_acl_found: config.allow_everyone_if_no_acl_found,
+        });
+        Authorizer {
+            config: settings,
+            store,
+            index: RwLock::new(Arc::new(index)),
+            denials: Family::default(),
+            denial_lines: LineLimiter::new(limits::FAILURE_LOG_LINES_PER_SECOND),
+        }
+    }
+
+    /// Whether an authorizer is configured (the ACL APIs answer SECURITY_DISABLED
+    /// without one).
+    pub fn enabled(&self) -> bool {
+        self.config.is_some()
+    }
+
+    fn permits(&self, request: &Request<'_>, kind: ResourceType, name: &str) -> bool {
+        let Some(config) = &self.config else {
+            return true;
+        };
+        let index = Arc::clone(&self.index.read().unwrap_or_else(|e| e.into_inner()));
+        index.authorize(config, request, kind, name)
+    }
+
+    /// Whether `request` is allowed on some resource of type `kind`.
+    fn permits_any(&self, request: &Request<'_>, kind: ResourceType) -> bool {
+        let Some(config) = &self.config else {
+            return true;
+        };
+        let index = Arc::clone(&self.index.read().unwrap_or_else(|e| e.into_inner()));
+        index.allows_any(config, request, kind)
+    }
+
+    /// Adds ACLs, durably; one result per binding, in order. Blocking.
+    pub fn create(&self, bindings: Vec<AclBinding>) -> Vec<Result<(), AuthError>> {
+        let results = self.store.create_acls(bindings);
+        self.reindex();
+        results
+    }
+
+    /// Removes the ACLs each filter matches, durably; the removed ones per filter.
+    /// Blocking.
+    pub fn delete(&self, filters: &[AclFilter]) -> Result<Vec<Vec<AclBinding>>, AuthError> {
+        let removed = self.store.delete_acls(filters);
+        self.reindex();
+        removed
+    }
+
+    /// The ACLs `filter` matches.
+    pub fn describe(&self, filter: &AclFilter) -> Vec<AclBinding> {
+        self.store
+            .with_acls(|acls| acls.describe(filter).into_iter().cloned().collect())
+    }
+
+    fn reindex(&self) {
+        let index = Arc::new(self.store.with_acls(AclIndex::new));
+        *self.index.write().unwrap_or_else(|e| e.into_inner()) = index;
+    }
+
+    /// Registers the denial counters on `/metrics`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "authorization_denials",
+            "Requests (or parts of them) refused by the authorizer, by resource type",
+            self.denials.clone(),
+        );
+    }
+}
+
+/// Who a request acts as, for checks made after the handler's synchronous part (in a
+/// reply's future): the authorizer, the connection's principal and address.
+#[derive(Clone)]
+pub struct Subject {
+    authorizer: Arc<Authorizer>,
+    principal: Arc<str>,
+    peer: SocketAddr,
+}
+
+impl Subject {
+    pub fn of(call: &Call<'_>) -> Subject {
+        Subject {
+            authorizer: Arc::clone(&call.ctx.authorizer),
+            principal: call.conn.principal(),
+            peer: call.conn.peer,
+        }
+    }
+
+    /// Whether the principal may do `operation` on the resource; a denial is counted
+    /// and logged.
+    pub fn allowed(&self, operation: Operation, kind: ResourceType, name: &str) -> bool {
+        if self.visible(operation, kind, name) {
+            return true;
+        }
+        let authorizer = &self.authorizer;
+        authorizer
+            .denials
+            .get_or_create(&vec![("resource_type", format!("{kind:?}"))])
+            .inc();
+        if let Some(lines_left_out) = authorizer.denial_lines.admit_now() {
+            tracing::warn!(
+                peer = %self.peer,
+                principal = %self.principal,
+                ?operation,
+                resource_type = ?kind,
+                resource = name,
+                lines_left_out,
+                "request denied by the authorizer"
+            );
+        }
+        false
+    }
+
+    /// Whether the resource may be shown to the principal in a listing (Metadata of
+    /// all topics, ListGroups): like [`Subject::allowed`], but what is left out is
+    /// neither counted nor logged, as Kafka does.
+    pub fn visible(&self, operation: Operation, kind: ResourceType, name: &str) -> bool {
+        if !self.authorizer.enabled() {
+            return true;
+        }
+        let host = self.peer.ip().to_string();
+        let request = Request {
+            principal: &self.principal,
+            host: &host,
+            operation,
+        };
+        self.authorizer.permits(&request, kind, name)
+    }
+}
+
+/// Whether the call's principal may do `operation` on the resource; a denial is
+/// counted and logged.
+pub fn allowed(call: &Call<'_>, operation: Operation, kind: ResourceType, name: &str) -> bool {
+    !call.ctx.authorizer.enabled() || Subject::of(call).allowed(operation, kind, name)
+}
+
+/// [`allowed`] on a topic.
+pub fn topic(call: &Call<'_>, operation: Operation, name: &str) -> bool {
+    allowed(call, operation, ResourceType::Topic, name)
+}
+
+/// [`allowed`] on a group.
+pub fn group(call: &Call<'_>, operation: Operation, name: &str) -> bool {
+    allowed(call, operation, ResourceType::Group, name)
+}
+
+/// [`allowed`] on the cluster.
+pub fn cluster(call: &Call<'_>, operation: Operation) -> bool {
+    allowed(call, operation, ResourceType::Cluster, CLUSTER)
+}
+
+/// [`allowed`] on a transactional id.
+pub fn transactional_id(call: &Call<'_>, operation: Operation, name: &str) -> bool {
+    allowed(call, operation, ResourceType::TransactionalId, name)
+}
+
+/// The error of a partition of a topic the principal may not act on.
+pub fn topic_denied(topic: &str) -> BrokerError {
+    BrokerError::AuthorizationFailed {
+        code: ResponseError::TopicAuthorizationFailed.code(),
+        resource: format!("topic {topic}"),
+    }
+}
+
+/// GROUP_AUTHORIZATION_FAILED when the call's principal may not do `operation` on
+/// the group, for the handlers that answer it as their one error code.
+pub fn group_refusal(call: &Call<'_>, operation: Operation, group_id: &str) -> Option<i16> {
+    (!group(call, operation, group_id)).then_some(ResponseError::GroupAuthorizationFailed.code())
+}
+
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED when the call's principal may not do
+/// `operation` on the transactional id.
+pub fn transactional_id_refusal(call: &Call<'_>, operation: Operation, id: &str) -> Option<i16> {
+    (!transactional_id(call, operation, id))
+        .then_some(ResponseError::TransactionalIdAuthorizationFailed.code())
+}
+
+/// CLUSTER_AUTHORIZATION_FAILED when the call's principal may not do `operation` on
+/// the cluster.
+pub fn cluster_refusal(call: &Call<'_>, operation: Operation) -> Option<i16> {
+    (!cluster(call, operation)).then_some(ResponseError::ClusterAuthorizationFailed.code())
+}
+
+/// Whether the call's principal may run an idempotent producer (KIP-679, as Kafka 4
+/// checks InitProducerId without a transactional id): IdempotentWrite on the
+/// cluster, or Write on any topic.
+pub fn idempotent_producer(call: &Call<'_>) -> bool {
+    let authorizer = &call.ctx.authorizer;
+    if !authorizer.enabled() {
+        return true;
+    }
+    let principal = call.conn.principal();
+    let host = call.conn.peer.ip().to_string();
+    let write = Request {
+        principal: &principal,
+        host: &host,
+        operation: Operation::Write,
+    };
+    authorizer.permits_any(&write, ResourceType::Topic) || cluster(call, Operation::IdempotentWrite)
+}
+
+/// Whether the call's principal may do `operation` on the cluster, asked before a
+/// check on each resource (Create on the cluster allows any topic): a refusal here is
+/// neither counted nor logged, the resource's check is.
+pub fn visible_on_cluster(call: &Call<'_>, operation: Operation) -> bool {
+    !call.ctx.authorizer.enabled()
+        || Subject::of(call).visible(operation, ResourceType::Cluster, CLUSTER)
+}
+
+/// An ACL's fields as the wire carries them (CreateAcls, DescribeAcls and DeleteAcls
+/// filters), before they are checked.
+pub struct WireAcl<'a> {
+    pub resource_type: i8,
+    pub resource_name: Option<&'a str>,
+    pub pattern_type: i8,
+    pub principal: Option<&'a str>,
+    pub host: Option<&'a str>,
+    pub operation: i8,
+    pub permission: i8,
+}
+
+impl WireAcl<'_> {
+    /// The filter of DescribeAcls or DeleteAcls; an unknown code is an error.
+    pub fn filter(&self) -> Result<AclFilter, String> {
+        Ok(AclFilter {
+            resource_type: code(ResourceType::from_code(self.resource_type), "resource type")?,
+            resource_name: self.resource_name.map(str::to_string),
+            pattern_type: code(PatternType::from_code(self.pattern_type), "pattern type")?,
+            principal: self.principal.map(str::to_string),
+            host: self.host.map(str::to_string),
+            operation: code(Operation::from_code(self.operation), "operation")?,
+            permission: code(Permission::from_code(self.permission), "permission type")?,
+        })
+    }
+
+    /// The ACL of CreateAcls (validated when it is added).
+    pub fn binding(&self) -> Result<AclBinding, String> {
+        let filter = self.filter()?;
+        Ok(AclBinding {
+            resource_type: filter.resource_type,
+            resource_name: filter.resource_name.unwrap_or_default(),
+            pattern_type: filter.pattern_type,
+            principal: filter.principal.unwrap_or_default(),
+            host: filter.host.unwrap_or_default(),
+            operation: filter.operation,
+            permission: filter.permission,
+        })
+    }
+}
+
+fn code<T>(value: Option<T>, what: &str) -> Result<T, String> {
+    value.ok_or_else(|| format!("unknown {what}"))
+}
+
+/// The error of an ACL API, if the call may not use it: SECURITY_DISABLED without an
+/// authorizer, CLUSTER_AUTHORIZATION_FAILED without `operation` on the cluster (Alter
+/// to change ACLs, Describe to list them).
+pub fn acl_api_refusal(call: &Call<'_>, operation: Operation) -> Option<i16> {
+    if !call.ctx.authorizer.enabled() {
+        return Some(ResponseError::SecurityDisabled.code());
+    }
+    cluster_refusal(call, operation)
+}

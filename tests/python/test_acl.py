@@ -1,0 +1,192 @@
+"""ACLs with real clients over an SSL listener with client certificates.
+
+Goal: with the authorizer on, a principal gets exactly what the ACLs give it, as Kafka's
+authorizer decides: alice, allowed Read on topic `a` and group `g`, consumes `a` in `g`,
+gets TOPIC_AUTHORIZATION_FAILED on `b` and on a produce to `a` (nothing appended), and
+does not see `b` in Metadata; the super user manages the ACLs over the wire (CreateAcls,
+DescribeAcls, DeleteAcls), a deletion takes effect on the next request, and ACLs survive a
+restart.
+Method: trustme makes a CA and client certificates for the admin and alice; the broker
+requires client certificates and names each connection `User:` + the certificate's
+subject (RFC 2253, as Kafka's default principal builder); the admin is a super user.
+librdkafka (confluent-kafka) at its defaults plus the TLS settings. Every wait has a
+deadline.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
+                                   AclPermissionType, AdminClient, ResourcePatternType,
+                                   ResourceType)
+from cryptography import x509
+
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from support import Delivery, produce_records, rdkafka_base
+from test_tls import listener_address
+
+RECORDS = 500
+DEADLINE_S = 30.0
+
+
+class Certificates:
+    """A CA, the broker's certificate, and a client certificate per user, as PEM files."""
+
+    def __init__(self, directory: Path):
+        import trustme
+        self.dir = directory
+        self.ca = trustme.CA()
+        self.ca_file = self._write("ca.pem", self.ca.cert_pem.bytes())
+        server = self.ca.issue_cert("127.0.0.1", "localhost")
+        self.server_cert = self._write("server.pem",
+                                       b"".join(c.bytes() for c in server.cert_chain_pems))
+        self.server_key = self._write("server.key", server.private_key_pem.bytes())
+        self.principals: dict[str, str] = {}
+        self.files: dict[str, tuple[str, str]] = {}
+        for user in ("admin", "alice"):
+            leaf = self.ca.issue_cert(f"{user}@example.com", common_name=user)
+            cert = self._write(f"{user}.pem", b"".join(c.bytes() for c in leaf.cert_chain_pems))
+            key = self._write(f"{user}.key", leaf.private_key_pem.bytes())
+            self.files[user] = (cert, key)
+            subject = x509.load_pem_x509_certificate(leaf.cert_chain_pems[0].bytes()).subject
+            # RFC 4514 (RFC 2253's successor) orders and writes the name as Java does.
+            self.principals[user] = "User:" + subject.rfc4514_string()
+
+    def _write(self, name: str, data: bytes) -> str:
+        path = self.dir / name
+        path.write_bytes(data)
+        return str(path)
+
+    def settings(self, user: str) -> dict:
+        cert, key = self.files[user]
+        return {"security.protocol": "ssl", "ssl.ca.location": self.ca_file,
+                "ssl.certificate.location": cert, "ssl.key.location": key}
+
+
+def client(address: str, certs: Certificates, user: str) -> dict:
+    return {**rdkafka_base(address), **certs.settings(user)}
+
+
+def restarted_address(broker, old: str) -> str:
+    """The SSL listener's address once the restarted broker printed a new one (its
+    output file keeps the first start's lines)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while (address := listener_address(broker, "SSL")) == old:
+        assert time.monotonic() < deadline, "the restarted broker printed no SSL listener"
+        time.sleep(0.05)
+    return address
+
+
+def alice_reads(topic: str, principal: str) -> list[AclBinding]:
+    return [
+        AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, principal, "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
+        AclBinding(ResourceType.GROUP, "g", ResourcePatternType.LITERAL, principal, "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
+    ]
+
+
+def wait_all(futures: dict) -> None:
+    for future in futures.values():
+        future.result(timeout=DEADLINE_S)
+
+
+def alice_topics(address: str, certs: Certificates) -> set[str]:
+    admin = AdminClient(client(address, certs, "alice"))
+    return set(admin.list_topics(timeout=DEADLINE_S).topics)
+
+
+def consume(address: str, certs: Certificates, topic: str, expected: int) -> tuple[int, list]:
+    """alice consumes `topic` in group `g` until `expected` records or an error: the
+    count read and the errors met."""
+    consumer = Consumer({**client(address, certs, "alice"), "group.id": "g",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + DEADLINE_S
+    read, errors = 0, []
+    try:
+        while time.monotonic() < deadline and read < expected and not errors:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                errors.append(message.error())
+            else:
+                read += 1
+        return read, errors
+    finally:
+        consumer.close()
+
+
+def test_acls_decide_what_a_certificate_user_may_do(make_broker, tmp_path):
+    certs = Certificates(tmp_path)
+    broker = make_broker("--listeners", "SSL://127.0.0.1:0",
+                         "--ssl-certificate-file", certs.server_cert,
+                         "--ssl-key-file", certs.server_key,
+                         "--ssl-client-ca-file", certs.ca_file,
+                         "--authorizer", "acl",
+                         "--super-users", certs.principals["admin"],
+                         "--metrics-listen", "127.0.0.1:0")
+    address = listener_address(broker, "SSL")
+    admin = AdminClient(client(address, certs, "admin"))
+    wait_all(admin.create_topics([NewTopic(t, 1, 1) for t in ("a", "b")]))
+    for topic in ("a", "b"):
+        producer = Producer({**client(address, certs, "admin"), "acks": "all"})
+        delivery = Delivery()
+        produce_records(producer, topic, range(RECORDS), delivery)
+        assert len(delivery.acked) == RECORDS and not delivery.failed, delivery.failed[:3]
+
+    # Before any ACL alice sees nothing.
+    assert alice_topics(address, certs) & {"a", "b"} == set()
+
+    alice = certs.principals["alice"]
+    wait_all(admin.create_acls(alice_reads("a", alice)))
+
+    assert consume(address, certs, "a", RECORDS) == (RECORDS, [])
+    topics = alice_topics(address, certs)
+    assert "a" in topics and "b" not in topics, topics
+    read, errors = consume(address, certs, "b", 1)
+    assert read == 0 and errors and errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, \
+        errors
+
+    # No Write: the produce fails and nothing is appended.
+    producer = Producer({**client(address, certs, "alice"), "message.timeout.ms": 10_000})
+    delivery = Delivery()
+    produce_records(producer, "a", range(3), delivery)
+    assert not delivery.acked and delivery.failed
+    assert all(e.startswith("TOPIC_AUTHORIZATION_FAILED") for e in delivery.failed.values()), \
+        delivery.failed
+    watcher = Consumer({**client(address, certs, "admin"), "group.id": "admin"})
+    high = watcher.get_watermark_offsets(TopicPartition("a", 0), timeout=DEADLINE_S)[1]
+    watcher.close()
+    assert high == RECORDS
+
+    # DescribeAcls with a filter finds alice's topic ACL only.
+    topic_filter = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, alice,
+                                    None, AclOperation.ANY, AclPermissionType.ANY)
+    found = admin.describe_acls(topic_filter).result(timeout=DEADLINE_S)
+    assert [(b.name, b.operation) for b in found] == [("a", AclOperation.READ)], found
+
+    # Denials are counted by resource type.
+    with urllib.request.urlopen(f"http://{broker.metrics_address()}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    assert 'headway_authorization_denials_total{resource_type="Topic"}' in text
+
+    # ACLs survive a restart.
+    broker.restart()
+    address = restarted_address(broker, address)
+    topics = alice_topics(address, certs)
+    assert "a" in topics and "b" not in topics, topics
+
+    # A deletion takes effect on the next request.
+    admin = AdminClient(client(address, certs, "admin"))
+    deleted = admin.delete_acls([topic_filter])
+    removed = list(deleted.values())[0].result(timeout=DEADLINE_S)
+    assert [(b.name, b.principal) for b in removed] == [("a", alice)]
+    assert "a" not in alice_topics(address, certs)
