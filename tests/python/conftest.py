@@ -102,8 +102,10 @@ class Broker:
         args = [str(self.binary), "serve", "--data-dir", str(self.data_dir),
                 "--listen", self.listen, *self.extra_args]
         # The broker reads every setting from HEADWAY_<NAME> too: keep the caller's
-        # environment (HEADWAY_BIN, a stray HEADWAY_DATA_DIR...) out of it.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWAY_")}
+        # environment (HEADWAY_BIN, a stray HEADWAY_DATA_DIR...) out of it, except the
+        # log filter HEADWAY_LOG (e.g. HEADWAY_LOG=info,headway_server::handlers=debug).
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("HEADWAY_") or k == "HEADWAY_LOG"}
         env["NO_COLOR"] = "1"  # plain log lines in the stderr file
         env.update(self.extra_env)
         with open(self.stderr_path, "ab") as err:

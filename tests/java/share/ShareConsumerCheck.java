@@ -2,6 +2,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Properties;
+import java.util.Set;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -12,12 +13,15 @@ import org.apache.kafka.common.serialization.StringDeserializer;
 /**
  * Share consumers (KafkaShareConsumer, client defaults) of one share group, as threads of
  * one JVM: each prints a "record" line per record it gets (consumer, partition, offset,
- * value, delivery count), until standard input closes.
+ * value, delivery count), until standard input closes. Each completed acknowledgement
+ * (implicit or explicit) prints an "acknowledged" line: its offsets and, if the broker
+ * refused it, the error.
  *
  *   --bootstrap B --topic T --group G [--consumers N]
  *   [--release-prefix P]  acknowledge explicitly: release records whose value starts
  *                         with P, accept the rest (otherwise records are accepted
- *                         implicitly by the next poll, the default mode)
+ *                         implicitly by the next poll, the default mode, and by the
+ *                         commit made before closing)
  *   [--hold true]         after the first records, stop polling and hold them (the
  *                         process is then killed: its locks must expire)
  *
@@ -61,6 +65,12 @@ public final class ShareConsumerCheck {
         }
         args.applySettings(props);
         try (KafkaShareConsumer<String, String> consumer = new KafkaShareConsumer<>(props)) {
+            consumer.setAcknowledgementCommitCallback((offsets, exception) -> {
+                long acknowledged = offsets.values().stream().mapToLong(Set::size).sum();
+                Json.emit(Json.obj("event", "acknowledged", "consumer", id,
+                        "records", acknowledged,
+                        "error", exception == null ? null : Json.error(exception)));
+            });
             consumer.subscribe(List.of(args.get("topic")));
             while (!stop.get()) {
                 ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(200));
@@ -87,6 +97,9 @@ public final class ShareConsumerCheck {
                     return;
                 }
             }
+            // The records of the last poll: in implicit mode the client accepts them at
+            // the next poll or at a commit, not at close.
+            consumer.commitSync();
         } catch (Exception e) {
             Json.emit(Json.obj("event", "error", "consumer", id, "error", Json.error(e)));
         }

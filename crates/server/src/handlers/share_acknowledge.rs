@@ -54,6 +54,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .shares
             .session_step(&group_id, &member_id, epoch, &[], &[]),
     };
+    tracing::debug!(group = %group_id, member = %member_id, epoch, ok = session.is_ok(), "share acknowledge");
     if let Err(e) = session {
         let body = error_response(share_error_code(&e), e.to_string());
         return pending(request, async move { body });
@@ -76,6 +77,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let codes = acknowledge(&ctx.shares, &group_id, &member_id, acks).await;
+        tracing::debug!(group = %group_id, member = %member_id, epoch, ?codes, "share acknowledge applied");
         if epoch == -1 {
             ctx.shares.release_member(&group_id, &member_id);
         }

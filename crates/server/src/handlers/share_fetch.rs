@@ -169,6 +169,8 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let session = ctx
         .shares
         .session_step(&group_id, &member_id, epoch, &add, &forget);
+    tracing::debug!(group = %group_id, member = %member_id, epoch, acks = acks.len(),
+        ok = session.is_ok(), "share fetch");
     let session = match session {
         Ok(partitions) => partitions,
         Err(e) => {
@@ -186,6 +188,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let (ctx, conn) = (Arc::clone(ctx), Arc::clone(call.conn));
     pending_with(request, async move {
         let ack_codes = acknowledge(&ctx.shares, &group_id, &member_id, acks).await;
+        tracing::debug!(group = %group_id, member = %member_id, epoch, ?ack_codes, "share fetch acknowledged");
         let mut fetched = BTreeMap::new();
         let mut reserved = None;
         if epoch == -1 {
