@@ -70,6 +70,7 @@ def cell(values, fmt):
 def table(rows) -> str:
     cols = [("load_msgs_per_s", "msg/s", lambda v: f"{v:,.0f}"),
             ("load_p99_ms", "p99 ms", lambda v: f"{v:,.0f}"),
+            ("load_failed", "records failed", lambda v: f"{v:,.0f}"),
             ("idle_rss_mib", "RSS idle MiB", lambda v: f"{v:,.0f}"),
             ("load_rss_mib_peak", "RSS load peak MiB", lambda v: f"{v:,.0f}"),
             ("idle_open_files", "open files idle", lambda v: f"{v:,.0f}"),
@@ -115,7 +116,7 @@ def main() -> None:
             ("restarted_open_files", "idle after restart", ":")], logy=True)
     figure(good, out, "throughput.png",
            "Keyed 1 KiB records, acks=all, one librdkafka producer", "records/s",
-           [("load_msgs_per_s", "", "-")])
+           [("load_msgs_per_s", "", "-")], logy=True)
     figure(good, out, "p99.png",
            "Delivery latency p99 at full speed (keyed 1 KiB, acks=all)", "ms",
            [("load_p99_ms", "p99", "-"), ("load_p50_ms", "p50", "--")], logy=True)
