@@ -355,11 +355,20 @@ mod tests {
         let store = SecurityStore::open(dir.path(), LIMITS).unwrap();
         let cred = |m| ScramCredential::from_password(m, "pw", 4096).unwrap();
         let results = store.alter_credentials(vec![
-            ("alice".into(), CredentialChange::Upsert(cred(Mechanism::Sha512))),
+            (
+                "alice".into(),
+                CredentialChange::Upsert(cred(Mechanism::Sha512)),
+            ),
             ("bob".into(), CredentialChange::Delete(Mechanism::Sha256)),
             ("".into(), CredentialChange::Upsert(cred(Mechanism::Sha256))),
-            ("carol".into(), CredentialChange::Upsert(cred(Mechanism::Sha256))),
-            ("dave".into(), CredentialChange::Upsert(cred(Mechanism::Sha256))),
+            (
+                "carol".into(),
+                CredentialChange::Upsert(cred(Mechanism::Sha256)),
+            ),
+            (
+                "dave".into(),
+                CredentialChange::Upsert(cred(Mechanism::Sha256)),
+            ),
         ]);
         assert!(results[0].is_ok());
         assert!(matches!(results[1], Err(AuthError::NotFound(_))));

@@ -76,14 +76,7 @@ struct AclFlags {
 
 /// `Operation::IdempotentWrite` as Kafka names it: `IDEMPOTENT_WRITE`.
 fn kafka_name(debug: &str) -> String {
-    let mut name = String::with_capacity(debug.len() + 4);
-    for (i, c) in debug.char_indices() {
-        if c.is_ascii_uppercase() && i > 0 {
-            name.push('_');
-        }
-        name.push(c.to_ascii_uppercase());
-    }
-    name
+    headway_client::error::kafka_error_name(debug)
 }
 
 /// The variant of `all` whose Kafka name is `s`, in any case, underscores optional.
@@ -361,7 +354,10 @@ mod tests {
     #[test]
     fn names_parse_as_kafka_acls_writes_them() {
         assert_eq!(operation("IdempotentWrite"), Ok(Operation::IdempotentWrite));
-        assert_eq!(operation("DESCRIBE_CONFIGS"), Ok(Operation::DescribeConfigs));
+        assert_eq!(
+            operation("DESCRIBE_CONFIGS"),
+            Ok(Operation::DescribeConfigs)
+        );
         assert_eq!(operation("read"), Ok(Operation::Read));
         assert!(operation("Any").is_err(), "filters only");
         assert_eq!(pattern_type("prefixed"), Ok(PatternType::Prefixed));

@@ -19,7 +19,12 @@ use std::path::{Path, PathBuf};
 pub struct UserArgs {
     /// A running broker, HOST:PORT[,HOST:PORT...] (plaintext); without it, the data
     /// directory of a stopped broker is edited.
-    #[arg(long, short = 'b', env = "HEADWAY_BOOTSTRAP", conflicts_with = "data_dir")]
+    #[arg(
+        long,
+        short = 'b',
+        env = "HEADWAY_BOOTSTRAP",
+        conflicts_with = "data_dir"
+    )]
     bootstrap: Option<String>,
     /// The data directory of a stopped broker [default: headway-data].
     #[arg(long, env = "HEADWAY_DATA_DIR")]
@@ -100,7 +105,9 @@ pub fn run(args: UserArgs) -> anyhow::Result<()> {
     match args.bootstrap {
         Some(bootstrap) => crate::client_runtime()?.block_on(remote(&bootstrap, args.command)),
         None => local(
-            &args.data_dir.unwrap_or_else(|| PathBuf::from("headway-data")),
+            &args
+                .data_dir
+                .unwrap_or_else(|| PathBuf::from("headway-data")),
             args.command,
         ),
     }
@@ -179,7 +186,10 @@ async fn remote(bootstrap: &str, command: UserCommand) -> anyhow::Result<()> {
                     salt,
                     salted_password,
                 };
-                one_result(&name, cluster.alter_user_scram_credentials(&[upsert]).await?)?;
+                one_result(
+                    &name,
+                    cluster.alter_user_scram_credentials(&[upsert]).await?,
+                )?;
                 println!("{name} {}", mechanism.name());
             }
         }

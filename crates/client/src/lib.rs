@@ -39,5 +39,5 @@ pub use groups::{
     SharePartitionStats, SHARE_PARTITION_STATS_TAG,
 };
 pub use kafka_protocol::records::Compression;
-pub use security::{AclEntry, ScramAlteration, ScramCredentialInfo};
 pub use producer::{Delivery, LaneStats, Producer, ProducerConfig, ProducerStats, Record};
+pub use security::{AclEntry, ScramAlteration, ScramCredentialInfo};

@@ -18,7 +18,7 @@ use kafka_protocol::messages::{
     AlterUserScramCredentialsRequest, CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest,
     DescribeUserScramCredentialsRequest,
 };
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Request, StrBytes};
 use serde::Serialize;
 
 use crate::admin::ItemResult;
@@ -64,6 +64,12 @@ pub struct AclEntry {
 }
 
 impl Cluster {
+    /// Sends `request` to any broker, with the cluster's retries.
+    async fn to_any_broker<R: Request>(&self, request: &R) -> Result<R::Response, ClientError> {
+        self.retry(|| async { self.any_broker().await?.request(request).await })
+            .await
+    }
+
     /// The credentials of `users` (of every user when empty), per user.
     pub async fn describe_user_scram_credentials(
         &self,
@@ -75,9 +81,7 @@ impl Cluster {
             .collect();
         let request = DescribeUserScramCredentialsRequest::default()
             .with_users((!users.is_empty()).then_some(names));
-        let response = self
-            .retry(|| async { self.any_broker().await?.request(&request).await })
-            .await?;
+        let response = self.to_any_broker(&request).await?;
         check(response.error_code, response.error_message.as_deref())?;
         Ok(response
             .results
@@ -126,9 +130,7 @@ impl Cluster {
                 ),
             }
         }
-        let response = self
-            .retry(|| async { self.any_broker().await?.request(&request).await })
-            .await?;
+        let response = self.to_any_broker(&request).await?;
         Ok(response
             .results
             .into_iter()
@@ -158,9 +160,7 @@ impl Cluster {
             })
             .collect();
         let request = CreateAclsRequest::default().with_creations(creations);
-        let response = self
-            .retry(|| async { self.any_broker().await?.request(&request).await })
-            .await?;
+        let response = self.to_any_broker(&request).await?;
         Ok(response
             .results
             .into_iter()
@@ -178,9 +178,7 @@ impl Cluster {
             .with_host_filter(filter.host.as_deref().map(str_bytes))
             .with_operation(filter.operation)
             .with_permission_type(filter.permission);
-        let response = self
-            .retry(|| async { self.any_broker().await?.request(&request).await })
-            .await?;
+        let response = self.to_any_broker(&request).await?;
         check(response.error_code, response.error_message.as_deref())?;
         let mut acls = Vec::new();
         for resource in response.resources {
@@ -219,9 +217,7 @@ impl Cluster {
             })
             .collect();
         let request = DeleteAclsRequest::default().with_filters(filters);
-        let response = self
-            .retry(|| async { self.any_broker().await?.request(&request).await })
-            .await?;
+        let response = self.to_any_broker(&request).await?;
         Ok(response
             .filter_results
             .into_iter()

@@ -198,8 +198,13 @@ fn credential(
             mechanism.hash_bytes()
         )));
     }
-    ScramCredential::from_salted_password(mechanism, salt.to_vec(), salted_password, iterations as u32)
-        .map_err(|e| (ResponseError::UnacceptableCredential, e.to_string()))
+    ScramCredential::from_salted_password(
+        mechanism,
+        salt.to_vec(),
+        salted_password,
+        iterations as u32,
+    )
+    .map_err(|e| (ResponseError::UnacceptableCredential, e.to_string()))
 }
 
 #[cfg(test)]
@@ -265,8 +270,8 @@ mod tests {
     #[test]
     fn a_salted_password_of_the_wrong_length_or_a_huge_salt_is_unacceptable() {
         let short = upsertion("a", 2, 4096).with_salted_password(vec![1u8; 32].into());
-        let huge = upsertion("b", 1, 4096)
-            .with_salt(vec![1u8; limits::SCRAM_SALT_BYTES_MAX + 1].into());
+        let huge =
+            upsertion("b", 1, 4096).with_salt(vec![1u8; limits::SCRAM_SALT_BYTES_MAX + 1].into());
         let body = AlterUserScramCredentialsRequest::default().with_upsertions(vec![short, huge]);
         let unacceptable = ResponseError::UnacceptableCredential.code();
         assert!(codes(&body).iter().all(|(_, code)| *code == unacceptable));

@@ -9,8 +9,8 @@ pub mod context;
 
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
-pub mod alter_user_scram_credentials;
 pub mod alter_configs;
+pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
