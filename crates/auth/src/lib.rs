@@ -28,6 +28,9 @@ pub enum AuthError {
     /// A credential that cannot be stored (iterations out of range, empty salt).
     #[error("invalid credential: {0}")]
     InvalidCredential(String),
+    /// A credential to delete that does not exist: Kafka's RESOURCE_NOT_FOUND.
+    #[error("{0}")]
+    NotFound(String),
     /// An ACL that cannot be stored.
     #[error("invalid ACL: {0}")]
     InvalidAcl(String),

@@ -75,6 +75,14 @@ impl Mechanism {
         }
     }
 
+    /// The length of this mechanism's hash, and so of a salted password.
+    pub fn hash_bytes(self) -> usize {
+        match self {
+            Mechanism::Sha256 => 32,
+            Mechanism::Sha512 => 64,
+        }
+    }
+
     fn hash(self, data: &[u8]) -> Vec<u8> {
         match self {
             Mechanism::Sha256 => Sha256::digest(data).to_vec(),

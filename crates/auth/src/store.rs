@@ -31,6 +31,15 @@ struct AclsFile {
     acls: Acls,
 }
 
+/// One change of a user's SCRAM credentials.
+#[derive(Debug, Clone)]
+pub enum CredentialChange {
+    /// Adds or replaces the credential of its mechanism.
+    Upsert(ScramCredential),
+    /// Removes the credential of this mechanism.
+    Delete(Mechanism),
+}
+
 /// Bounds of the store.
 #[derive(Debug, Clone, Copy)]
 pub struct StoreLimits {
@@ -129,46 +138,92 @@ impl SecurityStore {
         user: &str,
         credential: ScramCredential,
     ) -> Result<(), AuthError> {
-        if user.is_empty() {
-            return Err(AuthError::InvalidCredential(
-                "the user name must not be empty".into(),
-            ));
-        }
-        let mut users = self.users.write().expect("users lock");
-        if !users.contains_key(user) && users.len() >= self.limits.users_max {
-            return Err(AuthError::InvalidCredential(format!(
-                "the broker holds at most {} SCRAM users",
-                self.limits.users_max
-            )));
-        }
-        let mut next = users.clone();
-        let list = next.entry(user.to_string()).or_default();
-        list.retain(|c| c.mechanism != credential.mechanism);
-        list.push(credential);
-        list.sort_by_key(|c| c.mechanism);
-        self.write_credentials(&next)?;
-        *users = next;
-        Ok(())
+        let change = (user.to_string(), CredentialChange::Upsert(credential));
+        self.alter_credentials(vec![change])
+            .pop()
+            .expect("one result per change")
     }
 
     /// Removes the user's credential for `mechanism`; `false` when there was none.
     pub fn delete_credential(&self, user: &str, mechanism: Mechanism) -> Result<bool, AuthError> {
+        let change = (user.to_string(), CredentialChange::Delete(mechanism));
+        match self.alter_credentials(vec![change]).pop() {
+            Some(Ok(())) => Ok(true),
+            Some(Err(AuthError::NotFound(_))) => Ok(false),
+            Some(Err(e)) => Err(e),
+            None => unreachable!("one result per change"),
+        }
+    }
+
+    /// Applies the changes in order and writes the file once (AlterUserScramCredentials
+    /// changes several users in one request); one result per change. A change that
+    /// fails (an empty name, a user past `users_max`, a deletion of a credential that
+    /// does not exist: [`AuthError::NotFound`]) leaves the others applied. Blocking: the
+    /// file is on disk when this returns; if it cannot be written, nothing changed and
+    /// every change gets the error.
+    pub fn alter_credentials(
+        &self,
+        changes: Vec<(String, CredentialChange)>,
+    ) -> Vec<Result<(), AuthError>> {
         let mut users = self.users.write().expect("users lock");
         let mut next = users.clone();
-        let Some(list) = next.get_mut(user) else {
-            return Ok(false);
-        };
-        let before = list.len();
-        list.retain(|c| c.mechanism != mechanism);
-        if list.len() == before {
-            return Ok(false);
+        let results: Vec<Result<(), AuthError>> = changes
+            .into_iter()
+            .map(|(user, change)| self.apply(&mut next, user, change))
+            .collect();
+        if next != *users {
+            if let Err(e) = self.write_credentials(&next) {
+                return results.iter().map(|_| Err(e.clone())).collect();
+            }
+            *users = next;
         }
-        if list.is_empty() {
-            next.remove(user);
+        results
+    }
+
+    fn apply(
+        &self,
+        users: &mut BTreeMap<String, Vec<ScramCredential>>,
+        user: String,
+        change: CredentialChange,
+    ) -> Result<(), AuthError> {
+        match change {
+            CredentialChange::Upsert(credential) => {
+                if user.is_empty() {
+                    return Err(AuthError::InvalidCredential(
+                        "the user name must not be empty".into(),
+                    ));
+                }
+                if !users.contains_key(&user) && users.len() >= self.limits.users_max {
+                    return Err(AuthError::InvalidCredential(format!(
+                        "the broker holds at most {} SCRAM users",
+                        self.limits.users_max
+                    )));
+                }
+                let list = users.entry(user).or_default();
+                list.retain(|c| c.mechanism != credential.mechanism);
+                list.push(credential);
+                list.sort_by_key(|c| c.mechanism);
+                Ok(())
+            }
+            CredentialChange::Delete(mechanism) => {
+                let missing = || {
+                    AuthError::NotFound(format!(
+                        "user {user} has no {} credential",
+                        mechanism.name()
+                    ))
+                };
+                let list = users.get_mut(&user).ok_or_else(missing)?;
+                let before = list.len();
+                list.retain(|c| c.mechanism != mechanism);
+                if list.len() == before {
+                    return Err(missing());
+                }
+                if list.is_empty() {
+                    users.remove(&user);
+                }
+                Ok(())
+            }
         }
-        self.write_credentials(&next)?;
-        *users = next;
-        Ok(true)
     }
 
     fn write_credentials(
@@ -292,6 +347,40 @@ mod tests {
         assert_eq!(removed, vec![vec![read_acl("User:alice")]]);
         let store = SecurityStore::open(dir.path(), LIMITS).unwrap();
         assert!(store.with_acls(|a| a.is_empty()));
+    }
+
+    #[test]
+    fn a_batch_of_changes_applies_what_it_can_and_reports_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SecurityStore::open(dir.path(), LIMITS).unwrap();
+        let cred = |m| ScramCredential::from_password(m, "pw", 4096).unwrap();
+        let results = store.alter_credentials(vec![
+            (
+                "alice".into(),
+                CredentialChange::Upsert(cred(Mechanism::Sha512)),
+            ),
+            ("bob".into(), CredentialChange::Delete(Mechanism::Sha256)),
+            ("".into(), CredentialChange::Upsert(cred(Mechanism::Sha256))),
+            (
+                "carol".into(),
+                CredentialChange::Upsert(cred(Mechanism::Sha256)),
+            ),
+            (
+                "dave".into(),
+                CredentialChange::Upsert(cred(Mechanism::Sha256)),
+            ),
+        ]);
+        assert!(results[0].is_ok());
+        assert!(matches!(results[1], Err(AuthError::NotFound(_))));
+        assert!(matches!(results[2], Err(AuthError::InvalidCredential(_))));
+        assert!(results[3].is_ok());
+        assert!(
+            matches!(results[4], Err(AuthError::InvalidCredential(_))),
+            "past users_max"
+        );
+        let store = SecurityStore::open(dir.path(), LIMITS).unwrap();
+        let users: Vec<String> = store.users().into_keys().collect();
+        assert_eq!(users, ["alice", "carol"]);
     }
 
     #[test]

@@ -360,8 +360,15 @@ pub const FILE_CACHE_IDLE_CLOSE_MS: u64 = 30_000;
 /// request's check walks the ACLs of its resources, so they stay bounded in memory.
 pub const ACLS_MAX: usize = 10_000;
 
-/// SCRAM users the broker's security store holds.
+/// SCRAM users the broker's security store holds (AlterUserScramCredentials past it
+/// answers UNACCEPTABLE_CREDENTIAL for the new user): every user's credentials are
+/// kept in memory and rewritten to disk whole on each change.
 pub const SCRAM_USERS_MAX: usize = 10_000;
+
+/// Longest salt an AlterUserScramCredentials upsertion may carry (clients send 32 to 64
+/// bytes): the salt is stored and sent in every SCRAM exchange of the user, so a client
+/// cannot grow the store or the exchanges past this. Longer: UNACCEPTABLE_CREDENTIAL.
+pub const SCRAM_SALT_BYTES_MAX: usize = 1024;
 /// Largest request frame a SASL listener reads from a client that has not
 /// authenticated: ApiVersions, SaslHandshake and SaslAuthenticate fit in far less. A
 /// longer length prefix closes the connection before its body is read.

@@ -4,10 +4,11 @@
 //! built-in defaults, a TOML file (`--config`), environment variables
 //! (`HEADWAY_<NAME>`), and flags. `headway produce` and `headway consume` are clients
 //! for any Kafka-compatible broker, and `headway topic`, `headway group` and
-//! `headway cluster` manage one (`output.rs` holds what those three share);
-//! `headway bench` runs the lab's scenarios (`crates/bench`). Every failure ends the
+//! `headway cluster` manage one (`output.rs` holds what those share), as `headway user`
+//! and `headway acl` manage its security; `headway bench` runs the lab's scenarios (`crates/bench`). Every failure ends the
 //! command with one `error: ...` line on stderr and exit status 1.
 
+mod acl;
 mod cleaner;
 mod cluster;
 mod consume;
@@ -82,8 +83,11 @@ enum Command {
     Cleaner(cleaner::CleanerArgs),
     /// Run a benchmark scenario against headway or any Kafka-compatible broker.
     Bench(headway_bench::BenchArgs),
-    /// Add, list and delete SCRAM users on a stopped broker's data directory.
+    /// Add, list and delete SCRAM users, through a running broker (--bootstrap) or on a
+    /// stopped broker's data directory.
     User(user::UserArgs),
+    /// Add, list and delete ACLs of a running broker.
+    Acl(acl::AclArgs),
 }
 
 #[derive(Args)]
@@ -435,6 +439,7 @@ fn run() -> anyhow::Result<()> {
         Command::Cleaner(args) => cleaner::run(args),
         Command::Bench(args) => headway_bench::run(args),
         Command::User(args) => user::run(args),
+        Command::Acl(args) => client_runtime()?.block_on(acl::run(args)),
     }
 }
 

@@ -50,6 +50,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::ShareGroupDescribe, 1, 1),
     (ApiKey::DescribeShareGroupOffsets, 0, 0),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// Largest answer accepted; a larger length means a corrupt stream.
@@ -263,6 +268,11 @@ fn api_name(key: ApiKey) -> &'static str {
         ApiKey::ConsumerGroupDescribe => "ConsumerGroupDescribe",
         ApiKey::ShareGroupDescribe => "ShareGroupDescribe",
         ApiKey::DescribeShareGroupOffsets => "DescribeShareGroupOffsets",
+        ApiKey::CreateAcls => "CreateAcls",
+        ApiKey::DescribeAcls => "DescribeAcls",
+        ApiKey::DeleteAcls => "DeleteAcls",
+        ApiKey::DescribeUserScramCredentials => "DescribeUserScramCredentials",
+        ApiKey::AlterUserScramCredentials => "AlterUserScramCredentials",
         _ => "ApiVersions",
     }
 }

@@ -56,8 +56,9 @@ impl ClientError {
     }
 }
 
-/// Kafka's spelling of an error name: `TopicAlreadyExists` becomes `TOPIC_ALREADY_EXISTS`.
-fn kafka_error_name(camel: &str) -> String {
+/// Kafka's spelling of an error name: `TopicAlreadyExists` becomes `TOPIC_ALREADY_EXISTS`
+/// (and of any enum name Kafka writes so: `IdempotentWrite`, `IDEMPOTENT_WRITE`).
+pub fn kafka_error_name(camel: &str) -> String {
     let mut name = String::with_capacity(camel.len() + 8);
     for (i, c) in camel.char_indices() {
         if c.is_ascii_uppercase() && i > 0 {

@@ -11,6 +11,7 @@
 //!   `refill_threshold_bytes`, by `refill_increment_bytes` at a time.
 //! - [`admin`]: topics, configs, offsets by time, group offset resets and deletes, and
 //!   the cluster's brokers, for operators' tools.
+//! - [`security`]: SCRAM users and ACLs, for operators' tools.
 
 pub mod admin;
 pub mod cluster;
@@ -21,6 +22,7 @@ pub mod group_consumer;
 pub mod groups;
 pub mod partitioner;
 pub mod producer;
+pub mod security;
 
 pub use admin::{
     BrokerDescription, ClusterDescription, ClusterMetadata, ConfigChange, ConfigEntry,
@@ -38,3 +40,4 @@ pub use groups::{
 };
 pub use kafka_protocol::records::Compression;
 pub use producer::{Delivery, LaneStats, Producer, ProducerConfig, ProducerStats, Record};
+pub use security::{AclEntry, ScramAlteration, ScramCredentialInfo};

@@ -267,6 +267,18 @@ pub(crate) static MESSAGES: &[Message] = &[
         root: &DELETE_ACLS,
     },
     Message {
+        api_key: ApiKey::DescribeUserScramCredentials,
+        min_version: 0,
+        flexible_min: 0,
+        root: &DESCRIBE_USER_SCRAM_CREDENTIALS,
+    },
+    Message {
+        api_key: ApiKey::AlterUserScramCredentials,
+        min_version: 0,
+        flexible_min: 0,
+        root: &ALTER_USER_SCRAM_CREDENTIALS,
+    },
+    Message {
         api_key: ApiKey::SaslHandshake,
         min_version: 0,
         flexible_min: i16::MAX,
@@ -1416,6 +1428,60 @@ static DESCRIBE_ACLS: Struct = Struct {
 static DELETE_ACLS_FILTER: Struct = Struct {
     size: size_of::<delete_acls_request::DeleteAclsFilter>(),
     fields: DESCRIBE_ACLS.fields,
+    tags: &[],
+};
+
+static DESCRIBE_USER_SCRAM_CREDENTIALS_USER: Struct = Struct {
+    size: size_of::<describe_user_scram_credentials_request::UserName>(),
+    fields: &[field(0, i16::MAX, Kind::Str)], // name
+    tags: &[],
+};
+
+static DESCRIBE_USER_SCRAM_CREDENTIALS: Struct = Struct {
+    size: size_of::<describe_user_scram_credentials_request::DescribeUserScramCredentialsRequest>(),
+    fields: &[field(
+        0,
+        i16::MAX,
+        Kind::Array(Elem::Struct(&DESCRIBE_USER_SCRAM_CREDENTIALS_USER)),
+    )], // users (nullable)
+    tags: &[],
+};
+
+static ALTER_USER_SCRAM_CREDENTIALS_DELETION: Struct = Struct {
+    size: size_of::<alter_user_scram_credentials_request::ScramCredentialDeletion>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // name
+        field(0, i16::MAX, Kind::Fixed(1)), // mechanism
+    ],
+    tags: &[],
+};
+
+static ALTER_USER_SCRAM_CREDENTIALS_UPSERTION: Struct = Struct {
+    size: size_of::<alter_user_scram_credentials_request::ScramCredentialUpsertion>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str),      // name
+        field(0, i16::MAX, Kind::Fixed(1)), // mechanism
+        field(0, i16::MAX, Kind::Fixed(4)), // iterations
+        field(0, i16::MAX, Kind::Bytes),    // salt
+        field(0, i16::MAX, Kind::Bytes),    // salted_password
+    ],
+    tags: &[],
+};
+
+static ALTER_USER_SCRAM_CREDENTIALS: Struct = Struct {
+    size: size_of::<alter_user_scram_credentials_request::AlterUserScramCredentialsRequest>(),
+    fields: &[
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&ALTER_USER_SCRAM_CREDENTIALS_DELETION)),
+        ), // deletions
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&ALTER_USER_SCRAM_CREDENTIALS_UPSERTION)),
+        ), // upsertions
+    ],
     tags: &[],
 };
 

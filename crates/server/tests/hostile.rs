@@ -83,6 +83,8 @@ fn every_request() -> Vec<(i16, i16, BytesMut)> {
         defaults::<CreateAclsRequest>(),
         defaults::<DescribeAclsRequest>(),
         defaults::<DeleteAclsRequest>(),
+        defaults::<DescribeUserScramCredentialsRequest>(),
+        defaults::<AlterUserScramCredentialsRequest>(),
     ];
     assert_eq!(all.len(), APIS.len(), "every served API is probed");
     all.into_iter().flatten().collect()

@@ -10,6 +10,7 @@ pub mod context;
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_configs;
+pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
@@ -25,6 +26,7 @@ pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_transactions;
+pub mod describe_user_scram_credentials;
 pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
@@ -123,6 +125,8 @@ pub const APIS: &[Handler] = &[
     create_acls::HANDLER,
     describe_acls::HANDLER,
     delete_acls::HANDLER,
+    describe_user_scram_credentials::HANDLER,
+    alter_user_scram_credentials::HANDLER,
     sasl_handshake::HANDLER,
     sasl_authenticate::HANDLER,
 ];
