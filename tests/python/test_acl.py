@@ -19,10 +19,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
-                                   AclPermissionType, AdminClient, ResourcePatternType,
-                                   ResourceType)
+                                   AclPermissionType, AdminClient, AlterConfigOpType,
+                                   ConfigEntry, ConfigResource, NewPartitions,
+                                   ResourcePatternType, ResourceType)
 from cryptography import x509
 
 from confluent_kafka import TopicPartition
@@ -190,3 +191,126 @@ def test_acls_decide_what_a_certificate_user_may_do(make_broker, tmp_path):
     removed = list(deleted.values())[0].result(timeout=DEADLINE_S)
     assert [(b.name, b.principal) for b in removed] == [("a", alice)]
     assert "a" not in alice_topics(address, certs)
+
+
+def refusal(future) -> int | None:
+    """The Kafka error code a future of the admin client failed with, or None."""
+    try:
+        future.result(timeout=DEADLINE_S)
+    except KafkaException as e:
+        return e.args[0].code()
+    return None
+
+
+def only(futures: dict):
+    assert len(futures) == 1, futures
+    return next(iter(futures.values()))
+
+
+def retention(admin: AdminClient, topic: str) -> str:
+    resource = ConfigResource("topic", topic)
+    configs = only(admin.describe_configs([resource])).result(timeout=DEADLINE_S)
+    return configs["retention.ms"].value
+
+
+def low_watermark(address: str, certs: Certificates, topic: str) -> int:
+    watcher = Consumer({**client(address, certs, "admin"), "group.id": "watcher"})
+    try:
+        return watcher.get_watermark_offsets(TopicPartition(topic, 0), timeout=DEADLINE_S)[0]
+    finally:
+        watcher.close()
+
+
+def committed_groups(admin: AdminClient) -> set[str]:
+    listed = admin.list_consumer_groups().result(timeout=DEADLINE_S)
+    return {g.group_id for g in listed.valid}
+
+
+def test_admin_requests_are_refused_without_their_acls_and_change_nothing(make_broker, tmp_path):
+    """Goal: DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs,
+    IncrementalAlterConfigs, DeleteRecords, DescribeGroups and DeleteGroups are checked
+    as Kafka checks them: alice, without the ACL each needs, gets the resource's
+    authorization error and nothing changes; with the ACLs each works.
+    Method: librdkafka's AdminClient as alice; the super user checks the effects."""
+    certs = Certificates(tmp_path)
+    broker = make_broker("--listeners", "SSL://127.0.0.1:0",
+                         "--ssl-certificate-file", certs.server_cert,
+                         "--ssl-key-file", certs.server_key,
+                         "--ssl-client-ca-file", certs.ca_file,
+                         "--authorizer", "acl",
+                         "--super-users", certs.principals["admin"])
+    address = listener_address(broker, "SSL")
+    admin = AdminClient(client(address, certs, "admin"))
+    wait_all(admin.create_topics([NewTopic("t", 2, 1)]))
+    producer = Producer({**client(address, certs, "admin"), "acks": "all"})
+    delivery = Delivery()
+    produce_records(producer, "t", range(RECORDS), delivery)
+    assert len(delivery.acked) == RECORDS and not delivery.failed, delivery.failed[:3]
+    committer = Consumer({**client(address, certs, "admin"), "group.id": "grp"})
+    committer.commit(offsets=[TopicPartition("t", 0, 7)], asynchronous=False)
+    committer.close()
+    before = retention(admin, "t")
+
+    principal = certs.principals["alice"]
+
+    def allow(kind, name, operation):
+        return AclBinding(kind, name, ResourcePatternType.LITERAL, principal, "*",
+                          operation, AclPermissionType.ALLOW)
+
+    # alice may describe the topic (librdkafka looks up its leader first), no more.
+    wait_all(admin.create_acls([allow(ResourceType.TOPIC, "t", AclOperation.DESCRIBE)]))
+    alice = AdminClient(client(address, certs, "alice"))
+    topic_denied = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    group_denied = KafkaError.GROUP_AUTHORIZATION_FAILED
+    cluster_denied = KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    new_retention = [ConfigEntry("retention.ms", "123456",
+                                 incremental_operation=AlterConfigOpType.SET)]
+
+    assert refusal(only(alice.delete_topics(["t"]))) == topic_denied
+    assert refusal(only(alice.create_partitions([NewPartitions("t", 3)]))) == topic_denied
+    assert refusal(only(alice.describe_configs([ConfigResource("topic", "t")]))) == topic_denied
+    assert refusal(only(alice.describe_configs([ConfigResource("broker", "1")]))) == \
+        cluster_denied
+    assert refusal(only(alice.incremental_alter_configs(
+        [ConfigResource("topic", "t", incremental_configs=new_retention)]))) == topic_denied
+    assert refusal(only(alice.alter_configs(
+        [ConfigResource("topic", "t", set_config={"retention.ms": "123456"})]))) == topic_denied
+    assert refusal(only(alice.delete_records([TopicPartition("t", 0, 50)]))) == topic_denied
+    assert refusal(only(alice.describe_consumer_groups(["grp"]))) == group_denied
+    assert refusal(only(alice.delete_consumer_groups(["grp"]))) == group_denied
+
+    # Nothing changed.
+    metadata = admin.list_topics(timeout=DEADLINE_S)
+    assert len(metadata.topics["t"].partitions) == 2
+    assert retention(admin, "t") == before != "123456"
+    assert low_watermark(address, certs, "t") == 0
+    assert "grp" in committed_groups(admin)
+
+    # With the ACLs each works.
+    wait_all(admin.create_acls([
+        allow(ResourceType.TOPIC, "t", AclOperation.DELETE),
+        allow(ResourceType.TOPIC, "t", AclOperation.ALTER),
+        allow(ResourceType.TOPIC, "t", AclOperation.ALTER_CONFIGS),
+        allow(ResourceType.GROUP, "grp", AclOperation.DELETE),
+        allow(ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE_CONFIGS),
+    ]))
+    only(alice.describe_configs([ConfigResource("broker", "1")])).result(timeout=DEADLINE_S)
+    only(alice.incremental_alter_configs(
+        [ConfigResource("topic", "t", incremental_configs=new_retention)])
+    ).result(timeout=DEADLINE_S)
+    assert retention(admin, "t") == "123456"
+    assert retention(alice, "t") == "123456"
+    only(alice.create_partitions([NewPartitions("t", 3)])).result(timeout=DEADLINE_S)
+    assert len(admin.list_topics(timeout=DEADLINE_S).topics["t"].partitions) == 3
+    deleted = only(alice.delete_records([TopicPartition("t", 0, 50)])).result(timeout=DEADLINE_S)
+    assert deleted.low_watermark == 50
+    assert low_watermark(address, certs, "t") == 50
+    described = only(alice.describe_consumer_groups(["grp"])).result(timeout=DEADLINE_S)
+    assert described.group_id == "grp"
+    only(alice.delete_consumer_groups(["grp"])).result(timeout=DEADLINE_S)
+    assert "grp" not in committed_groups(admin)
+    only(alice.delete_topics(["t"])).result(timeout=DEADLINE_S)
+    deadline = time.monotonic() + DEADLINE_S
+    while "t" in admin.list_topics(timeout=DEADLINE_S).topics:
+        assert time.monotonic() < deadline, "the topic was not deleted"
+        time.sleep(0.05)
