@@ -23,7 +23,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
                                    AclPermissionType, AdminClient, AlterConfigOpType,
                                    ConfigEntry, ConfigResource, NewPartitions,
-                                   ResourcePatternType, ResourceType)
+                                   OffsetSpec, ResourcePatternType, ResourceType)
+from confluent_kafka import IsolationLevel
 from cryptography import x509
 
 from confluent_kafka import TopicPartition
@@ -314,3 +315,64 @@ def test_admin_requests_are_refused_without_their_acls_and_change_nothing(make_b
     while "t" in admin.list_topics(timeout=DEADLINE_S).topics:
         assert time.monotonic() < deadline, "the topic was not deleted"
         time.sleep(0.05)
+
+
+def test_transactions_need_write_on_their_id_and_read_on_the_group(make_broker, tmp_path):
+    """Goal: AddOffsetsToTxn needs Read on the group and EndTxn Write on the
+    transactional id, with Kafka's error codes; a refused commit commits nothing.
+    Method: librdkafka's transactional producer as alice, allowed Write on topic `t` and
+    on transactional id `tx`; the super user revokes the id's ACL before the commit and
+    reads the last stable offset."""
+    certs = Certificates(tmp_path)
+    broker = make_broker("--listeners", "SSL://127.0.0.1:0",
+                         "--ssl-certificate-file", certs.server_cert,
+                         "--ssl-key-file", certs.server_key,
+                         "--ssl-client-ca-file", certs.ca_file,
+                         "--authorizer", "acl",
+                         "--super-users", certs.principals["admin"])
+    address = listener_address(broker, "SSL")
+    admin = AdminClient(client(address, certs, "admin"))
+    wait_all(admin.create_topics([NewTopic("t", 1, 1)]))
+    principal = certs.principals["alice"]
+    txn_acl = AclBinding(ResourceType.TRANSACTIONAL_ID, "tx", ResourcePatternType.LITERAL,
+                         principal, "*", AclOperation.WRITE, AclPermissionType.ALLOW)
+    wait_all(admin.create_acls([
+        txn_acl,
+        AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, principal, "*",
+                   AclOperation.WRITE, AclPermissionType.ALLOW),
+    ]))
+    producer = Producer({**client(address, certs, "alice"), "transactional.id": "tx"})
+    producer.init_transactions(DEADLINE_S)
+    group = Consumer({**client(address, certs, "alice"), "group.id": "grp"})
+    metadata = group.consumer_group_metadata()
+    group.close()
+
+    # AddOffsetsToTxn without Read on the group.
+    producer.begin_transaction()
+    producer.produce("t", value=b"x")
+    assert producer.flush(DEADLINE_S) == 0
+    try:
+        producer.send_offsets_to_transaction([TopicPartition("t", 0, 1)], metadata, DEADLINE_S)
+        raise AssertionError("offsets sent without Read on the group")
+    except KafkaException as e:
+        assert e.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED, e
+    producer.abort_transaction(DEADLINE_S)
+
+    # EndTxn after Write on the transactional id was revoked.
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce("t", value=b"%d" % i)
+    assert producer.flush(DEADLINE_S) == 0
+    txn_filter = AclBindingFilter(ResourceType.TRANSACTIONAL_ID, "tx",
+                                  ResourcePatternType.LITERAL, principal, None,
+                                  AclOperation.ANY, AclPermissionType.ANY)
+    only(admin.delete_acls([txn_filter])).result(timeout=DEADLINE_S)
+    try:
+        producer.commit_transaction(DEADLINE_S)
+        raise AssertionError("committed without Write on the transactional id")
+    except KafkaException as e:
+        assert e.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, e
+    # Nothing was committed: the last stable offset is still before the open transaction.
+    stable = only(admin.list_offsets({TopicPartition("t", 0): OffsetSpec.latest()},
+                                     isolation_level=IsolationLevel.READ_COMMITTED))
+    assert stable.result(timeout=DEADLINE_S).offset <= 2  # 12 had it been committed
