@@ -376,3 +376,59 @@ def test_transactions_need_write_on_their_id_and_read_on_the_group(make_broker, 
     stable = only(admin.list_offsets({TopicPartition("t", 0): OffsetSpec.latest()},
                                      isolation_level=IsolationLevel.READ_COMMITTED))
     assert stable.result(timeout=DEADLINE_S).offset <= 2  # 12 had it been committed
+
+
+def test_a_consumer_protocol_member_needs_read_on_its_group(make_broker, tmp_path):
+    """Goal: ConsumerGroupHeartbeat (KIP-848) needs Read on the group, as Kafka checks it.
+    Method: librdkafka with `group.protocol=consumer` as alice, allowed Read on the topic
+    and Describe on the group (FindCoordinator and OffsetFetch pass): refused with
+    GROUP_AUTHORIZATION_FAILED, then, with Read on the group, it reads every record."""
+    certs = Certificates(tmp_path)
+    broker = make_broker("--listeners", "SSL://127.0.0.1:0",
+                         "--ssl-certificate-file", certs.server_cert,
+                         "--ssl-key-file", certs.server_key,
+                         "--ssl-client-ca-file", certs.ca_file,
+                         "--authorizer", "acl",
+                         "--super-users", certs.principals["admin"])
+    address = listener_address(broker, "SSL")
+    admin = AdminClient(client(address, certs, "admin"))
+    wait_all(admin.create_topics([NewTopic("a", 1, 1)]))
+    producer = Producer({**client(address, certs, "admin"), "acks": "all"})
+    delivery = Delivery()
+    produce_records(producer, "a", range(RECORDS), delivery)
+    assert len(delivery.acked) == RECORDS and not delivery.failed
+    principal = certs.principals["alice"]
+    topic_read, group_read = alice_reads("a", principal)
+    group_describe = AclBinding(ResourceType.GROUP, "g", ResourcePatternType.LITERAL, principal,
+                                "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW)
+    wait_all(admin.create_acls([topic_read, group_describe]))
+
+    def consume848(group_id: str, expected: int) -> tuple[int, list]:
+        errors: list = []
+        consumer = Consumer({**client(address, certs, "alice"), "group.id": group_id,
+                             "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                             "error_cb": errors.append})
+        consumer.subscribe(["a"])
+        deadline = time.monotonic() + DEADLINE_S
+        read = 0
+        try:
+            while time.monotonic() < deadline and read < expected and not errors:
+                message = consumer.poll(0.5)
+                if message is None:
+                    continue
+                if message.error():
+                    errors.append(message.error())
+                else:
+                    read += 1
+            return read, errors
+        finally:
+            consumer.close()
+
+    read, errors = consume848("g", 1)
+    assert read == 0 and errors, errors
+    # librdkafka makes the heartbeat's refusal a fatal error that names it.
+    assert errors[0].code() == KafkaError._FATAL, errors
+    assert "ConsumerGroupHeartbeat" in errors[0].str(), errors
+    assert "Group authorization failed" in errors[0].str(), errors
+    wait_all(admin.create_acls([group_read]))
+    assert consume848("g", RECORDS) == (RECORDS, [])
