@@ -75,6 +75,18 @@ def client(address: str, certs: Certificates, user: str) -> dict:
     return {**rdkafka_base(address), **certs.settings(user)}
 
 
+def acl_broker(make_broker, certs: Certificates, *extra: str,
+               listeners: str = "SSL://127.0.0.1:0"):
+    """A broker with the ACL authorizer, requiring client certificates on its SSL
+    listener, the admin a super user."""
+    return make_broker("--listeners", listeners,
+                       "--ssl-certificate-file", certs.server_cert,
+                       "--ssl-key-file", certs.server_key,
+                       "--ssl-client-ca-file", certs.ca_file,
+                       "--authorizer", "acl",
+                       "--super-users", certs.principals["admin"], *extra)
+
+
 def restarted_address(broker, old: str) -> str:
     """The SSL listener's address once the restarted broker printed a new one (its
     output file keeps the first start's lines)."""
@@ -104,14 +116,17 @@ def alice_topics(address: str, certs: Certificates) -> set[str]:
     return set(admin.list_topics(timeout=DEADLINE_S).topics)
 
 
-def consume(address: str, certs: Certificates, topic: str, expected: int) -> tuple[int, list]:
+def consume(address: str, certs: Certificates, topic: str, expected: int,
+            settings: dict | None = None, reported: bool = False) -> tuple[int, list]:
     """alice consumes `topic` in group `g` until `expected` records or an error: the
-    count read and the errors met."""
+    count read and the errors met (with `reported`, also those of the error callback)."""
+    errors: list = []
+    extra = {**(settings or {}), **({"error_cb": errors.append} if reported else {})}
     consumer = Consumer({**client(address, certs, "alice"), "group.id": "g",
-                         "auto.offset.reset": "earliest"})
+                         "auto.offset.reset": "earliest", **extra})
     consumer.subscribe([topic])
     deadline = time.monotonic() + DEADLINE_S
-    read, errors = 0, []
+    read = 0
     try:
         while time.monotonic() < deadline and read < expected and not errors:
             message = consumer.poll(0.5)
@@ -128,13 +143,7 @@ def consume(address: str, certs: Certificates, topic: str, expected: int) -> tup
 
 def test_acls_decide_what_a_certificate_user_may_do(make_broker, tmp_path):
     certs = Certificates(tmp_path)
-    broker = make_broker("--listeners", "SSL://127.0.0.1:0",
-                         "--ssl-certificate-file", certs.server_cert,
-                         "--ssl-key-file", certs.server_key,
-                         "--ssl-client-ca-file", certs.ca_file,
-                         "--authorizer", "acl",
-                         "--super-users", certs.principals["admin"],
-                         "--metrics-listen", "127.0.0.1:0")
+    broker = acl_broker(make_broker, certs, "--metrics-listen", "127.0.0.1:0")
     address = listener_address(broker, "SSL")
     admin = AdminClient(client(address, certs, "admin"))
     wait_all(admin.create_topics([NewTopic(t, 1, 1) for t in ("a", "b")]))
@@ -234,12 +243,7 @@ def test_admin_requests_are_refused_without_their_acls_and_change_nothing(make_b
     authorization error and nothing changes; with the ACLs each works.
     Method: librdkafka's AdminClient as alice; the super user checks the effects."""
     certs = Certificates(tmp_path)
-    broker = make_broker("--listeners", "SSL://127.0.0.1:0",
-                         "--ssl-certificate-file", certs.server_cert,
-                         "--ssl-key-file", certs.server_key,
-                         "--ssl-client-ca-file", certs.ca_file,
-                         "--authorizer", "acl",
-                         "--super-users", certs.principals["admin"])
+    broker = acl_broker(make_broker, certs)
     address = listener_address(broker, "SSL")
     admin = AdminClient(client(address, certs, "admin"))
     wait_all(admin.create_topics([NewTopic("t", 2, 1)]))
@@ -324,12 +328,7 @@ def test_transactions_need_write_on_their_id_and_read_on_the_group(make_broker, 
     on transactional id `tx`; the super user revokes the id's ACL before the commit and
     reads the last stable offset."""
     certs = Certificates(tmp_path)
-    broker = make_broker("--listeners", "SSL://127.0.0.1:0",
-                         "--ssl-certificate-file", certs.server_cert,
-                         "--ssl-key-file", certs.server_key,
-                         "--ssl-client-ca-file", certs.ca_file,
-                         "--authorizer", "acl",
-                         "--super-users", certs.principals["admin"])
+    broker = acl_broker(make_broker, certs)
     address = listener_address(broker, "SSL")
     admin = AdminClient(client(address, certs, "admin"))
     wait_all(admin.create_topics([NewTopic("t", 1, 1)]))
@@ -384,12 +383,7 @@ def test_a_consumer_protocol_member_needs_read_on_its_group(make_broker, tmp_pat
     and Describe on the group (FindCoordinator and OffsetFetch pass): refused with
     GROUP_AUTHORIZATION_FAILED, then, with Read on the group, it reads every record."""
     certs = Certificates(tmp_path)
-    broker = make_broker("--listeners", "SSL://127.0.0.1:0",
-                         "--ssl-certificate-file", certs.server_cert,
-                         "--ssl-key-file", certs.server_key,
-                         "--ssl-client-ca-file", certs.ca_file,
-                         "--authorizer", "acl",
-                         "--super-users", certs.principals["admin"])
+    broker = acl_broker(make_broker, certs)
     address = listener_address(broker, "SSL")
     admin = AdminClient(client(address, certs, "admin"))
     wait_all(admin.create_topics([NewTopic("a", 1, 1)]))
@@ -403,32 +397,15 @@ def test_a_consumer_protocol_member_needs_read_on_its_group(make_broker, tmp_pat
                                 "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW)
     wait_all(admin.create_acls([topic_read, group_describe]))
 
-    def consume848(group_id: str, expected: int) -> tuple[int, list]:
-        errors: list = []
-        consumer = Consumer({**client(address, certs, "alice"), "group.id": group_id,
-                             "group.protocol": "consumer", "auto.offset.reset": "earliest",
-                             "error_cb": errors.append})
-        consumer.subscribe(["a"])
-        deadline = time.monotonic() + DEADLINE_S
-        read = 0
-        try:
-            while time.monotonic() < deadline and read < expected and not errors:
-                message = consumer.poll(0.5)
-                if message is None:
-                    continue
-                if message.error():
-                    errors.append(message.error())
-                else:
-                    read += 1
-            return read, errors
-        finally:
-            consumer.close()
+    def consume848(expected: int) -> tuple[int, list]:
+        return consume(address, certs, "a", expected, {"group.protocol": "consumer"},
+                       reported=True)
 
-    read, errors = consume848("g", 1)
+    read, errors = consume848(1)
     assert read == 0 and errors, errors
     # librdkafka makes the heartbeat's refusal a fatal error that names it.
     assert errors[0].code() == KafkaError._FATAL, errors
     assert "ConsumerGroupHeartbeat" in errors[0].str(), errors
     assert "Group authorization failed" in errors[0].str(), errors
     wait_all(admin.create_acls([group_read]))
-    assert consume848("g", RECORDS) == (RECORDS, [])
+    assert consume848(RECORDS) == (RECORDS, [])

@@ -17,7 +17,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    NewTopic, ResourcePatternType, ResourceType)
 
 from java_support import JavaClient
-from test_acl import Certificates, client, wait_all
+from test_acl import Certificates, acl_broker, client, wait_all
 from test_share_groups import (DEADLINE_S, MAIN, SHARE_ARGS, admin, close, consumer,
                                share_classes, start_offsets, wait_records)  # noqa: F401
 from test_tls import listener_address
@@ -34,12 +34,8 @@ def test_share_groups_need_read_to_consume_and_delete_to_delete_offsets(make_bro
                                                                        share_classes):
     java = JavaClient("lib-4", str(share_classes), MAIN, tmp_path)
     certs = Certificates(tmp_path)
-    broker = make_broker("--listeners", "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
-                         "--ssl-certificate-file", certs.server_cert,
-                         "--ssl-key-file", certs.server_key,
-                         "--ssl-client-ca-file", certs.ca_file,
-                         "--authorizer", "acl",
-                         "--super-users", certs.principals["admin"], *SHARE_ARGS)
+    broker = acl_broker(make_broker, certs, *SHARE_ARGS,
+                        listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0")
     plain = listener_address(broker, "PLAINTEXT")
     ssl = listener_address(broker, "SSL")
     super_admin = AdminClient(client(ssl, certs, "admin"))

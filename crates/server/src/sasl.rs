@@ -551,7 +551,11 @@ pub fn authenticated(conn: &Connection) -> bool {
 /// A re-authentication's SaslHandshake: the mechanism must be the session's (a v0
 /// handshake, whose tokens come bare, cannot re-authenticate). A refusal is answered
 /// and the connection closed after it (`Connection::close_after_reply`).
-pub fn reauth_handshake(conn: &Connection, ctx: &Ctx, request: &Request) -> Option<Bytes> {
+pub fn reauth_handshake(
+    conn: &Connection,
+    ctx: &Ctx,
+    request: &Request,
+) -> Result<Bytes, headway_protocol::EncodeError> {
     let sasl = &ctx.sasl;
     let mut exchange = Exchange::new(sasl.enabled.clone()).with_oauth(sasl.oauth.clone());
     let (mut response, mut error) = handshake(&mut exchange, request);
@@ -578,7 +582,7 @@ pub fn reauth_handshake(conn: &Connection, ctx: &Ctx, request: &Request) -> Opti
             conn.close_after_reply.store(true, Ordering::Relaxed);
         }
     }
-    respond(request, &response)
+    encode_response(request.api_version(), request.correlation_id(), &response)
 }
 
 /// A re-authentication's SaslAuthenticate: one step of the exchange its SaslHandshake

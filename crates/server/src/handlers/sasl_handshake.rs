@@ -21,10 +21,9 @@ pub const HANDLER: Handler = Handler {
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let _: SaslHandshakeRequest = decode_body(request)?;
     if sasl::authenticated(call.conn) {
-        return match sasl::reauth_handshake(call.conn, call.ctx, request) {
-            Some(frame) => Ok(Reply::Ready(frame)),
-            None => Err(HandlerError::UnsupportedApi(ApiKey::SaslHandshake)),
-        };
+        return Ok(Reply::Ready(sasl::reauth_handshake(
+            call.conn, call.ctx, request,
+        )?));
     }
     ready(
         request,
