@@ -73,8 +73,13 @@ pub enum Step {
     /// Send these bytes and wait for the next token.
     Continue(Vec<u8>),
     /// Authenticated as `user`; send `reply` (the SCRAM server-final message, or
-    /// nothing for PLAIN).
-    Done { user: String, reply: Vec<u8> },
+    /// nothing for PLAIN). `expires_at_ms`: when the credential expires (an
+    /// OAUTHBEARER token's `exp`, milliseconds since the epoch), if it does.
+    Done {
+        user: String,
+        reply: Vec<u8>,
+        expires_at_ms: Option<i64>,
+    },
 }
 
 /// A request that does not fit where the exchange stands (Kafka's
@@ -158,6 +163,7 @@ impl Exchange {
                 Ok(Step::Done {
                     user: user.to_string(),
                     reply: Vec::new(),
+                    expires_at_ms: None,
                 })
             }
             State::First(SaslMechanism::Scram(mechanism)) => {
@@ -177,6 +183,7 @@ impl Exchange {
                     Ok(valid) => Ok(Step::Done {
                         user: valid.principal.trim_start_matches("User:").to_string(),
                         reply: Vec::new(),
+                        expires_at_ms: Some(valid.expires_at_ms),
                     }),
                     Err(refused) => {
                         self.state = State::OAuthRefused(refused);
@@ -190,6 +197,7 @@ impl Exchange {
                 Ok(Step::Done {
                     user: done.user,
                     reply: done.server_final,
+                    expires_at_ms: None,
                 })
             }
             State::Handshake | State::Over => Err(TokenError::IllegalState(IllegalState(
@@ -265,7 +273,8 @@ mod tests {
             exchange.token(b"\0alice\0pw", "n", &store).unwrap(),
             Step::Done {
                 user: "alice".into(),
-                reply: vec![]
+                reply: vec![],
+                expires_at_ms: None,
             }
         );
         assert!(matches!(
@@ -341,7 +350,8 @@ mod tests {
             exchange.token(&message(&good), "n", &store).unwrap(),
             Step::Done {
                 user: "carol".into(),
-                reply: vec![]
+                reply: vec![],
+                expires_at_ms: Some((now_s + 60) * 1000),
             }
         );
 

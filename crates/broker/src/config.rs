@@ -375,6 +375,10 @@ pub struct BrokerConfig {
     /// `limits::SASL_FAILURE_DELAY_MAX_MS` (Kafka's
     /// `connection.failed.authentication.delay.ms`).
     pub sasl_failed_authentication_delay_ms: u64,
+    /// The longest a SASL session lasts before the client must re-authenticate on its
+    /// connection (KIP-368, Kafka's `connections.max.reauth.ms`); 0: sessions do not
+    /// expire. An OAUTHBEARER session also ends when its token expires.
+    pub connections_max_reauth_ms: u64,
     /// The JSON Web Key Set OAUTHBEARER tokens are checked against (Kafka's
     /// `sasl.oauthbearer.jwks.endpoint.url` with a `file:` URL); needed to enable
     /// OAUTHBEARER.
@@ -445,6 +449,7 @@ impl Default for BrokerConfig {
                 .map(|m| m.to_string())
                 .collect(),
             sasl_failed_authentication_delay_ms: 100,
+            connections_max_reauth_ms: 0,
             sasl_oauthbearer_jwks_file: None,
             sasl_oauthbearer_expected_issuer: None,
             sasl_oauthbearer_expected_audience: Vec::new(),

@@ -267,6 +267,10 @@ struct ServeArgs {
     /// the same address [default: 100].
     #[arg(long, env = "HEADWAY_SASL_FAILED_AUTHENTICATION_DELAY_MS")]
     sasl_failed_authentication_delay_ms: Option<u64>,
+    /// Longest SASL session before the client must re-authenticate on its connection
+    /// (Kafka's connections.max.reauth.ms); 0: no expiry [default: 0].
+    #[arg(long, env = "HEADWAY_CONNECTIONS_MAX_REAUTH_MS")]
+    connections_max_reauth_ms: Option<u64>,
     /// JSON Web Key Set file OAUTHBEARER tokens are checked against; add OAUTHBEARER to
     /// --sasl-enabled-mechanisms to offer it.
     #[arg(long, env = "HEADWAY_SASL_OAUTHBEARER_JWKS_FILE")]
@@ -369,6 +373,7 @@ impl ServeArgs {
         set!(allow_everyone_if_no_acl_found = self.allow_everyone_if_no_acl_found);
         set!(sasl_enabled_mechanisms = self.sasl_enabled_mechanisms);
         set!(sasl_failed_authentication_delay_ms = self.sasl_failed_authentication_delay_ms);
+        set!(connections_max_reauth_ms = self.connections_max_reauth_ms);
         if self.sasl_oauthbearer_jwks_file.is_some() {
             config.sasl_oauthbearer_jwks_file = self.sasl_oauthbearer_jwks_file;
         }

@@ -212,6 +212,64 @@ pub fn topic_denied(topic: &str) -> BrokerError {
     }
 }
 
+/// The error of a request on the cluster the principal may not make.
+pub fn cluster_denied() -> BrokerError {
+    BrokerError::AuthorizationFailed {
+        code: ResponseError::ClusterAuthorizationFailed.code(),
+        resource: "the cluster".into(),
+    }
+}
+
+/// TOPIC_AUTHORIZATION_FAILED when the call's principal may not do `operation` on
+/// the topic.
+pub fn topic_refusal(call: &Call<'_>, operation: Operation, name: &str) -> Option<i16> {
+    (!topic(call, operation, name)).then_some(ResponseError::TopicAuthorizationFailed.code())
+}
+
+/// The topics of `names` the call's principal may not do `operation` on, each
+/// checked (and a denial counted) once.
+pub fn denied_topics<'a>(
+    call: &Call<'_>,
+    operation: Operation,
+    names: impl IntoIterator<Item = &'a str>,
+) -> std::collections::BTreeSet<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut denied = std::collections::BTreeSet::new();
+    if !call.ctx.authorizer.enabled() {
+        return denied;
+    }
+    for name in names {
+        if seen.insert(name) && !topic(call, operation, name) {
+            denied.insert(name.to_string());
+        }
+    }
+    denied
+}
+
+/// The operations on the cluster the call's principal may do, as the bit set Kafka
+/// answers when a client asks for its authorized operations (bit n for operation
+/// code n); 0 without Describe on the cluster, as Kafka answers.
+pub fn cluster_operations(call: &Call<'_>) -> i32 {
+    use Operation::*;
+    let subject = Subject::of(call);
+    let on_cluster = |op| subject.visible(op, ResourceType::Cluster, CLUSTER);
+    if !on_cluster(Describe) {
+        return 0;
+    }
+    [
+        Alter,
+        AlterConfigs,
+        ClusterAction,
+        Create,
+        Describe,
+        DescribeConfigs,
+        IdempotentWrite,
+    ]
+    .into_iter()
+    .filter(|op| on_cluster(*op))
+    .fold(0, |bits, op| bits | (1 << op.code()))
+}
+
 /// GROUP_AUTHORIZATION_FAILED when the call's principal may not do `operation` on
 /// the group, for the handlers that answer it as their one error code.
 pub fn group_refusal(call: &Call<'_>, operation: Operation, group_id: &str) -> Option<i16> {

@@ -122,6 +122,9 @@ where
             break;
         };
         conn.requests_read.fetch_add(1, Ordering::Relaxed);
+        if conn.listener.protocol.sasl() && sasl::expired(conn, ctx, request.api_key) {
+            break;
+        }
         if let Some(id) = &client.client_id {
             conn.set_client_id(id);
         }
@@ -155,6 +158,12 @@ where
         drop(reserved);
         match outcome {
             Ok(Reply::Silent) => {}
+            Ok(reply) if conn.close_after_reply.load(Ordering::Relaxed) => {
+                // The connection's last answer (a refused re-authentication).
+                conn.in_flight.fetch_add(1, Ordering::Relaxed);
+                let _ = replies.send(reply).await;
+                break;
+            }
             Ok(reply) => {
                 conn.in_flight.fetch_add(1, Ordering::Relaxed);
                 let reply = match replies.try_send(reply) {

@@ -14,6 +14,15 @@
 //!
 //! After a SaslHandshake v0 the client sends its tokens as bare length-prefixed
 //! frames (Kafka's handshake v0 mode); after v1 it wraps them in SaslAuthenticate.
+//!
+//! Re-authentication (KIP-368): with `connections_max_reauth_ms` set, a session lasts
+//! that long (an OAUTHBEARER session no longer than its token), SaslAuthenticate v1+
+//! tells the client so (`session_lifetime_ms`), and a request other than SaslHandshake
+//! or SaslAuthenticate after the session ended closes the connection
+//! ([`expired`]). The client re-authenticates on its connection, between its other
+//! requests, with SaslHandshake v1 and SaslAuthenticate, served by the handlers through
+//! [`reauth_handshake`] and [`reauth_token`]: the same mechanism and principal as
+//! before, or the connection is closed after the refusal.
 
 use crate::handlers::{self, Arrival, Ctx, Reply};
 use crate::log_limit::LineLimiter;
@@ -60,6 +69,22 @@ pub struct Sasl {
     failures: [AtomicU64; 5],
     failure_lines: LineLimiter,
     recent: Mutex<RecentFailures>,
+    /// `connections_max_reauth_ms`; 0: sessions do not expire.
+    reauth_ms: u64,
+    /// Re-authentications that succeeded.
+    reauthentications: AtomicU64,
+    /// Connections closed because their session ended before they re-authenticated.
+    expired_closed: AtomicU64,
+}
+
+/// A connection's SASL session: how it authenticated, and a re-authentication under
+/// way (`Connection::sasl`).
+#[derive(Debug, Default)]
+pub struct Session {
+    /// The mechanism of the authentication; `None` until one succeeded.
+    mechanism: Option<SaslMechanism>,
+    /// The exchange of a re-authentication, from its SaslHandshake to its end.
+    reauth: Option<Exchange>,
 }
 
 impl Sasl {
@@ -90,6 +115,9 @@ impl Sasl {
             failures: Default::default(),
             failure_lines: LineLimiter::new(limits::FAILURE_LOG_LINES_PER_SECOND),
             recent: Mutex::new(RecentFailures::default()),
+            reauth_ms: config.connections_max_reauth_ms,
+            reauthentications: AtomicU64::new(0),
+            expired_closed: AtomicU64::new(0),
         })
     }
 
@@ -125,6 +153,36 @@ impl Sasl {
             "SASL authentications that failed or timed out, by mechanism (none: before one was chosen)",
             failures,
         );
+        let counter = |n: &AtomicU64| {
+            let c = Counter::<u64>::default();
+            c.inc_by(n.load(Ordering::Relaxed));
+            c
+        };
+        r.register(
+            "sasl_reauthentications",
+            "SASL re-authentications that succeeded (also counted in the successes)",
+            counter(&self.reauthentications),
+        );
+        r.register(
+            "sasl_expired_sessions_closed",
+            "Connections closed because their SASL session ended before they re-authenticated",
+            counter(&self.expired_closed),
+        );
+    }
+
+    /// How long a session that starts now lasts, in ms (0: no end), for a credential
+    /// that expires at `expires_at_ms` (ms since the epoch), if it does: the least of
+    /// `connections_max_reauth_ms` and the credential's remaining life, as Kafka
+    /// answers it; without the setting, sessions do not end.
+    fn session_lifetime_ms(&self, expires_at_ms: Option<i64>) -> i64 {
+        if self.reauth_ms == 0 {
+            return 0;
+        }
+        let setting = i64::try_from(self.reauth_ms).unwrap_or(i64::MAX);
+        match expires_at_ms {
+            Some(at) => setting.min(at.saturating_sub(now_ms())).max(1),
+            None => setting,
+        }
     }
 
     /// Counts and logs a failure; returns how long to wait before answering it.
@@ -285,7 +343,11 @@ where
                 Ok(step) => {
                     let (bytes, done) = match step {
                         Step::Continue(bytes) => (bytes, None),
-                        Step::Done { user, reply } => (reply, Some(user)),
+                        Step::Done {
+                            user,
+                            reply,
+                            expires_at_ms,
+                        } => (reply, Some((user, expires_at_ms))),
                     };
                     let mut out = Vec::with_capacity(4 + bytes.len());
                     out.extend_from_slice(&(bytes.len() as i32).to_be_bytes());
@@ -293,8 +355,9 @@ where
                     if write(writer, &out).await.is_err() {
                         return Outcome::Closed;
                     }
-                    if let (Some(user), Some(mechanism)) = (done, mechanism) {
-                        return succeeded(sasl, conn, mechanism, &user);
+                    if let (Some((user, expires_at_ms)), Some(mechanism)) = (done, mechanism) {
+                        succeeded(sasl, conn, mechanism, &user, expires_at_ms);
+                        return Outcome::Authenticated;
                     }
                 }
                 Err(e) => {
@@ -364,18 +427,24 @@ where
                             return Outcome::Closed;
                         }
                     }
-                    Ok(Step::Done { user, reply }) => {
-                        let response = response.with_auth_bytes(Bytes::from(reply));
-                        let Some(frame) = respond(&request, &response) else {
+                    Ok(Step::Done {
+                        user,
+                        reply,
+                        expires_at_ms,
+                    }) => {
+                        let Some(mechanism) = mechanism else {
                             return Outcome::Closed;
                         };
-                        let Some(mechanism) = mechanism else {
+                        let lifetime_ms = succeeded(sasl, conn, mechanism, &user, expires_at_ms);
+                        let response = response.with_auth_bytes(Bytes::from(reply));
+                        let response = with_lifetime(response, &request, lifetime_ms);
+                        let Some(frame) = respond(&request, &response) else {
                             return Outcome::Closed;
                         };
                         if write(writer, &frame).await.is_err() {
                             return Outcome::Closed;
                         }
-                        return succeeded(sasl, conn, mechanism, &user);
+                        return Outcome::Authenticated;
                     }
                     Err(e) => {
                         let code = match &e {
@@ -418,11 +487,187 @@ fn failure_message(error: &TokenError) -> String {
     }
 }
 
-fn succeeded(sasl: &Sasl, conn: &Connection, mechanism: SaslMechanism, user: &str) -> Outcome {
+/// Records a successful authentication of the connection; returns the session's
+/// lifetime in ms (0: no end), which starts now.
+fn succeeded(
+    sasl: &Sasl,
+    conn: &Connection,
+    mechanism: SaslMechanism,
+    user: &str,
+    expires_at_ms: Option<i64>,
+) -> i64 {
     sasl.successes[mechanism.index()].fetch_add(1, Ordering::Relaxed);
     conn.set_principal(&format!("User:{user}"));
-    tracing::debug!(peer = %conn.peer, principal = %format!("User:{user}"), mechanism = mechanism.name(), "authenticated");
-    Outcome::Authenticated
+    let lifetime_ms = sasl.session_lifetime_ms(expires_at_ms);
+    let ends_at_ms = match lifetime_ms {
+        0 => 0,
+        ms => now_ms().saturating_add(ms),
+    };
+    conn.sasl_session_ends_at_ms
+        .store(ends_at_ms, Ordering::Relaxed);
+    let mut session = conn.sasl.lock().unwrap_or_else(|e| e.into_inner());
+    session.mechanism = Some(mechanism);
+    session.reauth = None;
+    tracing::debug!(peer = %conn.peer, principal = %format!("User:{user}"), mechanism = mechanism.name(), lifetime_ms, "authenticated");
+    lifetime_ms
+}
+
+/// Whether the connection's SASL session has ended (it had to re-authenticate and did
+/// not): the connection is closed on its next request other than SaslHandshake and
+/// SaslAuthenticate, counted and logged.
+pub fn expired(conn: &Connection, ctx: &Ctx, api: ApiKey) -> bool {
+    let ends_at_ms = conn.sasl_session_ends_at_ms.load(Ordering::Relaxed);
+    if ends_at_ms == 0
+        || now_ms() < ends_at_ms
+        || matches!(api, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate)
+    {
+        return false;
+    }
+    let sasl = &ctx.sasl;
+    sasl.expired_closed.fetch_add(1, Ordering::Relaxed);
+    if let Some(lines_left_out) = sasl.failure_lines.admit_now() {
+        tracing::warn!(
+            peer = %conn.peer,
+            principal = %conn.principal(),
+            ?api,
+            lines_left_out,
+            "closing connection: its SASL session ended and it did not re-authenticate"
+        );
+    }
+    true
+}
+
+/// Whether the connection authenticated with SASL (a re-authentication may start).
+pub fn authenticated(conn: &Connection) -> bool {
+    conn.listener.protocol.sasl()
+        && conn
+            .sasl
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .mechanism
+            .is_some()
+}
+
+/// A re-authentication's SaslHandshake: the mechanism must be the session's (a v0
+/// handshake, whose tokens come bare, cannot re-authenticate). A refusal is answered
+/// and the connection closed after it (`Connection::close_after_reply`).
+pub fn reauth_handshake(
+    conn: &Connection,
+    ctx: &Ctx,
+    request: &Request,
+) -> Result<Bytes, headway_protocol::EncodeError> {
+    let sasl = &ctx.sasl;
+    let mut exchange = Exchange::new(sasl.enabled.clone()).with_oauth(sasl.oauth.clone());
+    let (mut response, mut error) = handshake(&mut exchange, request);
+    let mut session = conn.sasl.lock().unwrap_or_else(|e| e.into_inner());
+    if error.is_none() {
+        let chosen = exchange.mechanism();
+        if request.api_version() == 0 {
+            error = Some("re-authentication needs SaslHandshake v1".into());
+        } else if chosen != session.mechanism {
+            error = Some(format!(
+                "re-authentication must use the session's mechanism {}",
+                session.mechanism.map_or("none", SaslMechanism::name)
+            ));
+        }
+        if error.is_some() {
+            response = response.with_error_code(ResponseError::IllegalSaslState.code());
+        }
+    }
+    match &error {
+        None => session.reauth = Some(exchange),
+        Some(reason) => {
+            session.reauth = None;
+            sasl.failed(conn.peer, None, None, reason);
+            conn.close_after_reply.store(true, Ordering::Relaxed);
+        }
+    }
+    encode_response(request.api_version(), request.correlation_id(), &response)
+}
+
+/// A re-authentication's SaslAuthenticate: one step of the exchange its SaslHandshake
+/// began. Success as the session's principal starts a new session; a failure, or
+/// success as another principal, is answered (after the failure delay, returned) and
+/// the connection closed after it.
+pub fn reauth_token(
+    conn: &Connection,
+    ctx: &Ctx,
+    request: &Request,
+) -> Result<(SaslAuthenticateResponse, Duration), headway_protocol::ProtocolError> {
+    let sasl = &ctx.sasl;
+    let body: SaslAuthenticateRequest = decode_body(request)?;
+    let exchange = conn
+        .sasl
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .reauth
+        .take();
+    let response = SaslAuthenticateResponse::default();
+    let refuse = |code: ResponseError, mechanism, user: Option<&str>, message: String| {
+        let delay = sasl.failed(conn.peer, mechanism, user, &message);
+        conn.close_after_reply.store(true, Ordering::Relaxed);
+        let response = SaslAuthenticateResponse::default()
+            .with_error_code(code.code())
+            .with_error_message(Some(StrBytes::from_string(message)));
+        Ok((response, delay))
+    };
+    let Some(mut exchange) = exchange else {
+        let message = "SaslAuthenticate without a SaslHandshake".to_string();
+        return refuse(ResponseError::IllegalSaslState, None, None, message);
+    };
+    let mechanism = exchange.mechanism();
+    match token_step(&mut exchange, &body.auth_bytes, ctx) {
+        Ok(Step::Continue(bytes)) => {
+            conn.sasl.lock().unwrap_or_else(|e| e.into_inner()).reauth = Some(exchange);
+            Ok((response.with_auth_bytes(Bytes::from(bytes)), Duration::ZERO))
+        }
+        Ok(Step::Done {
+            user,
+            reply,
+            expires_at_ms,
+        }) => {
+            let principal = format!("User:{user}");
+            let (Some(mechanism), true) = (mechanism, *conn.principal() == *principal) else {
+                let message = format!(
+                    "re-authentication as {principal}, not the connection's {}",
+                    conn.principal()
+                );
+                return refuse(
+                    ResponseError::SaslAuthenticationFailed,
+                    mechanism,
+                    Some(&user),
+                    message,
+                );
+            };
+            let lifetime_ms = succeeded(sasl, conn, mechanism, &user, expires_at_ms);
+            sasl.reauthentications.fetch_add(1, Ordering::Relaxed);
+            let response = response.with_auth_bytes(Bytes::from(reply));
+            Ok((
+                with_lifetime(response, request, lifetime_ms),
+                Duration::ZERO,
+            ))
+        }
+        Err(e) => {
+            let code = match &e {
+                TokenError::IllegalState(_) => ResponseError::IllegalSaslState,
+                TokenError::Auth(_) => ResponseError::SaslAuthenticationFailed,
+            };
+            let user = exchange.user().map(str::to_string);
+            refuse(code, mechanism, user.as_deref(), failure_message(&e))
+        }
+    }
+}
+
+/// SaslAuthenticate v1+ tells the client how long its session lasts.
+fn with_lifetime(
+    response: SaslAuthenticateResponse,
+    request: &Request,
+    lifetime_ms: i64,
+) -> SaslAuthenticateResponse {
+    match request.api_version() >= 1 {
+        true => response.with_session_lifetime_ms(lifetime_ms),
+        false => response,
+    }
 }
 
 /// A SaslHandshake's answer, and the reason to close after it when it refused.
@@ -516,6 +761,24 @@ mod tests {
         assert_eq!(failure_delay(100, 3), 400);
         assert_eq!(failure_delay(100, 1_000), limits::SASL_FAILURE_DELAY_MAX_MS);
         assert_eq!(failure_delay(0, 5), 0);
+    }
+
+    /// Goal: a session lasts `connections_max_reauth_ms`, no longer than its token, and
+    /// forever without the setting, as Kafka answers `session_lifetime_ms`.
+    #[test]
+    fn a_session_lasts_the_setting_and_no_longer_than_its_token() {
+        let mut config = BrokerConfig::default();
+        let off = Sasl::new(&config).unwrap();
+        assert_eq!(off.session_lifetime_ms(None), 0);
+        assert_eq!(off.session_lifetime_ms(Some(now_ms() + 1_000)), 0);
+        config.connections_max_reauth_ms = 60_000;
+        let on = Sasl::new(&config).unwrap();
+        assert_eq!(on.session_lifetime_ms(None), 60_000);
+        let token = on.session_lifetime_ms(Some(now_ms() + 10_000));
+        assert!((9_000..=10_000).contains(&token), "{token}");
+        assert_eq!(on.session_lifetime_ms(Some(now_ms() + 600_000)), 60_000);
+        // A token at its end (valid within the clock skew) still gets a session.
+        assert_eq!(on.session_lifetime_ms(Some(now_ms() - 5_000)), 1);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use headway_broker::read_pool::{ReadPool, ReadStatsSnapshot, ReadVia};
 use headway_broker::{limits, BrokerConfig};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -95,6 +95,13 @@ pub struct Connection {
     /// Who the connection acts as, in Kafka's `Type:name` form: `User:ANONYMOUS` until a
     /// listener's authentication (a client certificate, SASL) names someone else.
     principal: Mutex<Arc<str>>,
+    /// The SASL session of a SASL listener's connection (`crate::sasl`).
+    pub sasl: Mutex<crate::sasl::Session>,
+    /// When the SASL session ends, ms since the epoch; 0: it does not.
+    pub sasl_session_ends_at_ms: AtomicI64,
+    /// Set by a handler whose answer must be the connection's last (a refused
+    /// re-authentication): the reader stops after queuing it.
+    pub close_after_reply: AtomicBool,
 }
 
 /// The principal of a connection nobody has authenticated.
@@ -200,6 +207,9 @@ impl ServerStats {
             bytes_written: AtomicU64::new(0),
             client_id: OnceLock::new(),
             principal: Mutex::new(Arc::from(ANONYMOUS)),
+            sasl: Mutex::new(crate::sasl::Session::default()),
+            sasl_session_ends_at_ms: AtomicI64::new(0),
+            close_after_reply: AtomicBool::new(false),
         });
         self.accepted.fetch_add(1, Ordering::Relaxed);
         self.connections

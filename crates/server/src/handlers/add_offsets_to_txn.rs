@@ -1,10 +1,13 @@
 //! AddOffsetsToTxn: a consumer group's offsets join a transaction (transactions
 //! version 1; with version 2 the client sends TxnOffsetCommit directly). The group's
 //! offsets partition is added to the transaction and the group recorded with it, so
-//! its offsets are committed or dropped with the transaction's markers.
+//! its offsets are committed or dropped with the transaction's markers. Needs Write on
+//! the transactional id and Read on the group.
 
-use super::{pending, Call, Handler, HandlerError, Reply};
+use super::{pending, ready, Call, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::txn_code;
+use headway_auth::acl::Operation;
 use headway_broker::{ProducerEpoch, ProducerId};
 use headway_protocol::kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, ApiKey,
@@ -21,6 +24,15 @@ pub const HANDLER: Handler = Handler {
 
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let body: AddOffsetsToTxnRequest = decode_body(request)?;
+    let refused =
+        authorize::transactional_id_refusal(call, Operation::Write, &body.transactional_id)
+            .or_else(|| authorize::group_refusal(call, Operation::Read, &body.group_id));
+    if let Some(code) = refused {
+        return ready(
+            request,
+            &AddOffsetsToTxnResponse::default().with_error_code(code),
+        );
+    }
     let ctx = Arc::clone(call.ctx);
     pending(request, async move {
         let result = ctx

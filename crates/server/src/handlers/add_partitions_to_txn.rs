@@ -7,9 +7,17 @@
 //! partition). Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION and the
 //! others of the same transaction OPERATION_NOT_ATTEMPTED, as Kafka answers; an
 //! add is answered once it is durable in the coordinator's log.
+//!
+//! Authorization, as Kafka's: v0-v3 need Write on the transactional id (every
+//! partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise) and on each topic (the
+//! partitions of the others TOPIC_AUTHORIZATION_FAILED, before unknown topics are
+//! looked for, and the rest OPERATION_NOT_ATTEMPTED); v4+, a broker's form, needs
+//! ClusterAction on the cluster (CLUSTER_AUTHORIZATION_FAILED for the whole request).
 
-use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
+use super::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::txn_error_code;
+use headway_auth::acl::Operation;
 use headway_broker::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
 use headway_protocol::kafka_protocol::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
@@ -22,6 +30,7 @@ use headway_protocol::kafka_protocol::messages::{
 };
 use headway_protocol::kafka_protocol::ResponseError;
 use headway_protocol::{decode_body, Request};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 pub const HANDLER: Handler = Handler {
@@ -38,11 +47,35 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let body: AddPartitionsToTxnRequest = decode_body(request)?;
     let ctx = Arc::clone(call.ctx);
     let batched = request.api_version() >= BATCHED_MIN_VERSION;
+    if batched {
+        if let Some(code) = authorize::cluster_refusal(call, Operation::ClusterAction) {
+            return ready(
+                request,
+                &AddPartitionsToTxnResponse::default().with_error_code(code),
+            );
+        }
+    }
+    let refused = match batched {
+        true => Refused::default(),
+        false => Refused {
+            transactional_id: authorize::transactional_id_refusal(
+                call,
+                Operation::Write,
+                &body.v3_and_below_transactional_id,
+            )
+            .is_some(),
+            topics: authorize::denied_topics(
+                call,
+                Operation::Write,
+                body.v3_and_below_topics.iter().map(|t| t.name.as_str()),
+            ),
+        },
+    };
     pending(request, async move {
         if batched {
             let mut results = Vec::with_capacity(body.transactions.len());
             for txn in body.transactions {
-                let topic_results = add_one(&ctx, &txn).await;
+                let topic_results = add_one(&ctx, &txn, &Refused::default()).await;
                 results.push(
                     AddPartitionsToTxnResult::default()
                         .with_transactional_id(txn.transactional_id)
@@ -56,10 +89,19 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                 .with_producer_id(body.v3_and_below_producer_id)
                 .with_producer_epoch(body.v3_and_below_producer_epoch)
                 .with_topics(body.v3_and_below_topics);
-            let topic_results = add_one(&ctx, &txn).await;
+            let topic_results = add_one(&ctx, &txn, &refused).await;
             AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topic_results)
         }
     })
+}
+
+/// What the principal may not do in a transaction's adds.
+#[derive(Default)]
+struct Refused {
+    /// Write on the transactional id.
+    transactional_id: bool,
+    /// The topics it may not write.
+    topics: BTreeSet<String>,
 }
 
 fn partitions_of(topics: &[AddPartitionsToTxnTopic]) -> Vec<TopicPartition> {
@@ -78,27 +120,34 @@ fn partitions_of(topics: &[AddPartitionsToTxnTopic]) -> Vec<TopicPartition> {
 async fn add_one(
     ctx: &Ctx,
     txn: &AddPartitionsToTxnTransaction,
+    refused: &Refused,
 ) -> Vec<AddPartitionsToTxnTopicResult> {
     let partitions = partitions_of(&txn.topics);
-    let unknown: Vec<bool> = partitions
+    // Per partition, the error that stops the whole add, if any.
+    let stopped: Vec<Option<i16>> = partitions
         .iter()
-        .map(|tp| ctx.broker.partition(&tp.topic, tp.partition).is_err())
+        .map(|tp| {
+            if refused.topics.contains(&tp.topic) {
+                Some(ResponseError::TopicAuthorizationFailed.code())
+            } else if ctx.broker.partition(&tp.topic, tp.partition).is_err() {
+                Some(ResponseError::UnknownTopicOrPartition.code())
+            } else {
+                None
+            }
+        })
         .collect();
     let (id, producer_id, epoch) = (
         txn.transactional_id.as_str(),
         ProducerId::new(txn.producer_id.0),
         ProducerEpoch::new(txn.producer_epoch),
     );
-    let codes: Vec<i16> = if unknown.iter().any(|u| *u) {
-        unknown
+    let codes: Vec<i16> = if refused.transactional_id {
+        let code = ResponseError::TransactionalIdAuthorizationFailed.code();
+        vec![code; partitions.len()]
+    } else if stopped.iter().any(Option::is_some) {
+        stopped
             .iter()
-            .map(|u| {
-                if *u {
-                    ResponseError::UnknownTopicOrPartition.code()
-                } else {
-                    ResponseError::OperationNotAttempted.code()
-                }
-            })
+            .map(|s| s.unwrap_or(ResponseError::OperationNotAttempted.code()))
             .collect()
     } else if txn.verify_only {
         match ctx

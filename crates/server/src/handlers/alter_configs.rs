@@ -1,7 +1,8 @@
 //! AlterConfigs (the older form): replace a topic's explicit settings with the given
 //! set. Kept for clients that predate IncrementalAlterConfigs (kafka-python's admin).
+//! Authorized as IncrementalAlterConfigs is.
 
-use super::incremental_alter_configs::{only_topics, response};
+use super::incremental_alter_configs::{only_topics, refusals, response};
 use super::{pending, Call, Handler, HandlerError, Reply};
 use headway_protocol::kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use headway_protocol::kafka_protocol::messages::{
@@ -21,10 +22,16 @@ pub const HANDLER: Handler = Handler {
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: AlterConfigsRequest = decode_body(request)?;
+    let refused = refusals(
+        call,
+        body.resources
+            .iter()
+            .map(|r| (r.resource_type, r.resource_name.as_str())),
+    );
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let mut responses = Vec::with_capacity(body.resources.len());
-        for resource in body.resources {
+        for (resource, refused) in body.resources.into_iter().zip(refused) {
             let wanted: BTreeMap<String, String> = resource
                 .configs
                 .iter()
@@ -34,7 +41,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                         .map(|v| (c.name.to_string(), v.to_string()))
                 })
                 .collect();
-            let outcome = match only_topics(resource.resource_type) {
+            let outcome = match refused.map_or_else(|| only_topics(resource.resource_type), Err) {
                 Ok(()) => {
                     let replace = move |overrides: &mut BTreeMap<String, String>| {
                         *overrides = wanted;

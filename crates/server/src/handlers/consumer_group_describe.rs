@@ -1,11 +1,15 @@
 //! ConsumerGroupDescribe (KIP-848): a consumer-protocol group's epochs, assignor and
 //! members, each with its subscription, current assignment and target assignment.
 //! A group id that is not a consumer-protocol group answers GROUP_ID_NOT_FOUND, as
-//! Kafka does.
+//! Kafka does. Each group needs Describe on it (GROUP_AUTHORIZATION_FAILED), and a
+//! group with a topic the principal may not describe is answered
+//! TOPIC_AUTHORIZATION_FAILED without its members, as Kafka does.
 
-use super::consumer_group_heartbeat::topics_view;
+use super::consumer_group_heartbeat::{topics_hidden, topics_view};
 use super::{ready, Call, Handler, HandlerError, Reply};
+use crate::authorize::{self, Subject};
 use crate::errors::group_error_code;
+use headway_auth::acl::Operation;
 use headway_group::consumer::{Assignment, TopicsView};
 use headway_group::GroupError;
 use headway_protocol::kafka_protocol::messages::consumer_group_describe_response::{
@@ -50,6 +54,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let ctx = call.ctx;
     let body: ConsumerGroupDescribeRequest = decode_body(request)?;
     let topics = topics_view(ctx);
+    let subject = Subject::of(call);
     let groups = body
         .group_ids
         .into_iter()
@@ -57,6 +62,9 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             let described = DescribedGroup::default()
                 .with_group_id(id.clone())
                 .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+            if let Some(code) = authorize::group_refusal(call, Operation::Describe, &id) {
+                return described.with_error_code(code);
+            }
             let Some(g) = ctx.groups.consumer_group(&id) else {
                 let e = GroupError::GroupIdNotFound;
                 let message = format!("group {} is not a consumer group", id.as_str());
@@ -66,6 +74,19 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     .with_error_message(Some(StrBytes::from_string(message)));
             };
             let empty = Assignment::new();
+            let named = g.members.values().flat_map(|m| {
+                let target = g.target.get(&m.member_id).unwrap_or(&empty);
+                m.subscribed_topic_names
+                    .iter()
+                    .chain(m.assigned.keys())
+                    .chain(target.keys())
+                    .map(String::as_str)
+            });
+            if let Some((code, message)) = topics_hidden(&subject, named) {
+                return described
+                    .with_error_code(code)
+                    .with_error_message(Some(message));
+            }
             let members = g
                 .members
                 .values()

@@ -4,10 +4,15 @@
 //! id on the wire and by name in the group coordinator: both directions are converted
 //! here with the broker's topics at this moment. v1 adds `SubscribedTopicRegex` and has
 //! the client choose its member id.
+//!
+//! Needs Read on the group (GROUP_AUTHORIZATION_FAILED) and Describe on every topic it
+//! names in its subscription (TOPIC_AUTHORIZATION_FAILED), as Kafka checks it.
 
 use super::join_group::{client_host, client_id};
 use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::group_error_code;
+use headway_auth::acl::Operation;
 use headway_group::consumer::{
     Assignment, HeartbeatAnswer, HeartbeatRequest, MemberEpochIn, TopicInfo, TopicsView,
 };
@@ -19,6 +24,7 @@ use headway_protocol::kafka_protocol::messages::{
     ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
 };
 use headway_protocol::kafka_protocol::protocol::StrBytes;
+use headway_protocol::kafka_protocol::ResponseError;
 use headway_protocol::{decode_body, Request};
 use std::collections::BTreeMap;
 
@@ -44,9 +50,55 @@ pub(super) fn topics_view(ctx: &Ctx) -> TopicsView {
         .collect()
 }
 
+/// The refusal of a group member's heartbeat: without Read on the group, or without
+/// Describe on a topic of its subscription (each denial counted).
+pub(super) fn subscription_refusal<'a>(
+    call: &Call<'_>,
+    group_id: &str,
+    topics: impl Iterator<Item = &'a str>,
+) -> Option<i16> {
+    authorize::group_refusal(call, Operation::Read, group_id).or_else(|| {
+        let denied = authorize::denied_topics(call, Operation::Describe, topics);
+        (!denied.is_empty()).then_some(ResponseError::TopicAuthorizationFailed.code())
+    })
+}
+
+/// A group description's check on its topics, as Kafka's: the topics its members
+/// subscribe to or are assigned must all be describable, or the group is answered
+/// TOPIC_AUTHORIZATION_FAILED with no members. What is refused is not counted.
+pub(super) fn topics_hidden<'a>(
+    subject: &authorize::Subject,
+    mut topics: impl Iterator<Item = &'a str>,
+) -> Option<(i16, StrBytes)> {
+    use headway_auth::acl::ResourceType;
+    topics
+        .any(|t| !subject.visible(Operation::Describe, ResourceType::Topic, t))
+        .then(|| {
+            (
+                ResponseError::TopicAuthorizationFailed.code(),
+                StrBytes::from_static_str(
+                    "the group has topics the client is not authorized to describe",
+                ),
+            )
+        })
+}
+
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let (ctx, peer) = (call.ctx, call.conn.peer);
     let body: ConsumerGroupHeartbeatRequest = decode_body(request)?;
+    if let Some(code) = subscription_refusal(
+        call,
+        &body.group_id,
+        body.subscribed_topic_names
+            .iter()
+            .flatten()
+            .map(|t| t.as_str()),
+    ) {
+        let response = ConsumerGroupHeartbeatResponse::default()
+            .with_member_epoch(body.member_epoch)
+            .with_error_code(code);
+        return ready(request, &response);
+    }
     let topics = topics_view(ctx);
     let names: BTreeMap<_, _> = topics.iter().map(|(n, t)| (t.id, n.clone())).collect();
     let owned = body.topic_partitions.map(|tps| {

@@ -1,8 +1,10 @@
 //! CreatePartitions: grow a topic's partition count. Manual replica assignments are
-//! refused (one broker holds every partition).
+//! refused (one broker holds every partition). Each topic needs Alter on it.
 
 use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::authorize::{self, Subject};
 use crate::errors::code_and_message;
+use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use headway_protocol::kafka_protocol::messages::{
@@ -22,10 +24,13 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let ctx = call.ctx;
     let body: CreatePartitionsRequest = decode_body(request)?;
     let ctx = Arc::clone(ctx);
+    let subject = Subject::of(call);
     pending(request, async move {
         let mut results = Vec::with_capacity(body.topics.len());
         for t in body.topics {
-            let outcome = if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
+            let outcome = if !subject.allowed(Operation::Alter, ResourceType::Topic, &t.name) {
+                Err(authorize::topic_denied(&t.name))
+            } else if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
                 Err(BrokerError::InvalidRequest(
                     "manual replica assignment is not supported".into(),
                 ))

@@ -1,8 +1,11 @@
 //! DeleteGroups: remove groups without members, with their committed offsets; a share
-//! group without members goes with its share-partition state.
+//! group without members goes with its share-partition state. Each group needs Delete
+//! on it (GROUP_AUTHORIZATION_FAILED otherwise).
 
 use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::{group_code, share_error_code};
+use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, DeleteGroupsRequest, DeleteGroupsResponse,
@@ -20,11 +23,17 @@ pub const HANDLER: Handler = Handler {
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: DeleteGroupsRequest = decode_body(request)?;
+    let refused: Vec<Option<i16>> = body
+        .groups_names
+        .iter()
+        .map(|id| authorize::group_refusal(call, Operation::Delete, id))
+        .collect();
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let mut results = Vec::with_capacity(body.groups_names.len());
-        for id in body.groups_names {
+        for (id, refused) in body.groups_names.into_iter().zip(refused) {
             let code = match ctx.shares.group_exists(&id) {
+                _ if refused.is_some() => refused.unwrap_or_default(),
                 true => match ctx.shares.delete(&id).await {
                     Ok(()) => 0,
                     Err(e) => share_error_code(&e),

@@ -1,8 +1,11 @@
 //! DeleteRecords: move partitions' log start offsets forward. Records below the new
-//! start are no longer served; whole segments below it are deleted from disk.
+//! start are no longer served; whole segments below it are deleted from disk. Each
+//! topic needs Delete on it (TOPIC_AUTHORIZATION_FAILED per partition otherwise).
 
 use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::error_code;
+use headway_auth::acl::Operation;
 use headway_broker::partition::DeleteRecordsTo;
 use headway_broker::{BrokerError, PartitionIndex};
 use headway_protocol::kafka_protocol::messages::delete_records_response::{
@@ -24,6 +27,11 @@ pub const HANDLER: Handler = Handler {
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: DeleteRecordsRequest = decode_body(request)?;
+    let denied = authorize::denied_topics(
+        call,
+        Operation::Delete,
+        body.topics.iter().map(|t| t.name.as_str()),
+    );
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let mut topics = Vec::with_capacity(body.topics.len());
@@ -33,6 +41,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                 let index = PartitionIndex::new(p.partition_index);
                 let to = DeleteRecordsTo::from_wire(p.offset);
                 let outcome = match ctx.broker.partition(&t.name, index) {
+                    _ if denied.contains(t.name.as_str()) => Err(authorize::topic_denied(&t.name)),
                     Ok(partition) => {
                         tokio::task::spawn_blocking(move || partition.delete_records(to))
                             .await

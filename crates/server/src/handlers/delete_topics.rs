@@ -1,7 +1,11 @@
-//! DeleteTopics: by name (all versions) or by topic id (v6+).
+//! DeleteTopics: by name (all versions) or by topic id (v6+). Each topic needs Delete
+//! on it; a topic named by id also Describe, so that an id the principal may not
+//! describe is not named in the answer (TOPIC_AUTHORIZATION_FAILED), as Kafka does.
 
 use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::authorize::{self, Subject};
 use crate::errors::code_and_message;
+use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use headway_protocol::kafka_protocol::messages::{
@@ -9,6 +13,8 @@ use headway_protocol::kafka_protocol::messages::{
 };
 use headway_protocol::{decode_body, Request};
 use std::sync::Arc;
+
+const TOPIC: ResourceType = ResourceType::Topic;
 
 pub const HANDLER: Handler = Handler {
     key: ApiKey::DeleteTopics,
@@ -28,9 +34,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         .collect();
     targets.extend(body.topics.into_iter().map(|t| (t.name, t.topic_id)));
     let ctx = Arc::clone(ctx);
+    let subject = Subject::of(call);
     pending(request, async move {
         let mut responses = Vec::with_capacity(targets.len());
         for (name, id) in targets {
+            let by_id = name.is_none();
             let resolved = match name {
                 Some(name) => Ok(name.to_string()),
                 None => ctx
@@ -40,6 +48,13 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     .ok_or(BrokerError::UnknownTopicId(id)),
             };
             let (name, id, outcome) = match resolved {
+                Ok(name) if by_id && !subject.allowed(Operation::Describe, TOPIC, &name) => {
+                    (None, id, Err(authorize::topic_denied(&name)))
+                }
+                Ok(name) if !subject.allowed(Operation::Delete, TOPIC, &name) => {
+                    let e = authorize::topic_denied(&name);
+                    (Some(TopicName(name.into())), id, Err(e))
+                }
                 Ok(name) => {
                     let id = ctx.broker.topic(&name).map_or(id, |t| t.id());
                     let outcome = ctx.broker.delete_topic(&name).await;

@@ -1,6 +1,9 @@
-//! DescribeCluster: the cluster id, the controller and the brokers (this one).
+//! DescribeCluster: the cluster id, the controller and the brokers (this one). Open to
+//! every principal, as in Kafka; the cluster's authorized operations, when asked for,
+//! are 0 for a principal without Describe on the cluster.
 
 use super::{ready, Call, Handler, HandlerError, Reply};
+use crate::authorize;
 use headway_protocol::kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, BrokerId, DescribeClusterRequest, DescribeClusterResponse,
@@ -17,12 +20,16 @@ pub const HANDLER: Handler = Handler {
 
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
-    let _: DescribeClusterRequest = decode_body(request)?;
+    let body: DescribeClusterRequest = decode_body(request)?;
+    let operations = match body.include_cluster_authorized_operations {
+        true => authorize::cluster_operations(call),
+        false => i32::MIN,
+    };
     let node = BrokerId(ctx.broker.config().node_id);
     let response = DescribeClusterResponse::default()
         .with_cluster_id(StrBytes::from_string(ctx.broker.cluster_id().to_string()))
         .with_controller_id(node)
-        .with_cluster_authorized_operations(i32::MIN)
+        .with_cluster_authorized_operations(operations)
         .with_brokers(vec![DescribeClusterBroker::default()
             .with_broker_id(node)
             .with_host(StrBytes::from_string(

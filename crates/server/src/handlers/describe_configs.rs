@@ -1,8 +1,11 @@
-//! DescribeConfigs: a topic's effective settings (Kafka names), or the broker's.
+//! DescribeConfigs: a topic's effective settings (Kafka names), or the broker's. A topic
+//! needs DescribeConfigs on it, the broker DescribeConfigs on the cluster.
 
 use super::create_topics::{SOURCE_DEFAULT, SOURCE_TOPIC};
 use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::code_and_message;
+use headway_auth::acl::Operation;
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult,
@@ -41,9 +44,16 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         .resources
         .into_iter()
         .map(|resource| {
+            let name = &resource.resource_name;
             let entries = match resource.resource_type {
-                RESOURCE_TOPIC => topic_entries(ctx, &resource.resource_name),
-                RESOURCE_BROKER => broker_entries(ctx, &resource.resource_name),
+                RESOURCE_TOPIC if !authorize::topic(call, Operation::DescribeConfigs, name) => {
+                    Err(authorize::topic_denied(name))
+                }
+                RESOURCE_BROKER if !authorize::cluster(call, Operation::DescribeConfigs) => {
+                    Err(authorize::cluster_denied())
+                }
+                RESOURCE_TOPIC => topic_entries(ctx, name),
+                RESOURCE_BROKER => broker_entries(ctx, name),
                 other => Err(BrokerError::InvalidRequest(format!(
                     "resource type {other} is not supported"
                 ))),

@@ -1,12 +1,15 @@
 //! DescribeGroups: state, protocol and members (client id, host, metadata, assignment).
-//! An unknown group is described as Dead with no members, as Kafka does.
+//! An unknown group is described as Dead with no members, as Kafka does. Each group
+//! needs Describe on it (GROUP_AUTHORIZATION_FAILED, nothing else described).
 
-use super::{ready, Call, Handler, HandlerError, Reply};
+use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
+use crate::authorize;
+use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::describe_groups_response::{
     DescribedGroup, DescribedGroupMember,
 };
 use headway_protocol::kafka_protocol::messages::{
-    ApiKey, DescribeGroupsRequest, DescribeGroupsResponse,
+    ApiKey, DescribeGroupsRequest, DescribeGroupsResponse, GroupId,
 };
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
@@ -24,35 +27,44 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let groups = body
         .groups
         .into_iter()
-        .map(|id| match ctx.groups.describe(&id) {
-            None => DescribedGroup::default()
-                .with_group_id(id)
-                .with_group_state(StrBytes::from_static_str("Dead")),
-            Some(g) => DescribedGroup::default()
-                .with_group_id(id)
-                .with_group_state(StrBytes::from_static_str(g.state))
-                .with_protocol_type(StrBytes::from_string(g.protocol_type))
-                .with_protocol_data(StrBytes::from_string(g.protocol_name))
-                .with_members(
-                    g.members
-                        .into_iter()
-                        .map(|m| {
-                            DescribedGroupMember::default()
-                                .with_member_id(StrBytes::from_string(m.member_id))
-                                .with_group_instance_id(
-                                    m.group_instance_id.map(StrBytes::from_string),
-                                )
-                                .with_client_id(StrBytes::from_string(m.client_id))
-                                .with_client_host(StrBytes::from_string(m.client_host))
-                                .with_member_metadata(m.metadata)
-                                .with_member_assignment(m.assignment)
-                        })
-                        .collect(),
-                ),
-        })
+        .map(
+            |id| match authorize::group_refusal(call, Operation::Describe, &id) {
+                Some(code) => DescribedGroup::default()
+                    .with_group_id(id)
+                    .with_error_code(code),
+                None => describe(ctx, id),
+            },
+        )
         .collect();
     ready(
         request,
         &DescribeGroupsResponse::default().with_groups(groups),
     )
+}
+
+fn describe(ctx: &Ctx, id: GroupId) -> DescribedGroup {
+    match ctx.groups.describe(&id) {
+        None => DescribedGroup::default()
+            .with_group_id(id)
+            .with_group_state(StrBytes::from_static_str("Dead")),
+        Some(g) => DescribedGroup::default()
+            .with_group_id(id)
+            .with_group_state(StrBytes::from_static_str(g.state))
+            .with_protocol_type(StrBytes::from_string(g.protocol_type))
+            .with_protocol_data(StrBytes::from_string(g.protocol_name))
+            .with_members(
+                g.members
+                    .into_iter()
+                    .map(|m| {
+                        DescribedGroupMember::default()
+                            .with_member_id(StrBytes::from_string(m.member_id))
+                            .with_group_instance_id(m.group_instance_id.map(StrBytes::from_string))
+                            .with_client_id(StrBytes::from_string(m.client_id))
+                            .with_client_host(StrBytes::from_string(m.client_host))
+                            .with_member_metadata(m.metadata)
+                            .with_member_assignment(m.assignment)
+                    })
+                    .collect(),
+            ),
+    }
 }

@@ -1,8 +1,12 @@
 //! DescribeTransactions: each transactional id's state, producer, timeout, start time
-//! and partitions (TRANSACTIONAL_ID_NOT_FOUND for an unknown id).
+//! and partitions (TRANSACTIONAL_ID_NOT_FOUND for an unknown id). Each id needs Describe
+//! on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); its partitions of topics the principal
+//! may not describe are left out, as Kafka does.
 
 use super::{ready, Call, Handler, HandlerError, Reply};
+use crate::authorize::{self, Subject};
 use crate::errors::txn_error_code;
+use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::{ProducerEpoch, ProducerId};
 use headway_protocol::kafka_protocol::messages::describe_transactions_response::{
     TopicData, TransactionState,
@@ -29,14 +33,26 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         .iter()
         .map(|id| id.to_string())
         .collect();
+    let refused: Vec<Option<i16>> = ids
+        .iter()
+        .map(|id| authorize::transactional_id_refusal(call, Operation::Describe, id))
+        .collect();
     let described = call.ctx.txns.describe(&ids);
+    let subject = Subject::of(call);
     let states = body
         .transactional_ids
         .into_iter()
         .zip(described)
-        .map(|(id, result)| match result {
-            Ok(meta) => state(&meta).with_transactional_id(id),
-            Err(e) => TransactionState::default()
+        .zip(refused)
+        .map(|((id, result), refused)| match (refused, result) {
+            (Some(code), _) => TransactionState::default()
+                .with_transactional_id(id)
+                .with_error_code(code)
+                .with_producer_id(messages::ProducerId(-1))
+                .with_producer_epoch(-1)
+                .with_transaction_start_time_ms(-1),
+            (None, Ok(meta)) => state(&meta, &subject).with_transactional_id(id),
+            (None, Err(e)) => TransactionState::default()
                 .with_transactional_id(id)
                 .with_error_code(txn_error_code(&e))
                 .with_producer_id(messages::ProducerId(-1))
@@ -50,9 +66,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     )
 }
 
-fn state(meta: &TxnMetadata) -> TransactionState {
+fn state(meta: &TxnMetadata, subject: &Subject) -> TransactionState {
     let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-    for tp in &meta.partitions {
+    let describable =
+        |topic: &str| subject.visible(Operation::Describe, ResourceType::Topic, topic);
+    for tp in meta.partitions.iter().filter(|tp| describable(&tp.topic)) {
         topics
             .entry(tp.topic.as_str())
             .or_default()

@@ -4,9 +4,13 @@
 //!
 //! v5 is transactions version 2 (KIP-890): the epoch is bumped at every end and the
 //! answer carries the producer id and epoch the producer continues with.
+//!
+//! Needs Write on the transactional id.
 
-use super::{pending, Call, Handler, HandlerError, Reply};
+use super::{pending, ready, Call, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::txn_error_code;
+use headway_auth::acl::Operation;
 use headway_broker::{ProducerEpoch, ProducerId};
 use headway_protocol::kafka_protocol::messages::{self, ApiKey, EndTxnRequest, EndTxnResponse};
 use headway_protocol::{decode_body, Request};
@@ -25,6 +29,15 @@ const VERSION_2_MIN_VERSION: i16 = 5;
 
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let body: EndTxnRequest = decode_body(request)?;
+    if let Some(code) =
+        authorize::transactional_id_refusal(call, Operation::Write, &body.transactional_id)
+    {
+        let response = EndTxnResponse::default()
+            .with_error_code(code)
+            .with_producer_id(messages::ProducerId(-1))
+            .with_producer_epoch(-1);
+        return ready(request, &response);
+    }
     let ctx = Arc::clone(call.ctx);
     let version2 = request.api_version() >= VERSION_2_MIN_VERSION;
     pending(request, async move {

@@ -1,8 +1,12 @@
 //! IncrementalAlterConfigs: set or delete individual topic settings. Broker settings
-//! are static (from the config file and flags) and cannot be altered here.
+//! are static (from the config file and flags) and cannot be altered here. A topic
+//! needs AlterConfigs on it; a broker resource AlterConfigs on the cluster before it is
+//! refused as unalterable.
 
 use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::code_and_message;
+use headway_auth::acl::Operation;
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use headway_protocol::kafka_protocol::messages::{
@@ -21,6 +25,8 @@ pub const HANDLER: Handler = Handler {
 };
 
 pub(crate) const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+const RESOURCE_BROKER_LOGGER: i8 = 8;
 const SET: i8 = 0;
 const DELETE: i8 = 1;
 
@@ -35,13 +41,40 @@ pub(crate) fn only_topics(resource_type: i8) -> Result<(), BrokerError> {
     }
 }
 
+/// Whether the call's principal may alter each resource (type, name), in order: the
+/// refusal of each it may not.
+pub(crate) fn refusals<'a>(
+    call: &Call<'_>,
+    resources: impl Iterator<Item = (i8, &'a str)>,
+) -> Vec<Option<BrokerError>> {
+    resources
+        .map(|(kind, name)| match kind {
+            RESOURCE_TOPIC if !authorize::topic(call, Operation::AlterConfigs, name) => {
+                Some(authorize::topic_denied(name))
+            }
+            RESOURCE_BROKER | RESOURCE_BROKER_LOGGER
+                if !authorize::cluster(call, Operation::AlterConfigs) =>
+            {
+                Some(authorize::cluster_denied())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: IncrementalAlterConfigsRequest = decode_body(request)?;
+    let refused = refusals(
+        call,
+        body.resources
+            .iter()
+            .map(|r| (r.resource_type, r.resource_name.as_str())),
+    );
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let mut responses = Vec::with_capacity(body.resources.len());
-        for resource in body.resources {
+        for (resource, refused) in body.resources.into_iter().zip(refused) {
             let ops: Vec<(String, i8, Option<String>)> = resource
                 .configs
                 .iter()
@@ -53,7 +86,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     )
                 })
                 .collect();
-            let outcome = match only_topics(resource.resource_type) {
+            let outcome = match refused.map_or_else(|| only_topics(resource.resource_type), Err) {
                 Ok(()) => {
                     let apply = move |overrides: &mut BTreeMap<String, String>| {
                         apply_operations(overrides, ops)

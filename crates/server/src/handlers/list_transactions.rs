@@ -1,9 +1,12 @@
 //! ListTransactions: the transactional ids, filtered by state, producer id and (v1)
 //! how long their transaction has been open. Unknown state names come back in
-//! `unknown_state_filters` and match nothing, as Kafka answers.
+//! `unknown_state_filters` and match nothing, as Kafka answers. Only the ids the
+//! principal may describe are listed.
 
 use super::{ready, Call, Handler, HandlerError, Reply};
+use crate::authorize::Subject;
 use crate::errors::txn_error_code;
+use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::ProducerId;
 use headway_protocol::kafka_protocol::messages::list_transactions_response::TransactionState;
 use headway_protocol::kafka_protocol::messages::{
@@ -43,21 +46,29 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         // Every state named is unknown: nothing can match.
         ListTransactionsResponse::default().with_unknown_state_filters(unknown)
     } else {
+        let subject = Subject::of(call);
+        let describable =
+            |id: &str| subject.visible(Operation::Describe, ResourceType::TransactionalId, id);
         match call.ctx.txns.list(&filter) {
-            Ok(list) => ListTransactionsResponse::default()
-                .with_unknown_state_filters(unknown)
-                .with_transaction_states(
-                    list.into_iter()
-                        .map(|m| {
-                            TransactionState::default()
-                                .with_transactional_id(TransactionalId(StrBytes::from_string(
-                                    m.transactional_id,
-                                )))
-                                .with_producer_id(messages::ProducerId(m.producer_id.value()))
-                                .with_transaction_state(StrBytes::from_static_str(m.state.name()))
-                        })
-                        .collect(),
-                ),
+            Ok(mut list) => {
+                list.retain(|m| describable(&m.transactional_id));
+                ListTransactionsResponse::default()
+                    .with_unknown_state_filters(unknown)
+                    .with_transaction_states(
+                        list.into_iter()
+                            .map(|m| {
+                                TransactionState::default()
+                                    .with_transactional_id(TransactionalId(StrBytes::from_string(
+                                        m.transactional_id,
+                                    )))
+                                    .with_producer_id(messages::ProducerId(m.producer_id.value()))
+                                    .with_transaction_state(StrBytes::from_static_str(
+                                        m.state.name(),
+                                    ))
+                            })
+                            .collect(),
+                    )
+            }
             Err(e) => ListTransactionsResponse::default().with_error_code(txn_error_code(&e)),
         }
     };

@@ -5,11 +5,15 @@
 //! the client retries until the transaction ends (KIP-447). From v9 a member of a
 //! consumer-protocol group names itself and its epoch, which are checked as for a
 //! commit (the group's error code answers a failed check).
+//!
+//! Needs Describe on the group; a named partition of a topic the principal may not
+//! describe answers TOPIC_AUTHORIZATION_FAILED, and a request for all of the group's
+//! offsets leaves such topics out, as Kafka does.
 
 use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
 use crate::errors::group_error_code;
-use headway_auth::acl::Operation;
+use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::{PartitionIndex, TopicPartition};
 use headway_group::state::leader_epoch_to_wire;
 use headway_group::CommittedOffset;
@@ -91,6 +95,34 @@ fn parts(offset: Result<Option<CommittedOffset>, i16>) -> (i64, i32, Option<StrB
     }
 }
 
+/// What the principal may see of what was found: the partitions of topics it may not
+/// describe answer TOPIC_AUTHORIZATION_FAILED when named, and are left out otherwise.
+fn authorized(call: &Call<'_>, found: Found, named: bool) -> Found {
+    if !call.ctx.authorizer.enabled() {
+        return found;
+    }
+    let subject = authorize::Subject::of(call);
+    let describe = |topic: &str| match named {
+        true => subject.allowed(Operation::Describe, ResourceType::Topic, topic),
+        false => subject.visible(Operation::Describe, ResourceType::Topic, topic),
+    };
+    found
+        .into_iter()
+        .filter_map(|(topic, partitions)| match describe(&topic) {
+            true => Some((topic, partitions)),
+            false if named => {
+                let code = ResponseError::TopicAuthorizationFailed.code();
+                let refused = partitions
+                    .into_iter()
+                    .map(|(p, _)| (p, Err(code)))
+                    .collect();
+                Some((topic, refused))
+            }
+            false => None,
+        })
+        .collect()
+}
+
 /// The answer's topics from what was found. The legacy and the multi-group forms have
 /// the same fields in different generated types, hence a macro.
 macro_rules! answer_topics {
@@ -149,7 +181,9 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                         .with_error_code(group_error_code(e));
                 }
                 let asked = wanted(g.topics, |t| (t.name.to_string(), t.partition_indexes));
+                let named = asked.is_some();
                 let found = lookup(ctx, &g.group_id, asked, body.require_stable);
+                let found = authorized(call, found, named);
                 OffsetFetchResponseGroup::default()
                     .with_group_id(g.group_id)
                     .with_topics(answer_topics!(
@@ -168,7 +202,9 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         );
     }
     let asked = wanted(body.topics, |t| (t.name.to_string(), t.partition_indexes));
+    let named = asked.is_some();
     let found = lookup(ctx, &body.group_id, asked, body.require_stable);
+    let found = authorized(call, found, named);
     let topics = answer_topics!(
         found,
         OffsetFetchResponseTopic,

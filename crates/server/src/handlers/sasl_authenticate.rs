@@ -1,9 +1,11 @@
-//! SaslAuthenticate outside an authentication: on a listener without SASL, or on a
-//! connection that has authenticated already (re-authentication is not served). The
-//! exchange itself is served before the connection's requests reach the handlers
-//! (`crate::sasl`); here the answer is Kafka's ILLEGAL_SASL_STATE.
+//! SaslAuthenticate after the connection's authentication: on a SASL listener, a step
+//! of a re-authentication (KIP-368, `crate::sasl::reauth_token`), answered after the
+//! failure delay when it fails; on a listener without SASL, Kafka's
+//! ILLEGAL_SASL_STATE. The first authentication is served before the connection's
+//! requests reach the handlers (`crate::sasl`).
 
-use super::{ready, Call, Handler, HandlerError, Reply};
+use super::{pending, ready, Call, Handler, HandlerError, Reply};
+use crate::sasl;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse,
 };
@@ -18,7 +20,17 @@ pub const HANDLER: Handler = Handler {
     handle,
 };
 
-pub fn handle(_call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+    if sasl::authenticated(call.conn) {
+        let (response, delay) = sasl::reauth_token(call.conn, call.ctx, request)?;
+        if delay.is_zero() {
+            return ready(request, &response);
+        }
+        return pending(request, async move {
+            tokio::time::sleep(delay).await;
+            response
+        });
+    }
     let _: SaslAuthenticateRequest = decode_body(request)?;
     ready(
         request,

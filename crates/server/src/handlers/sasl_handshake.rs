@@ -1,9 +1,10 @@
-//! SaslHandshake outside an authentication: on a listener without SASL, or on a
-//! connection that has authenticated already. The exchange itself is served before
-//! the connection's requests reach the handlers (`crate::sasl`); here the answer is
-//! Kafka's ILLEGAL_SASL_STATE.
+//! SaslHandshake after the connection's authentication: on a SASL listener, the start
+//! of a re-authentication (KIP-368, `crate::sasl::reauth_handshake`); on a listener
+//! without SASL, Kafka's ILLEGAL_SASL_STATE. The first authentication is served before
+//! the connection's requests reach the handlers (`crate::sasl`).
 
 use super::{ready, Call, Handler, HandlerError, Reply};
+use crate::sasl;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, SaslHandshakeRequest, SaslHandshakeResponse,
 };
@@ -17,8 +18,13 @@ pub const HANDLER: Handler = Handler {
     handle,
 };
 
-pub fn handle(_call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let _: SaslHandshakeRequest = decode_body(request)?;
+    if sasl::authenticated(call.conn) {
+        return Ok(Reply::Ready(sasl::reauth_handshake(
+            call.conn, call.ctx, request,
+        )?));
+    }
     ready(
         request,
         &SaslHandshakeResponse::default().with_error_code(ResponseError::IllegalSaslState.code()),

@@ -2,11 +2,14 @@
 //! release, reject, or a gap), outside a fetch. It carries the member's share session
 //! epoch: the session must be open (epoch 0 is refused), and -1 closes it once the
 //! acknowledgements are applied, releasing the member's other locks. Answered once
-//! the resulting state is durable.
+//! the resulting state is durable. Authorized as ShareFetch is: Read on the group and
+//! on each topic acknowledged.
 
-use super::share_fetch::{ack_batch, acknowledge, named, Acks};
+use super::share_fetch::{ack_batch, acknowledge, named, refuse_acks, unreadable, Acks};
 use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::share_error_code;
+use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::share_acknowledge_response::{
     LeaderIdAndEpoch, PartitionData, ShareAcknowledgeTopicResponse,
 };
@@ -44,6 +47,10 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         return pending(request, async move { e });
     };
     let (group_id, member_id) = (group_id.to_string(), member_id.to_string());
+    if let Some(code) = authorize::group_refusal(call, Operation::Read, &group_id) {
+        let e = error_response(code, format!("not authorized to read group {group_id}"));
+        return pending(request, async move { e });
+    }
     let epoch = body.share_session_epoch;
     let session = match epoch {
         0 => Err(ShareError::InvalidShareSessionEpoch {
@@ -59,7 +66,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         let body = error_response(share_error_code(&e), e.to_string());
         return pending(request, async move { body });
     }
-    let acks: Acks = body
+    let mut acks: Acks = body
         .topics
         .iter()
         .flat_map(|t| {
@@ -74,9 +81,12 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         })
         .map(|(key, batches)| (key, named(ctx, key.0, key.1), batches))
         .collect();
+    let denied = unreadable(call, acks.iter().map(|((id, _), ..)| *id));
+    let refused = refuse_acks(&mut acks, &denied);
     let ctx = Arc::clone(ctx);
     pending(request, async move {
-        let codes = acknowledge(&ctx.shares, &group_id, &member_id, acks).await;
+        let mut codes = acknowledge(&ctx.shares, &group_id, &member_id, acks).await;
+        codes.extend(refused);
         tracing::debug!(group = %group_id, member = %member_id, epoch, ?codes, "share acknowledge applied");
         if epoch == -1 {
             ctx.shares.release_member(&group_id, &member_id);

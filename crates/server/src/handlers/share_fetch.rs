@@ -21,13 +21,19 @@
 //! more (the reservation stays with the answer until it is written), and each read
 //! takes the connection's turn on the read threads and goes through
 //! [`Partition::read_via`] (the page cache, else the cold-read threads).
+//!
+//! Needs Read on the group (GROUP_AUTHORIZATION_FAILED for the whole request) and on
+//! each topic: the partitions of a topic the principal may not read are answered
+//! TOPIC_AUTHORIZATION_FAILED, and their acknowledgements are not applied.
 
 use super::{pending, pending_with, Call, Ctx, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::{ack_failure_code, error_code, share_error_code};
 use crate::outbound::Reservation;
 use crate::stats::Connection;
 use bytes::Bytes;
 use futures::future::{select_all, BoxFuture, FutureExt};
+use headway_auth::acl::Operation;
 use headway_broker::{
     limits, BatchHeader, Isolation, Offset, Partition, PartitionIndex, TopicPartition,
 };
@@ -39,7 +45,7 @@ use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::kafka_protocol::ResponseError;
 use headway_protocol::{decode_body, Request};
 use headway_share::{AckBatch, AckFailure, Acquired, LogBatch, MemberId, ShareCoordinator};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -113,6 +119,38 @@ pub(super) fn named(ctx: &Ctx, topic_id: Uuid, partition: i32) -> Named {
     ))
 }
 
+/// The topics (by id) of `ids` the call's principal may not read; unknown ids are not
+/// among them.
+pub(super) fn unreadable(call: &Call<'_>, ids: impl Iterator<Item = Uuid>) -> BTreeSet<Uuid> {
+    let mut seen = BTreeSet::new();
+    let mut denied = BTreeSet::new();
+    for id in ids {
+        if !seen.insert(id) {
+            continue;
+        }
+        if let Some(topic) = call.ctx.broker.topic_by_id(id) {
+            if !authorize::topic(call, Operation::Read, topic.name()) {
+                denied.insert(id);
+            }
+        }
+    }
+    denied
+}
+
+/// Sets aside the acknowledgements of unreadable topics: they get
+/// TOPIC_AUTHORIZATION_FAILED and are not applied.
+pub(super) fn refuse_acks(acks: &mut Acks, denied: &BTreeSet<Uuid>) -> BTreeMap<(Uuid, i32), i16> {
+    let mut refused = BTreeMap::new();
+    acks.retain(|(key, ..)| {
+        let keep = !denied.contains(&key.0);
+        if !keep {
+            refused.insert(*key, ResponseError::TopicAuthorizationFailed.code());
+        }
+        keep
+    });
+    refused
+}
+
 /// An acknowledgement batch from the wire.
 pub(super) fn ack_batch(first: i64, last: i64, types: Vec<i8>) -> AckBatch {
     AckBatch {
@@ -139,6 +177,10 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         return pending(request, async move { e });
     };
     let (group_id, member_id) = (group_id.to_string(), member_id.to_string());
+    if let Some(code) = authorize::group_refusal(call, Operation::Read, &group_id) {
+        let e = error_response(code, format!("not authorized to read group {group_id}"));
+        return pending(request, async move { e });
+    }
     let epoch = body.share_session_epoch;
     let mut add = Vec::new();
     let mut acks: Acks = Vec::new();
@@ -178,6 +220,8 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             return pending(request, async move { body });
         }
     };
+    let denied = unreadable(call, add.iter().chain(session.iter()).map(|(id, _)| *id));
+    let refused_acks = refuse_acks(&mut acks, &denied);
     let wait =
         Duration::from_millis((body.max_wait_ms.max(0) as u64).min(limits::FETCH_WAIT_MS_MAX));
     let max_bytes = (body.max_bytes.max(0) as usize).min(limits::FETCH_RESPONSE_BYTES_MAX);
@@ -187,7 +231,8 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     };
     let (ctx, conn) = (Arc::clone(ctx), Arc::clone(call.conn));
     pending_with(request, async move {
-        let ack_codes = acknowledge(&ctx.shares, &group_id, &member_id, acks).await;
+        let mut ack_codes = acknowledge(&ctx.shares, &group_id, &member_id, acks).await;
+        ack_codes.extend(refused_acks);
         tracing::debug!(group = %group_id, member = %member_id, epoch, ?ack_codes, "share fetch acknowledged");
         let mut fetched = BTreeMap::new();
         let mut reserved = None;
@@ -203,6 +248,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                 wait,
                 max_bytes,
                 max_records,
+                denied: &denied,
             };
             let (found, kept) = poll.run(&session).await;
             (fetched, reserved) = (found, Some(kept));
@@ -233,6 +279,9 @@ struct Poll<'a> {
     wait: Duration,
     max_bytes: usize,
     max_records: u32,
+    /// The topics the member may not read: their partitions answer
+    /// TOPIC_AUTHORIZATION_FAILED.
+    denied: &'a BTreeSet<Uuid>,
 }
 
 impl Poll<'_> {
@@ -249,6 +298,17 @@ impl Poll<'_> {
         let mut out = BTreeMap::new();
         let mut partitions: Vec<((Uuid, i32), TopicPartition, Arc<Partition>)> = Vec::new();
         for &(id, index) in session {
+            if self.denied.contains(&id) {
+                let code = ResponseError::TopicAuthorizationFailed.code();
+                out.insert(
+                    (id, index),
+                    Fetched {
+                        error_code: code,
+                        ..Fetched::default()
+                    },
+                );
+                continue;
+            }
             let named = named(ctx, id, index);
             if let Some(tp) = &named {
                 let mine = assigned

@@ -1,7 +1,11 @@
 //! ShareGroupDescribe: a share group's state, epochs and members with their
-//! assignments.
+//! assignments. Each group needs Describe on it, and its topics are checked as a
+//! consumer group's are (ConsumerGroupDescribe).
 
+use super::consumer_group_heartbeat::topics_hidden;
 use super::{ready, Call, Handler, HandlerError, Reply};
+use crate::authorize::{self, Subject};
+use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::share_group_describe_response::{
     Assignment, DescribedGroup, Member, TopicPartitions,
 };
@@ -26,16 +30,36 @@ fn name(s: &str) -> TopicName {
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: ShareGroupDescribeRequest = decode_body(request)?;
+    let subject = Subject::of(call);
     let groups = body
         .group_ids
         .into_iter()
         .map(|id| {
+            if let Some(code) = authorize::group_refusal(call, Operation::Describe, &id) {
+                return DescribedGroup::default()
+                    .with_group_id(id)
+                    .with_error_code(code)
+                    .with_authorized_operations(i32::MIN);
+            }
             let Some(g) = ctx.shares.describe(&id) else {
                 return DescribedGroup::default()
                     .with_group_id(id)
                     .with_error_code(ResponseError::GroupIdNotFound.code())
                     .with_group_state(StrBytes::from_static_str("Dead"));
             };
+            let named = g.members.iter().flat_map(|m| {
+                m.subscribed
+                    .iter()
+                    .chain(m.assignment.keys())
+                    .map(String::as_str)
+            });
+            if let Some((code, message)) = topics_hidden(&subject, named) {
+                return DescribedGroup::default()
+                    .with_group_id(id)
+                    .with_error_code(code)
+                    .with_error_message(Some(message))
+                    .with_authorized_operations(i32::MIN);
+            }
             let members = g
                 .members
                 .into_iter()

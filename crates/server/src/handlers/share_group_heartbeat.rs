@@ -3,6 +3,9 @@
 //! The share-partitions of an assignment get their state (from
 //! `share.auto.offset.reset`) before the answer goes out, so records produced after
 //! a member was assigned are the group's.
+//!
+//! Needs Read on the group and Describe on each topic of the subscription, as a
+//! consumer group's heartbeat does.
 
 use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::share_error_code;
@@ -30,6 +33,19 @@ pub const HANDLER: Handler = Handler {
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let (ctx, peer) = (call.ctx, call.conn.peer);
     let body: ShareGroupHeartbeatRequest = decode_body(request)?;
+    if let Some(code) = super::consumer_group_heartbeat::subscription_refusal(
+        call,
+        &body.group_id,
+        body.subscribed_topic_names
+            .iter()
+            .flatten()
+            .map(|t| t.as_str()),
+    ) {
+        let response = ShareGroupHeartbeatResponse::default()
+            .with_error_code(code)
+            .with_member_epoch(body.member_epoch);
+        return ready(request, &response);
+    }
     let subscribed: Option<Vec<String>> = body
         .subscribed_topic_names
         .map(|names| names.iter().map(|n| n.to_string()).collect());

@@ -3,10 +3,17 @@
 //! `listShareGroupOffsets`, `alterShareGroupOffsets` and `deleteShareGroupOffsets`
 //! use them. Alter and delete are for groups without members (NON_EMPTY_GROUP
 //! otherwise); both are durable through the share state log before they are answered.
+//!
+//! Authorization, as Kafka's: describing needs Describe on the group and on each topic,
+//! altering Read on the group and on each topic, deleting Delete on the group and Read
+//! on each topic. A refused group is GROUP_AUTHORIZATION_FAILED, a refused topic's
+//! partitions TOPIC_AUTHORIZATION_FAILED and left as they were.
 
 use super::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
+use crate::authorize;
 use crate::errors::share_error_code;
 use bytes::Bytes;
+use headway_auth::acl::Operation;
 use headway_broker::{Offset, PartitionIndex, TopicPartition};
 use headway_protocol::kafka_protocol::messages::alter_share_group_offsets_response::{
     AlterShareGroupOffsetsResponsePartition, AlterShareGroupOffsetsResponseTopic,
@@ -94,6 +101,11 @@ fn describe(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerErro
         .groups
         .into_iter()
         .map(|g| {
+            if let Some(code) = authorize::group_refusal(call, Operation::Describe, &g.group_id) {
+                return DescribeShareGroupOffsetsResponseGroup::default()
+                    .with_group_id(g.group_id)
+                    .with_error_code(code);
+            }
             let Some(described) = ctx.shares.describe(&g.group_id) else {
                 return DescribeShareGroupOffsetsResponseGroup::default()
                     .with_group_id(g.group_id)
@@ -126,12 +138,16 @@ fn describe(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerErro
                 .into_iter()
                 .map(|(topic, partitions)| {
                     let id = ctx.broker.topic(&topic).map(|t| t.id()).unwrap_or_default();
+                    let refused = authorize::topic_refusal(call, Operation::Describe, &topic);
                     let partitions = partitions
                         .into_iter()
                         .map(|p| {
                             let out = DescribeShareGroupOffsetsResponsePartition::default()
                                 .with_partition_index(p)
                                 .with_leader_epoch(0);
+                            if let Some(code) = refused {
+                                return out.with_start_offset(-1).with_error_code(code);
+                            }
                             if !partition_exists(ctx, &topic, p) {
                                 return out.with_start_offset(-1).with_error_code(
                                     ResponseError::UnknownTopicOrPartition.code(),
@@ -167,6 +183,15 @@ fn describe(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerErro
 fn alter(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = Arc::clone(call.ctx);
     let body: AlterShareGroupOffsetsRequest = decode_body(request)?;
+    if let Some(code) = authorize::group_refusal(call, Operation::Read, &body.group_id) {
+        let response = AlterShareGroupOffsetsResponse::default().with_error_code(code);
+        return ready(request, &response);
+    }
+    let denied = authorize::denied_topics(
+        call,
+        Operation::Read,
+        body.topics.iter().map(|t| t.topic_name.as_str()),
+    );
     pending(request, async move {
         let group_id = body.group_id.to_string();
         // Per partition: the code it gets if the alteration as a whole goes through.
@@ -176,7 +201,9 @@ fn alter(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> 
             let topic = t.topic_name.to_string();
             let mut parts = Vec::new();
             for p in &t.partitions {
-                let code = if !partition_exists(&ctx, &topic, p.partition_index) {
+                let code = if denied.contains(&topic) {
+                    ResponseError::TopicAuthorizationFailed.code()
+                } else if !partition_exists(&ctx, &topic, p.partition_index) {
                     ResponseError::UnknownTopicOrPartition.code()
                 } else if p.start_offset < 0 {
                     ResponseError::InvalidRequest.code()
@@ -227,6 +254,15 @@ fn alter(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> 
 fn delete(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = Arc::clone(call.ctx);
     let body: DeleteShareGroupOffsetsRequest = decode_body(request)?;
+    if let Some(code) = authorize::group_refusal(call, Operation::Delete, &body.group_id) {
+        let response = DeleteShareGroupOffsetsResponse::default().with_error_code(code);
+        return ready(request, &response);
+    }
+    let denied = authorize::denied_topics(
+        call,
+        Operation::Read,
+        body.topics.iter().map(|t| t.topic_name.as_str()),
+    );
     pending(request, async move {
         let group_id = body.group_id.to_string();
         let names: Vec<String> = body
@@ -236,7 +272,7 @@ fn delete(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError>
             .collect();
         let known: Vec<String> = names
             .iter()
-            .filter(|t| ctx.broker.topic(t).is_some())
+            .filter(|t| !denied.contains(*t) && ctx.broker.topic(t).is_some())
             .cloned()
             .collect();
         let failed = if ctx.groups.group_exists(&group_id) {
@@ -250,6 +286,7 @@ fn delete(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError>
             .map(|topic| {
                 let t = ctx.broker.topic(topic);
                 let code = match &t {
+                    _ if denied.contains(topic) => ResponseError::TopicAuthorizationFailed.code(),
                     None => ResponseError::UnknownTopicOrPartition.code(),
                     Some(_) => top,
                 };
