@@ -266,3 +266,39 @@ def test_librdkafka_authenticates_with_oauthbearer_tokens_of_the_key_set(make_br
     # The good token still works.
     assert authentication_error(address, settings) is None
     assert "invalid bearer token" in broker.stderr_path.read_text()
+
+
+@pytest.mark.parametrize("version", sorted(JAVA_CLIENTS), ids=lambda v: f"kafka-clients-{v}")
+def test_the_java_client_authenticates_with_an_oauthbearer_token_file(make_broker, tmp_path,
+                                                                       monkeypatch, version):
+    """The Java producer and consumer with Kafka's OAUTHBEARER login handler, reading a
+    signed token from a file (`sasl.oauthbearer.token.endpoint.url=file:...`, which
+    kafka-clients 3.9.1+ and 4.x allow only when the URL is listed in the system property
+    `org.apache.kafka.sasl.oauthbearer.allowed.urls`)."""
+    pki, issuer = Pki(tmp_path), TokenIssuer()
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(issuer.jwks())
+    broker = make_broker("--listeners", "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+                         "--ssl-certificate-file", pki.server_cert,
+                         "--ssl-key-file", pki.server_key,
+                         "--sasl-enabled-mechanisms", "OAUTHBEARER",
+                         "--sasl-oauthbearer-jwks-file", str(jwks),
+                         "--sasl-oauthbearer-expected-audience", "headway",
+                         "--metrics-listen", "127.0.0.1:0")
+    address = listener_address(broker, "SASL_SSL")
+    topic = "java-oauth"
+    create_topic(broker.bootstrap, topic, 2)
+    token = tmp_path / "token.jwt"
+    token.write_text(issuer.token("svc-java", aud="headway"))
+    url = token.resolve().as_uri()
+    monkeypatch.setenv("JDK_JAVA_OPTIONS", f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={url}")
+    jaas = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required ;"
+    handler = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+    oauth = ("--set", "security.protocol=SASL_SSL", "--set", "ssl.truststore.type=PEM",
+             "--set", f"ssl.truststore.location={pki.ca_file}",
+             "--set", "sasl.mechanism=OAUTHBEARER", "--set", f"sasl.jaas.config={jaas}",
+             "--set", f"sasl.login.callback.handler.class={handler}",
+             "--set", f"sasl.oauthbearer.token.endpoint.url={url}")
+    before = sasl_metric(broker, "successes", "OAUTHBEARER")
+    java_produce_and_consume(version, tmp_path, address, topic, RECORDS, oauth)
+    assert sasl_metric(broker, "successes", "OAUTHBEARER") >= before + 2
