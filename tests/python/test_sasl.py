@@ -202,17 +202,25 @@ def test_kcat_reads_over_sasl_ssl_with_scram(sasl_broker):
     assert len(out.stdout.splitlines()) == RECORDS
 
 
+JAVA_LOGIN_MODULES = {
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+}
+
+
+@pytest.mark.parametrize("mechanism", sorted(JAVA_LOGIN_MODULES))
 @pytest.mark.parametrize("version", sorted(JAVA_CLIENTS), ids=lambda v: f"kafka-clients-{v}")
-def test_the_java_client_produces_and_consumes_over_sasl_ssl(sasl_broker, tmp_path, version):
+def test_the_java_client_produces_and_consumes_over_sasl_ssl(sasl_broker, tmp_path, version,
+                                                            mechanism):
     broker, pki = sasl_broker
     address = listener_address(broker, "SASL_SSL")
-    topic = "java-sasl"
+    topic = f"java-sasl-{mechanism.lower()}"
     create_topic(broker.bootstrap, topic, 2)
-    jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+    jaas = (f"{JAVA_LOGIN_MODULES[mechanism]} required "
             f'username="{USER}" password="{PASSWORD}";')
     sasl = ("--set", "security.protocol=SASL_SSL", "--set", "ssl.truststore.type=PEM",
             "--set", f"ssl.truststore.location={pki.ca_file}",
-            "--set", "sasl.mechanism=SCRAM-SHA-512", "--set", f"sasl.jaas.config={jaas}")
+            "--set", f"sasl.mechanism={mechanism}", "--set", f"sasl.jaas.config={jaas}")
     java_produce_and_consume(version, tmp_path, address, topic, RECORDS, sasl)
 
 
