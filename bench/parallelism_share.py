@@ -53,7 +53,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 REPO = Path(__file__).resolve().parent.parent
 START_S = 30.0  # headway's listener appears
-JOIN_S = 90.0  # the consumers join their group
+JOIN_S = 80.0  # the consumers join their group (the JVM's own bound; this script waits 30 s more)
 FLUSH_S = 30.0  # the spike is acknowledged
 JVM = ["-XX:+UseSerialGC", "-Xmx512m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"]
 
@@ -187,13 +187,23 @@ def one_run(broker: str, bootstrap: str, mode: str, rnd: int, args, classpath: s
     cmd = ["--bootstrap", bootstrap, "--topic", topic, "--group", group, "--mode", mode,
            "--consumers", str(consumers), "--expect", str(args.messages),
            "--io-ms", str(args.io_ms), "--deadline-s", str(args.deadline_s),
+           "--join-s", str(JOIN_S),
            "--partitions", str(args.partitions),
            "--set-reset", "true" if broker == "kafka" else "false",
            "--share-props", args.share_props]
     load = os.getloadavg()
     drain = Drain(classpath, work, cmd)
     try:
-        ready = drain.wait_for("ready", JOIN_S)
+        try:
+            ready = drain.wait_for("ready", JOIN_S + 30)
+        except RuntimeError as e:
+            # The group never settled: no spike is written; the run is kept as failed.
+            return {"round": rnd, "broker": broker, "shape": mode, "consumers": consumers,
+                    "share_props": args.share_props if mode == "share" else "",
+                    "partitions": args.partitions, "messages": args.messages,
+                    "io_ms": args.io_ms, "error": str(e)[:2000], "load_1m": round(load[0], 2),
+                    "load_5m": round(load[1], 2), "cores": os.cpu_count(),
+                    "librdkafka": libversion()[0]}
         sent = spike(bootstrap, topic, args.messages, args.partitions)
         drain.wait_for("done", args.deadline_s + 60)
         drain.proc.wait(timeout=90)
@@ -282,6 +292,9 @@ def main() -> None:
             for broker, mode in order:
                 run = one_run(broker, addr[broker], mode, rnd, args, classpath, work)
                 runs.append(run)
+                if run.get("error"):
+                    print(f"round {rnd} {broker:8} {mode:7} FAILED: {run['error']}", flush=True)
+                    continue
                 print(f"round {rnd} {broker:8} {mode:7} x{run['consumers']:<3} drain "
                       f"{run['drain_s']} s  p50 {run['p50_s']} p95 {run['p95_s']} p99 "
                       f"{run['p99_s']} max {run['max_s']} s  {run['throughput_per_s']}/s  "
@@ -308,11 +321,18 @@ def main() -> None:
                     f.write(json.dumps(run) + "\n")
 
     write_summary(out, runs)
-    bad = [r for r in runs if r["missing"]]
+    failed = [r for r in runs if r.get("error")]
+    bad = [r for r in runs if r.get("missing")]
+    if failed:
+        print(f"parallelism_share: {len(failed)} run(s) failed: "
+              + "; ".join(f"round {r['round']} {r['broker']} {r['shape']}: {r['error'][:300]}"
+                          for r in failed), file=sys.stderr)
     if bad:
         sys.exit(f"parallelism_share: records missing in {len(bad)} run(s): "
                  + ", ".join(f"round {r['round']} {r['broker']} {r['shape']}: {r['missing']}"
                              for r in bad))
+    if failed:
+        sys.exit(1)
 
 
 def fmt(values: list, unit: str = "") -> str:
@@ -341,6 +361,7 @@ def write_summary(out: Path, runs: list[dict]) -> None:
                f"{next((r['consumers'] for r in runs if r['shape'] == 'share'), 0)} "
                f"--brokers {','.join(brokers)}" + (f" --share-props {props}" if props else ""))
     loads = [r["load_1m"] for r in runs]
+    failed = sum(1 for r in runs if r.get("error"))
     lines = [
         "# The parallelism seed with a share group: headway beside Kafka 4.3.1",
         "",
@@ -356,7 +377,9 @@ def write_summary(out: Path, runs: list[dict]) -> None:
         "",
         f"The machine was shared with other builds and runs: 1-minute load average "
         f"{min(loads):g}-{max(loads):g} on {r0['cores']} cores at the start of the runs "
-        "(per run below). Median (min-max) over rounds, every round kept.",
+        "(per run below). Median (min-max) over rounds, every round kept"
+        + (f"; {failed} run(s) failed (below) and are left out of the medians." if failed
+           else "."),
         "",
         "| broker | shape | consumers | drain, s | p50, s | p95, s | p99, s | max, s | "
         "throughput, /s | processed more than once | missing | consumers with records |",
@@ -364,7 +387,8 @@ def write_summary(out: Path, runs: list[dict]) -> None:
     ]
     for broker in brokers:
         for shape in ("classic", "share"):
-            rs = [r for r in runs if r["broker"] == broker and r["shape"] == shape]
+            rs = [r for r in runs if r["broker"] == broker and r["shape"] == shape
+                  and not r.get("error")]
             if not rs:
                 continue
             lines.append(
@@ -380,6 +404,10 @@ def write_summary(out: Path, runs: list[dict]) -> None:
               "more than once | missing | consumers with records | load 1 min / 5 min |",
               "|---:|---|---|---:|---|---:|---:|---:|---:|---|"]
     for r in runs:
+        if r.get("error"):
+            lines.append(f"| {r['round']} | {r['broker']} | {r['shape']} | failed: "
+                         f"{r['error'][:200]} | | | | | | {r['load_1m']} / {r['load_5m']} |")
+            continue
         lines.append(f"| {r['round']} | {r['broker']} | {r['shape']} | {r['drain_s']} | "
                      f"{r['p50_s']} / {r['p95_s']} / {r['p99_s']} / {r['max_s']} | "
                      f"{r['throughput_per_s']} | {r['processed_more_than_once']} | "

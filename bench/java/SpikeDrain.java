@@ -21,6 +21,7 @@ import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.GroupIdNotFoundException;
 import org.apache.kafka.common.serialization.StringDeserializer;
 
 /**
@@ -43,10 +44,11 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  *   {"event":"error","error":"..."}
  *
  * It stops when --expect distinct records were processed (then every consumer finishes
- * the batch in hand, so redeliveries still in flight are seen) or at --deadline-s.
+ * the batch in hand, so redeliveries still in flight are seen) or --deadline-s after
+ * "ready"; the consumers have --join-s to get ready.
  *
  *   --bootstrap B --topic T --group G --mode classic|share --consumers N --expect N
- *   [--io-ms 40] [--deadline-s 120] [--partitions 10] [--set-reset true]
+ *   [--io-ms 40] [--join-s 80] [--deadline-s 120] [--partitions 10] [--set-reset true]
  *   [--share-props k=v,k=v]   settings of the share consumers on top of the defaults
  *
  * --set-reset sets the share group's share.auto.offset.reset=earliest with the Admin
@@ -58,8 +60,19 @@ public final class SpikeDrain {
     static volatile boolean stop = false;
     static final Object OUT = new Object();
     static final long SETTLE_MS = 6_000;
+    static volatile String lastState = "not described";
 
-    public static void main(String[] argv) throws Exception {
+    public static void main(String[] argv) {
+        try {
+            drain(argv);
+        } catch (Throwable e) {
+            // The consumer threads are not daemons: without this the JVM would outlive main.
+            emit("{\"event\":\"error\",\"error\":" + quote(e.toString()) + "}");
+            System.exit(1);
+        }
+    }
+
+    static void drain(String[] argv) throws Exception {
         Map<String, String> a = new java.util.HashMap<>();
         for (int i = 0; i + 1 < argv.length; i += 2) {
             a.put(argv[i].replaceFirst("^--", ""), argv[i + 1]);
@@ -74,7 +87,8 @@ public final class SpikeDrain {
         long deadlineMs = (long) (Double.parseDouble(a.getOrDefault("deadline-s", "120")) * 1000);
         int partitions = Integer.parseInt(a.getOrDefault("partitions", "10"));
         String shareProps = a.getOrDefault("share-props", "");
-        long end = System.currentTimeMillis() + deadlineMs;
+        long joinEnd = System.currentTimeMillis()
+                + (long) (Double.parseDouble(a.getOrDefault("join-s", "80")) * 1000);
 
         if (mode.equals("share") && Boolean.parseBoolean(a.getOrDefault("set-reset", "false"))) {
             Properties ap = new Properties();
@@ -105,21 +119,25 @@ public final class SpikeDrain {
             t.start();
             threads.add(t);
         }
-        if (!ready.await(Math.max(1, end - System.currentTimeMillis()), TimeUnit.MILLISECONDS)) {
+        long joinLeft = Math.max(1, joinEnd - System.currentTimeMillis());
+        if (!ready.await(joinLeft, TimeUnit.MILLISECONDS)) {
             stop = true;
-            emit("{\"event\":\"error\",\"error\":\"the consumers did not join in time\"}");
+            emit("{\"event\":\"error\",\"error\":\"the consumers did not join in time: "
+                    + ready.getCount() + " not ready\"}");
             joinAll(threads);
             System.exit(1);
         }
         String spread = mode.equals("share") ? awaitShareAssignment(bootstrap, group, consumers,
-                partitions, end) : "null";
+                partitions, joinEnd) : "null";
         if (spread == null) {
             stop = true;
-            emit("{\"event\":\"error\",\"error\":\"the share group's assignment did not settle in time\"}");
+            emit("{\"event\":\"error\",\"error\":\"the share group's assignment did not settle "
+                    + "in time: " + lastState + "\"}");
             joinAll(threads);
             System.exit(1);
         }
         emit("{\"event\":\"ready\",\"members_per_partition\":" + spread + "}");
+        long end = System.currentTimeMillis() + deadlineMs;
         boolean timedOut = false;
         while (DISTINCT.get() < expect) {
             if (System.currentTimeMillis() > end) {
@@ -130,7 +148,8 @@ public final class SpikeDrain {
         }
         stop = true;
         joinAll(threads);
-        emit("{\"event\":\"done\",\"distinct\":" + DISTINCT.get() + ",\"timed_out\":" + timedOut + "}");
+        emit("{\"event\":\"done\",\"distinct\":" + DISTINCT.get() + ",\"timed_out\":"
+                + timedOut + "}");
         System.exit(0);
     }
 
@@ -149,8 +168,19 @@ public final class SpikeDrain {
         long since = 0;
         try (Admin admin = Admin.create(ap)) {
             while (System.currentTimeMillis() < end) {
-                ShareGroupDescription d = admin.describeShareGroups(List.of(group))
-                        .describedGroups().get(group).get(30, TimeUnit.SECONDS);
+                ShareGroupDescription d;
+                try {
+                    d = admin.describeShareGroups(List.of(group))
+                            .describedGroups().get(group).get(30, TimeUnit.SECONDS);
+                } catch (java.util.concurrent.ExecutionException e) {
+                    // The first polls can return before the first heartbeat made the group.
+                    if (!(e.getCause() instanceof GroupIdNotFoundException)) {
+                        throw e;
+                    }
+                    lastState = "group not found";
+                    Thread.sleep(200);
+                    continue;
+                }
                 int[] per = new int[partitions];
                 boolean complete = d.members().size() == consumers;
                 for (ShareMemberDescription m : d.members()) {
@@ -165,6 +195,11 @@ public final class SpikeDrain {
                 for (int n : per) {
                     complete &= n > 0;
                 }
+                long withPartitions = d.members().stream()
+                        .filter(m -> !m.assignment().topicPartitions().isEmpty()).count();
+                lastState = "group epoch " + d.groupEpoch() + ", " + d.members().size()
+                        + " members, " + withPartitions + " with partitions, per partition "
+                        + java.util.Arrays.toString(per);
                 long now = System.currentTimeMillis();
                 if (!complete || d.groupEpoch() != lastEpoch) {
                     lastEpoch = complete ? d.groupEpoch() : -1;
@@ -262,7 +297,8 @@ public final class SpikeDrain {
             DISTINCT.incrementAndGet();
         }
         emit("{\"event\":\"record\",\"c\":" + id + ",\"p\":" + r.partition() + ",\"o\":"
-                + r.offset() + ",\"v\":" + quote(r.value()) + ",\"t\":" + t + ",\"d\":" + delivery + "}");
+                + r.offset() + ",\"v\":" + quote(r.value()) + ",\"t\":" + t + ",\"d\":"
+                + delivery + "}");
     }
 
     static void emit(String line) {
