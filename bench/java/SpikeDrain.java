@@ -30,8 +30,10 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  * before taking the next. Prints JSON lines on stdout:
  *
  *   {"event":"ready","members_per_partition":[..]}
- *                                          every consumer is in the group (classic: all
- *                                          partitions assigned; share: every consumer
+ *                                          every consumer is in the group (classic:
+ *                                          min(consumers, partitions) consumers own
+ *                                          partitions, all partitions owned, for 1 s;
+ *                                          share: every consumer
  *                                          polled, and ShareGroupDescribe shows all
  *                                          members, each with partitions, every
  *                                          partition assigned, at one group epoch for
@@ -60,6 +62,7 @@ public final class SpikeDrain {
     static volatile boolean stop = false;
     static final Object OUT = new Object();
     static final long SETTLE_MS = 6_000;
+    static final long CLASSIC_SETTLE_MS = 1_000;
     static volatile String lastState = "not described";
 
     public static void main(String[] argv) {
@@ -101,14 +104,15 @@ public final class SpikeDrain {
             }
         }
 
-        CountDownLatch ready = new CountDownLatch(mode.equals("share") ? consumers : partitions);
-        Set<TopicPartition> assigned = ConcurrentHashMap.newKeySet();
+        CountDownLatch ready = new CountDownLatch(mode.equals("share") ? consumers : 0);
+        // Classic: each consumer's current partitions, kept by its rebalance listener.
+        Map<Integer, Set<TopicPartition>> owned = new ConcurrentHashMap<>();
         List<Thread> threads = new ArrayList<>();
         for (int i = 0; i < consumers; i++) {
             int id = i;
             Runnable body = mode.equals("share")
                     ? () -> share(bootstrap, topic, group, id, ioMs, ready, shareProps)
-                    : () -> classic(bootstrap, topic, group, id, ioMs, ready, assigned);
+                    : () -> classic(bootstrap, topic, group, id, ioMs, owned);
             Thread t = new Thread(() -> {
                 try {
                     body.run();
@@ -127,11 +131,12 @@ public final class SpikeDrain {
             joinAll(threads);
             System.exit(1);
         }
-        String spread = mode.equals("share") ? awaitShareAssignment(bootstrap, group, consumers,
-                partitions, joinEnd) : "null";
+        String spread = mode.equals("share")
+                ? awaitShareAssignment(bootstrap, group, consumers, partitions, joinEnd)
+                : awaitClassicAssignment(owned, consumers, partitions, joinEnd);
         if (spread == null) {
             stop = true;
-            emit("{\"event\":\"error\",\"error\":\"the share group's assignment did not settle "
+            emit("{\"event\":\"error\",\"error\":\"the group's assignment did not settle "
                     + "in time: " + lastState + "\"}");
             joinAll(threads);
             System.exit(1);
@@ -229,23 +234,67 @@ public final class SpikeDrain {
         return p;
     }
 
+    /**
+     * Classic group: waits until min(consumers, partitions) consumers own partitions and
+     * every partition is owned, unchanged for CLASSIC_SETTLE_MS (the first consumer to join
+     * gets every partition, then gives them up as the others join); returns the owners per
+     * partition as a JSON array, or null at the deadline.
+     */
+    static String awaitClassicAssignment(Map<Integer, Set<TopicPartition>> owned, int consumers,
+                                         int partitions, long end) throws InterruptedException {
+        String last = "";
+        long since = System.currentTimeMillis();
+        while (System.currentTimeMillis() < end) {
+            int[] per = new int[partitions];
+            int owners = 0;
+            for (Set<TopicPartition> tps : owned.values()) {
+                owners += tps.isEmpty() ? 0 : 1;
+                for (TopicPartition tp : tps) {
+                    if (tp.partition() < partitions) {
+                        per[tp.partition()]++;
+                    }
+                }
+            }
+            boolean complete = owners == Math.min(consumers, partitions);
+            for (int n : per) {
+                complete &= n > 0;
+            }
+            String state = owners + " consumers own partitions, per partition "
+                    + java.util.Arrays.toString(per);
+            long now = System.currentTimeMillis();
+            if (!complete || !state.equals(last)) {
+                last = state;
+                lastState = state;
+                since = now;
+            } else if (now - since >= CLASSIC_SETTLE_MS) {
+                return java.util.Arrays.toString(per);
+            }
+            Thread.sleep(50);
+        }
+        return null;
+    }
+
     static void classic(String bootstrap, String topic, String group, int id, long ioMs,
-                        CountDownLatch ready, Set<TopicPartition> assigned) {
+                        Map<Integer, Set<TopicPartition>> owned) {
+        Set<TopicPartition> mine = ConcurrentHashMap.newKeySet();
+        owned.put(id, mine);
         Properties p = props(bootstrap, group, "classic-" + id);
         p.put("auto.offset.reset", "earliest");
         try (KafkaConsumer<String, String> c = new KafkaConsumer<>(p)) {
             c.subscribe(List.of(topic), new ConsumerRebalanceListener() {
                 @Override
                 public void onPartitionsAssigned(Collection<TopicPartition> parts) {
-                    for (TopicPartition tp : parts) {
-                        if (assigned.add(tp)) {
-                            ready.countDown();
-                        }
-                    }
+                    mine.addAll(parts);
                 }
 
                 @Override
                 public void onPartitionsRevoked(Collection<TopicPartition> parts) {
+                    mine.removeAll(parts);
+                }
+
+                @Override
+                public void onPartitionsLost(Collection<TopicPartition> parts) {
+                    mine.removeAll(parts);
                 }
             });
             while (!stop) {
