@@ -231,19 +231,25 @@ def oauth_settings(pki: Pki, token) -> dict:
             "oauth_cb": lambda _config: (token(), time.time() + 3600)}
 
 
-def test_librdkafka_authenticates_with_oauthbearer_tokens_of_the_key_set(make_broker,
-                                                                          tmp_path):
-    pki, issuer = Pki(tmp_path), TokenIssuer()
-    jwks = tmp_path / "jwks.json"
+def oauth_broker(make_broker, pki: Pki, issuer: TokenIssuer, mechanisms: str):
+    """A broker whose SASL_SSL listener checks OAUTHBEARER tokens against `issuer`'s key
+    set (audience `headway`); returns it and that listener's address."""
+    jwks = pki.dir / "jwks.json"
     jwks.write_text(issuer.jwks())
     broker = make_broker("--listeners", "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
                          "--ssl-certificate-file", pki.server_cert,
                          "--ssl-key-file", pki.server_key,
-                         "--sasl-enabled-mechanisms", "SCRAM-SHA-512,OAUTHBEARER",
+                         "--sasl-enabled-mechanisms", mechanisms,
                          "--sasl-oauthbearer-jwks-file", str(jwks),
                          "--sasl-oauthbearer-expected-audience", "headway",
                          "--metrics-listen", "127.0.0.1:0")
-    address = listener_address(broker, "SASL_SSL")
+    return broker, listener_address(broker, "SASL_SSL")
+
+
+def test_librdkafka_authenticates_with_oauthbearer_tokens_of_the_key_set(make_broker,
+                                                                          tmp_path):
+    pki, issuer = Pki(tmp_path), TokenIssuer()
+    broker, address = oauth_broker(make_broker, pki, issuer, "SCRAM-SHA-512,OAUTHBEARER")
     topic = "oauth-orders"
     create_topic(broker.bootstrap, topic, 2)
     settings = oauth_settings(pki, lambda: issuer.token("svc-orders", aud="headway"))
@@ -284,16 +290,7 @@ def test_the_java_client_authenticates_with_an_oauthbearer_token_file(make_broke
     kafka-clients 3.9.1+ and 4.x allow only when the URL is listed in the system property
     `org.apache.kafka.sasl.oauthbearer.allowed.urls`)."""
     pki, issuer = Pki(tmp_path), TokenIssuer()
-    jwks = tmp_path / "jwks.json"
-    jwks.write_text(issuer.jwks())
-    broker = make_broker("--listeners", "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
-                         "--ssl-certificate-file", pki.server_cert,
-                         "--ssl-key-file", pki.server_key,
-                         "--sasl-enabled-mechanisms", "OAUTHBEARER",
-                         "--sasl-oauthbearer-jwks-file", str(jwks),
-                         "--sasl-oauthbearer-expected-audience", "headway",
-                         "--metrics-listen", "127.0.0.1:0")
-    address = listener_address(broker, "SASL_SSL")
+    broker, address = oauth_broker(make_broker, pki, issuer, "OAUTHBEARER")
     topic = "java-oauth"
     create_topic(broker.bootstrap, topic, 2)
     token = tmp_path / "token.jwt"
