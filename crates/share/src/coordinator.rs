@@ -252,6 +252,11 @@ impl ShareCoordinator {
     }
 
     /// Acquires records of what a read returned for `member`.
+    ///
+    /// When several members are assigned the partition, one fetch takes at most a fair
+    /// share of the records waiting in it (see [`fair_share`]): a spike is spread over
+    /// every member instead of being taken whole by the first to fetch while the others
+    /// wait.
     pub fn acquire(
         &self,
         group_id: &str,
@@ -259,12 +264,15 @@ impl ShareCoordinator {
         tp: &TopicPartition,
         batches: &[LogBatch],
         max_records: u32,
+        high_watermark: Offset,
     ) -> Vec<Acquired> {
         let mut groups = self.groups();
+        let sharing = groups.get(group_id).map_or(1, |g| members_assigned(g, tp));
         let Some(p) = groups.partition(group_id, tp) else {
             return Vec::new();
         };
         let start = p.start_offset();
+        let max_records = max_records.min(fair_share(p.start_offset(), high_watermark, sharing));
         let acquired = p.acquire(member, batches, max_records, now_ms());
         if p.start_offset() != start {
             let _ = self.write_locked(&mut groups, group_id, std::slice::from_ref(tp));
@@ -461,6 +469,28 @@ fn tombstones(group_id: &str, tps: &[TopicPartition]) -> Vec<StateRecord> {
 }
 
 /// Applies one partition's acknowledgement batches in order.
+/// How many members of `g` are assigned `tp`.
+fn members_assigned(g: &crate::group::ShareGroup, tp: &TopicPartition) -> usize {
+    g.members
+        .values()
+        .filter(|m| {
+            m.assignment
+                .get(&tp.topic)
+                .is_some_and(|ps| ps.contains(&tp.partition.value()))
+        })
+        .count()
+}
+
+/// The most records one fetch may acquire from a share-partition that `sharing` members
+/// are assigned: the records from its start offset to the high watermark (in flight or
+/// not yet read), divided among them, rounded up, and at least one. With one member it
+/// is everything; as the records are acknowledged the share shrinks with them.
+fn fair_share(start: Offset, high_watermark: Offset, sharing: usize) -> u32 {
+    let waiting = (high_watermark.value() - start.value()).max(1) as u64;
+    let members = sharing.max(1) as u64;
+    waiting.div_ceil(members).min(u64::from(u32::MAX)) as u32
+}
+
 fn apply_acks(
     p: &mut SharePartition,
     member_id: &str,
@@ -660,6 +690,112 @@ mod tests {
         assert_eq!(c.offsets("g").unwrap(), vec![(a, Offset::new(7))]);
     }
 
+    /// Goal: a spike on a partition that five members share is spread over all five,
+    /// not taken whole by the first to fetch; a lone member still gets everything.
+    /// Method: five members join a group on a one-partition topic; each fetches from a
+    /// read of 100 records with room for 500; then the share shrinks as records are
+    /// acknowledged.
+    #[tokio::test]
+    async fn members_sharing_a_partition_each_acquire_a_fair_share() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = ShareConfig {
+            auto_offset_reset: crate::group::AutoOffsetReset::Earliest,
+            ..ShareConfig::default()
+        };
+        let c = ShareCoordinator::open(dir.path(), FlushPolicy::Sync, config)
+            .await
+            .unwrap();
+        let tp = topic_partition("t", 0);
+        let topics = BTreeMap::from([(
+            "t".to_string(),
+            TopicInfo {
+                id: uuid::Uuid::from_u128(1),
+                partitions: 1,
+            },
+        )]);
+        let join = |member: &str| {
+            c.heartbeat(
+                Heartbeat {
+                    group_id: "g".to_string(),
+                    member_id: member.to_string(),
+                    member_epoch: 0,
+                    rack_id: None,
+                    client_id: "c".to_string(),
+                    client_host: "h".to_string(),
+                    subscribed_topic_names: Some(vec!["t".to_string()]),
+                },
+                &topics,
+            )
+            .unwrap();
+        };
+        join("m0");
+        let hw = Offset::new(100);
+        assert_eq!(
+            c.next_fetch_offset("g", &tp, Offset::ZERO, hw),
+            Some(Offset::ZERO)
+        );
+        // Alone, a member takes the whole read.
+        let alone = c.acquire("g", &Arc::from("m0"), &tp, &[batch(0, 99)], 500, hw);
+        assert_eq!(
+            alone
+                .iter()
+                .map(|a| a.last.value() - a.first.value() + 1)
+                .sum::<i64>(),
+            100
+        );
+        c.release_member("g", "m0");
+        for m in ["m1", "m2", "m3", "m4"] {
+            join(m);
+        }
+        for m in ["m0", "m1", "m2", "m3", "m4"] {
+            assert_eq!(
+                c.assignment("g", m),
+                BTreeMap::from([("t".to_string(), vec![0])])
+            );
+        }
+        let mut taken = Vec::new();
+        for m in ["m0", "m1", "m2", "m3", "m4"] {
+            let got = c.acquire("g", &Arc::from(m), &tp, &[batch(0, 99)], 500, hw);
+            let records: i64 = got
+                .iter()
+                .map(|a| a.last.value() - a.first.value() + 1)
+                .sum();
+            taken.push(records);
+        }
+        assert_eq!(taken, vec![20, 20, 20, 20, 20]);
+        // m0 and m1 accept theirs, m2 releases its twenty: the start offset moves to
+        // 40, and 60 records from there to the high watermark make shares of 12.
+        for (m, first, kind) in [("m0", 0, 1), ("m1", 20, 1), ("m2", 40, 2)] {
+            let results = c
+                .acknowledge(
+                    "g",
+                    m,
+                    vec![(tp.clone(), vec![ack(first, first + 19, kind)])],
+                )
+                .await;
+            assert_eq!(results[0].1, Ok(()));
+        }
+        let got = c.acquire("g", &Arc::from("m0"), &tp, &[batch(40, 99)], 500, hw);
+        assert_eq!(
+            got.iter()
+                .map(|a| (a.first.value(), a.last.value()))
+                .collect::<Vec<_>>(),
+            vec![(40, 51)]
+        );
+    }
+
+    #[test]
+    fn a_fair_share_is_the_waiting_records_over_the_members_rounded_up() {
+        let share = |start, hw, members| fair_share(Offset::new(start), Offset::new(hw), members);
+        assert_eq!(share(0, 100, 5), 20);
+        assert_eq!(share(0, 101, 5), 21);
+        assert_eq!(share(0, 100, 1), 100);
+        assert_eq!(share(0, 100, 0), 100);
+        assert_eq!(share(50, 100, 5), 10);
+        assert_eq!(share(100, 100, 3), 1);
+        assert_eq!(share(0, 3, 50), 1);
+    }
+
     /// Goal: share-partition state survives a crash. Method: acknowledge through one
     /// coordinator, drop it without closing (as a crash would), open another on the
     /// same directory, and check the replayed state.
@@ -680,7 +816,7 @@ mod tests {
                 c.next_fetch_offset("g", &tp, Offset::ZERO, Offset::new(10)),
                 Some(Offset::ZERO)
             );
-            let got = c.acquire("g", &member, &tp, &[batch(0, 9)], 100);
+            let got = c.acquire("g", &member, &tp, &[batch(0, 9)], 100, Offset::new(10));
             assert_eq!(got.len(), 1);
             let results = c
                 .acknowledge(
@@ -711,7 +847,14 @@ mod tests {
             c.next_fetch_offset("g", &tp, Offset::ZERO, Offset::new(10)),
             Some(Offset::new(4))
         );
-        let got = c.acquire("g", &Arc::from("n"), &tp, &[batch(0, 9)], 100);
+        let got = c.acquire(
+            "g",
+            &Arc::from("n"),
+            &tp,
+            &[batch(0, 9)],
+            100,
+            Offset::new(10),
+        );
         assert_eq!(
             got.iter().map(|a| a.delivery_count).collect::<Vec<_>>(),
             vec![2]

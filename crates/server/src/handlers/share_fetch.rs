@@ -469,7 +469,14 @@ impl Poll<'_> {
                 skip: h.is_control(),
             })
             .collect();
-        let acquired = shares.acquire(self.group_id, self.member, tp, &batches, records_left);
+        let acquired = shares.acquire(
+            self.group_id,
+            self.member,
+            tp,
+            &batches,
+            records_left,
+            p.high_watermark(),
+        );
         let records = match (acquired.first(), acquired.last()) {
             (Some(first), Some(last)) => holding(&read.records, &headers, first.first, last.last),
             _ => Bytes::new(),
