@@ -20,7 +20,12 @@
 //!
 //! Produce stages are labelled by the request's size, fetch stages by whether a read
 //! went to the read threads (a catch-up read) or not (the tail), so a light client's
-//! tail is not averaged away by a heavy one's. Each broker has its own ([`Timings`],
+//! tail is not averaged away by a heavy one's.
+//!
+//! A wake (`runtime_wake`): how long a task woken from outside the runtime waited for a
+//! worker thread, as a light connection woken by its socket or by a sync waits when the
+//! workers are busy or the CPU is taken. A thread of its own spawns a task every 10 ms
+//! ([`spawn_wake_probe`]) and the task notes the time since it was spawned. Each broker has its own ([`Timings`],
 //! `Broker::timings`); `/metrics` shows them as `headway_produce_stage_seconds`,
 //! `headway_fetch_stage_seconds` and `headway_sync_seconds`. The slowest small sync is
 //! also part of the bulk budget's latency signal ([`Timings::light_latency`]).
@@ -116,6 +121,9 @@ pub struct Timings {
     /// The slowest light work (a small sync, a small produce's wait to be durable)
     /// since the bulk budget last looked.
     pub light_latency: LatencySignal,
+    /// From a task spawned from outside the runtime to its first poll, 5 µs to about
+    /// 5 s doubling ([`spawn_wake_probe`]).
+    pub runtime_wake: Histogram,
 }
 
 fn get(family: &Histograms, labels: &[(&'static str, &'static str)]) -> Histogram {
@@ -155,6 +163,7 @@ impl Timings {
             sync_small: get(&sync, &[("size", "small")]),
             sync_large: get(&sync, &[("size", "large")]),
             light_latency: LatencySignal::new(),
+            runtime_wake: Histogram::new(exponential_buckets(5e-6, 2.0, 20)),
             sync_bytes: Histogram::new(exponential_buckets(4096.0, 2.0, 16)),
             sync_records: Histogram::new(exponential_buckets(1.0, 2.0, 21)),
             produce,
@@ -193,6 +202,35 @@ impl Timings {
     }
 }
 
+/// How often the wake probe spawns a task.
+const WAKE_PROBE_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Starts the thread that measures how long the runtime of `runtime` takes to start a
+/// task woken from outside it (`Timings::runtime_wake`). The thread ends once the
+/// timings are dropped or the runtime is gone.
+pub fn spawn_wake_probe(
+    timings: &std::sync::Arc<Timings>,
+    runtime: tokio::runtime::Handle,
+) -> std::io::Result<()> {
+    let timings = std::sync::Arc::downgrade(timings);
+    std::thread::Builder::new()
+        .name("wake-probe".into())
+        .spawn(move || loop {
+            std::thread::sleep(WAKE_PROBE_INTERVAL);
+            let Some(timings) = timings.upgrade() else {
+                return;
+            };
+            let spawned = std::time::Instant::now();
+            let probe = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                runtime.spawn(async move { observe(&timings.runtime_wake, spawned.elapsed()) })
+            }));
+            if probe.is_err() {
+                return;
+            }
+        })
+        .map(|_| ())
+}
+
 /// Records `elapsed` in `histogram`, in seconds.
 pub fn observe(histogram: &Histogram, elapsed: Duration) {
     histogram.observe(elapsed.as_secs_f64());
@@ -211,5 +249,42 @@ mod tests {
         signal.note(Duration::from_millis(1));
         assert_eq!(signal.take(), Some(Duration::from_millis(30)));
         assert_eq!(signal.take(), None);
+    }
+
+    #[test]
+    fn the_wake_probe_measures_the_runtime_and_ends_with_the_timings() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let timings = std::sync::Arc::new(Timings::new());
+        spawn_wake_probe(&timings, runtime.handle().clone()).unwrap();
+        let count = |t: &Timings| {
+            let mut text = String::new();
+            let mut registry = prometheus_client::registry::Registry::default();
+            registry.register("wake", "", t.runtime_wake.clone());
+            prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+            text.lines()
+                .find_map(|l| l.strip_prefix("wake_count "))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while count(&timings) < 3 {
+            assert!(std::time::Instant::now() < deadline, "no wake measured");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The probe holds the timings only while it spawns.
+        let weak = std::sync::Arc::downgrade(&timings);
+        drop(timings);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while weak.upgrade().is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the probe kept the timings"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }

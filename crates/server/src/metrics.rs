@@ -214,6 +214,11 @@ pub fn render(ctx: &Ctx) -> String {
         t.sync.clone(),
     );
     r.register(
+        "runtime_wake_seconds",
+        "How long a task woken from outside the runtime waited for a worker thread: busy workers or a busy CPU (docs/latency.md)",
+        t.runtime_wake.clone(),
+    );
+    r.register(
         "sync_bytes",
         "Bytes one partition's sync by the flusher carried",
         t.sync_bytes.clone(),
