@@ -16,6 +16,7 @@ mod group;
 mod output;
 mod produce;
 mod progress;
+mod security_args;
 mod topic;
 mod user;
 
