@@ -34,6 +34,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::exponential_buckets;
 pub use prometheus_client::metrics::histogram::Histogram;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 /// A produce request partition of at most this many bytes counts as small: the bulk
@@ -82,6 +83,69 @@ impl LatencySignal {
     }
 }
 
+/// Small syncs in progress, which catch-up reads let go first: a read thread waits
+/// before each disk read of at most 256 KiB while one is in progress
+/// ([`SyncGate::wait_clear`]), so a small sync's writes and its disk-cache flush queue
+/// behind at most the one read already on the disk, not behind each read that follows.
+/// The wait is bounded, so catching up always progresses, however many light
+/// partitions keep syncing.
+#[derive(Default)]
+pub struct SyncGate {
+    in_flight: Mutex<usize>,
+    cleared: Condvar,
+    /// Disk reads that waited for a small sync.
+    waits: AtomicU64,
+}
+
+/// A small sync in progress; it ends when this is dropped.
+pub struct SmallSync<'a>(&'a SyncGate);
+
+impl Drop for SmallSync<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = self.0.in_flight.lock().expect("sync gate lock");
+        *in_flight -= 1;
+        if *in_flight == 0 {
+            self.0.cleared.notify_all();
+        }
+    }
+}
+
+impl SyncGate {
+    /// A small sync starts.
+    pub fn small_sync(&self) -> SmallSync<'_> {
+        *self.in_flight.lock().expect("sync gate lock") += 1;
+        SmallSync(self)
+    }
+
+    /// Small syncs in progress now.
+    pub fn in_flight(&self) -> usize {
+        *self.in_flight.lock().expect("sync gate lock")
+    }
+
+    /// Waits until no small sync is in progress, or `max` has passed. Returns whether
+    /// it waited.
+    pub fn wait_clear(&self, max: Duration) -> bool {
+        if max.is_zero() {
+            return false;
+        }
+        let in_flight = self.in_flight.lock().expect("sync gate lock");
+        if *in_flight == 0 {
+            return false;
+        }
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        let _ = self
+            .cleared
+            .wait_timeout_while(in_flight, max, |n| *n > 0)
+            .expect("sync gate lock");
+        true
+    }
+
+    /// Disk reads that waited for a small sync.
+    pub fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
+    }
+}
+
 /// One produce size class's stages.
 #[derive(Clone)]
 pub struct ProduceStages {
@@ -124,6 +188,8 @@ pub struct Timings {
     /// From a task spawned from outside the runtime to its first poll, 5 µs to about
     /// 5 s doubling ([`spawn_wake_probe`]).
     pub runtime_wake: Histogram,
+    /// Small syncs in progress, which catch-up reads wait for.
+    pub small_syncs: SyncGate,
 }
 
 fn get(family: &Histograms, labels: &[(&'static str, &'static str)]) -> Histogram {
@@ -164,6 +230,7 @@ impl Timings {
             sync_large: get(&sync, &[("size", "large")]),
             light_latency: LatencySignal::new(),
             runtime_wake: Histogram::new(exponential_buckets(5e-6, 2.0, 20)),
+            small_syncs: SyncGate::default(),
             sync_bytes: Histogram::new(exponential_buckets(4096.0, 2.0, 16)),
             sync_records: Histogram::new(exponential_buckets(1.0, 2.0, 21)),
             produce,
@@ -249,6 +316,45 @@ mod tests {
         signal.note(Duration::from_millis(1));
         assert_eq!(signal.take(), Some(Duration::from_millis(30)));
         assert_eq!(signal.take(), None);
+    }
+
+    #[test]
+    fn reads_wait_for_small_syncs_in_progress_and_no_longer_than_their_bound() {
+        let gate = std::sync::Arc::new(SyncGate::default());
+        assert!(
+            !gate.wait_clear(Duration::from_secs(60)),
+            "no sync, no wait"
+        );
+        let sync = gate.small_sync();
+        let second = gate.small_sync();
+        assert_eq!(gate.in_flight(), 2);
+        // Bounded: with syncs that never end, a read goes on after its bound.
+        assert!(gate.wait_clear(Duration::from_millis(5)));
+        assert!(!gate.wait_clear(Duration::ZERO), "a zero bound never waits");
+        drop(second);
+        assert_eq!(gate.in_flight(), 1);
+        // A waiting read is let go when the last sync ends, well before its bound.
+        let reader = {
+            let gate = std::sync::Arc::clone(&gate);
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                gate.wait_clear(Duration::from_secs(600));
+                started.elapsed()
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while gate.waits() < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the read never waited"
+            );
+            std::thread::yield_now();
+        }
+        drop(sync);
+        let waited = reader.join().unwrap();
+        assert!(waited < Duration::from_secs(300), "{waited:?}");
+        assert_eq!(gate.in_flight(), 0);
+        assert_eq!(gate.waits(), 2);
     }
 
     #[test]

@@ -408,6 +408,12 @@ pub fn render(ctx: &Ctx) -> String {
         "Catch-up reads and large produces that waited for the bulk budget",
         budget.waits,
     );
+    counter(
+        &mut r,
+        "bulk_sync_yields",
+        "Disk reads of catch-up reads that first waited for small syncs in progress (bulk_read_sync_wait_us)",
+        broker.bulk_budget().sync_yields(),
+    );
 
     let disk = broker.disk_space().snapshot();
     gauge(
