@@ -1,16 +1,18 @@
 """Consumer-protocol groups (KIP-848) across a broker restart, as real clients see it.
 
-Goal: two librdkafka (confluent-kafka) members with `group.protocol=consumer` consuming a
-4-partition topic keep their member ids, member epochs and partitions when the broker is
+Goal: two members with `group.protocol=consumer` (librdkafka through confluent-kafka, and
+Java's `KafkaConsumer` 4.x) consuming a 4-partition topic keep their member ids, member epochs and partitions when the broker is
 killed (SIGKILL) and started again on its data directory: neither sees a partition
 revoked, lost or assigned again, the group's epochs are the ones it had, the members'
 commits (OffsetCommit v9 names the member id and epoch) succeed again, and every record
 produced after the restart is consumed exactly once, each member committing after every
 batch.
 Method: one broker on a fixed port, so the clients find it again after the restart; each
-member runs on its own thread and reports its rebalance callbacks, its member id, its
-records and its commits; the group's epochs come from ConsumerGroupDescribe
-(`headway group describe --format json`). While the broker is down the members'
+member reports its rebalance callbacks, its records and its commits (librdkafka: a
+thread here, which reports its member id too; Java: tests/java/src/GroupMember.java,
+which reports records once committed and a lost partition as revoked); the group's
+member ids and epochs come from ConsumerGroupDescribe (`headway group describe --format
+json`). While the broker is down the members'
 heartbeats and commits fail and are retried. After the restart the test waits until each
 member committed again and two heartbeat intervals have passed, so a heartbeat the broker
 did not recognise would have shown as lost partitions.
@@ -24,9 +26,11 @@ import threading
 import time
 from collections import Counter
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from group_support import headway_cli
+from java_support import JavaClient
 from support import Delivery, create_topic, produce_records, rdkafka_base, wait_until
 
 PARTITIONS = 4
@@ -46,6 +50,27 @@ def free_port() -> int:
 
 
 class Member:
+    """What both kinds of member report: `events` with "assigned", "revoked" (and
+    "lost") partitions and "records" [[partition, offset], ...]."""
+
+    events: list[dict]
+    member_id: str | None = None
+
+    def owned(self, upto: int | None = None) -> set[int]:
+        held: set[int] = set()
+        for e in self.events[:upto]:
+            if e["event"] == "assigned":
+                held |= set(e["partitions"])
+            elif e["event"] in ("revoked", "lost"):
+                held -= set(e["partitions"])
+        return held
+
+    def consumed(self, start: int = 0) -> list[tuple[int, int]]:
+        return [tuple(r) for e in list(self.events[start:]) if e["event"] == "records"
+                for r in e["records"]]
+
+
+class RdkafkaMember(Member):
     """A librdkafka consumer on its own thread: reports callbacks, records and commits."""
 
     def __init__(self, bootstrap: str):
@@ -98,22 +123,45 @@ class Member:
         if self.error is not None:
             raise AssertionError(f"librdkafka member failed: {self.error!r}")
 
+    def committed_all(self) -> bool:
+        return self.events[-1]["event"] == "committed"
+
+    def committed_since(self, mark: int) -> bool:
+        return any(e["event"] == "committed" for e in self.events[mark:]) and \
+            self.committed_all()
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=DEADLINE_S)
 
-    def owned(self, upto: int | None = None) -> set[int]:
-        held: set[int] = set()
-        for e in self.events[:upto]:
-            if e["event"] == "assigned":
-                held |= set(e["partitions"])
-            elif e["event"] in ("revoked", "lost"):
-                held -= set(e["partitions"])
-        return held
 
-    def consumed(self, start: int = 0) -> list[tuple[int, int]]:
-        return [tuple(r) for e in list(self.events[start:]) if e["event"] == "records"
-                for r in e["records"]]
+class JavaMember(Member):
+    """GroupMember.java: its "records" events come once they are committed."""
+
+    def __init__(self, java: JavaClient, bootstrap: str):
+        self._proc = java.start("GroupMember", "--bootstrap", bootstrap, "--topic", TOPIC,
+                                "--group", GROUP, "--set", "group.protocol=consumer",
+                                "--set", "auto.offset.reset=earliest", stdin=True)
+        self.events = self._proc.events
+
+    def check(self) -> None:
+        errors = [e for e in self.events if e.get("event") == "error"]
+        assert not errors, f"{self._proc.what}: {errors[0]['error']}"
+        stopped = self._proc.proc.stdin.closed
+        assert stopped or self._proc.proc.poll() is None, f"{self._proc.what} exited"
+
+    def committed_all(self) -> bool:
+        return True
+
+    def committed_since(self, mark: int) -> bool:
+        return any(e["event"] == "records" for e in self.events[mark:])
+
+    def stop(self) -> None:
+        self._proc.close_stdin()
+        try:
+            self._proc.wait_event(lambda e: e.get("event") == "closed", DEADLINE_S, "close")
+        finally:
+            self._proc.finish(DEADLINE_S)
 
 
 def describe(bootstrap: str) -> dict:
@@ -154,12 +202,19 @@ def wait_consumed(members: list[Member], records: set[tuple[int, int]], what: st
     wait_until(done, what, DEADLINE_S)
 
 
-def test_consumer_group_survives_a_broker_restart(make_broker):
+@pytest.mark.parametrize("client", ["librdkafka", "java"])
+def test_consumer_group_survives_a_broker_restart(make_broker, tmp_path, client):
     broker = make_broker(listen=f"127.0.0.1:{free_port()}")
     bootstrap = broker.bootstrap
     create_topic(bootstrap, TOPIC, PARTITIONS)
-    members = [Member(bootstrap), Member(bootstrap)]
+    members: list[Member] = []
+    if client == "java":
+        java = JavaClient("lib-4", "classes-4", "GroupMember", tmp_path)
+        make_member = lambda: JavaMember(java, bootstrap)  # noqa: E731
+    else:
+        make_member = lambda: RdkafkaMember(bootstrap)  # noqa: E731
     try:
+        members += [make_member(), make_member()]
         wait_until(lambda: balanced(members), "two members with two partitions each",
                    DEADLINE_S)
         wait_until(lambda: describe(bootstrap)["assignment_epoch"] > 0
@@ -168,12 +223,15 @@ def test_consumer_group_survives_a_broker_restart(make_broker):
                            for e, _ in describe(bootstrap)["members"].values()),
                    "the group is reconciled", DEADLINE_S)
         wait_consumed(members, produce(bootstrap, range(BEFORE)), "records before the restart")
-        wait_until(lambda: all(m.events[-1]["event"] == "committed" for m in members),
+        wait_until(lambda: all(m.committed_all() for m in members),
                    "each member committed what it consumed", DEADLINE_S)
         ids = [m.member_id for m in members]
         held = [m.owned() for m in members]
         group = describe(bootstrap)
-        assert set(group["members"]) == set(ids), (group, ids)
+        if client == "librdkafka":
+            assert set(group["members"]) == set(ids), (group, ids)
+        assert sorted(ps for _, ps in group["members"].values()) == \
+            sorted(sorted(h) for h in held), (group, held)
         marks = [len(m.events) for m in members]
 
         broker.kill()
@@ -185,9 +243,7 @@ def test_consumer_group_survives_a_broker_restart(make_broker):
         wait_consumed(members, after, "records produced after the restart")
         # Each member's commit after the restart names its member id and epoch: the
         # broker accepts it only if it knows both.
-        wait_until(lambda: all(any(e["event"] == "committed" for e in m.events[mark:])
-                               and m.events[-1]["event"] == "committed"
-                               for m, mark in zip(members, marks)),
+        wait_until(lambda: all(m.committed_since(mark) for m, mark in zip(members, marks)),
                    "each member committed after the restart", DEADLINE_S)
         # Two heartbeat intervals: each member heartbeat at least once to the new broker.
         wait_until(lambda: time.monotonic() - restarted > 2 * HEARTBEAT_INTERVAL_S + 1,
