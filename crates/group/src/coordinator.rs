@@ -905,6 +905,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_group_record_that_cannot_be_read_stops_start_up_with_a_clear_error() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let c = open(dir.path()).await;
+        // A member's current assignment record whose value is cut short.
+        let key = Bytes::from_static(&[8, 0, 2, b'c', b'g', 0, 1, b'm']);
+        let batch = internal_log::encode_batch([(key, Some(Bytes::from_static(&[0, 0])))], 0);
+        let appended = c.append_batch(&batch).expect("append");
+        c.wait_durable(Some(appended.log_end_offset))
+            .await
+            .expect("durable");
+        c.close();
+        drop(c);
+        let err = GroupCoordinator::open(dir.path(), FlushPolicy::Sync, GroupConfig::default())
+            .await
+            .err()
+            .expect("refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("offset 0")
+                && text.contains("current assignment of a member")
+                && text.contains("cut short"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
     async fn a_producer_that_names_no_member_may_commit_to_a_group_with_members() {
         let dir = tempfile::tempdir().expect("temp dir");
         let c = open(dir.path()).await;

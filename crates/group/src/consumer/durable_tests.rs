@@ -6,11 +6,12 @@
 //! every step the records [`Written::changes`] produces are kept as a log would keep
 //! them (encoded and decoded again), and [`Recovery`] rebuilds the groups from them.
 
+use super::super::tests::{request, topics};
 use super::super::{
     ConsumerConfig, ConsumerGroupState, HeartbeatAnswer, HeartbeatRequest, MemberEpochIn,
 };
 use super::*;
-use crate::consumer::{TopicInfo, TopicsView};
+use crate::consumer::TopicsView;
 
 const CONFIG: ConsumerConfig = ConsumerConfig {
     session_timeout_ms: 45_000,
@@ -18,33 +19,6 @@ const CONFIG: ConsumerConfig = ConsumerConfig {
     members_max: 16,
     regex_bytes_max: 64,
 };
-
-fn topics(list: &[(&str, i32)]) -> TopicsView {
-    list.iter()
-        .enumerate()
-        .map(|(i, (n, p))| {
-            let id = uuid::Uuid::from_u128(i as u128 + 1);
-            (n.to_string(), TopicInfo { id, partitions: *p })
-        })
-        .collect()
-}
-
-fn request(member_id: &str, epoch: MemberEpochIn) -> HeartbeatRequest {
-    HeartbeatRequest {
-        group_id: "g".into(),
-        member_id: member_id.into(),
-        member_epoch: epoch,
-        instance_id: None,
-        rack_id: None,
-        rebalance_timeout_ms: None,
-        subscribed_topic_names: None,
-        subscribed_topic_regex: None,
-        server_assignor: None,
-        owned: None,
-        client_id: "c".into(),
-        client_host: "h".into(),
-    }
-}
 
 /// A log of encoded records, as the offsets log would hold them.
 #[derive(Default)]
@@ -158,7 +132,7 @@ fn recovered_group(log: &Log, now: i64) -> ConsumerGroup {
 fn every_step_recovers_to_the_group_that_wrote_it() {
     let mut g = ConsumerGroup::new("g");
     let mut log = Log::default();
-    let mut clients = vec![Client::new("m1"), Client::new("m2"), Client::new("m3")];
+    let mut clients = [Client::new("m1"), Client::new("m2"), Client::new("m3")];
     clients[1].instance = Some("i2".into());
     let mut now = 0;
     for (i, c) in clients.iter_mut().enumerate() {
@@ -204,7 +178,7 @@ fn every_step_recovers_to_the_group_that_wrote_it() {
 fn recovered_members_keep_their_ids_and_epochs_and_continue() {
     let mut g = ConsumerGroup::new("g");
     let mut log = Log::default();
-    let mut clients = vec![Client::new("m1"), Client::new("m2")];
+    let mut clients = [Client::new("m1"), Client::new("m2")];
     for c in clients.iter_mut() {
         c.join(&mut g, &mut log, None, 0);
     }
@@ -235,7 +209,7 @@ fn recovered_members_keep_their_ids_and_epochs_and_continue() {
 fn a_member_that_does_not_come_back_is_fenced_a_session_after_recovery() {
     let mut g = ConsumerGroup::new("g");
     let mut log = Log::default();
-    let mut clients = vec![Client::new("m1"), Client::new("m2")];
+    let mut clients = [Client::new("m1"), Client::new("m2")];
     for c in clients.iter_mut() {
         c.join(&mut g, &mut log, None, 0);
     }
