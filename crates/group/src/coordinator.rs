@@ -347,6 +347,17 @@ impl GroupCoordinator {
         Ok(Some(appended.log_end_offset))
     }
 
+    /// Whether a consumer-protocol group's epochs moved (or it came or went) since the
+    /// log last heard of it; with the groups mutex held by the caller.
+    fn moved_locked(&self, groups: &Groups, group_id: &str) -> bool {
+        let written = self.written.lock().expect("written mutex poisoned");
+        let now = groups
+            .consumer
+            .get(group_id)
+            .map(|c| (c.group_epoch, c.assignment_epoch));
+        written.epochs(group_id) != now
+    }
+
     /// [`GroupCoordinator::persist_locked`] for every consumer-protocol group whose
     /// epochs moved or that went since the log last heard of it (the ticker fences
     /// members; a member's step without an epoch change is written by its heartbeat).
@@ -355,13 +366,13 @@ impl GroupCoordinator {
             let written = self.written.lock().expect("written mutex poisoned");
             let gone = written
                 .group_ids()
-                .filter(|id| !groups.consumer.contains_key(*id));
-            let changed = groups.consumer.values().filter(|c| {
-                written.epochs(&c.group_id) != Some((c.group_epoch, c.assignment_epoch))
+                .filter(|id| !groups.consumer.contains_key(*id))
+                .cloned();
+            let changed = groups.consumer.keys().filter(|id| {
+                let c = &groups.consumer[*id];
+                written.epochs(id) != Some((c.group_epoch, c.assignment_epoch))
             });
-            gone.cloned()
-                .chain(changed.map(|c| c.group_id.clone()))
-                .collect()
+            gone.chain(changed.cloned()).collect()
         };
         let mut end = None;
         for group_id in moved {
@@ -444,12 +455,17 @@ impl GroupCoordinator {
         let (answer, end) = {
             let mut groups = self.groups();
             let answer = groups.consumer_heartbeat(req, topics, now_ms());
-            let member = match &answer {
+            let end = match &answer {
                 Ok(HeartbeatAnswer::Member { member_id, .. })
-                | Ok(HeartbeatAnswer::Left { member_id, .. }) => member_id.as_str(),
-                Err(_) => req.member_id.as_str(),
+                | Ok(HeartbeatAnswer::Left { member_id, .. }) => {
+                    self.persist_locked(&groups, &req.group_id, Some(member_id))
+                }
+                // A refused heartbeat changes nothing durable unless it moved an epoch
+                // (a rejoin that removed the member, then found the group full): a
+                // stream of refused heartbeats costs no comparison of the whole group.
+                Err(_) if !self.moved_locked(&groups, &req.group_id) => Ok(None),
+                Err(_) => self.persist_locked(&groups, &req.group_id, None),
             };
-            let end = self.persist_locked(&groups, &req.group_id, Some(member));
             (answer, end)
         };
         self.wait_durable(end?).await?;
