@@ -1034,8 +1034,7 @@ impl Groups {
     /// Handles a ConsumerGroupHeartbeat. A classic group with members is not a
     /// consumer group (GROUP_ID_NOT_FOUND, as Kafka answers when it does not convert
     /// online); a heartbeat other than a join for a group this broker does not hold
-    /// (after a restart: the groups' members are not durable) gets UNKNOWN_MEMBER_ID,
-    /// and the client rejoins.
+    /// gets UNKNOWN_MEMBER_ID, and the client rejoins.
     pub fn consumer_heartbeat(
         &mut self,
         req: &HeartbeatRequest,

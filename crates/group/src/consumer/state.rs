@@ -762,6 +762,11 @@ impl ConsumerGroup {
     }
 }
 
+/// The durable form of these groups: a child module, so it reads and rebuilds the
+/// fields the steps keep private.
+#[path = "durable.rs"]
+pub mod durable;
+
 #[cfg(test)]
 #[path = "state_tests.rs"]
 mod tests;
