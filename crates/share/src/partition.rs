@@ -284,6 +284,16 @@ impl SharePartition {
             .sum()
     }
 
+    /// In-flight records done with (acknowledged or archived), which a share-partition's
+    /// lag leaves out.
+    pub fn done(&self) -> u64 {
+        self.runs
+            .iter()
+            .filter(|(_, r)| r.state.is_done())
+            .map(|(&first, r)| count(first, r.last))
+            .sum()
+    }
+
     /// Runs of in-flight records (what memory follows).
     pub fn runs(&self) -> usize {
         self.runs.len()
@@ -850,6 +860,22 @@ mod tests {
         }
         assert_eq!(p.expire_locks(3_000), 1);
         assert_eq!((p.start_offset(), p.archived), (o(2), 2));
+    }
+
+    #[test]
+    fn done_counts_acknowledged_and_archived_records_in_flight() {
+        let mut p = SharePartition::new(config(), o(0));
+        p.acquire(&member("a"), &[batch(0, 9)], 100, 0);
+        assert_eq!(p.done(), 0);
+        p.acknowledge("a", o(5), o(6), AcknowledgeType::Accept, 0)
+            .unwrap();
+        p.acknowledge("a", o(8), o(8), AcknowledgeType::Reject, 0)
+            .unwrap();
+        assert_eq!((p.start_offset(), p.done()), (o(0), 3));
+        // Once the start moves over them they are no longer in flight.
+        p.acknowledge("a", o(0), o(4), AcknowledgeType::Accept, 0)
+            .unwrap();
+        assert_eq!((p.start_offset(), p.done()), (o(7), 1));
     }
 
     #[test]
