@@ -61,6 +61,8 @@ pub struct PartitionSummary {
     pub end_offset: Offset,
     pub in_flight: u64,
     pub acquired: u64,
+    /// In-flight records acknowledged or archived.
+    pub done: u64,
     pub redeliveries: u64,
     pub archived: u64,
     /// Since the broker started: records delivered, accepted, released and rejected.
@@ -552,6 +554,7 @@ fn summary(g: &crate::group::ShareGroup, members: bool) -> ShareGroupSummary {
                 end_offset: p.end_offset(),
                 in_flight: p.in_flight(),
                 acquired: p.acquired(),
+                done: p.done(),
                 redeliveries: p.redeliveries,
                 archived: p.archived,
                 deliveries: p.deliveries,
