@@ -211,11 +211,13 @@ impl Groups {
                     last_heartbeat_ms: now_ms,
                     awaiting_join: None,
                     awaiting_sync: None,
+                    epoch_before_downgrade: Some(GenerationId::new(m.member_epoch)),
                 },
             );
         }
-        // Members heartbeating at the assignment epoch are told REBALANCE_IN_PROGRESS
-        // and rejoin; the new generation is past every member epoch.
+        // Each member's epoch stays its generation until it rejoins (its heartbeat is
+        // told REBALANCE_IN_PROGRESS, its commits accepted); the new generation is past
+        // every member epoch.
         group.generation_id = GenerationId::new(consumer.assignment_epoch);
         group.protocol_type = Some("consumer".to_string());
         group.protocol_name = group.select_protocol();

@@ -328,6 +328,9 @@ fn the_last_consumer_member_leaving_downgrades_the_group_to_a_classic_rebalance(
     let g = groups.get("g").unwrap();
     assert_eq!(g.state, GroupState::PreparingRebalance);
     assert_eq!(g.members.len(), 2);
+    // Until it rejoins, a member's epoch is its generation: it commits what it consumed
+    // and is told to rejoin.
+    assert_eq!(groups.check_commit("g", &a, None, gen_a), Ok(()));
     assert_eq!(
         groups.heartbeat("g", &a, None, gen_a, 21),
         Err(GroupError::RebalanceInProgress)
@@ -349,6 +352,11 @@ fn the_last_consumer_member_leaving_downgrades_the_group_to_a_classic_rebalance(
     assert_eq!(
         groups.get("g").unwrap().state,
         GroupState::CompletingRebalance
+    );
+    assert_eq!(
+        groups.check_commit("g", &a, None, gen_a),
+        Err(GroupError::IllegalGeneration),
+        "rejoined, its old epoch is no generation"
     );
 }
 

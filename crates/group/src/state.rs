@@ -230,6 +230,9 @@ pub struct Member {
     last_heartbeat_ms: i64,
     awaiting_join: Option<oneshot::Sender<JoinResult>>,
     awaiting_sync: Option<oneshot::Sender<SyncResult>>,
+    /// Its member epoch in the consumer group this group was converted from, its
+    /// generation until it rejoins (`convert`).
+    epoch_before_downgrade: Option<GenerationId>,
 }
 
 impl Member {
@@ -435,6 +438,7 @@ impl Group {
             let result = self.join_result(&id);
             let member = self.members.get_mut(&id).expect("member listed");
             member.assignment = Bytes::new();
+            member.epoch_before_downgrade = None;
             member.last_heartbeat_ms = now_ms;
             if let Some(reply) = member.awaiting_join.take() {
                 let _ = reply.send(result);
@@ -492,10 +496,12 @@ impl Group {
                 _ => {}
             }
         }
-        if !self.members.contains_key(member_id) {
+        let Some(member) = self.members.get(member_id) else {
             return Err(GroupError::UnknownMemberId);
-        }
-        if generation_id.is_some_and(|g| g != self.generation_id) {
+        };
+        let current =
+            |g: GenerationId| g == self.generation_id || Some(g) == member.epoch_before_downgrade;
+        if generation_id.is_some_and(|g| !current(g)) {
             return Err(GroupError::IllegalGeneration);
         }
         Ok(())
@@ -1158,6 +1164,7 @@ fn add_member(
             last_heartbeat_ms: now_ms,
             awaiting_join: Some(reply),
             awaiting_sync: None,
+            epoch_before_downgrade: None,
         },
     );
 }
