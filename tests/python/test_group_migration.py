@@ -1,5 +1,6 @@
 """Online conversion of a running consumer group between the classic protocol and the
-consumer protocol (KIP-848 upgrade and downgrade), as Java's `KafkaConsumer` 4.x does it.
+consumer protocol (KIP-848 upgrade and downgrade), as Java's `KafkaConsumer` 4.x and
+librdkafka do it.
 
 Goal: a rolling upgrade, restarting a 3-member classic group's consumers one at a time
 with `group.protocol=consumer` while a producer writes to a 6-partition topic, loses no
@@ -7,10 +8,11 @@ record and leaves a consumer group; the rolling downgrade back to `classic` like
 leaves a classic group; with `group_consumer_migration_policy = disabled` a consumer
 member is refused by a classic group with members, as Kafka refuses it.
 Method: one broker; a background producer writes numbered records throughout; each
-member (tests/java/src/GroupMember.java) commits after every poll and reports what it
-was given, gave up and consumed. After each restart the test waits until the three
-live members hold two partitions each, none twice; at the end every acknowledged
-record must have been consumed (duplicates are allowed, at-least-once, and counted).
+member (tests/java/src/GroupMember.java, or a librdkafka consumer on a thread) commits
+after every poll and reports what it was given, gave up and consumed. After each
+restart the test waits until the three live members hold two partitions each, none
+twice; at the end every acknowledged record must have been consumed (duplicates are
+allowed, at-least-once, and counted).
 """
 
 from __future__ import annotations
@@ -23,36 +25,11 @@ from confluent_kafka.admin import AdminClient
 
 from java_support import JavaClient
 from support import BackgroundProducer, create_topic, rdkafka_base
-from test_consumer_groups import BALANCE_DEADLINE_S, DRAIN_DEADLINE_S, consumed, wait_balanced
+from test_consumer_groups import (BALANCE_DEADLINE_S, DRAIN_DEADLINE_S, JavaMember,
+                                  RdkafkaMember, consumed, wait_balanced)
 
 PARTITIONS = 6
 RATE_PER_S = 200.0
-
-
-class Member:
-    """GroupMember.java with the given group.protocol."""
-
-    def __init__(self, java: JavaClient, bootstrap: str, topic: str, group: str,
-                 protocol: str):
-        self.protocol = protocol
-        self._proc = java.start("GroupMember", "--bootstrap", bootstrap, "--topic", topic,
-                                "--group", group, "--set", f"group.protocol={protocol}",
-                                "--set", "auto.offset.reset=earliest", stdin=True)
-        self.events = self._proc.events
-
-    def leave(self) -> None:
-        self._proc.close_stdin()
-
-    def check(self) -> None:
-        errors = [e for e in self.events if e.get("event") == "error"]
-        assert not errors, f"{self.protocol} member: {errors[0]['error']}"
-
-    def wait_closed(self, deadline_s: float) -> None:
-        self._proc.wait_event(lambda e: e.get("event") == "closed", deadline_s, "close")
-        self._proc.finish(deadline_s)
-
-    def kill(self) -> None:
-        self._proc.kill()
 
 
 def group_type(bootstrap: str, group: str):
@@ -68,7 +45,7 @@ def wait_group_type(bootstrap: str, group: str, expected, deadline_s: float) -> 
         time.sleep(0.2)
 
 
-def roll(members: list[Member], make, protocol: str) -> None:
+def roll(members: list, make, protocol: str) -> None:
     """Restarts the members one at a time with `protocol`, each time until balanced."""
     for i in range(len(members)):
         members[i].leave()
@@ -77,7 +54,7 @@ def roll(members: list[Member], make, protocol: str) -> None:
         wait_balanced(members)
 
 
-def check_every_record_consumed(producer: BackgroundProducer, everyone: list[Member]) -> int:
+def check_every_record_consumed(producer: BackgroundProducer, everyone: list) -> int:
     """Waits until every acknowledged record was consumed; returns the duplicates."""
     acked = {(p, o) for p, o in producer.delivery.acked.values()}
     assert len(acked) == producer.sent
@@ -93,12 +70,25 @@ def check_every_record_consumed(producer: BackgroundProducer, everyone: list[Mem
 
 def test_java_rolling_upgrade_to_the_consumer_protocol_and_back(broker, tmp_path):
     java = JavaClient("lib-4", "classes-4", "GroupMember", tmp_path)
-    bootstrap, topic, group = broker.bootstrap, "migrate", "g-migrate"
-    create_topic(bootstrap, topic, PARTITIONS)
-    everyone: list[Member] = []
+    bootstrap = broker.bootstrap
+    rolling_upgrade_and_back(
+        bootstrap, "migrate", "g-migrate",
+        lambda protocol: JavaMember(java, bootstrap, "migrate", "g-migrate", protocol))
 
-    def make(protocol: str) -> Member:
-        m = Member(java, bootstrap, topic, group, protocol)
+
+def test_librdkafka_rolling_upgrade_to_the_consumer_protocol_and_back(broker):
+    bootstrap = broker.bootstrap
+    rolling_upgrade_and_back(
+        bootstrap, "migrate-rd", "g-migrate-rd",
+        lambda protocol: RdkafkaMember(bootstrap, "migrate-rd", "g-migrate-rd", protocol))
+
+
+def rolling_upgrade_and_back(bootstrap: str, topic: str, group: str, new_member) -> None:
+    create_topic(bootstrap, topic, PARTITIONS)
+    everyone: list = []
+
+    def make(protocol: str):
+        m = new_member(protocol)
         everyone.append(m)
         return m
 
@@ -127,7 +117,8 @@ def test_java_rolling_upgrade_to_the_consumer_protocol_and_back(broker, tmp_path
             producer.stop(purge=True)
         for m in everyone:
             m.leave()
-            m.kill()
+            if isinstance(m, JavaMember):
+                m.kill()
 
 
 def test_without_migration_a_consumer_member_is_refused_by_a_classic_group(make_broker,
@@ -136,12 +127,12 @@ def test_without_migration_a_consumer_member_is_refused_by_a_classic_group(make_
     java = JavaClient("lib-4", "classes-4", "GroupMember", tmp_path)
     bootstrap, topic, group = broker.bootstrap, "no-migrate", "g-no-migrate"
     create_topic(bootstrap, topic, PARTITIONS)
-    classic = Member(java, bootstrap, topic, group, "classic")
+    classic = JavaMember(java, bootstrap, topic, group, "classic")
     newcomer = None
     try:
         classic._proc.wait_event(lambda e: e.get("event") == "assigned", BALANCE_DEADLINE_S,
                                  "assignment")
-        newcomer = Member(java, bootstrap, topic, group, "consumer")
+        newcomer = JavaMember(java, bootstrap, topic, group, "consumer")
         refused = newcomer._proc.wait_event(lambda e: e.get("event") == "error",
                                             BALANCE_DEADLINE_S, "refusal")
         assert "GroupIdNotFound" in refused["error"], refused

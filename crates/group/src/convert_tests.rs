@@ -2,7 +2,8 @@
 //! member, its classic members served by the consumer group, and the downgrade when the
 //! last consumer-protocol member leaves.
 
-use super::super::{Groups, JoinRequest, JoinResult, OffsetCommit, SyncRequest, SyncResult};
+use super::super::tests::{join, sync};
+use super::super::{Groups, JoinRequest, OffsetCommit};
 use super::{MigrationPolicy, TopicsSource};
 use crate::consumer::classic::{decode_assignment, encode_assignment};
 use crate::consumer::{
@@ -14,7 +15,6 @@ use headway_broker::{Offset, PartitionIndex, TopicPartition};
 use kafka_protocol::messages::consumer_protocol_subscription::TopicPartition as Owned;
 use kafka_protocol::messages::{ConsumerProtocolSubscription, TopicName};
 use kafka_protocol::protocol::{Encodable, StrBytes};
-use tokio::sync::oneshot;
 
 const PARTITIONS: i32 = 6;
 
@@ -78,33 +78,6 @@ fn join_req(member_id: &str, owned: &[i32]) -> JoinRequest {
     }
 }
 
-fn join(groups: &mut Groups, req: JoinRequest, now: i64) -> oneshot::Receiver<JoinResult> {
-    let (tx, rx) = oneshot::channel();
-    groups.join(req, tx, now);
-    rx
-}
-
-fn sync(
-    groups: &mut Groups,
-    member: &str,
-    generation: Option<GenerationId>,
-    assignments: Vec<(String, Bytes)>,
-    now: i64,
-) -> oneshot::Receiver<SyncResult> {
-    let (tx, rx) = oneshot::channel();
-    let req = SyncRequest {
-        group_id: "g".into(),
-        generation_id: generation,
-        member_id: member.into(),
-        group_instance_id: None,
-        protocol_type: Some("consumer".into()),
-        protocol_name: None,
-        assignments,
-    };
-    groups.sync(req, tx, now);
-    rx
-}
-
 fn consumer_req(member_id: &str, epoch: MemberEpochIn, owned: Option<&[i32]>) -> HeartbeatRequest {
     HeartbeatRequest {
         group_id: "g".into(),
@@ -120,6 +93,38 @@ fn consumer_req(member_id: &str, epoch: MemberEpochIn, owned: Option<&[i32]>) ->
         client_id: "consumer".into(),
         client_host: "h".into(),
     }
+}
+
+/// The consumer member's heartbeat at `epoch`, owning `owned`: its epoch and the
+/// assignment it is sent, if any.
+fn beat(
+    groups: &mut Groups,
+    epoch: MemberEpochIn,
+    owned: Option<&[i32]>,
+    now: i64,
+) -> (i32, Option<Assignment>) {
+    let answer = groups
+        .consumer_heartbeat(&consumer_req("c", epoch, owned), &topics(), now)
+        .expect("heartbeat answered");
+    let HeartbeatAnswer::Member {
+        member_epoch,
+        assignment,
+        ..
+    } = answer
+    else {
+        panic!("{answer:?}");
+    };
+    (member_epoch, assignment)
+}
+
+/// The consumer member leaves.
+fn leave(groups: &mut Groups, now: i64) {
+    let left = groups.consumer_heartbeat(
+        &consumer_req("c", MemberEpochIn::Leave, None),
+        &topics(),
+        now,
+    );
+    assert!(matches!(left, Ok(HeartbeatAnswer::Left { .. })), "{left:?}");
 }
 
 /// A stable classic group of two members, A holding 0-2 and B 3-5; returns their ids
@@ -204,17 +209,7 @@ fn a_consumer_member_upgrades_a_stable_classic_group_and_the_classic_members_fol
     let (a, b, generation) = classic_group(&mut groups);
     commit(&mut groups, 42);
     // The consumer-protocol member joins: the group converts, nothing moves yet.
-    let answer = groups
-        .consumer_heartbeat(&consumer_req("c", MemberEpochIn::Join, None), &topics(), 10)
-        .expect("converted and joined");
-    let HeartbeatAnswer::Member {
-        member_epoch,
-        assignment,
-        ..
-    } = answer
-    else {
-        panic!("{answer:?}");
-    };
+    let (member_epoch, assignment) = beat(&mut groups, MemberEpochIn::Join, None, 10);
     assert_eq!(
         assignment,
         Some(Assignment::new()),
@@ -265,16 +260,12 @@ fn a_consumer_member_upgrades_a_stable_classic_group_and_the_classic_members_fol
     assert_eq!(got_b, kept);
     assert_eq!(groups.heartbeat("g", &b, None, gen_b, 17), Ok(()));
     // The consumer member now gets the two freed partitions.
-    let answer = groups
-        .consumer_heartbeat(
-            &consumer_req("c", MemberEpochIn::Member(member_epoch), Some(&[])),
-            &topics(),
-            18,
-        )
-        .expect("heartbeat");
-    let HeartbeatAnswer::Member { assignment, .. } = answer else {
-        panic!("{answer:?}");
-    };
+    let (_, assignment) = beat(
+        &mut groups,
+        MemberEpochIn::Member(member_epoch),
+        Some(&[]),
+        18,
+    );
     let got_c = assignment.expect("new partitions");
     assert_eq!(got_c.values().map(|ps| ps.len()).sum::<usize>(), 2);
     groups.consumer["g"].assert_owners();
@@ -289,24 +280,10 @@ fn a_consumer_member_upgrades_a_stable_classic_group_and_the_classic_members_fol
 /// The group after an upgrade, with every member reconciled: A, B classic, C consumer.
 fn upgraded(groups: &mut Groups) -> (String, String, i32) {
     let (a, b, _) = classic_group(groups);
-    let answer = groups
-        .consumer_heartbeat(&consumer_req("c", MemberEpochIn::Join, None), &topics(), 10)
-        .expect("joined");
-    let HeartbeatAnswer::Member { member_epoch, .. } = answer else {
-        panic!("{answer:?}");
-    };
+    let (member_epoch, _) = beat(groups, MemberEpochIn::Join, None, 10);
     rejoin(groups, &a, &[], 11);
     rejoin(groups, &b, &[], 12);
-    let answer = groups
-        .consumer_heartbeat(
-            &consumer_req("c", MemberEpochIn::Member(member_epoch), Some(&[])),
-            &topics(),
-            13,
-        )
-        .expect("heartbeat");
-    let HeartbeatAnswer::Member { member_epoch, .. } = answer else {
-        panic!("{answer:?}");
-    };
+    let (member_epoch, _) = beat(groups, MemberEpochIn::Member(member_epoch), Some(&[]), 13);
     (a, b, member_epoch)
 }
 
@@ -317,13 +294,7 @@ fn the_last_consumer_member_leaving_downgrades_the_group_to_a_classic_rebalance(
     let gen_a = Some(GenerationId::new(
         groups.consumer["g"].members[&a].member_epoch,
     ));
-    groups
-        .consumer_heartbeat(
-            &consumer_req("c", MemberEpochIn::Leave, None),
-            &topics(),
-            20,
-        )
-        .expect("left");
+    leave(&mut groups, 20);
     assert!(!groups.consumer.contains_key("g"), "a classic group again");
     let g = groups.get("g").unwrap();
     assert_eq!(g.state, GroupState::PreparingRebalance);
@@ -386,9 +357,7 @@ fn with_the_policy_disabled_groups_change_type_only_when_empty() {
         Err(GroupError::GroupIdNotFound)
     );
     let mut groups = self::groups(MigrationPolicy::Disabled);
-    groups
-        .consumer_heartbeat(&consumer_req("c", MemberEpochIn::Join, None), &topics(), 0)
-        .expect("joined");
+    beat(&mut groups, MemberEpochIn::Join, None, 0);
     let refused = join(&mut groups, join_req("", &[]), 1).try_recv().unwrap();
     assert_eq!(refused.error, Some(GroupError::InconsistentGroupProtocol));
 }
@@ -397,13 +366,7 @@ fn with_the_policy_disabled_groups_change_type_only_when_empty() {
 fn upgrade_only_keeps_the_classic_members_in_the_consumer_group() {
     let mut groups = groups(MigrationPolicy::Upgrade);
     upgraded(&mut groups);
-    groups
-        .consumer_heartbeat(
-            &consumer_req("c", MemberEpochIn::Leave, None),
-            &topics(),
-            20,
-        )
-        .expect("left");
+    leave(&mut groups, 20);
     assert_eq!(groups.consumer["g"].members.len(), 2, "no downgrade");
     // A downgrade-only broker does not upgrade.
     let mut groups = self::groups(MigrationPolicy::Downgrade);
@@ -450,9 +413,7 @@ fn a_rebalancing_classic_group_is_upgraded_once_stable_and_other_protocols_never
 #[test]
 fn a_new_classic_member_joins_a_consumer_group_and_is_refused_bad_metadata() {
     let mut groups = groups(MigrationPolicy::Bidirectional);
-    groups
-        .consumer_heartbeat(&consumer_req("c", MemberEpochIn::Join, None), &topics(), 0)
-        .expect("joined");
+    beat(&mut groups, MemberEpochIn::Join, None, 0);
     let mut req = join_req("", &[]);
     req.require_known_member_id = true;
     let first = join(&mut groups, req, 1).try_recv().unwrap();

@@ -1351,7 +1351,11 @@ mod tests {
         }
     }
 
-    fn join(groups: &mut Groups, req: JoinRequest, now: i64) -> oneshot::Receiver<JoinResult> {
+    pub(super) fn join(
+        groups: &mut Groups,
+        req: JoinRequest,
+        now: i64,
+    ) -> oneshot::Receiver<JoinResult> {
         let (tx, rx) = oneshot::channel();
         groups.join(req, tx, now);
         rx
@@ -1373,7 +1377,7 @@ mod tests {
         )
     }
 
-    fn sync(
+    pub(super) fn sync(
         groups: &mut Groups,
         member: &str,
         generation: Option<GenerationId>,
