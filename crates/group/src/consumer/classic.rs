@@ -22,7 +22,7 @@
 use super::Assignment;
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{ConsumerProtocolAssignment, ConsumerProtocolSubscription};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::{Encodable, StrBytes};
 use std::collections::BTreeSet;
 
 /// What a classic member brings beyond a consumer-protocol member.
@@ -43,32 +43,23 @@ pub struct Subscription {
     pub owned: Assignment,
 }
 
-/// Newest version of the consumer protocol messages this decoder knows; a newer one
-/// is read as this one, as Kafka's clients do.
-const CONSUMER_PROTOCOL_VERSION_MAX: i16 = 3;
-
-/// Decodes a consumer protocol subscription (a classic member's metadata).
+/// Decodes a consumer protocol subscription (a classic member's metadata): topics,
+/// user data, and from version 1 the owned partitions; later fields are not needed.
+/// A newer version is read as these fields, as Kafka's clients do.
 pub fn decode_subscription(metadata: &Bytes) -> Option<Subscription> {
-    let mut buf = metadata.clone();
-    if buf.remaining() < 2 {
-        return None;
-    }
-    let version = buf.get_i16().min(CONSUMER_PROTOCOL_VERSION_MAX);
+    let mut r = Reader(metadata.clone());
+    let version = r.i16()?;
     if version < 0 {
         return None;
     }
-    let message = ConsumerProtocolSubscription::decode(&mut buf, version).ok()?;
-    let mut owned = Assignment::new();
-    for tp in message.owned_partitions {
-        owned
-            .entry(tp.topic.to_string())
-            .or_default()
-            .extend(tp.partitions);
-    }
-    Some(Subscription {
-        topics: message.topics.iter().map(|t| t.to_string()).collect(),
-        owned,
-    })
+    let count = r.count(2)?;
+    let topics = (0..count).map(|_| r.string()).collect::<Option<Vec<_>>>()?;
+    r.nullable_bytes()?;
+    let owned = match version {
+        0 => Assignment::new(),
+        _ => r.partitions()?,
+    };
+    Some(Subscription { topics, owned })
 }
 
 /// Decodes a consumer protocol assignment (what a classic leader gave a member).
@@ -76,24 +67,69 @@ pub fn decode_assignment(bytes: &Bytes) -> Option<Assignment> {
     if bytes.is_empty() {
         return Some(Assignment::new());
     }
-    let mut buf = bytes.clone();
-    if buf.remaining() < 2 {
+    let mut r = Reader(bytes.clone());
+    if r.i16()? < 0 {
         return None;
     }
-    let version = buf.get_i16().min(CONSUMER_PROTOCOL_VERSION_MAX);
-    if version < 0 {
-        return None;
+    r.partitions()
+}
+
+/// Reads the consumer protocol's (non-flexible) fields, checking every count and length
+/// against the bytes left before anything is allocated: the bytes come from clients.
+struct Reader(Bytes);
+
+impl Reader {
+    fn i16(&mut self) -> Option<i16> {
+        (self.0.remaining() >= 2).then(|| self.0.get_i16())
     }
-    let message = ConsumerProtocolAssignment::decode(&mut buf, version).ok()?;
-    let mut out = Assignment::new();
-    for tp in message.assigned_partitions {
-        if !tp.partitions.is_empty() {
-            out.entry(tp.topic.to_string())
-                .or_default()
-                .extend(tp.partitions);
+
+    fn i32(&mut self) -> Option<i32> {
+        (self.0.remaining() >= 4).then(|| self.0.get_i32())
+    }
+
+    /// An array count (-1, null, is empty), each element at least `min_size` bytes.
+    fn count(&mut self, min_size: usize) -> Option<usize> {
+        match self.i32()? {
+            -1 => Some(0),
+            n if n < 0 => None,
+            n => {
+                let n = n as usize;
+                (n.checked_mul(min_size)? <= self.0.remaining()).then_some(n)
+            }
         }
     }
-    Some(out)
+
+    fn string(&mut self) -> Option<String> {
+        let n = usize::try_from(self.i16()?).ok()?;
+        if n > self.0.remaining() {
+            return None;
+        }
+        String::from_utf8(self.0.split_to(n).to_vec()).ok()
+    }
+
+    fn nullable_bytes(&mut self) -> Option<()> {
+        match self.i32()? {
+            -1 => Some(()),
+            n => {
+                let n = usize::try_from(n).ok()?;
+                (n <= self.0.remaining()).then(|| self.0.advance(n))
+            }
+        }
+    }
+
+    /// An array of (topic, partitions), topics without partitions left out.
+    fn partitions(&mut self) -> Option<Assignment> {
+        let mut out = Assignment::new();
+        for _ in 0..self.count(6)? {
+            let topic = self.string()?;
+            let count = self.count(4)?;
+            let partitions = (0..count).map(|_| self.i32()).collect::<Option<Vec<_>>>()?;
+            if !partitions.is_empty() {
+                out.entry(topic).or_default().extend(partitions);
+            }
+        }
+        Some(out)
+    }
 }
 
 /// A subscription in the consumer protocol's format (version 0).
@@ -126,4 +162,31 @@ fn versioned<M: Encodable>(message: &M, version: i16) -> Bytes {
         .encode(&mut buf, version)
         .expect("a consumer protocol message encodes");
     buf.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subscriptions_and_assignments_round_trip_and_bad_bytes_are_refused() {
+        let topics: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
+        let decoded = decode_subscription(&encode_subscription(&topics)).expect("decodes");
+        assert_eq!(decoded.topics, vec!["a", "b"]);
+        let assignment: Assignment = [("a".to_string(), [0, 3].into())].into();
+        assert_eq!(
+            decode_assignment(&encode_assignment(&assignment)),
+            Some(assignment)
+        );
+        // Two billion topics in a few bytes: refused before anything is allocated.
+        let huge = Bytes::from_static(b"\x00\x00\x7f\xff\xff\xff\x00\x01a");
+        assert_eq!(decode_subscription(&huge), None);
+        assert_eq!(decode_assignment(&huge), None);
+        for cut in 1..6 {
+            let bytes = encode_assignment(&[("a".to_string(), [1].into())].into());
+            assert_eq!(decode_assignment(&bytes.slice(..cut)), None, "cut at {cut}");
+        }
+        assert_eq!(decode_assignment(&Bytes::new()), Some(Assignment::new()));
+        assert_eq!(decode_subscription(&Bytes::from_static(b"\xff\xff")), None);
+    }
 }
