@@ -2,7 +2,7 @@
 //! member, its classic members served by the consumer group, and the downgrade when the
 //! last consumer-protocol member leaves.
 
-use super::super::tests::{join, sync};
+use super::super::tests::{consumer_join, join, sync};
 use super::super::{Groups, JoinRequest, OffsetCommit};
 use super::{MigrationPolicy, TopicsSource};
 use crate::consumer::classic::{decode_assignment, encode_assignment};
@@ -80,18 +80,9 @@ fn join_req(member_id: &str, owned: &[i32]) -> JoinRequest {
 
 fn consumer_req(member_id: &str, epoch: MemberEpochIn, owned: Option<&[i32]>) -> HeartbeatRequest {
     HeartbeatRequest {
-        group_id: "g".into(),
-        member_id: member_id.into(),
         member_epoch: epoch,
-        instance_id: None,
-        rack_id: None,
-        rebalance_timeout_ms: Some(30_000),
-        subscribed_topic_names: Some(vec!["t".into()]),
-        subscribed_topic_regex: None,
-        server_assignor: None,
         owned: owned.map(parts),
-        client_id: "consumer".into(),
-        client_host: "h".into(),
+        ..consumer_join(member_id)
     }
 }
 

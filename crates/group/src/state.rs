@@ -1715,7 +1715,7 @@ mod tests {
         );
     }
 
-    fn consumer_join(member_id: &str) -> HeartbeatRequest {
+    pub(super) fn consumer_join(member_id: &str) -> HeartbeatRequest {
         HeartbeatRequest {
             group_id: "g".into(),
             member_id: member_id.into(),
