@@ -15,6 +15,7 @@ their defaults plus the settings SASL needs. Every wait has a deadline.
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import subprocess
@@ -307,3 +308,65 @@ def test_the_java_client_authenticates_with_an_oauthbearer_token_file(make_broke
     before = sasl_metric(broker, "successes", "OAUTHBEARER")
     java_produce_and_consume(version, tmp_path, address, topic, RECORDS, oauth)
     assert sasl_metric(broker, "successes", "OAUTHBEARER") >= before + 2
+
+
+def headway_command(broker, *args: str, password: str = PASSWORD,
+                    stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    """`headway ARGS` with the SASL password in the environment, as operators pass it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWAY_")}
+    env["HEADWAY_SASL_PASSWORD"] = password
+    return subprocess.run([str(broker.binary), *args], input=stdin, capture_output=True,
+                          timeout=60, env=env)
+
+
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_the_headway_commands_authenticate_with_each_mechanism(sasl_broker, protocol):
+    broker, pki = sasl_broker
+    address = listener_address(broker, protocol)
+    for mechanism in ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]:
+        security = ["-b", address, "--security-protocol", protocol,
+                    "--sasl-mechanism", mechanism, "--sasl-username", USER]
+        if protocol == "SASL_SSL":
+            security += ["--ssl-ca-location", pki.ca_file]
+        topic = f"cli-{protocol.lower()}-{mechanism.lower()}"
+        before = sasl_metric(broker, "successes", mechanism)
+        created = headway_command(broker, "topic", "create", topic, "--partitions", "2",
+                                  *security)
+        assert created.returncode == 0, created.stderr.decode()
+        lines = b"".join(b"record-%d\n" % i for i in range(50))
+        produced = headway_command(broker, "produce", topic, *security, stdin=lines)
+        assert produced.returncode == 0, produced.stderr.decode()
+        consumed = headway_command(broker, "consume", topic, *security, "--from-beginning",
+                                   "-e", "-q", "-f", "{value}")
+        assert consumed.returncode == 0, consumed.stderr.decode()
+        assert sorted(consumed.stdout.decode().split()) == \
+            sorted(f"record-{i}" for i in range(50))
+        listed = headway_command(broker, "topic", "list", *security)
+        assert topic in listed.stdout.decode(), listed.stderr.decode()
+        assert sasl_metric(broker, "successes", mechanism) >= before + 4
+        # librdkafka reads what the command wrote.
+        read = list(read_records(address, topic, 2, expected=50,
+                                 settings=sasl_settings(protocol, mechanism, pki)))
+        assert len(read) == 50
+
+        refused = headway_command(broker, "topic", "list", *security, password="wrong")
+        assert refused.returncode == 1
+        assert "authentication failed" in refused.stderr.decode(), refused.stderr.decode()
+
+
+def test_the_headway_commands_refuse_an_untrusted_broker_and_incomplete_settings(
+        sasl_broker, tmp_path):
+    broker, pki = sasl_broker
+    address = listener_address(broker, "SASL_SSL")
+    stranger = Pki(tmp_path, name="other")
+    base = ["topic", "list", "-b", address, "--security-protocol", "SASL_SSL",
+            "--sasl-mechanism", "SCRAM-SHA-512", "--sasl-username", USER]
+    untrusted = headway_command(broker, *base, "--ssl-ca-location", stranger.ca_file)
+    assert untrusted.returncode == 1
+    assert "TLS handshake" in untrusted.stderr.decode(), untrusted.stderr.decode()
+    no_ca = headway_command(broker, *base)
+    assert no_ca.returncode == 1 and "--ssl-ca-location" in no_ca.stderr.decode()
+    no_user = headway_command(broker, "topic", "list", "-b", address,
+                              "--security-protocol", "SASL_PLAINTEXT",
+                              "--sasl-mechanism", "PLAIN")
+    assert no_user.returncode == 1 and "--sasl-username" in no_user.stderr.decode()

@@ -266,3 +266,22 @@ def test_sighup_reloads_the_certificate_and_keeps_established_connections(make_b
     _api_versions_over(established, 3)
     established.close()
     broker.check_alive()
+
+
+def test_the_headway_commands_present_a_client_certificate_over_ssl(make_broker, pki):
+    broker, ssl_address = start_tls_broker(make_broker, pki, "--ssl-client-ca-file", pki.ca_file)
+    create_topic(broker.bootstrap, "mutual-cli", 1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWAY_")}
+
+    def topic_list(*security: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(broker.binary), "topic", "list", "-b", ssl_address,
+                               "--security-protocol", "SSL", "--ssl-ca-location", pki.ca_file,
+                               *security], capture_output=True, timeout=60, env=env)
+
+    listed = topic_list("--ssl-certificate-location", pki.client_cert,
+                        "--ssl-key-location", pki.client_key)
+    assert listed.returncode == 0, listed.stderr.decode()
+    assert "mutual-cli" in listed.stdout.decode()
+    refused = topic_list()
+    assert refused.returncode == 1, "no client certificate"
+    assert "connecting to" in refused.stderr.decode(), refused.stderr.decode()

@@ -6,6 +6,9 @@
 //! `ServerKey = HMAC(SaltedPassword, "Server Key")`. Neither the password nor the salted
 //! password is stored, so a stolen credential file does not let anyone authenticate.
 //!
+//! The client's side ([`ScramClient`]) serves the `headway` commands that talk to a
+//! broker over SASL.
+//!
 //! An exchange is two steps over plain values ([`ScramServer::first`], then
 //! [`ScramExchange::finish`]); the server's nonce is passed in, so tests are
 //! deterministic. An unknown user gets a server-first message like any other, built from
@@ -371,6 +374,106 @@ impl ScramExchange {
     }
 }
 
+/// The client's side of one SCRAM exchange, as the `headway` commands run it against a
+/// broker: [`ScramClient::first`], then [`ScramClient::last`] with the server-first
+/// message, then [`ServerCheck::verify`] with the server-final one. The client nonce
+/// is passed in (fresh and random per exchange, printable, no comma).
+pub struct ScramClient {
+    mechanism: Mechanism,
+    password: String,
+    client_nonce: String,
+    first_bare: String,
+}
+
+/// What the server-final message must be: proof that the server knows the credential.
+#[derive(Debug)]
+pub struct ServerCheck {
+    expected: Vec<u8>,
+}
+
+/// A user name as a SCRAM `saslname`: `,` is `=2C` and `=` is `=3D`.
+fn encode_name(name: &str) -> String {
+    name.replace('=', "=3D").replace(',', "=2C")
+}
+
+impl ScramClient {
+    /// The exchange and its client-first message.
+    pub fn first(
+        mechanism: Mechanism,
+        user: &str,
+        password: &str,
+        client_nonce: &str,
+    ) -> (ScramClient, Vec<u8>) {
+        let first_bare = format!("n={},r={client_nonce}", encode_name(user));
+        let message = format!("n,,{first_bare}").into_bytes();
+        let client = ScramClient {
+            mechanism,
+            password: password.to_string(),
+            client_nonce: client_nonce.to_string(),
+            first_bare,
+        };
+        (client, message)
+    }
+
+    /// Reads the server-first message and answers the client-final one, with what the
+    /// server's final message must be.
+    pub fn last(self, server_first: &[u8]) -> Result<(Vec<u8>, ServerCheck), AuthError> {
+        let text = std::str::from_utf8(server_first)
+            .map_err(|_| malformed("the server-first message is not UTF-8"))?;
+        let mut attributes = text.split(',');
+        let nonce = attribute(attributes.next(), 'r')?;
+        let salt = BASE64
+            .decode(attribute(attributes.next(), 's')?)
+            .map_err(|_| malformed("the salt is not base64"))?;
+        let iterations: u32 = attribute(attributes.next(), 'i')?
+            .parse()
+            .map_err(|_| malformed("the iteration count is not a number"))?;
+        if !nonce.starts_with(&self.client_nonce) || nonce.len() == self.client_nonce.len() {
+            return Err(AuthError::Failed(
+                "the server's nonce does not extend the client's".into(),
+            ));
+        }
+        if !(ITERATIONS_MIN..=ITERATIONS_MAX).contains(&iterations) || salt.is_empty() {
+            return Err(AuthError::Failed(format!(
+                "the server asks for {iterations} iterations, outside {ITERATIONS_MIN} to {ITERATIONS_MAX}"
+            )));
+        }
+        let m = self.mechanism;
+        let salted = m.salted_password(self.password.as_bytes(), &salt, iterations);
+        let client_key = m.hmac(&salted, b"Client Key");
+        // "biws" is base64 of the gs2 header "n,,": no channel binding, no authzid.
+        let without_proof = format!("c=biws,r={nonce}");
+        let auth = format!("{},{text},{without_proof}", self.first_bare);
+        let signature = m.hmac(&m.hash(&client_key), auth.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(&signature)
+            .map(|(k, s)| k ^ s)
+            .collect();
+        let server_key = m.hmac(&salted, b"Server Key");
+        let expected = format!("v={}", BASE64.encode(m.hmac(&server_key, auth.as_bytes())));
+        let message = format!("{without_proof},p={}", BASE64.encode(proof));
+        Ok((
+            message.into_bytes(),
+            ServerCheck {
+                expected: expected.into_bytes(),
+            },
+        ))
+    }
+}
+
+impl ServerCheck {
+    /// Checks the server-final message.
+    pub fn verify(&self, server_final: &[u8]) -> Result<(), AuthError> {
+        match bool::from(server_final.ct_eq(&self.expected)) {
+            true => Ok(()),
+            false => Err(AuthError::Failed(
+                "the server's final SCRAM message does not prove it knows the credential".into(),
+            )),
+        }
+    }
+}
+
 /// Serde of byte strings as base64 text.
 mod base64_bytes {
     use super::BASE64;
@@ -391,70 +494,24 @@ mod base64_bytes {
 mod tests {
     use super::*;
 
-    /// The client's side, written from RFC 5802 for the tests.
-    struct Client {
-        mechanism: Mechanism,
-        password: &'static str,
-        first_bare: String,
-    }
-
-    impl Client {
-        fn first(mechanism: Mechanism, user: &str, password: &'static str) -> (Client, Vec<u8>) {
-            let first_bare = format!("n={user},r=clientnonce");
-            let client = Client {
-                mechanism,
-                password,
-                first_bare: first_bare.clone(),
-            };
-            (client, format!("n,,{first_bare}").into_bytes())
-        }
-
-        fn last(&self, server_first: &[u8]) -> (Vec<u8>, Vec<u8>) {
-            let server_first = std::str::from_utf8(server_first).unwrap();
-            let mut parts = server_first.split(',');
-            let nonce = parts.next().unwrap().strip_prefix("r=").unwrap();
-            let salt = BASE64
-                .decode(parts.next().unwrap().strip_prefix("s=").unwrap())
-                .unwrap();
-            let iterations: u32 = parts.next().unwrap()[2..].parse().unwrap();
-            let m = self.mechanism;
-            let salted = m.salted_password(self.password.as_bytes(), &salt, iterations);
-            let client_key = m.hmac(&salted, b"Client Key");
-            let stored_key = m.hash(&client_key);
-            let without_proof = format!("c=biws,r={nonce}");
-            let auth = format!("{},{server_first},{without_proof}", self.first_bare);
-            let signature = m.hmac(&stored_key, auth.as_bytes());
-            let proof: Vec<u8> = client_key
-                .iter()
-                .zip(&signature)
-                .map(|(k, s)| k ^ s)
-                .collect();
-            let server_key = m.hmac(&salted, b"Server Key");
-            let expected_final =
-                format!("v={}", BASE64.encode(m.hmac(&server_key, auth.as_bytes())));
-            let message = format!("{without_proof},p={}", BASE64.encode(proof));
-            (message.into_bytes(), expected_final.into_bytes())
-        }
-    }
-
     fn run(
         mechanism: Mechanism,
         stored: Option<ScramCredential>,
         user: &str,
         password: &'static str,
     ) -> Result<Authenticated, AuthError> {
-        let (client, first) = Client::first(mechanism, user, password);
+        let (client, first) = ScramClient::first(mechanism, user, password, "clientnonce");
         let (exchange, server_first) =
             ScramServer::first(mechanism, &first, "servernonce", |_| stored)?;
         assert!(std::str::from_utf8(&server_first)
             .unwrap()
             .starts_with("r=clientnonceservernonce,s="));
-        let (last, expected_final) = client.last(&server_first);
+        let (last, server) = client.last(&server_first).unwrap();
         let done = exchange.finish(&last)?;
-        assert_eq!(
-            done.server_final, expected_final,
-            "the client can verify the server"
-        );
+        server
+            .verify(&done.server_final)
+            .expect("the client can verify the server");
+        assert!(server.verify(b"v=AAAA").is_err(), "and tell a forged one");
         Ok(done)
     }
 
@@ -499,11 +556,20 @@ mod tests {
             b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
         );
         let last = b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=";
+        let (client, client_first) =
+            ScramClient::first(m, "user", "pencil", "rOprNGfwEbeRWgbNEkqO");
+        assert_eq!(client_first, first);
+        let (client_last, server) = client.last(&server_first).unwrap();
+        assert_eq!(
+            client_last, last,
+            "the client's side gives the RFC's final message"
+        );
         let done = exchange.finish(last).unwrap();
         assert_eq!(
             done.server_final,
             b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
         );
+        server.verify(&done.server_final).unwrap();
     }
 
     #[test]
@@ -536,8 +602,26 @@ mod tests {
     }
 
     #[test]
+    fn the_client_refuses_a_server_that_ignores_its_nonce_or_asks_for_too_few_iterations() {
+        let m = Mechanism::Sha512;
+        for server_first in [
+            &b"r=othernonce,s=c2FsdA==,i=4096"[..],
+            b"r=abc,s=c2FsdA==,i=4096",
+            b"r=abcxyz,s=c2FsdA==,i=100",
+            b"r=abcxyz,s=,i=4096",
+            b"r=abcxyz,s=!!,i=4096",
+            b"r=abcxyz,i=4096",
+            b"\xff",
+        ] {
+            let (client, _) = ScramClient::first(m, "bob", "pw", "abc");
+            assert!(client.last(server_first).is_err(), "{server_first:?}");
+        }
+    }
+
+    #[test]
     fn escaped_names_are_decoded_and_credentials_round_trip_through_json() {
         assert_eq!(decode_name("a=2Cb=3Dc").unwrap(), "a,b=c");
+        assert_eq!(decode_name(&encode_name("a,b=c")).unwrap(), "a,b=c");
         // A password that base64 text cannot contain (no '-'), so the check below
         // cannot be fooled by a random salt.
         let stored = ScramCredential::from_password(Mechanism::Sha512, "pass-word", 8192).unwrap();

@@ -40,6 +40,9 @@ pub struct BudgetConfig {
     pub target: Duration,
     /// How often the rate is adjusted.
     pub interval: Duration,
+    /// How long a catch-up read waits, before each disk read, for small syncs in
+    /// progress to end (`crate::timings::SyncGate`); zero: never.
+    pub read_sync_wait: Duration,
 }
 
 /// The token bucket and its rate controller, over time given by the caller.
@@ -142,6 +145,7 @@ pub struct BudgetSnapshot {
 /// flushers' small syncs.
 pub struct BulkBudget {
     controller: Mutex<Controller>,
+    read_sync_wait: Duration,
     waits: AtomicU64,
     /// Where the flushers report their small syncs.
     timings: Arc<Timings>,
@@ -151,6 +155,7 @@ impl BulkBudget {
     pub fn new(config: BudgetConfig, timings: Arc<Timings>) -> BulkBudget {
         BulkBudget {
             controller: Mutex::new(Controller::new(config, Instant::now())),
+            read_sync_wait: config.read_sync_wait,
             waits: AtomicU64::new(0),
             timings,
         }
@@ -199,6 +204,17 @@ impl BulkBudget {
         wait.min(Duration::from_millis(20))
     }
 
+    /// Called by a catch-up read before each of its disk reads: lets small syncs in
+    /// progress go first, for at most `read_sync_wait`. Blocking.
+    pub fn yield_to_small_syncs(&self) {
+        self.timings.small_syncs.wait_clear(self.read_sync_wait);
+    }
+
+    /// Disk reads of catch-up reads that waited for a small sync.
+    pub fn sync_yields(&self) -> u64 {
+        self.timings.small_syncs.waits()
+    }
+
     /// Bulk work of `bytes` (read or written) was done.
     pub fn charge(&self, bytes: usize) {
         self.controller
@@ -231,6 +247,7 @@ mod tests {
             max_bytes_per_sec: 1024.0 * MIB,
             target: Duration::from_millis(10),
             interval: Duration::from_millis(100),
+            read_sync_wait: Duration::from_millis(1),
         }
     }
 

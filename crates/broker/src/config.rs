@@ -297,6 +297,9 @@ pub struct BrokerConfig {
     /// Light work (small syncs, small produces' waits for durability) slower than this
     /// (ms) cuts the bulk rate.
     pub light_latency_target_ms: u64,
+    /// How long a catch-up read waits, before each disk read of at most 256 KiB, for
+    /// small syncs in progress to end (µs; 0: never), so they need not queue behind it.
+    pub bulk_read_sync_wait_us: u64,
     /// With `flush = sync`: bytes a partition may have appended and not yet handed to a
     /// sync before its producers are read no further until the sync in progress ends.
     pub partition_unsynced_bytes_max: u64,
@@ -424,6 +427,7 @@ impl Default for BrokerConfig {
             bulk_bytes_per_sec_max: limits::BULK_BYTES_PER_SEC_MAX_DEFAULT,
             bulk_bytes_per_sec_min: limits::BULK_BYTES_PER_SEC_MIN_DEFAULT,
             light_latency_target_ms: limits::LIGHT_LATENCY_TARGET_MS_DEFAULT,
+            bulk_read_sync_wait_us: limits::BULK_READ_SYNC_WAIT_US_DEFAULT,
             partition_unsynced_bytes_max: limits::PARTITION_UNSYNCED_BYTES_MAX_DEFAULT,
             connection_outbound_bytes_max: limits::CONNECTION_OUTBOUND_BYTES_MAX_DEFAULT,
             outbound_bytes_max: limits::OUTBOUND_BYTES_MAX_DEFAULT,
@@ -478,6 +482,7 @@ impl BrokerConfig {
             max_bytes_per_sec: self.bulk_bytes_per_sec_max as f64,
             target: std::time::Duration::from_millis(self.light_latency_target_ms),
             interval: std::time::Duration::from_millis(limits::BULK_BUDGET_INTERVAL_MS),
+            read_sync_wait: std::time::Duration::from_micros(self.bulk_read_sync_wait_us),
         }
     }
 

@@ -101,6 +101,11 @@ impl SyncMeters {
             true => self.large_syncs.idle_io_while(),
             false => None,
         };
+        // Catch-up reads let a small sync go first (`timings::SyncGate`).
+        let _small = match (&self.timings, set.bytes <= SMALL_SYNC_BYTES) {
+            (Some(timings), true) => Some(timings.small_syncs.small_sync()),
+            _ => None,
+        };
         let outcome = set.sync().map_err(|e| e.to_string());
         self.synced(set.bytes, start.elapsed());
         outcome

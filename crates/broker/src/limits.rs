@@ -139,6 +139,13 @@ pub const BULK_BYTES_PER_SEC_MIN_DEFAULT: u64 = 16 * 1024 * 1024;
 /// syncs 4 KiB in well under a millisecond here (`docs/sync.md`).
 pub const LIGHT_LATENCY_TARGET_MS_DEFAULT: u64 = 3;
 
+/// How long a catch-up read waits, before each disk read of at most 256 KiB, for the
+/// small syncs in progress to end (`bulk_read_sync_wait_us`; `crate::timings::SyncGate`).
+/// A small sync then queues behind at most the one read already on the disk. Bounded so
+/// that catching up progresses while light partitions sync without pause: with 256 KiB
+/// reads, at worst 256 KiB per millisecond of waiting.
+pub const BULK_READ_SYNC_WAIT_US_DEFAULT: u64 = 1000;
+
 /// How often the bulk rate is adjusted.
 pub const BULK_BUDGET_INTERVAL_MS: u64 = 100;
 

@@ -132,13 +132,18 @@ impl ReadPool {
 
     /// Runs a fetch's read on a pool thread once the bulk budget admits it, charges the
     /// budget with what it read, and returns it. Counted in `pooled`.
+    /// `read` is given the hook to call before each disk read
+    /// ([`BulkBudget::yield_to_small_syncs`]).
     pub async fn run_bulk<E: Send + 'static>(
         &self,
-        read: impl FnOnce() -> Result<bytes::Bytes, E> + Send + 'static,
+        read: impl FnOnce(&dyn Fn()) -> Result<bytes::Bytes, E> + Send + 'static,
     ) -> Result<Result<bytes::Bytes, E>, PoolClosed> {
         self.budget.admit().await;
         self.stats.pooled.fetch_add(1, Ordering::Relaxed);
-        let result = self.run(read).await?;
+        let budget = Arc::clone(&self.budget);
+        let result = self
+            .run(move || read(&|| budget.yield_to_small_syncs()))
+            .await?;
         if let Ok(records) = &result {
             self.budget.charge(records.len());
         }
@@ -225,7 +230,7 @@ mod tests {
         assert!(name.unwrap().starts_with("headway-read-"));
         assert_eq!(pool.snapshot().pooled, 0, "a plain job is not a fetch read");
         let read = pool
-            .run_bulk(|| Ok::<_, ()>(bytes::Bytes::from_static(b"records")))
+            .run_bulk(|_| Ok::<_, ()>(bytes::Bytes::from_static(b"records")))
             .await
             .unwrap();
         assert_eq!(read.unwrap(), "records");

@@ -37,7 +37,7 @@ pub(crate) async fn read(
     }
     let records = via
         .pool
-        .run_bulk(move || slice.read(max_bytes, limit))
+        .run_bulk(move |yield_to_syncs| slice.read_yielding(max_bytes, limit, yield_to_syncs))
         .await
         .map_err(|e| BrokerError::Storage(e.to_string()))?
         .map_err(failed)?;

@@ -91,6 +91,8 @@ impl Broker {
                 .iter()
                 .for_each(|p| broker.start_flusher(p));
         }
+        crate::timings::spawn_wake_probe(&broker.timings, tokio::runtime::Handle::current())
+            .map_err(|e| BrokerError::Storage(format!("start the wake probe: {e}")))?;
         tokio::spawn(run_retention(Arc::downgrade(&broker)));
         tokio::spawn(run_disk_checks(Arc::downgrade(&broker)));
         tokio::spawn(close_unused_files(Arc::downgrade(&broker)));

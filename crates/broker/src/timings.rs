@@ -20,7 +20,12 @@
 //!
 //! Produce stages are labelled by the request's size, fetch stages by whether a read
 //! went to the read threads (a catch-up read) or not (the tail), so a light client's
-//! tail is not averaged away by a heavy one's. Each broker has its own ([`Timings`],
+//! tail is not averaged away by a heavy one's.
+//!
+//! A wake (`runtime_wake`): how long a task woken from outside the runtime waited for a
+//! worker thread, as a light connection woken by its socket or by a sync waits when the
+//! workers are busy or the CPU is taken. A thread of its own spawns a task every 10 ms
+//! ([`spawn_wake_probe`]) and the task notes the time since it was spawned. Each broker has its own ([`Timings`],
 //! `Broker::timings`); `/metrics` shows them as `headway_produce_stage_seconds`,
 //! `headway_fetch_stage_seconds` and `headway_sync_seconds`. The slowest small sync is
 //! also part of the bulk budget's latency signal ([`Timings::light_latency`]).
@@ -29,6 +34,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::exponential_buckets;
 pub use prometheus_client::metrics::histogram::Histogram;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 /// A produce request partition of at most this many bytes counts as small: the bulk
@@ -77,6 +83,69 @@ impl LatencySignal {
     }
 }
 
+/// Small syncs in progress, which catch-up reads let go first: a read thread waits
+/// before each disk read of at most 256 KiB while one is in progress
+/// ([`SyncGate::wait_clear`]), so a small sync's writes and its disk-cache flush queue
+/// behind at most the one read already on the disk, not behind each read that follows.
+/// The wait is bounded, so catching up always progresses, however many light
+/// partitions keep syncing.
+#[derive(Default)]
+pub struct SyncGate {
+    in_flight: Mutex<usize>,
+    cleared: Condvar,
+    /// Disk reads that waited for a small sync.
+    waits: AtomicU64,
+}
+
+/// A small sync in progress; it ends when this is dropped.
+pub struct SmallSync<'a>(&'a SyncGate);
+
+impl Drop for SmallSync<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = self.0.in_flight.lock().expect("sync gate lock");
+        *in_flight -= 1;
+        if *in_flight == 0 {
+            self.0.cleared.notify_all();
+        }
+    }
+}
+
+impl SyncGate {
+    /// A small sync starts.
+    pub fn small_sync(&self) -> SmallSync<'_> {
+        *self.in_flight.lock().expect("sync gate lock") += 1;
+        SmallSync(self)
+    }
+
+    /// Small syncs in progress now.
+    pub fn in_flight(&self) -> usize {
+        *self.in_flight.lock().expect("sync gate lock")
+    }
+
+    /// Waits until no small sync is in progress, or `max` has passed. Returns whether
+    /// it waited.
+    pub fn wait_clear(&self, max: Duration) -> bool {
+        if max.is_zero() {
+            return false;
+        }
+        let in_flight = self.in_flight.lock().expect("sync gate lock");
+        if *in_flight == 0 {
+            return false;
+        }
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        let _ = self
+            .cleared
+            .wait_timeout_while(in_flight, max, |n| *n > 0)
+            .expect("sync gate lock");
+        true
+    }
+
+    /// Disk reads that waited for a small sync.
+    pub fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
+    }
+}
+
 /// One produce size class's stages.
 #[derive(Clone)]
 pub struct ProduceStages {
@@ -116,6 +185,11 @@ pub struct Timings {
     /// The slowest light work (a small sync, a small produce's wait to be durable)
     /// since the bulk budget last looked.
     pub light_latency: LatencySignal,
+    /// From a task spawned from outside the runtime to its first poll, 5 µs to about
+    /// 5 s doubling ([`spawn_wake_probe`]).
+    pub runtime_wake: Histogram,
+    /// Small syncs in progress, which catch-up reads wait for.
+    pub small_syncs: SyncGate,
 }
 
 fn get(family: &Histograms, labels: &[(&'static str, &'static str)]) -> Histogram {
@@ -155,6 +229,8 @@ impl Timings {
             sync_small: get(&sync, &[("size", "small")]),
             sync_large: get(&sync, &[("size", "large")]),
             light_latency: LatencySignal::new(),
+            runtime_wake: Histogram::new(exponential_buckets(5e-6, 2.0, 20)),
+            small_syncs: SyncGate::default(),
             sync_bytes: Histogram::new(exponential_buckets(4096.0, 2.0, 16)),
             sync_records: Histogram::new(exponential_buckets(1.0, 2.0, 21)),
             produce,
@@ -193,6 +269,35 @@ impl Timings {
     }
 }
 
+/// How often the wake probe spawns a task.
+const WAKE_PROBE_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Starts the thread that measures how long the runtime of `runtime` takes to start a
+/// task woken from outside it (`Timings::runtime_wake`). The thread ends once the
+/// timings are dropped or the runtime is gone.
+pub fn spawn_wake_probe(
+    timings: &std::sync::Arc<Timings>,
+    runtime: tokio::runtime::Handle,
+) -> std::io::Result<()> {
+    let timings = std::sync::Arc::downgrade(timings);
+    std::thread::Builder::new()
+        .name("wake-probe".into())
+        .spawn(move || loop {
+            std::thread::sleep(WAKE_PROBE_INTERVAL);
+            let Some(timings) = timings.upgrade() else {
+                return;
+            };
+            let spawned = std::time::Instant::now();
+            let probe = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                runtime.spawn(async move { observe(&timings.runtime_wake, spawned.elapsed()) })
+            }));
+            if probe.is_err() {
+                return;
+            }
+        })
+        .map(|_| ())
+}
+
 /// Records `elapsed` in `histogram`, in seconds.
 pub fn observe(histogram: &Histogram, elapsed: Duration) {
     histogram.observe(elapsed.as_secs_f64());
@@ -211,5 +316,81 @@ mod tests {
         signal.note(Duration::from_millis(1));
         assert_eq!(signal.take(), Some(Duration::from_millis(30)));
         assert_eq!(signal.take(), None);
+    }
+
+    #[test]
+    fn reads_wait_for_small_syncs_in_progress_and_no_longer_than_their_bound() {
+        let gate = std::sync::Arc::new(SyncGate::default());
+        assert!(
+            !gate.wait_clear(Duration::from_secs(60)),
+            "no sync, no wait"
+        );
+        let sync = gate.small_sync();
+        let second = gate.small_sync();
+        assert_eq!(gate.in_flight(), 2);
+        // Bounded: with syncs that never end, a read goes on after its bound.
+        assert!(gate.wait_clear(Duration::from_millis(5)));
+        assert!(!gate.wait_clear(Duration::ZERO), "a zero bound never waits");
+        drop(second);
+        assert_eq!(gate.in_flight(), 1);
+        // A waiting read is let go when the last sync ends, well before its bound.
+        let reader = {
+            let gate = std::sync::Arc::clone(&gate);
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                gate.wait_clear(Duration::from_secs(600));
+                started.elapsed()
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while gate.waits() < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the read never waited"
+            );
+            std::thread::yield_now();
+        }
+        drop(sync);
+        let waited = reader.join().unwrap();
+        assert!(waited < Duration::from_secs(300), "{waited:?}");
+        assert_eq!(gate.in_flight(), 0);
+        assert_eq!(gate.waits(), 2);
+    }
+
+    #[test]
+    fn the_wake_probe_measures_the_runtime_and_ends_with_the_timings() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let timings = std::sync::Arc::new(Timings::new());
+        spawn_wake_probe(&timings, runtime.handle().clone()).unwrap();
+        let count = |t: &Timings| {
+            let mut text = String::new();
+            let mut registry = prometheus_client::registry::Registry::default();
+            registry.register("wake", "", t.runtime_wake.clone());
+            prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+            text.lines()
+                .find_map(|l| l.strip_prefix("wake_count "))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while count(&timings) < 3 {
+            assert!(std::time::Instant::now() < deadline, "no wake measured");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The probe holds the timings only while it spawns.
+        let weak = std::sync::Arc::downgrade(&timings);
+        drop(timings);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while weak.upgrade().is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the probe kept the timings"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }

@@ -4,8 +4,7 @@ use crate::progress::Progress;
 use anyhow::Context;
 use clap::Args;
 use headway_client::{
-    ClientConfig, Cluster, ConsumedRecord, Consumer, ConsumerConfig, GroupConfig, GroupConsumer,
-    StartOffset,
+    Cluster, ConsumedRecord, Consumer, ConsumerConfig, GroupConfig, GroupConsumer, StartOffset,
 };
 use std::io::Write;
 use std::time::Duration;
@@ -22,6 +21,8 @@ pub struct ConsumeArgs {
         default_value = "127.0.0.1:9092"
     )]
     bootstrap: String,
+    #[command(flatten)]
+    security: crate::security_args::SecurityArgs,
     /// Start at the earliest offset (default: only new records).
     #[arg(long)]
     from_beginning: bool,
@@ -137,7 +138,7 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     // First, so that a signal sent while the consumer starts ends it cleanly too.
     let stop = crate::Signals::install()?.stop_flag();
     let pieces = parse_format(&args.format)?;
-    let cluster = Cluster::connect(&args.bootstrap, ClientConfig::default())
+    let cluster = Cluster::connect(&args.bootstrap, args.security.client_config()?)
         .await
         .with_context(|| format!("connecting to {}", args.bootstrap))?;
     let start = if args.from_beginning {

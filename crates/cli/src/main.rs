@@ -16,6 +16,7 @@ mod group;
 mod output;
 mod produce;
 mod progress;
+mod security_args;
 mod topic;
 mod user;
 
@@ -238,6 +239,10 @@ struct ServeArgs {
     /// rate, in ms [default: 3].
     #[arg(long, env = "HEADWAY_LIGHT_LATENCY_TARGET_MS")]
     light_latency_target_ms: Option<u64>,
+    /// How long a catch-up read waits, before each disk read of at most 256 KiB, for small
+    /// syncs in progress to end, in µs; 0: never [default: 1000].
+    #[arg(long, env = "HEADWAY_BULK_READ_SYNC_WAIT_US")]
+    bulk_read_sync_wait_us: Option<u64>,
     /// With --flush sync: bytes a partition may have appended and not yet handed to a
     /// sync; a producer past it waits for the sync in progress [default: 8388608].
     #[arg(long, env = "HEADWAY_PARTITION_UNSYNCED_BYTES_MAX")]
@@ -380,6 +385,7 @@ impl ServeArgs {
         set!(bulk_bytes_per_sec_max = self.bulk_bytes_per_sec_max);
         set!(bulk_bytes_per_sec_min = self.bulk_bytes_per_sec_min);
         set!(light_latency_target_ms = self.light_latency_target_ms);
+        set!(bulk_read_sync_wait_us = self.bulk_read_sync_wait_us);
         set!(partition_unsynced_bytes_max = self.partition_unsynced_bytes_max);
         set!(connection_outbound_bytes_max = self.connection_outbound_bytes_max);
         set!(outbound_bytes_max = self.outbound_bytes_max);

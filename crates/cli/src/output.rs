@@ -7,7 +7,7 @@
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use headway_client::{ClientConfig, Cluster};
+use headway_client::Cluster;
 use serde::Serialize;
 use std::io::Write;
 use std::sync::Arc;
@@ -26,6 +26,8 @@ pub struct AdminArgs {
     /// Output: aligned tables, or one JSON document.
     #[arg(long, value_enum, default_value_t = Format::Table, global = true)]
     pub format: Format,
+    #[command(flatten)]
+    pub security: crate::security_args::SecurityArgs,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -36,7 +38,7 @@ pub enum Format {
 
 impl AdminArgs {
     pub async fn connect(&self) -> anyhow::Result<Arc<Cluster>> {
-        Cluster::connect(&self.bootstrap, ClientConfig::default())
+        Cluster::connect(&self.bootstrap, self.security.client_config()?)
             .await
             .with_context(|| format!("connecting to {}", self.bootstrap))
     }

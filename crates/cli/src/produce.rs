@@ -4,7 +4,7 @@ use crate::progress::Progress;
 use anyhow::Context;
 use bytes::Bytes;
 use clap::Args;
-use headway_client::{ClientConfig, Cluster, Compression, Producer, ProducerConfig, Record};
+use headway_client::{Cluster, Compression, Producer, ProducerConfig, Record};
 use std::time::Duration;
 use tokio::io::AsyncBufReadExt;
 
@@ -20,6 +20,8 @@ pub struct ProduceArgs {
         default_value = "127.0.0.1:9092"
     )]
     bootstrap: String,
+    #[command(flatten)]
+    security: crate::security_args::SecurityArgs,
     /// Generate this many records instead of reading stdin.
     #[arg(long)]
     count: Option<u64>,
@@ -163,7 +165,7 @@ impl ProduceArgs {
 }
 
 pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
-    let cluster = Cluster::connect(&args.bootstrap, ClientConfig::default())
+    let cluster = Cluster::connect(&args.bootstrap, args.security.client_config()?)
         .await
         .with_context(|| format!("connecting to {}", args.bootstrap))?;
     let producer = Producer::new(cluster, args.config()?)?;

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(Args)]
 pub struct UserArgs {
-    /// A running broker, HOST:PORT[,HOST:PORT...] (plaintext); without it, the data
+    /// A running broker, HOST:PORT[,HOST:PORT...]; without it, the data
     /// directory of a stopped broker is edited.
     #[arg(
         long,
@@ -26,6 +26,8 @@ pub struct UserArgs {
         conflicts_with = "data_dir"
     )]
     bootstrap: Option<String>,
+    #[command(flatten)]
+    security: crate::security_args::SecurityArgs,
     /// The data directory of a stopped broker [default: headway-data].
     #[arg(long, env = "HEADWAY_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -103,7 +105,10 @@ fn user_line(name: &str, credentials: &[(Mechanism, u32)]) -> String {
 
 pub fn run(args: UserArgs) -> anyhow::Result<()> {
     match args.bootstrap {
-        Some(bootstrap) => crate::client_runtime()?.block_on(remote(&bootstrap, args.command)),
+        Some(bootstrap) => {
+            let config = args.security.client_config()?;
+            crate::client_runtime()?.block_on(remote(&bootstrap, config, args.command))
+        }
         None => local(
             &args
                 .data_dir
@@ -162,8 +167,8 @@ fn local(data_dir: &Path, command: UserCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn remote(bootstrap: &str, command: UserCommand) -> anyhow::Result<()> {
-    let cluster = Cluster::connect(bootstrap, ClientConfig::default())
+async fn remote(bootstrap: &str, config: ClientConfig, command: UserCommand) -> anyhow::Result<()> {
+    let cluster = Cluster::connect(bootstrap, config)
         .await
         .with_context(|| format!("connecting to {bootstrap}"))?;
     match command {

@@ -28,6 +28,8 @@ pub struct ClientConfig {
     pub retries: u32,
     /// Requests in flight on a shared connection.
     pub in_flight_max: usize,
+    /// TLS and SASL, for every connection (`crate::transport`).
+    pub security: crate::transport::Security,
 }
 
 impl Default for ClientConfig {
@@ -39,6 +41,7 @@ impl Default for ClientConfig {
             retry_backoff_max: Duration::from_secs(1),
             retries: 10,
             in_flight_max: 64,
+            security: Default::default(),
         }
     }
 }
@@ -138,6 +141,7 @@ impl Cluster {
             &self.config.client_id,
             in_flight_max,
             self.config.request_timeout,
+            &self.config.security,
         )
         .await
     }

@@ -6,20 +6,23 @@
 //! connection's requests in order, so the reader matches each answer to the oldest
 //! pending request and checks the correlation id.
 //!
-//! At connect, ApiVersions tells which versions the broker serves; each request uses
+//! At connect, TLS and SASL come first when the client's [`Security`] asks for them
+//! (`crate::transport`), then ApiVersions tells which versions the broker serves; each request uses
 //! the newest version both sides know ([`SUPPORTED`] lists the client's side).
 
 use crate::error::ClientError;
+use crate::transport::{SaslMechanism, SaslStep, Security};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
@@ -80,12 +83,14 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects, starts the reader and writer, and negotiates versions.
+    /// Connects (with TLS and SASL when `security` asks for them), starts the reader
+    /// and writer, and negotiates versions.
     pub async fn connect(
         addr: &str,
         client_id: &str,
         in_flight_max: usize,
         timeout: Duration,
+        security: &Security,
     ) -> Result<Connection, ClientError> {
         let fail = |reason: String| ClientError::Connection {
             addr: addr.to_string(),
@@ -96,22 +101,32 @@ impl Connection {
             .map_err(|_| fail("connect timed out".into()))?
             .map_err(|e| fail(e.to_string()))?;
         let _ = stream.set_nodelay(true);
-        let (reader, writer) = stream.into_split();
         let (outgoing, outgoing_rx) = mpsc::channel(in_flight_max.max(1));
         let (pending, pending_rx) = mpsc::channel(in_flight_max.max(1));
         let closed = Arc::new(AtomicBool::new(false));
-        tokio::spawn(write_loop(
-            writer,
-            outgoing_rx,
+        let loops = Loops {
+            outgoing: outgoing_rx,
             pending,
-            Arc::clone(&closed),
-        ));
-        tokio::spawn(read_loop(
-            reader,
             pending_rx,
-            addr.to_string(),
-            Arc::clone(&closed),
-        ));
+            addr: addr.to_string(),
+            closed: Arc::clone(&closed),
+        };
+        match &security.tls {
+            None => {
+                let (reader, writer) = stream.into_split();
+                loops.start(reader, writer);
+            }
+            Some(tls) => {
+                let name = tls.server_name(addr).map_err(fail)?;
+                let connector = tokio_rustls::TlsConnector::from(Arc::clone(&tls.config));
+                let stream = tokio::time::timeout(timeout, connector.connect(name, stream))
+                    .await
+                    .map_err(|_| fail("TLS handshake timed out".into()))?
+                    .map_err(|e| fail(format!("TLS handshake: {e}")))?;
+                let (reader, writer) = tokio::io::split(stream);
+                loops.start(reader, writer);
+            }
+        }
         let mut connection = Connection {
             addr: addr.to_string(),
             outgoing,
@@ -121,8 +136,48 @@ impl Connection {
             closed,
             timeout,
         };
+        if let Some(mechanism) = &security.sasl {
+            connection.authenticate(mechanism.as_ref()).await?;
+        }
         connection.versions = connection.negotiate().await?;
         Ok(connection)
+    }
+
+    /// SaslHandshake v1, then SaslAuthenticate v2 for every token of the exchange.
+    async fn authenticate(&self, mechanism: &dyn SaslMechanism) -> Result<(), ClientError> {
+        let name = mechanism.name();
+        let handshake =
+            SaslHandshakeRequest::default().with_mechanism(StrBytes::from_string(name.to_string()));
+        let response: SaslHandshakeResponse = self.request_at(1, &handshake).await?;
+        if response.error_code != 0 {
+            let offered: Vec<&str> = response.mechanisms.iter().map(|m| m.as_str()).collect();
+            return Err(ClientError::Authentication(format!(
+                "the broker does not offer SASL mechanism {name} on this listener (it offers: {})",
+                offered.join(", ")
+            )));
+        }
+        let mut exchange = mechanism.start().map_err(ClientError::Authentication)?;
+        let mut server: Option<Bytes> = None;
+        loop {
+            let token = match exchange
+                .next(server.as_deref())
+                .map_err(ClientError::Authentication)?
+            {
+                SaslStep::Done => return Ok(()),
+                SaslStep::Send(token) => token,
+            };
+            let request = SaslAuthenticateRequest::default().with_auth_bytes(token.into());
+            let response: SaslAuthenticateResponse = self.request_at(2, &request).await?;
+            if response.error_code != 0 {
+                let refused = ClientError::from_code(response.error_code, None).to_string();
+                let message = response.error_message.map(|m| m.to_string());
+                return Err(ClientError::Authentication(match message {
+                    Some(m) if !m.is_empty() => format!("{refused}: {m}"),
+                    _ => refused,
+                }));
+            }
+            server = Some(response.auth_bytes);
+        }
     }
 
     pub fn addr(&self) -> &str {
@@ -277,8 +332,33 @@ fn api_name(key: ApiKey) -> &'static str {
     }
 }
 
-async fn write_loop(
-    writer: tokio::net::tcp::OwnedWriteHalf,
+/// What the reader and writer tasks of a connection are given.
+struct Loops {
+    outgoing: mpsc::Receiver<Outgoing>,
+    pending: mpsc::Sender<(i32, Reply)>,
+    pending_rx: mpsc::Receiver<(i32, Reply)>,
+    addr: String,
+    closed: Arc<AtomicBool>,
+}
+
+impl Loops {
+    fn start<R, W>(self, reader: R, writer: W)
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        tokio::spawn(write_loop(
+            writer,
+            self.outgoing,
+            self.pending,
+            Arc::clone(&self.closed),
+        ));
+        tokio::spawn(read_loop(reader, self.pending_rx, self.addr, self.closed));
+    }
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(
+    writer: W,
     mut outgoing: mpsc::Receiver<Outgoing>,
     pending: mpsc::Sender<(i32, Reply)>,
     closed: Arc<AtomicBool>,
@@ -301,8 +381,8 @@ async fn write_loop(
     closed.store(true, Ordering::Release);
 }
 
-async fn read_loop(
-    mut reader: tokio::net::tcp::OwnedReadHalf,
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut reader: R,
     mut pending: mpsc::Receiver<(i32, Reply)>,
     addr: String,
     closed: Arc<AtomicBool>,

@@ -25,6 +25,9 @@ pub enum ClientError {
     Timeout(std::time::Duration),
     #[error("unknown topic or partition {0}")]
     UnknownTopic(String),
+    /// TLS or SASL refused, or a SASL exchange that could not go on.
+    #[error("authentication failed: {0}")]
+    Authentication(String),
     #[error("the client is closed")]
     Closed,
     #[error("{0}")]

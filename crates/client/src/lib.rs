@@ -12,6 +12,7 @@
 //! - [`admin`]: topics, configs, offsets by time, group offset resets and deletes, and
 //!   the cluster's brokers, for operators' tools.
 //! - [`security`]: SCRAM users and ACLs, for operators' tools.
+//! - [`transport`]: TLS and SASL on the client's connections.
 
 pub mod admin;
 pub mod cluster;
@@ -23,6 +24,7 @@ pub mod groups;
 pub mod partitioner;
 pub mod producer;
 pub mod security;
+pub mod transport;
 
 pub use admin::{
     BrokerDescription, ClusterDescription, ClusterMetadata, ConfigChange, ConfigEntry,
@@ -41,3 +43,4 @@ pub use groups::{
 pub use kafka_protocol::records::Compression;
 pub use producer::{Delivery, LaneStats, Producer, ProducerConfig, ProducerStats, Record};
 pub use security::{AclEntry, ScramAlteration, ScramCredentialInfo};
+pub use transport::{Plain, SaslExchange, SaslMechanism, SaslStep, Security, Tls};

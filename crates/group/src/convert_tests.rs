@@ -428,3 +428,28 @@ fn a_new_classic_member_joins_a_consumer_group_and_is_refused_bad_metadata() {
     assert_eq!(left, vec![Ok(()), Err(GroupError::UnknownMemberId)]);
     assert_eq!(groups.consumer["g"].members.len(), 1);
 }
+
+#[test]
+fn classic_members_are_not_durable_and_the_recovered_group_reassigns_their_partitions() {
+    use crate::consumer::durable::{project, GroupRecord, Recovery};
+    let mut groups = groups(MigrationPolicy::Bidirectional);
+    let (a, b, _) = upgraded(&mut groups);
+    let group = &groups.consumer["g"];
+    let records = project(group);
+    assert!(records.keys().all(|k| k.member_id != a && k.member_id != b));
+    let mut recovery = Recovery::default();
+    for (key, value) in records {
+        recovery.apply(GroupRecord {
+            key,
+            value: Some(value),
+        });
+    }
+    let recovered = recovery.finish(100).expect("recovers");
+    let g = &recovered["g"];
+    assert_eq!(g.members.keys().collect::<Vec<_>>(), vec!["c"]);
+    assert!(
+        g.group_epoch > g.assignment_epoch,
+        "the next heartbeat assigns what the classic members held"
+    );
+    g.assert_owners();
+}

@@ -5,8 +5,16 @@
 //! `.await`: answers that must wait are one-shot channels completed by later steps.
 //! Commits append to the offsets log (a [`Partition`] with the broker's flush policy and
 //! group commit), wait until the record is durable, then update the in-memory offsets.
+//!
+//! Consumer-protocol groups (KIP-848) keep their state in the same log
+//! ([`crate::consumer::durable`]): a step that changes a group appends the records it
+//! changed while the mutex is held, so one group's records reach the log in the order
+//! of its steps; a heartbeat is answered once they are durable, waited for without the
+//! mutex. The log is replayed at start-up, so groups come back with their members,
+//! epochs and assignments.
 
 use crate::consumer::classic::{encode_assignment, encode_subscription};
+use crate::consumer::durable::{self, GroupRecord, Recovery, Written};
 use crate::consumer::{ConsumerGroup, HeartbeatAnswer, HeartbeatRequest, TopicsView};
 use crate::offsets::{encode_batch, OffsetRecord};
 use crate::state::{
@@ -62,6 +70,9 @@ pub struct GroupSummary {
 
 pub struct GroupCoordinator {
     groups: Mutex<Groups>,
+    /// What the log holds of consumer-protocol groups. Locked only while `groups` is
+    /// held (in that order), so it matches the log's order.
+    written: Mutex<Written>,
     log: Arc<Partition>,
     closed: AtomicBool,
 }
@@ -81,16 +92,27 @@ impl GroupCoordinator {
         let dir = data_dir.join("groups").join("offsets");
         let log = internal_log::open(dir, "__consumer_offsets", flush).await?;
         let mut groups = Groups::new(config);
-        let records = replay(&log, &mut groups).await?;
+        let mut recovery = Recovery::default();
+        let records = replay(&log, &mut groups, &mut recovery).await?;
+        let consumer = recovery
+            .finish(now_ms())
+            .map_err(|e| BrokerError::Storage(format!("offsets log: {e}")))?;
+        let written = Written::recovered(&consumer);
+        let members: usize = consumer.values().map(|c| c.members.len()).sum();
+        let consumer_groups = consumer.len();
+        groups.consumer.extend(consumer);
         let count: usize = groups.iter().map(|g| g.offsets.len()).sum();
         tracing::info!(
             records,
             groups = groups.iter().count(),
             offsets = count,
+            consumer_groups,
+            members,
             "offsets log replayed"
         );
         let coordinator = Arc::new(GroupCoordinator {
             groups: Mutex::new(groups),
+            written: Mutex::new(written),
             log,
             closed: AtomicBool::new(false),
         });
@@ -113,7 +135,13 @@ impl GroupCoordinator {
     pub async fn join(&self, req: JoinRequest) -> JoinResult {
         let member_id = req.member_id.clone();
         let (reply, answer) = oneshot::channel();
-        self.groups().join(req, reply, now_ms());
+        {
+            // A classic join takes over an empty consumer-protocol group: its records go.
+            let group_id = req.group_id.clone();
+            let mut groups = self.groups();
+            groups.join(req, reply, now_ms());
+            let _ = self.persist_locked(&groups, &group_id, None);
+        }
         answer.await.unwrap_or_else(|_| JoinResult {
             error: Some(GroupError::CoordinatorNotAvailable),
             generation_id: None,
@@ -277,19 +305,82 @@ impl GroupCoordinator {
     /// Appends records to the offsets log and waits until they are durable. Returns
     /// the log offset of the first.
     async fn append(&self, records: &[OffsetRecord]) -> Result<Offset, GroupError> {
-        let batch = encode_batch(records, now_ms());
-        let appended = self.log.append(&batch, usize::MAX).map_err(|e| {
+        let appended = self.append_batch(&encode_batch(records, now_ms()))?;
+        self.wait_durable(Some(appended.log_end_offset)).await?;
+        Ok(appended.base_offset)
+    }
+
+    fn append_batch(&self, batch: &[u8]) -> Result<headway_broker::Appended, GroupError> {
+        self.log.append(batch, usize::MAX).map_err(|e| {
             tracing::error!(error = %e, "appending to the offsets log failed");
             GroupError::CoordinatorNotAvailable
-        })?;
-        self.log
-            .wait_durable(appended.log_end_offset)
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "syncing the offsets log failed");
-                GroupError::CoordinatorNotAvailable
-            })?;
-        Ok(appended.base_offset)
+        })
+    }
+
+    /// Waits until the offsets log is durable up to `end` (nothing to wait for: `None`).
+    async fn wait_durable(&self, end: Option<Offset>) -> Result<(), GroupError> {
+        let Some(end) = end else { return Ok(()) };
+        self.log.wait_durable(end).await.map_err(|e| {
+            tracing::error!(error = %e, "syncing the offsets log failed");
+            GroupError::CoordinatorNotAvailable
+        })
+    }
+
+    /// Appends the records that bring the log to the consumer-protocol group
+    /// `group_id` as `groups` holds it now (tombstones if it is gone), with the groups
+    /// mutex held by the caller. `member` names the member a heartbeat moved. Returns
+    /// the log end offset to wait for, if anything was appended.
+    fn persist_locked(
+        &self,
+        groups: &Groups,
+        group_id: &str,
+        member: Option<&str>,
+    ) -> Result<Option<Offset>, GroupError> {
+        let mut written = self.written.lock().expect("written mutex poisoned");
+        let changes = written.changes(group_id, groups.consumer.get(group_id), member);
+        if changes.is_empty() {
+            return Ok(None);
+        }
+        let batch = internal_log::encode_batch(changes.records(), now_ms());
+        let appended = self.append_batch(&batch)?;
+        written.wrote(changes);
+        Ok(Some(appended.log_end_offset))
+    }
+
+    /// Whether a consumer-protocol group's epochs moved (or it came or went) since the
+    /// log last heard of it; with the groups mutex held by the caller.
+    fn moved_locked(&self, groups: &Groups, group_id: &str) -> bool {
+        let written = self.written.lock().expect("written mutex poisoned");
+        let now = groups
+            .consumer
+            .get(group_id)
+            .map(|c| (c.group_epoch, c.assignment_epoch));
+        written.epochs(group_id) != now
+    }
+
+    /// [`GroupCoordinator::persist_locked`] for every consumer-protocol group whose
+    /// epochs moved or that went since the log last heard of it (the ticker fences
+    /// members; a member's step without an epoch change is written by its heartbeat).
+    fn persist_moved_locked(&self, groups: &Groups) -> Option<Offset> {
+        let moved: Vec<String> = {
+            let written = self.written.lock().expect("written mutex poisoned");
+            let gone = written
+                .group_ids()
+                .filter(|id| !groups.consumer.contains_key(*id))
+                .cloned();
+            let changed = groups.consumer.keys().filter(|id| {
+                let c = &groups.consumer[*id];
+                written.epochs(id) != Some((c.group_epoch, c.assignment_epoch))
+            });
+            gone.chain(changed.cloned()).collect()
+        };
+        let mut end = None;
+        for group_id in moved {
+            if let Ok(Some(e)) = self.persist_locked(groups, &group_id, None) {
+                end = Some(e);
+            }
+        }
+        end
     }
 
     /// Committed offsets of a group: all of them, or those of the given partitions
@@ -369,13 +460,31 @@ impl GroupCoordinator {
         self.groups().topics = source;
     }
 
-    /// Handles a ConsumerGroupHeartbeat against the broker's `topics` now.
-    pub fn consumer_heartbeat(
+    /// Handles a ConsumerGroupHeartbeat against the broker's `topics` now, answered
+    /// once what it changed in the group is durable.
+    pub async fn consumer_heartbeat(
         &self,
         req: &HeartbeatRequest,
         topics: &TopicsView,
     ) -> Result<HeartbeatAnswer, GroupError> {
-        self.groups().consumer_heartbeat(req, topics, now_ms())
+        let (answer, end) = {
+            let mut groups = self.groups();
+            let answer = groups.consumer_heartbeat(req, topics, now_ms());
+            let end = match &answer {
+                Ok(HeartbeatAnswer::Member { member_id, .. })
+                | Ok(HeartbeatAnswer::Left { member_id, .. }) => {
+                    self.persist_locked(&groups, &req.group_id, Some(member_id))
+                }
+                // A refused heartbeat changes nothing durable unless it moved an epoch
+                // (a rejoin that removed the member, then found the group full): a
+                // stream of refused heartbeats costs no comparison of the whole group.
+                Err(_) if !self.moved_locked(&groups, &req.group_id) => Ok(None),
+                Err(_) => self.persist_locked(&groups, &req.group_id, None),
+            };
+            (answer, end)
+        };
+        self.wait_durable(end?).await?;
+        answer
     }
 
     /// The heartbeat interval consumer-protocol members are told.
@@ -400,7 +509,12 @@ impl GroupCoordinator {
 
     /// Deletes a group without members and tombstones its offsets.
     pub async fn delete(&self, group_id: &str) -> Result<(), GroupError> {
-        let keys = self.groups().delete(group_id)?;
+        let (keys, end) = {
+            let mut groups = self.groups();
+            let keys = groups.delete(group_id)?;
+            (keys, self.persist_locked(&groups, group_id, None)?)
+        };
+        self.wait_durable(end).await?;
         let tombstones: Vec<OffsetRecord> = keys
             .into_iter()
             .map(|topic_partition| OffsetRecord {
@@ -481,9 +595,26 @@ fn consumer_summary(c: &ConsumerGroup, with_members: bool) -> GroupSummary {
     }
 }
 
-/// Rebuilds the committed offsets from the offsets log. Returns the records read.
-async fn replay(log: &Partition, groups: &mut Groups) -> Result<usize, BrokerError> {
-    internal_log::replay(log, |offset, key, value| {
+/// Rebuilds the committed offsets from the offsets log, and gives the records of
+/// consumer-protocol groups to `recovery`. Returns the records read; a group record
+/// that cannot be read is an error.
+async fn replay(
+    log: &Partition,
+    groups: &mut Groups,
+    recovery: &mut Recovery,
+) -> Result<usize, BrokerError> {
+    let mut failed = None;
+    let read = internal_log::replay(log, |offset, key, value| {
+        if let Some(key) = key.clone().filter(|k| durable::is_group_record(k)) {
+            match GroupRecord::decode(key, value) {
+                Ok(record) => recovery.apply(record),
+                Err(e) if failed.is_none() => {
+                    failed = Some(format!("offsets log record at offset {offset}: {e}"))
+                }
+                Err(_) => {}
+            }
+            return;
+        }
         let Some(r) = OffsetRecord::decode(key, value) else {
             tracing::warn!(
                 offset = offset.value(),
@@ -506,7 +637,11 @@ async fn replay(log: &Partition, groups: &mut Groups) -> Result<usize, BrokerErr
             }
         }
     })
-    .await
+    .await?;
+    match failed {
+        None => Ok(read),
+        Some(e) => Err(BrokerError::Storage(e)),
+    }
 }
 
 async fn run_ticker(coordinator: Weak<GroupCoordinator>) {
@@ -518,7 +653,12 @@ async fn run_ticker(coordinator: Weak<GroupCoordinator>) {
         if c.closed.load(Ordering::Acquire) {
             return;
         }
-        let expired = c.groups().tick(now_ms());
+        let (expired, end) = {
+            let mut groups = c.groups();
+            let expired = groups.tick(now_ms());
+            (expired, c.persist_moved_locked(&groups))
+        };
+        let _ = c.wait_durable(end).await;
         if !expired.is_empty() {
             let tombstones: Vec<OffsetRecord> = expired
                 .into_iter()
@@ -585,6 +725,7 @@ fn at_offsets(records: Vec<OffsetRecord>, base: Offset) -> Vec<(TopicPartition, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::consumer::{Assignment, MemberEpochIn};
     use headway_broker::PartitionIndex;
 
     fn entry(topic: &str, partition: i32, offset: i64) -> CommitEntry {
@@ -659,6 +800,132 @@ mod tests {
         assert!(!c.has_pending("g", &a) && !c.has_pending("g", &b));
         assert_eq!(c.groups().pending_len(), 0);
         c.close();
+    }
+
+    fn consumer_request(member_id: &str, epoch: i32, owned: Assignment) -> HeartbeatRequest {
+        HeartbeatRequest {
+            group_id: "cg".into(),
+            member_id: member_id.into(),
+            member_epoch: MemberEpochIn::from_wire(epoch).expect("an epoch"),
+            instance_id: None,
+            rack_id: None,
+            rebalance_timeout_ms: Some(30_000),
+            subscribed_topic_names: Some(vec!["t".into()]),
+            subscribed_topic_regex: None,
+            server_assignor: None,
+            owned: Some(owned),
+            client_id: "c".into(),
+            client_host: "h".into(),
+        }
+    }
+
+    /// Heartbeats both members until the group is stable; returns (id, epoch, owned).
+    async fn settle(c: &GroupCoordinator, topics: &TopicsView) -> Vec<(String, i32, Assignment)> {
+        let mut members = vec![
+            ("m1".to_string(), 0, Assignment::new()),
+            ("m2".to_string(), 0, Assignment::new()),
+        ];
+        for _ in 0..10 {
+            for (id, epoch, owned) in members.iter_mut() {
+                let req = consumer_request(id, *epoch, owned.clone());
+                match c.consumer_heartbeat(&req, topics).await.expect("beat") {
+                    HeartbeatAnswer::Member {
+                        member_epoch,
+                        assignment,
+                        ..
+                    } => {
+                        *epoch = member_epoch;
+                        if let Some(a) = assignment {
+                            *owned = a;
+                        }
+                    }
+                    HeartbeatAnswer::Left { .. } => panic!("left"),
+                }
+            }
+        }
+        let group = c.consumer_group("cg").expect("group");
+        assert_eq!(group.state(), crate::consumer::ConsumerGroupState::Stable);
+        members
+    }
+
+    /// Goal: consumer-protocol groups survive a restart, and a torn batch at the end of
+    /// the offsets log is ignored. Method: two members settle, the coordinator closes,
+    /// half a batch is appended to the log's segment, and the reopened coordinator
+    /// answers the members' next heartbeats at their epochs with nothing moved.
+    #[tokio::test]
+    async fn consumer_groups_come_back_after_a_restart_and_a_torn_tail() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let topics: TopicsView = [(
+            "t".to_string(),
+            crate::consumer::TopicInfo {
+                id: uuid::Uuid::from_u128(1),
+                partitions: 4,
+            },
+        )]
+        .into();
+        let c = open(dir.path()).await;
+        let members = settle(&c, &topics).await;
+        let before = c.consumer_group("cg").expect("group");
+        c.close();
+        drop(c);
+        let segment = std::fs::read_dir(dir.path().join("groups").join("offsets"))
+            .expect("log dir")
+            .map(|e| e.expect("entry").path())
+            .find(|p| p.extension().is_some_and(|e| e == "log"))
+            .expect("a segment");
+        let torn = durable::project(&before)
+            .into_iter()
+            .map(|(k, v)| (k.encode(), Some(v.encode())));
+        let torn = internal_log::encode_batch(torn, 0);
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&segment)
+            .expect("segment");
+        std::io::Write::write_all(&mut file, &torn[..torn.len() / 2]).expect("torn tail");
+        drop(file);
+
+        let c = open(dir.path()).await;
+        let after = c.consumer_group("cg").expect("recovered");
+        assert_eq!(durable::project(&after), durable::project(&before));
+        for (id, epoch, owned) in &members {
+            let req = consumer_request(id, *epoch, owned.clone());
+            let answer = c.consumer_heartbeat(&req, &topics).await.expect("beat");
+            assert_eq!(
+                answer,
+                HeartbeatAnswer::Member {
+                    member_id: id.clone(),
+                    member_epoch: *epoch,
+                    assignment: None,
+                }
+            );
+        }
+        c.close();
+    }
+
+    #[tokio::test]
+    async fn a_group_record_that_cannot_be_read_stops_start_up_with_a_clear_error() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let c = open(dir.path()).await;
+        // A member's current assignment record whose value is cut short.
+        let key = Bytes::from_static(&[8, 0, 2, b'c', b'g', 0, 1, b'm']);
+        let batch = internal_log::encode_batch([(key, Some(Bytes::from_static(&[0, 0])))], 0);
+        let appended = c.append_batch(&batch).expect("append");
+        c.wait_durable(Some(appended.log_end_offset))
+            .await
+            .expect("durable");
+        c.close();
+        drop(c);
+        let err = GroupCoordinator::open(dir.path(), FlushPolicy::Sync, GroupConfig::default())
+            .await
+            .err()
+            .expect("refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("offset 0")
+                && text.contains("current assignment of a member")
+                && text.contains("cut short"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

@@ -3,11 +3,14 @@
 //! - [`state`]: the group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 //!   generations, static membership, session and rebalance timeouts) as plain code over
 //!   values, driven by explicit times, tested without sockets or clocks.
+//! - [`consumer`]: groups of the consumer protocol (KIP-848), their assignors, and
+//!   their durable form ([`consumer::durable`]).
 //! - [`GenerationId`]: a group's generation, `None` where the wire says -1.
 //! - [`offsets`]: the record format of committed offsets in the broker's own log.
 //! - [`GroupCoordinator`]: the state behind a mutex, a ticker for timeouts, and the
 //!   offsets log: a commit is answered once its record is durable, and the log is
-//!   replayed at start-up, so committed offsets survive restarts and crashes.
+//!   replayed at start-up, so committed offsets survive restarts and crashes. So do
+//!   consumer-protocol groups: a heartbeat is answered once what it changed is durable.
 
 pub mod consumer;
 mod coordinator;

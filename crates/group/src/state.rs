@@ -1073,9 +1073,8 @@ impl Groups {
 
     /// Handles a ConsumerGroupHeartbeat. A classic group with members is converted as
     /// the migration policy allows (`convert`; GROUP_ID_NOT_FOUND when it does not, as
-    /// Kafka answers); a heartbeat other than a join for a group this broker does not hold
-    /// (after a restart: the groups' members are not durable) gets UNKNOWN_MEMBER_ID,
-    /// and the client rejoins.
+    /// Kafka answers); a heartbeat other than a join for a group this broker does not
+    /// hold gets UNKNOWN_MEMBER_ID, and the client rejoins.
     pub fn consumer_heartbeat(
         &mut self,
         req: &HeartbeatRequest,

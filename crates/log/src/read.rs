@@ -117,8 +117,20 @@ impl ReadSlice {
     /// the error when it would be the first batch returned; otherwise the read ends
     /// before it.
     pub fn read(&self, max_bytes: usize, limit_offset: Offset) -> std::io::Result<Bytes> {
+        self.read_yielding(max_bytes, limit_offset, &|| {})
+    }
+
+    /// [`ReadSlice::read`], calling `before_disk_read` before each disk read of at most
+    /// 256 KiB: the broker's read threads wait there for small syncs in progress, so
+    /// that a catch-up read does not queue in front of them.
+    pub fn read_yielding(
+        &self,
+        max_bytes: usize,
+        limit_offset: Offset,
+        before_disk_read: &dyn Fn(),
+    ) -> std::io::Result<Bytes> {
         let read = self.read_with(max_bytes, limit_offset, |file, buf, position| {
-            read_exact_at_in_steps(file, buf, position).map(|()| true)
+            read_exact_at_in_steps(file, buf, position, before_disk_read).map(|()| true)
         })?;
         Ok(read.expect("a blocking read always completes"))
     }
@@ -198,10 +210,17 @@ impl ReadSlice {
 }
 
 /// Fills `buf` from `position` in reads of at most [`DISK_READ_BYTES_MAX`], so that the
-/// disk never has one large read of ours in front of another's small sync.
-fn read_exact_at_in_steps(file: &File, buf: &mut [u8], position: u64) -> io::Result<()> {
+/// disk never has one large read of ours in front of another's small sync; calls
+/// `before_step` before each.
+fn read_exact_at_in_steps(
+    file: &File,
+    buf: &mut [u8],
+    position: u64,
+    before_step: &dyn Fn(),
+) -> io::Result<()> {
     let mut at = position;
     for step in buf.chunks_mut(DISK_READ_BYTES_MAX) {
+        before_step();
         file.read_exact_at(step, at)?;
         at += step.len() as u64;
     }
@@ -348,14 +367,20 @@ mod tests {
         file.write_all(&data).expect("write");
         let position = 777;
         let mut buf = vec![0u8; data.len() - position];
-        read_exact_at_in_steps(&file, &mut buf, position as u64).expect("read");
+        let steps = std::cell::Cell::new(0);
+        read_exact_at_in_steps(&file, &mut buf, position as u64, &|| {
+            steps.set(steps.get() + 1)
+        })
+        .expect("read");
         assert!(
             buf == data[position..],
             "the bytes read differ from the file's"
         );
+        assert_eq!(steps.get(), 3, "the hook runs before each disk read");
         let mut past_end = vec![0u8; 10];
         let end = data.len() as u64 - 5;
-        let error = read_exact_at_in_steps(&file, &mut past_end, end).expect_err("short read");
+        let error =
+            read_exact_at_in_steps(&file, &mut past_end, end, &|| {}).expect_err("short read");
         assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
     }
 }

@@ -15,12 +15,18 @@
 //! checked against its bytes ([`shape`], with the layouts in `shapes.rs`) before
 //! `kafka-protocol` decodes it, which would otherwise size an array's buffer from four
 //! bytes of a hostile client's choosing.
+//!
+//! [`share_v2`] serves ShareFetch and ShareAcknowledge at version 2, which the crate
+//! does not know, through its version 1 codecs; [`share_lag`] DescribeShareGroupOffsets
+//! answers at version 1.
 
 mod frame;
 mod request;
 mod response;
 pub mod shape;
 mod shapes;
+pub mod share_lag;
+pub mod share_v2;
 
 pub use frame::{read_frame, read_frame_size, FrameError};
 pub use kafka_protocol;

@@ -1189,6 +1189,8 @@ static SHARE_FETCH: Struct = Struct {
         field(0, i16::MAX, Kind::Fixed(4)), // max_bytes
         field(1, i16::MAX, Kind::Fixed(4)), // max_records
         field(1, i16::MAX, Kind::Fixed(4)), // batch_size
+        field(2, i16::MAX, Kind::Fixed(1)), // share_acquire_mode (`share_v2`)
+        field(2, i16::MAX, Kind::Fixed(1)), // is_renew_ack (`share_v2`)
         field(0, i16::MAX, Kind::Array(Elem::Struct(&SHARE_FETCH_TOPIC))), // topics
         field(
             0,
@@ -1251,6 +1253,7 @@ static SHARE_ACKNOWLEDGE: Struct = Struct {
         field(0, i16::MAX, Kind::Str),      // group_id
         field(0, i16::MAX, Kind::Str),      // member_id
         field(0, i16::MAX, Kind::Fixed(4)), // share_session_epoch
+        field(2, i16::MAX, Kind::Fixed(1)), // is_renew_ack (`share_v2`)
         field(
             0,
             i16::MAX,

@@ -321,6 +321,7 @@ async fn cold_reader(
         "cold",
         1,
         Duration::from_secs(30),
+        &Default::default(),
     )
     .await?;
     let mut offset = 0;

@@ -51,6 +51,12 @@ const WRITE_BUFFER_BYTES: usize = 16 * 1024;
 /// Timed replies written into the buffer before the writer flushes anyway, so their
 /// timings stay few even when a client keeps the queue from ever emptying.
 const UNFLUSHED_TIMINGS_MAX: usize = 64;
+/// A response larger than this is written in slices of this size, the writer yielding
+/// its worker thread between them. One write syscall on a loopback or other fast socket
+/// also does much of the receiving side's TCP work, so a catch-up consumer's megabyte
+/// responses written whole would hold a worker thread for most of a millisecond at a
+/// time, and every light connection waiting for that worker with it.
+const WRITE_SLICE_BYTES: usize = 64 * 1024;
 
 /// Serves one accepted connection of `listener`, after its TLS handshake when
 /// `tls` is set (an SSL listener).
@@ -363,6 +369,22 @@ async fn flush<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// Writes one response frame, in slices of at most [`WRITE_SLICE_BYTES`] with a yield
+/// of the worker thread between them.
+async fn write_frame<W: AsyncWrite + Unpin>(
+    out: &mut BufWriter<W>,
+    frame: &[u8],
+) -> std::io::Result<()> {
+    let mut slices = frame.chunks(WRITE_SLICE_BYTES).peekable();
+    while let Some(slice) = slices.next() {
+        out.write_all(slice).await?;
+        if slices.peek().is_some() {
+            tokio::task::yield_now().await;
+        }
+    }
+    Ok(())
+}
+
 fn truncated(e: std::io::Error) -> FrameError {
     if e.kind() == std::io::ErrorKind::UnexpectedEof {
         FrameError::Truncated
@@ -412,7 +434,7 @@ async fn write_replies<W: AsyncWrite + Unpin>(
             }
             Reply::Silent => continue,
         };
-        if out.write_all(&frame).await.is_err() {
+        if write_frame(&mut out, &frame).await.is_err() {
             return;
         }
         // The socket (or the writer's fixed buffer) has the bytes: release them.
@@ -430,4 +452,58 @@ async fn write_replies<W: AsyncWrite + Unpin>(
     }
     let _ = out.flush().await;
     let _ = out.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::task::Context;
+
+    /// A socket that takes everything it is given and notes each write's size.
+    #[derive(Default)]
+    struct Recording {
+        bytes: Vec<u8>,
+        writes: Vec<usize>,
+    }
+
+    impl AsyncWrite for Recording {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.bytes.extend_from_slice(buf);
+            self.writes.push(buf.len());
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_large_response_reaches_the_socket_whole_in_bounded_writes() {
+        let frame: Vec<u8> = (0..WRITE_SLICE_BYTES * 16 + 123)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let mut out = BufWriter::with_capacity(WRITE_BUFFER_BYTES, Recording::default());
+        write_frame(&mut out, b"small").await.unwrap();
+        write_frame(&mut out, &frame).await.unwrap();
+        out.flush().await.unwrap();
+        let socket = out.into_inner();
+        assert_eq!(&socket.bytes[..5], b"small");
+        assert_eq!(&socket.bytes[5..], &frame[..]);
+        assert!(socket.writes.len() >= 17, "{:?}", socket.writes);
+        assert!(
+            socket.writes.iter().all(|&n| n <= WRITE_SLICE_BYTES),
+            "{:?}",
+            socket.writes
+        );
+    }
 }

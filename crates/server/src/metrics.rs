@@ -214,6 +214,11 @@ pub fn render(ctx: &Ctx) -> String {
         t.sync.clone(),
     );
     r.register(
+        "runtime_wake_seconds",
+        "How long a task woken from outside the runtime waited for a worker thread: busy workers or a busy CPU (docs/latency.md)",
+        t.runtime_wake.clone(),
+    );
+    r.register(
         "sync_bytes",
         "Bytes one partition's sync by the flusher carried",
         t.sync_bytes.clone(),
@@ -402,6 +407,12 @@ pub fn render(ctx: &Ctx) -> String {
         "bulk_waits",
         "Catch-up reads and large produces that waited for the bulk budget",
         budget.waits,
+    );
+    counter(
+        &mut r,
+        "bulk_sync_yields",
+        "Disk reads of catch-up reads that first waited for small syncs in progress (bulk_read_sync_wait_us)",
+        broker.bulk_budget().sync_yields(),
     );
 
     let disk = broker.disk_space().snapshot();

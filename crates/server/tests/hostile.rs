@@ -27,13 +27,45 @@ fn defaults<R: Request + Default>() -> Vec<(i16, i16, BytesMut)> {
     let spec = APIS.iter().find(|a| a.key as i16 == R::KEY).unwrap();
     // Produce v0-v2 are advertised for old clients' probes but not decoded.
     let min = spec.min_version.max(R::VERSIONS.min);
-    (min..=spec.max_version)
+    // Versions the crate does not encode are built by `share_newer_defaults`.
+    (min..=spec.max_version.min(R::VERSIONS.max))
         .map(|version| {
             let mut body = BytesMut::new();
             R::default().encode(&mut body, version).unwrap();
             (R::KEY, version, body)
         })
         .collect()
+}
+
+/// ShareFetch and ShareAcknowledge v2 and DescribeShareGroupOffsets v1 (which
+/// `kafka-protocol` does not encode): for the first two, the default v1 body with the fields v2 adds put in after the group and member (null or
+/// empty, a byte each) and, for ShareFetch, its six int32s.
+fn share_newer_defaults() -> Vec<(i16, i16, BytesMut)> {
+    let mut fetch = BytesMut::new();
+    ShareFetchRequest::default().encode(&mut fetch, 1).unwrap();
+    let mut ack = BytesMut::new();
+    ShareAcknowledgeRequest::default()
+        .encode(&mut ack, 1)
+        .unwrap();
+    // Null or empty: a one-byte length each.
+    assert!(fetch[..2].iter().chain(&ack[..2]).all(|&b| b <= 1));
+    let v2 = |body: &BytesMut, at: usize, extra: &[u8]| {
+        let mut out = BytesMut::new();
+        out.put_slice(&body[..at]);
+        out.put_slice(extra);
+        out.put_slice(&body[at..]);
+        out
+    };
+    // DescribeShareGroupOffsets v1 is laid out as v0.
+    let mut offsets = BytesMut::new();
+    DescribeShareGroupOffsetsRequest::default()
+        .encode(&mut offsets, 0)
+        .unwrap();
+    vec![
+        (ShareFetchRequest::KEY, 2, v2(&fetch, 2 + 6 * 4, &[1, 0])),
+        (ShareAcknowledgeRequest::KEY, 2, v2(&ack, 2 + 4, &[0])),
+        (DescribeShareGroupOffsetsRequest::KEY, 1, offsets),
+    ]
 }
 
 /// The default request of every served API at every served version, as raw bodies.
@@ -87,7 +119,10 @@ fn every_request() -> Vec<(i16, i16, BytesMut)> {
         defaults::<AlterUserScramCredentialsRequest>(),
     ];
     assert_eq!(all.len(), APIS.len(), "every served API is probed");
-    all.into_iter().flatten().collect()
+    all.into_iter()
+        .flatten()
+        .chain(share_newer_defaults())
+        .collect()
 }
 
 /// A frame: size, a request header for `key`/`version` (header version as the broker

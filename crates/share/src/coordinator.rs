@@ -61,6 +61,8 @@ pub struct PartitionSummary {
     pub end_offset: Offset,
     pub in_flight: u64,
     pub acquired: u64,
+    /// In-flight records acknowledged or archived.
+    pub done: u64,
     pub redeliveries: u64,
     pub archived: u64,
     /// Since the broker started: records delivered, accepted, released and rejected.
@@ -267,7 +269,7 @@ impl ShareCoordinator {
         high_watermark: Offset,
     ) -> Vec<Acquired> {
         let mut groups = self.groups();
-        let sharing = groups.get(group_id).map_or(1, |g| members_assigned(g, tp));
+        let sharing = groups.get(group_id).map_or(1, |g| g.members_assigned(tp));
         let Some(p) = groups.partition(group_id, tp) else {
             return Vec::new();
         };
@@ -468,19 +470,6 @@ fn tombstones(group_id: &str, tps: &[TopicPartition]) -> Vec<StateRecord> {
         .collect()
 }
 
-/// Applies one partition's acknowledgement batches in order.
-/// How many members of `g` are assigned `tp`.
-fn members_assigned(g: &crate::group::ShareGroup, tp: &TopicPartition) -> usize {
-    g.members
-        .values()
-        .filter(|m| {
-            m.assignment
-                .get(&tp.topic)
-                .is_some_and(|ps| ps.contains(&tp.partition.value()))
-        })
-        .count()
-}
-
 /// The most records one fetch may acquire from a share-partition that `sharing` members
 /// are assigned: the records from its start offset to the high watermark (in flight or
 /// not yet read), divided among them, rounded up, and at least one. With one member it
@@ -491,6 +480,7 @@ fn fair_share(start: Offset, high_watermark: Offset, sharing: usize) -> u32 {
     waiting.div_ceil(members).min(u64::from(u32::MAX)) as u32
 }
 
+/// Applies one partition's acknowledgement batches in order.
 fn apply_acks(
     p: &mut SharePartition,
     member_id: &str,
@@ -552,6 +542,7 @@ fn summary(g: &crate::group::ShareGroup, members: bool) -> ShareGroupSummary {
                 end_offset: p.end_offset(),
                 in_flight: p.in_flight(),
                 acquired: p.acquired(),
+                done: p.done(),
                 redeliveries: p.redeliveries,
                 archived: p.archived,
                 deliveries: p.deliveries,

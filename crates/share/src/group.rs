@@ -132,8 +132,13 @@ pub struct Member {
 pub struct ShareGroup {
     pub group_id: String,
     pub group_epoch: i32,
+    /// Read freely; changed only through [`ShareGroup::insert_member`],
+    /// [`ShareGroup::assign`] and [`ShareGroup::remove_member`], which keep `sharing`.
     pub members: BTreeMap<MemberId, Member>,
     pub partitions: BTreeMap<TopicPartition, SharePartition>,
+    /// How many members are assigned each partition, topic by topic: kept as
+    /// assignments change, so that a fetch's fair share needs no walk of the members.
+    sharing: BTreeMap<String, BTreeMap<i32, usize>>,
 }
 
 impl ShareGroup {
@@ -143,7 +148,64 @@ impl ShareGroup {
             group_epoch: 0,
             members: BTreeMap::new(),
             partitions: BTreeMap::new(),
+            sharing: BTreeMap::new(),
         }
+    }
+
+    /// How many members are assigned `tp`.
+    pub fn members_assigned(&self, tp: &TopicPartition) -> usize {
+        self.sharing
+            .get(&tp.topic)
+            .and_then(|ps| ps.get(&tp.partition.value()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Counts `assignment`'s partitions in (`gained`) or out of `sharing`.
+    fn count(&mut self, assignment: &Assignment, gained: bool) {
+        for (topic, partitions) in assignment {
+            let counts = self.sharing.entry(topic.clone()).or_default();
+            for p in partitions {
+                let n = counts.entry(*p).or_insert(0);
+                match gained {
+                    true => *n += 1,
+                    false => *n = n.saturating_sub(1),
+                }
+                if *n == 0 {
+                    counts.remove(p);
+                }
+            }
+            if counts.is_empty() {
+                self.sharing.remove(topic);
+            }
+        }
+    }
+
+    /// Adds `member`, replacing one of the same id.
+    fn insert_member(&mut self, member: Member) {
+        self.count(&member.assignment, true);
+        if let Some(old) = self.members.insert(Arc::clone(&member.member_id), member) {
+            self.count(&old.assignment, false);
+        }
+    }
+
+    /// Gives `member_id` `assignment` (a member the group has).
+    fn assign(&mut self, member_id: &str, assignment: Assignment) {
+        let Some(old) = self
+            .members
+            .get_mut(member_id)
+            .map(|m| std::mem::replace(&mut m.assignment, assignment.clone()))
+        else {
+            return;
+        };
+        self.count(&old, false);
+        self.count(&assignment, true);
+    }
+
+    fn remove_member(&mut self, member_id: &str) -> Option<Member> {
+        let member = self.members.remove(member_id)?;
+        self.count(&member.assignment, false);
+        Some(member)
     }
 
     /// Kafka's share group states.
@@ -288,19 +350,16 @@ impl ShareGroups {
                     return Err(ShareError::GroupMaxSizeReached);
                 }
                 group.group_epoch += 1;
-                group.members.insert(
-                    Arc::clone(&member_id),
-                    Member {
-                        member_id: Arc::clone(&member_id),
-                        member_epoch: 0,
-                        rack_id: hb.rack_id,
-                        client_id: hb.client_id,
-                        client_host: hb.client_host,
-                        subscribed,
-                        assignment: Assignment::new(),
-                        deadline_ms,
-                    },
-                );
+                group.insert_member(Member {
+                    member_id: Arc::clone(&member_id),
+                    member_epoch: 0,
+                    rack_id: hb.rack_id,
+                    client_id: hb.client_id,
+                    client_host: hb.client_host,
+                    subscribed,
+                    assignment: Assignment::new(),
+                    deadline_ms,
+                });
             }
             (_, None) => return Err(ShareError::UnknownMemberId),
             (epoch, Some(m)) if epoch != m.member_epoch => {
@@ -326,11 +385,12 @@ impl ShareGroups {
         if changed || m.member_epoch < group_epoch {
             m.member_epoch = group_epoch;
         }
+        let member_epoch = m.member_epoch;
         let sent = changed.then(|| assignment.clone());
-        m.assignment = assignment;
+        group.assign(&member_id, assignment);
         Ok(HeartbeatAnswer {
             member_id: member_id.to_string(),
-            member_epoch: m.member_epoch,
+            member_epoch,
             assignment: sent,
         })
     }
@@ -343,7 +403,7 @@ impl ShareGroups {
         let Some(group) = self.groups.get_mut(group_id) else {
             return Vec::new();
         };
-        if group.members.remove(member_id).is_some() {
+        if group.remove_member(member_id).is_some() {
             group.group_epoch += 1;
         }
         if group.members.is_empty() && group.partitions.is_empty() {
@@ -651,6 +711,54 @@ mod tests {
                 now_ms,
             )
             .unwrap()
+    }
+
+    /// The count kept per partition equals a walk of the members' assignments.
+    fn assert_sharing_matches_the_members(groups: &ShareGroups) {
+        let Some(g) = groups.get("g") else { return };
+        for p in 0..4 {
+            let tp = topic_partition("t", p);
+            let walked = g
+                .members
+                .values()
+                .filter(|m| m.assignment.get("t").is_some_and(|ps| ps.contains(&p)))
+                .count();
+            assert_eq!(g.members_assigned(&tp), walked, "partition {p}");
+        }
+    }
+
+    #[test]
+    fn the_members_sharing_a_partition_are_counted_as_assignments_change() {
+        let mut groups = ShareGroups::new(ShareConfig::default());
+        let tp0 = topic_partition("t", 0);
+        let epoch =
+            |groups: &ShareGroups, n: &str| groups.get("g").unwrap().members[n].member_epoch;
+        for n in ["a", "b", "c", "d", "e", "f"] {
+            join(&mut groups, n, 4);
+            assert_sharing_matches_the_members(&groups);
+        }
+        // Members settle on the group's epoch; assignments move as they do.
+        for n in ["a", "b", "c", "d", "e", "f"] {
+            let e = epoch(&groups, n);
+            beat(&mut groups, n, e, 1);
+            assert_sharing_matches_the_members(&groups);
+        }
+        let g = groups.get("g").unwrap();
+        let total: usize = (0..4)
+            .map(|p| g.members_assigned(&topic_partition("t", p)))
+            .sum();
+        assert!(total >= 6, "every member has a partition: {total}");
+        assert!(g.members_assigned(&tp0) >= 1);
+        // A member rejoining with epoch 0 replaces itself; leaving takes it out.
+        join(&mut groups, "c", 4);
+        assert_sharing_matches_the_members(&groups);
+        groups.leave("g", "a");
+        groups.leave("g", "b");
+        assert_sharing_matches_the_members(&groups);
+        for n in ["c", "d", "e", "f"] {
+            groups.leave("g", n);
+        }
+        assert!(groups.get("g").is_none_or(|g| g.sharing.is_empty()));
     }
 
     #[test]

@@ -284,6 +284,16 @@ impl SharePartition {
             .sum()
     }
 
+    /// In-flight records done with (acknowledged or archived), which a share-partition's
+    /// lag leaves out.
+    pub fn done(&self) -> u64 {
+        self.runs
+            .iter()
+            .filter(|(_, r)| r.state.is_done())
+            .map(|(&first, r)| count(first, r.last))
+            .sum()
+    }
+
     /// Runs of in-flight records (what memory follows).
     pub fn runs(&self) -> usize {
         self.runs.len()
@@ -751,6 +761,82 @@ mod tests {
         assert_eq!(p.expire_locks(1_900), 2);
     }
 
+    /// Goal: a renewal (acknowledge type 4) keeps the records with their holder and
+    /// their delivery count, and only the holder of a live lock may renew. Method: a
+    /// member renews twice past its first deadline, another member's and a late
+    /// renewal are refused, then a release hands the records on with the count one up.
+    #[test]
+    fn renew_keeps_the_delivery_count_and_only_the_holder_renews() {
+        let mut p = SharePartition::new(config(), o(0));
+        assert_eq!(
+            p.acquire(&member("a"), &[batch(0, 1)], 100, 0),
+            vec![acquired(0, 1, 1)]
+        );
+        assert_eq!(
+            p.acknowledge("b", o(0), o(1), AcknowledgeType::Renew, 500),
+            Err(AckError::NotAcquired {
+                first: o(0),
+                last: o(1)
+            })
+        );
+        for now in [900, 1_800] {
+            assert_eq!(
+                p.acknowledge("a", o(0), o(1), AcknowledgeType::Renew, now),
+                Ok(false)
+            );
+            assert_eq!(p.expire_locks(now + 999), 0, "renewed at {now}");
+        }
+        assert_eq!(p.acquired(), 2);
+        // Renewing one record of a run splits it; the other keeps its deadline.
+        assert_eq!(
+            p.acknowledge("a", o(1), o(1), AcknowledgeType::Renew, 2_500),
+            Ok(false)
+        );
+        assert_eq!(p.expire_locks(2_800), 1);
+        assert_eq!(
+            p.acknowledge("a", o(0), o(0), AcknowledgeType::Renew, 2_900),
+            Err(AckError::NotAcquired {
+                first: o(0),
+                last: o(0)
+            })
+        );
+        assert_eq!(
+            p.acknowledge("a", o(1), o(1), AcknowledgeType::Release, 2_900),
+            Ok(true)
+        );
+        // Renewals did not count as deliveries: the next is the second.
+        assert_eq!(
+            p.acquire(&member("b"), &[batch(0, 1)], 100, 3_000),
+            vec![acquired(0, 1, 2)]
+        );
+    }
+
+    /// Goal: a fetch acquires at most MaxRecords records whatever the batches (the
+    /// record-limit acquire mode, which headway applies in both modes). Method: ten
+    /// records in two batches of five, fetched three at a time from where the state
+    /// says: each fetch gets three (the last one), across the batch boundary, and every
+    /// record once.
+    #[test]
+    fn a_fetch_acquires_at_most_max_records_across_batches() {
+        let mut p = SharePartition::new(config(), o(0));
+        let log = [batch(0, 4), batch(5, 9)];
+        let (mut per_fetch, mut offsets) = (Vec::new(), Vec::new());
+        while let Some(at) = p.next_fetch_offset() {
+            let read: Vec<LogBatch> = log.iter().copied().filter(|b| b.last >= at).collect();
+            let acquired = p.acquire(&member("a"), &read, 3, 0);
+            if acquired.is_empty() {
+                break;
+            }
+            per_fetch.push(acquired.iter().map(|a| count(a.first, a.last)).sum::<u64>());
+            for a in acquired {
+                assert_eq!(a.delivery_count, 1);
+                offsets.extend(a.first.value()..=a.last.value());
+            }
+        }
+        assert_eq!(per_fetch, vec![3, 3, 3, 1]);
+        assert_eq!(offsets, (0..10).collect::<Vec<i64>>());
+    }
+
     #[test]
     fn release_at_the_delivery_limit_archives_and_the_start_moves_over_it() {
         let mut p = SharePartition::new(config(), o(0));
@@ -774,6 +860,22 @@ mod tests {
         }
         assert_eq!(p.expire_locks(3_000), 1);
         assert_eq!((p.start_offset(), p.archived), (o(2), 2));
+    }
+
+    #[test]
+    fn done_counts_acknowledged_and_archived_records_in_flight() {
+        let mut p = SharePartition::new(config(), o(0));
+        p.acquire(&member("a"), &[batch(0, 9)], 100, 0);
+        assert_eq!(p.done(), 0);
+        p.acknowledge("a", o(5), o(6), AcknowledgeType::Accept, 0)
+            .unwrap();
+        p.acknowledge("a", o(8), o(8), AcknowledgeType::Reject, 0)
+            .unwrap();
+        assert_eq!((p.start_offset(), p.done()), (o(0), 3));
+        // Once the start moves over them they are no longer in flight.
+        p.acknowledge("a", o(0), o(4), AcknowledgeType::Accept, 0)
+            .unwrap();
+        assert_eq!((p.start_offset(), p.done()), (o(7), 1));
     }
 
     #[test]

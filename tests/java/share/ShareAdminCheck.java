@@ -18,7 +18,7 @@ import org.apache.kafka.common.TopicPartition;
  * or an "error" line with the exception's class.
  *
  *   --bootstrap B --group G --op list-offsets
- *       one "offset" line per share-partition (topic, partition, start)
+ *       one "offset" line per share-partition (topic, partition, start, lag or null)
  *   --bootstrap B --group G --op alter --topic T --partition P --offset N
  *   --bootstrap B --group G --op delete --topic T
  *   --bootstrap B --group G --op describe
@@ -42,8 +42,9 @@ public final class ShareAdminCheck {
                         .partitionsToOffsetInfo(group).get();
                     for (Map.Entry<TopicPartition, SharePartitionOffsetInfo> e : offsets.entrySet()) {
                         long start = e.getValue() == null ? -1 : e.getValue().startOffset();
+                        Long lag = e.getValue() == null ? null : e.getValue().lag().orElse(null);
                         Json.emit(Json.obj("event", "offset", "topic", e.getKey().topic(),
-                            "partition", e.getKey().partition(), "start", start));
+                            "partition", e.getKey().partition(), "start", start, "lag", lag));
                     }
                     break;
                 }

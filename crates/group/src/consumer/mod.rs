@@ -4,6 +4,7 @@
 //!   over values; every step takes `now_ms` and the broker's topics as arguments.
 //! - [`assignor`]: the server-side assignors, `uniform` and `range`.
 //! - [`classic`]: classic members of a consumer group (online conversion).
+//! - [`durable`]: the groups' records in the offsets log, and their recovery.
 //!
 //! Partitions are named by topic name inside; the wire's topic ids are converted by
 //! the handlers with the [`TopicsView`] they pass in.
@@ -28,6 +29,7 @@ pub type TopicsView = BTreeMap<String, TopicInfo>;
 pub type Assignment = BTreeMap<String, BTreeSet<i32>>;
 
 pub use assignor::Assignor;
+pub use state::durable;
 pub use state::{
     ConsumerGroup, ConsumerGroupState, ConsumerMember, HeartbeatAnswer, HeartbeatRequest,
     MemberEpochIn, MemberState,

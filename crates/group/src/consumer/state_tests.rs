@@ -14,7 +14,7 @@ const CONFIG: ConsumerConfig = ConsumerConfig {
     regex_bytes_max: 64,
 };
 
-fn topics(list: &[(&str, i32)]) -> TopicsView {
+pub(super) fn topics(list: &[(&str, i32)]) -> TopicsView {
     list.iter()
         .enumerate()
         .map(|(i, (n, p))| {
@@ -24,7 +24,7 @@ fn topics(list: &[(&str, i32)]) -> TopicsView {
         .collect()
 }
 
-fn request(member_id: &str, epoch: MemberEpochIn) -> HeartbeatRequest {
+pub(super) fn request(member_id: &str, epoch: MemberEpochIn) -> HeartbeatRequest {
     HeartbeatRequest {
         group_id: "g".into(),
         member_id: member_id.into(),

@@ -9,7 +9,7 @@
 //! names in its subscription (TOPIC_AUTHORIZATION_FAILED), as Kafka checks it.
 
 use super::join_group::{client_host, client_id};
-use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
+use super::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
 use crate::errors::group_error_code;
 use headway_auth::acl::Operation;
@@ -27,6 +27,7 @@ use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::kafka_protocol::ResponseError;
 use headway_protocol::{decode_body, Request};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub const HANDLER: Handler = Handler {
     key: ApiKey::ConsumerGroupHeartbeat,
@@ -151,7 +152,21 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .with_error_message(Some(StrBytes::from_string(message)));
         return ready(request, &response);
     }
-    let response = match ctx.groups.consumer_heartbeat(&req, &topics) {
+    let ctx = Arc::clone(ctx);
+    pending(request, async move {
+        let answer = ctx.groups.consumer_heartbeat(&req, &topics).await;
+        encode(&ctx, response, answer, &topics)
+    })
+}
+
+/// The answer of a heartbeat, with topic names turned back into ids.
+fn encode(
+    ctx: &Ctx,
+    response: ConsumerGroupHeartbeatResponse,
+    answer: Result<HeartbeatAnswer, GroupError>,
+    topics: &TopicsView,
+) -> ConsumerGroupHeartbeatResponse {
+    match answer {
         Err(e) => response
             .with_error_code(group_error_code(e))
             .with_error_message(Some(StrBytes::from_string(e.to_string()))),
@@ -183,6 +198,5 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                         .collect(),
                 )
             })),
-    };
-    ready(request, &response)
+    }
 }

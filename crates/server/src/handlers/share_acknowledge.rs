@@ -4,6 +4,11 @@
 //! acknowledgements are applied, releasing the member's other locks. Answered once
 //! the resulting state is durable. Authorized as ShareFetch is: Read on the group and
 //! on each topic acknowledged.
+//!
+//! Versions 1 and 2 ([`headway_protocol::share_v2`]): version 2 carries IsRenewAck (the
+//! acknowledgements hold renewals, type 4, which any version applies) and answers with
+//! the lock duration (AcquisitionLockTimeoutMs), from which the client times its
+//! renewals.
 
 use super::share_fetch::{ack_batch, acknowledge, named, refuse_acks, unreadable, Acks};
 use super::{pending, Call, Handler, HandlerError, Reply};
@@ -13,12 +18,11 @@ use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::share_acknowledge_response::{
     LeaderIdAndEpoch, PartitionData, ShareAcknowledgeTopicResponse,
 };
-use headway_protocol::kafka_protocol::messages::{
-    ApiKey, ShareAcknowledgeRequest, ShareAcknowledgeResponse,
-};
+use headway_protocol::kafka_protocol::messages::{ApiKey, ShareAcknowledgeResponse};
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::kafka_protocol::ResponseError;
-use headway_protocol::{decode_body, Request};
+use headway_protocol::share_v2::{decode_share_acknowledge, ShareAcknowledgeAnswer};
+use headway_protocol::Request;
 use headway_share::ShareError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,19 +30,23 @@ use std::sync::Arc;
 pub const HANDLER: Handler = Handler {
     key: ApiKey::ShareAcknowledge,
     min_version: 1,
-    max_version: 1,
+    max_version: 2,
     handle,
 };
 
-fn error_response(code: i16, message: String) -> ShareAcknowledgeResponse {
-    ShareAcknowledgeResponse::default()
-        .with_error_code(code)
-        .with_error_message(Some(StrBytes::from_string(message)))
+fn error_response(code: i16, message: String) -> ShareAcknowledgeAnswer {
+    ShareAcknowledgeAnswer {
+        body: ShareAcknowledgeResponse::default()
+            .with_error_code(code)
+            .with_error_message(Some(StrBytes::from_string(message))),
+        acquisition_lock_timeout_ms: 0,
+    }
 }
 
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
-    let body: ShareAcknowledgeRequest = decode_body(request)?;
+    // IsRenewAck only tells what the acknowledgements hold; they are applied alike.
+    let (body, _is_renew_ack) = decode_share_acknowledge(request)?;
     let (Some(group_id), Some(member_id)) = (body.group_id.clone(), body.member_id.clone()) else {
         let e = error_response(
             ResponseError::InvalidRequest.code(),
@@ -105,15 +113,19 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     ),
             );
         }
-        ShareAcknowledgeResponse::default().with_responses(
-            by_topic
-                .into_iter()
-                .map(|(id, partitions)| {
-                    ShareAcknowledgeTopicResponse::default()
-                        .with_topic_id(id)
-                        .with_partitions(partitions)
-                })
-                .collect(),
-        )
+        let lock_ms = ctx.shares.config().partition.record_lock_duration_ms;
+        ShareAcknowledgeAnswer {
+            body: ShareAcknowledgeResponse::default().with_responses(
+                by_topic
+                    .into_iter()
+                    .map(|(id, partitions)| {
+                        ShareAcknowledgeTopicResponse::default()
+                            .with_topic_id(id)
+                            .with_partitions(partitions)
+                    })
+                    .collect(),
+            ),
+            acquisition_lock_timeout_ms: lock_ms.min(i64::from(i32::MAX)) as i32,
+        }
     })
 }

@@ -16,6 +16,13 @@
 //! bytes read; BatchSize is not used (acquired ranges follow the log's batches).
 //! Records are read as read_uncommitted; control batches are never handed out.
 //!
+//! Versions 1 and 2 ([`headway_protocol::share_v2`]). Version 2 adds ShareAcquireMode:
+//! both modes acquire at most MaxRecords records (record-limit as Kafka does;
+//! batch-optimized, which Kafka may round up to whole batches, too), and a mode that is
+//! neither gets INVALID_REQUEST. It also adds IsRenewAck: the acknowledgements hold
+//! renewals (type 4), and such a fetch applies them and answers at once, acquiring
+//! nothing, as Kafka does.
+//!
 //! Only partitions assigned to the member are read. Reads are held to a Fetch's
 //! budgets: each look reserves outbound bytes from the connection's budget and reads no
 //! more (the reservation stays with the answer until it is written), and each read
@@ -40,10 +47,11 @@ use headway_broker::{
 use headway_protocol::kafka_protocol::messages::share_fetch_response::{
     AcquiredRecords, LeaderIdAndEpoch, PartitionData, ShareFetchableTopicResponse,
 };
-use headway_protocol::kafka_protocol::messages::{ApiKey, ShareFetchRequest, ShareFetchResponse};
+use headway_protocol::kafka_protocol::messages::{ApiKey, ShareFetchResponse};
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::kafka_protocol::ResponseError;
-use headway_protocol::{decode_body, Request};
+use headway_protocol::share_v2::{decode_share_fetch, ShareAcquireMode, ShareFetchAnswer};
+use headway_protocol::Request;
 use headway_share::{AckBatch, AckFailure, Acquired, LogBatch, MemberId, ShareCoordinator};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -55,7 +63,7 @@ use uuid::Uuid;
 pub const HANDLER: Handler = Handler {
     key: ApiKey::ShareFetch,
     min_version: 1,
-    max_version: 1,
+    max_version: 2,
     handle,
 };
 
@@ -160,15 +168,24 @@ pub(super) fn ack_batch(first: i64, last: i64, types: Vec<i8>) -> AckBatch {
     }
 }
 
-fn error_response(code: i16, message: String) -> ShareFetchResponse {
-    ShareFetchResponse::default()
-        .with_error_code(code)
-        .with_error_message(Some(StrBytes::from_string(message)))
+fn error_response(code: i16, message: String) -> ShareFetchAnswer {
+    ShareFetchAnswer(
+        ShareFetchResponse::default()
+            .with_error_code(code)
+            .with_error_message(Some(StrBytes::from_string(message))),
+    )
 }
 
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
-    let body: ShareFetchRequest = decode_body(request)?;
+    let (body, v2) = decode_share_fetch(request)?;
+    if ShareAcquireMode::from_wire(v2.acquire_mode).is_none() {
+        let e = error_response(
+            ResponseError::InvalidRequest.code(),
+            format!("unknown share acquire mode {}", v2.acquire_mode),
+        );
+        return pending(request, async move { e });
+    }
     let (Some(group_id), Some(member_id)) = (body.group_id.clone(), body.member_id.clone()) else {
         let e = error_response(
             ResponseError::InvalidRequest.code(),
@@ -238,6 +255,8 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         let mut reserved = None;
         if epoch == -1 {
             ctx.shares.release_member(&group_id, &member_id);
+        } else if v2.is_renew_ack {
+            // A renewal only: the member is still working on what it holds.
         } else {
             let member: MemberId = Arc::from(member_id.as_str());
             let poll = Poll {
@@ -257,7 +276,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         let node_id = ctx.broker.config().node_id;
         let body = response(ack_codes, fetched, node_id)
             .with_acquisition_lock_timeout_ms(lock_ms.min(i64::from(i32::MAX)) as i32);
-        (body, reserved, None)
+        (ShareFetchAnswer(body), reserved, None)
     })
 }
 

@@ -8,6 +8,11 @@
 //! altering Read on the group and on each topic, deleting Delete on the group and Read
 //! on each topic. A refused group is GROUP_AUTHORIZATION_FAILED, a refused topic's
 //! partitions TOPIC_AUTHORIZATION_FAILED and left as they were.
+//!
+//! DescribeShareGroupOffsets version 1 adds each share-partition's lag
+//! ([`headway_protocol::share_lag`]): the records from its start offset to the high
+//! watermark, less those in flight already acknowledged or archived; -1 where it has
+//! no state.
 
 use super::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
@@ -26,10 +31,13 @@ use headway_protocol::kafka_protocol::messages::describe_share_group_offsets_res
 use headway_protocol::kafka_protocol::messages::{
     AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey,
     DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse,
-    DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, TopicName,
+    DescribeShareGroupOffsetsResponse, TopicName,
 };
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::kafka_protocol::ResponseError;
+use headway_protocol::share_lag::{
+    decode_describe_share_group_offsets, DescribeShareGroupOffsetsAnswer,
+};
 use headway_protocol::{decode_body, Request};
 use headway_share::{PartitionSummary, ShareError};
 use std::collections::BTreeMap;
@@ -38,7 +46,7 @@ use std::sync::Arc;
 pub const DESCRIBE: Handler = Handler {
     key: ApiKey::DescribeShareGroupOffsets,
     min_version: 0,
-    max_version: 0,
+    max_version: 1,
     handle: describe,
 };
 
@@ -94,13 +102,27 @@ fn with_stats(
     out
 }
 
+/// A share-partition's lag: the records from its start offset to the high watermark,
+/// less those in flight already acknowledged or archived.
+fn lag(ctx: &Ctx, s: &PartitionSummary) -> i64 {
+    let tp = &s.topic_partition;
+    let Ok(p) = ctx.broker.partition(&tp.topic, tp.partition) else {
+        return -1;
+    };
+    let waiting = (p.high_watermark().value() - s.start_offset.value()).max(0);
+    (waiting - s.done.min(i64::MAX as u64) as i64).max(0)
+}
+
 fn describe(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
-    let body: DescribeShareGroupOffsetsRequest = decode_body(request)?;
+    let body = decode_describe_share_group_offsets(request)?;
+    // Each partition's lag, by group, topic and partition position (version 1).
+    let mut lags: Vec<Vec<Vec<i64>>> = Vec::new();
     let groups = body
         .groups
         .into_iter()
         .map(|g| {
+            lags.push(Vec::new());
             if let Some(code) = authorize::group_refusal(call, Operation::Describe, &g.group_id) {
                 return DescribeShareGroupOffsetsResponseGroup::default()
                     .with_group_id(g.group_id)
@@ -112,6 +134,7 @@ fn describe(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerErro
                     .with_error_code(ResponseError::GroupIdNotFound.code())
                     .with_error_message(message(&ShareError::GroupIdNotFound));
             };
+            let group_lags = lags.last_mut().expect("pushed above");
             let state: BTreeMap<TopicPartition, PartitionSummary> = described
                 .partitions
                 .into_iter()
@@ -139,30 +162,31 @@ fn describe(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerErro
                 .map(|(topic, partitions)| {
                     let id = ctx.broker.topic(&topic).map(|t| t.id()).unwrap_or_default();
                     let refused = authorize::topic_refusal(call, Operation::Describe, &topic);
-                    let partitions = partitions
+                    let (partitions, topic_lags): (Vec<_>, Vec<_>) = partitions
                         .into_iter()
                         .map(|p| {
                             let out = DescribeShareGroupOffsetsResponsePartition::default()
                                 .with_partition_index(p)
                                 .with_leader_epoch(0);
                             if let Some(code) = refused {
-                                return out.with_start_offset(-1).with_error_code(code);
+                                return (out.with_start_offset(-1).with_error_code(code), -1);
                             }
                             if !partition_exists(ctx, &topic, p) {
-                                return out.with_start_offset(-1).with_error_code(
-                                    ResponseError::UnknownTopicOrPartition.code(),
-                                );
+                                let code = ResponseError::UnknownTopicOrPartition.code();
+                                return (out.with_start_offset(-1).with_error_code(code), -1);
                             }
                             let tp = TopicPartition::new(topic.as_str(), PartitionIndex::new(p));
                             match state.get(&tp) {
                                 // -1 on the wire: no state for this share-partition.
-                                None => out.with_start_offset(-1),
-                                Some(s) => {
-                                    with_stats(out.with_start_offset(s.start_offset.value()), s)
-                                }
+                                None => (out.with_start_offset(-1), -1),
+                                Some(s) => (
+                                    with_stats(out.with_start_offset(s.start_offset.value()), s),
+                                    lag(ctx, s),
+                                ),
                             }
                         })
-                        .collect();
+                        .unzip();
+                    group_lags.push(topic_lags);
                     DescribeShareGroupOffsetsResponseTopic::default()
                         .with_topic_name(name(&topic))
                         .with_topic_id(id)
@@ -174,10 +198,11 @@ fn describe(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerErro
                 .with_topics(topics)
         })
         .collect();
-    ready(
-        request,
-        &DescribeShareGroupOffsetsResponse::default().with_groups(groups),
-    )
+    let answer = DescribeShareGroupOffsetsAnswer {
+        body: DescribeShareGroupOffsetsResponse::default().with_groups(groups),
+        lags,
+    };
+    ready(request, &answer)
 }
 
 fn alter(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
@@ -321,6 +346,7 @@ mod tests {
             end_offset: Offset::new(10),
             in_flight: 7,
             acquired: 5,
+            done: 1,
             redeliveries: 2,
             archived: 1,
             deliveries: 9,
