@@ -35,15 +35,15 @@ RATE_PER_S = 300.0
 
 
 class RdkafkaMember:
-    """A librdkafka consumer with `group.protocol=consumer` on its own thread, reporting
-    events as GroupMember.java does."""
+    """A librdkafka consumer with `group.protocol=consumer` (or `protocol`) on its own
+    thread, reporting events as GroupMember.java does."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str):
+    def __init__(self, bootstrap: str, topic: str, group: str, protocol: str = "consumer"):
         self.events: list[dict] = []
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._consumer = Consumer({**rdkafka_base(bootstrap), "group.id": group,
-                                   "group.protocol": "consumer",
+                                   "group.protocol": protocol,
                                    "auto.offset.reset": "earliest"})
         self._consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked)
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -82,11 +82,12 @@ class RdkafkaMember:
 
 
 class JavaMember:
-    """GroupMember.java with `group.protocol=consumer`."""
+    """GroupMember.java with `group.protocol=consumer` (or `protocol`)."""
 
-    def __init__(self, java: JavaClient, bootstrap: str, topic: str, group: str):
+    def __init__(self, java: JavaClient, bootstrap: str, topic: str, group: str,
+                 protocol: str = "consumer"):
         self._proc = java.start("GroupMember", "--bootstrap", bootstrap, "--topic", topic,
-                                "--group", group, "--set", "group.protocol=consumer",
+                                "--group", group, "--set", f"group.protocol={protocol}",
                                 "--set", "auto.offset.reset=earliest", stdin=True)
         self.events = self._proc.events
 

@@ -315,6 +315,10 @@ pub struct BrokerConfig {
     /// Kafka's `group.initial.rebalance.delay.ms`: how long an empty group's first
     /// rebalance waits for more members.
     pub group_initial_rebalance_delay_ms: i64,
+    /// Kafka's `group.consumer.migration.policy`: which online conversions between
+    /// classic and consumer groups are served, `bidirectional`, `upgrade`,
+    /// `downgrade` or `disabled` (`docs/groups.md`).
+    pub group_consumer_migration_policy: String,
     /// Committed offsets of a group without members are removed after this long
     /// without a commit (Kafka's `offsets.retention.minutes`, in ms).
     pub offsets_retention_ms: i64,
@@ -429,6 +433,7 @@ impl Default for BrokerConfig {
             outbound_bytes_max: limits::OUTBOUND_BYTES_MAX_DEFAULT,
             metrics_listen: None,
             group_initial_rebalance_delay_ms: 3_000,
+            group_consumer_migration_policy: "bidirectional".into(),
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             producer_id_expiration_ms: 24 * 3600 * 1000,
             transaction_max_timeout_ms: 900_000,
@@ -568,6 +573,16 @@ impl BrokerConfig {
                 "share_record_lock_duration_ms, share_delivery_count_limit and \
                  share_session_timeout_ms must be above 0, share_auto_offset_reset \
                  latest or earliest"
+                    .into(),
+            );
+        }
+        if !matches!(
+            self.group_consumer_migration_policy.as_str(),
+            "bidirectional" | "upgrade" | "downgrade" | "disabled"
+        ) {
+            return Err(
+                "group_consumer_migration_policy must be bidirectional, upgrade, downgrade \
+                 or disabled"
                     .into(),
             );
         }

@@ -64,6 +64,26 @@ impl ShareAutoOffsetReset {
     }
 }
 
+/// Which online conversions between classic and consumer groups are served.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum MigrationPolicy {
+    Bidirectional,
+    Upgrade,
+    Downgrade,
+    Disabled,
+}
+
+impl MigrationPolicy {
+    fn name(self) -> &'static str {
+        match self {
+            MigrationPolicy::Bidirectional => "bidirectional",
+            MigrationPolicy::Upgrade => "upgrade",
+            MigrationPolicy::Downgrade => "downgrade",
+            MigrationPolicy::Disabled => "disabled",
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Start the broker (defaults: data in ./headway-data, listening on 127.0.0.1:9092).
@@ -164,6 +184,9 @@ struct ServeArgs {
     /// How long an empty group's first rebalance waits for more members, in ms [default: 3000].
     #[arg(long, env = "HEADWAY_GROUP_INITIAL_REBALANCE_DELAY_MS")]
     group_initial_rebalance_delay_ms: Option<i64>,
+    /// Online conversion of groups between the classic and the consumer protocol: bidirectional, upgrade, downgrade or disabled [default: bidirectional].
+    #[arg(long, env = "HEADWAY_GROUP_CONSUMER_MIGRATION_POLICY")]
+    group_consumer_migration_policy: Option<MigrationPolicy>,
     /// How long a share consumer holds acquired records before they go back to the group, in ms [default: 30000].
     #[arg(long, env = "HEADWAY_SHARE_RECORD_LOCK_DURATION_MS")]
     share_record_lock_duration_ms: Option<i64>,
@@ -336,6 +359,11 @@ impl ServeArgs {
         set!(retention_check_interval_ms = self.retention_check_interval_ms);
         set!(frame_bytes_max = self.frame_bytes_max);
         set!(group_initial_rebalance_delay_ms = self.group_initial_rebalance_delay_ms);
+        set!(
+            group_consumer_migration_policy = self
+                .group_consumer_migration_policy
+                .map(|p| p.name().to_string())
+        );
         set!(transaction_max_timeout_ms = self.transaction_max_timeout_ms);
         set!(share_record_lock_duration_ms = self.share_record_lock_duration_ms);
         set!(share_delivery_count_limit = self.share_delivery_count_limit);

@@ -13,6 +13,7 @@
 //! mutex. The log is replayed at start-up, so groups come back with their members,
 //! epochs and assignments.
 
+use crate::consumer::classic::{encode_assignment, encode_subscription};
 use crate::consumer::durable::{self, GroupRecord, Recovery, Written};
 use crate::consumer::{ConsumerGroup, HeartbeatAnswer, HeartbeatRequest, TopicsView};
 use crate::offsets::{encode_batch, OffsetRecord};
@@ -25,7 +26,6 @@ use bytes::Bytes;
 use headway_broker::{
     internal_log, BrokerError, FlushPolicy, Offset, Partition, ProducerId, TopicPartition,
 };
-use kafka_protocol::protocol::StrBytes;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -445,6 +445,21 @@ impl GroupCoordinator {
             .is_some_and(|c| !c.members.is_empty())
     }
 
+    /// Whether a commit naming this member must carry a member epoch (OffsetCommit
+    /// v9+): a consumer group with members, unless the member is one of its classic
+    /// members, which commit with their generation as classic consumers do.
+    pub fn commits_with_member_epoch(&self, group_id: &str, member_id: &str) -> bool {
+        self.groups().consumer.get(group_id).is_some_and(|c| {
+            !c.members.is_empty() && c.members.get(member_id).is_none_or(|m| m.classic.is_none())
+        })
+    }
+
+    /// Where the broker's topics are read when a classic member of a consumer group
+    /// joins or heartbeats (online conversion, `docs/groups.md`).
+    pub fn set_topics_source(&self, source: crate::state::TopicsSource) {
+        self.groups().topics = source;
+    }
+
     /// Handles a ConsumerGroupHeartbeat against the broker's `topics` now, answered
     /// once what it changed in the group is durable.
     pub async fn consumer_heartbeat(
@@ -572,45 +587,12 @@ fn consumer_summary(c: &ConsumerGroup, with_members: bool) -> GroupSummary {
                     group_instance_id: m.instance_id.clone(),
                     client_id: m.client_id.clone(),
                     client_host: m.client_host.clone(),
-                    metadata: classic_subscription(&m.subscribed),
-                    assignment: classic_assignment(&m.assigned),
+                    metadata: encode_subscription(&m.subscribed),
+                    assignment: encode_assignment(&m.assigned),
                 })
                 .collect(),
         },
     }
-}
-
-/// A subscription in the classic consumer protocol's format (version 0).
-fn classic_subscription(topics: &std::collections::BTreeSet<String>) -> Bytes {
-    use kafka_protocol::messages::ConsumerProtocolSubscription;
-    let names = topics.iter().map(|t| StrBytes::from_string(t.clone()));
-    let message = ConsumerProtocolSubscription::default().with_topics(names.collect());
-    versioned(&message, 0)
-}
-
-/// An assignment in the classic consumer protocol's format (version 0).
-fn classic_assignment(assignment: &crate::consumer::Assignment) -> Bytes {
-    use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as Assigned;
-    use kafka_protocol::messages::{ConsumerProtocolAssignment, TopicName};
-    let partitions = assignment.iter().map(|(t, ps)| {
-        Assigned::default()
-            .with_topic(TopicName(StrBytes::from_string(t.clone())))
-            .with_partitions(ps.iter().copied().collect())
-    });
-    let message =
-        ConsumerProtocolAssignment::default().with_assigned_partitions(partitions.collect());
-    versioned(&message, 0)
-}
-
-fn versioned<M: kafka_protocol::protocol::Encodable>(message: &M, version: i16) -> Bytes {
-    use bytes::BufMut;
-    let mut buf = bytes::BytesMut::new();
-    buf.put_i16(version);
-    // Encoding a message built here from valid strings cannot fail.
-    message
-        .encode(&mut buf, version)
-        .expect("a consumer protocol message encodes");
-    buf.freeze()
 }
 
 /// Rebuilds the committed offsets from the offsets log, and gives the records of

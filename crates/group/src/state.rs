@@ -26,6 +26,10 @@ use headway_broker::{Offset, ProducerId, TopicPartition};
 use std::collections::{BTreeMap, HashMap};
 use tokio::sync::oneshot;
 
+#[path = "convert.rs"]
+mod convert;
+pub use convert::{MigrationPolicy, TopicsSource};
+
 /// Bounds and timings of the coordinator, with Kafka's defaults.
 #[derive(Debug, Clone)]
 pub struct GroupConfig {
@@ -54,6 +58,9 @@ pub struct GroupConfig {
     /// INVALID_REGULAR_EXPRESSION. Bounds the compiled automaton and the work of
     /// matching it against every topic at each heartbeat.
     pub consumer_regex_bytes_max: usize,
+    /// Kafka's `group.consumer.migration.policy`: which online conversions between
+    /// classic and consumer groups are served ([`MigrationPolicy`]).
+    pub migration_policy: MigrationPolicy,
 }
 
 impl Default for GroupConfig {
@@ -69,6 +76,7 @@ impl Default for GroupConfig {
             consumer_session_timeout_ms: 45_000,
             consumer_heartbeat_interval_ms: 5_000,
             consumer_regex_bytes_max: 1024,
+            migration_policy: MigrationPolicy::default(),
         }
     }
 }
@@ -222,6 +230,9 @@ pub struct Member {
     last_heartbeat_ms: i64,
     awaiting_join: Option<oneshot::Sender<JoinResult>>,
     awaiting_sync: Option<oneshot::Sender<SyncResult>>,
+    /// Its member epoch in the consumer group this group was converted from, its
+    /// generation until it rejoins (`convert`).
+    epoch_before_downgrade: Option<GenerationId>,
 }
 
 impl Member {
@@ -427,6 +438,7 @@ impl Group {
             let result = self.join_result(&id);
             let member = self.members.get_mut(&id).expect("member listed");
             member.assignment = Bytes::new();
+            member.epoch_before_downgrade = None;
             member.last_heartbeat_ms = now_ms;
             if let Some(reply) = member.awaiting_join.take() {
                 let _ = reply.send(result);
@@ -484,10 +496,12 @@ impl Group {
                 _ => {}
             }
         }
-        if !self.members.contains_key(member_id) {
+        let Some(member) = self.members.get(member_id) else {
             return Err(GroupError::UnknownMemberId);
-        }
-        if generation_id.is_some_and(|g| g != self.generation_id) {
+        };
+        let current =
+            |g: GenerationId| g == self.generation_id || Some(g) == member.epoch_before_downgrade;
+        if generation_id.is_some_and(|g| !current(g)) {
             return Err(GroupError::IllegalGeneration);
         }
         Ok(())
@@ -508,9 +522,13 @@ pub struct Groups {
     /// OffsetFetch asking for stable offsets looks here, not through every transaction.
     pending_holders: HashMap<(String, TopicPartition), usize>,
     /// Groups of the consumer protocol (KIP-848), in the same namespace as `groups`:
-    /// a group id is of one type at a time, and changes type only when empty. Their
-    /// committed offsets are kept in `groups`, under the same id.
+    /// a group id is of one type at a time; it changes type when empty, or online as
+    /// `config.migration_policy` allows (`convert`). Their committed offsets are kept
+    /// in `groups`, under the same id.
     pub consumer: BTreeMap<String, ConsumerGroup>,
+    /// The broker's topics, read when a classic member of a consumer group joins or
+    /// heartbeats.
+    pub topics: TopicsSource,
 }
 
 /// Offsets pending in open transactions, at most; a TxnOffsetCommit past it is refused
@@ -531,6 +549,7 @@ impl Groups {
             pending_len: 0,
             pending_holders: HashMap::new(),
             consumer: BTreeMap::new(),
+            topics: TopicsSource::default(),
         }
     }
 
@@ -548,14 +567,17 @@ impl Groups {
             let _ = reply.send(JoinResult::error(e, &req.member_id));
             return;
         }
-        // A consumer-protocol group with members is not joined with the classic
-        // protocol (online conversion is not served); an empty one becomes classic.
+        // A consumer-protocol group with members serves classic members as the
+        // migration policy allows (`convert`); an empty one becomes classic.
         match self.consumer.get(&req.group_id) {
             Some(c) if !c.members.is_empty() => {
-                let _ = reply.send(JoinResult::error(
-                    GroupError::InconsistentGroupProtocol,
-                    &req.member_id,
-                ));
+                let result = match self.config.migration_policy {
+                    MigrationPolicy::Disabled => {
+                        JoinResult::error(GroupError::InconsistentGroupProtocol, &req.member_id)
+                    }
+                    _ => self.join_consumer(req, now_ms),
+                };
+                let _ = reply.send(result);
                 return;
             }
             Some(_) => {
@@ -620,6 +642,10 @@ impl Groups {
 
     /// Handles a SyncGroup. The answer goes to `reply`, now or when the leader syncs.
     pub fn sync(&mut self, req: SyncRequest, reply: oneshot::Sender<SyncResult>, now_ms: i64) {
+        if let Some(result) = self.sync_consumer(&req, now_ms) {
+            let _ = reply.send(result);
+            return;
+        }
         let Some(group) = self.groups.get_mut(&req.group_id) else {
             let _ = reply.send(SyncResult::error(GroupError::UnknownMemberId));
             return;
@@ -690,6 +716,11 @@ impl Groups {
         generation_id: Option<GenerationId>,
         now_ms: i64,
     ) -> Result<(), GroupError> {
+        if let Some(result) =
+            self.heartbeat_consumer(group_id, member_id, instance, generation_id, now_ms)
+        {
+            return result;
+        }
         let group = self
             .groups
             .get_mut(group_id)
@@ -714,6 +745,9 @@ impl Groups {
         leaving: &[(String, Option<String>)],
         now_ms: i64,
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        if let Some(results) = self.leave_consumer(group_id, leaving) {
+            return Ok(results);
+        }
         let config = self.config.clone();
         let group = self
             .groups
@@ -978,8 +1012,14 @@ impl Groups {
     pub fn tick(&mut self, now_ms: i64) -> Vec<(String, TopicPartition)> {
         let config = self.config.clone();
         let consumer_config = self.consumer_config();
+        let mut fenced = Vec::new();
         for c in self.consumer.values_mut() {
-            c.tick(&consumer_config, now_ms);
+            if c.tick(&consumer_config, now_ms) > 0 {
+                fenced.push(c.group_id.clone());
+            }
+        }
+        for id in fenced {
+            self.maybe_downgrade(&id, now_ms);
         }
         let mut expired_offsets = Vec::new();
         let mut dead = Vec::new();
@@ -1031,10 +1071,10 @@ impl Groups {
         }
     }
 
-    /// Handles a ConsumerGroupHeartbeat. A classic group with members is not a
-    /// consumer group (GROUP_ID_NOT_FOUND, as Kafka answers when it does not convert
-    /// online); a heartbeat other than a join for a group this broker does not hold
-    /// gets UNKNOWN_MEMBER_ID, and the client rejoins.
+    /// Handles a ConsumerGroupHeartbeat. A classic group with members is converted as
+    /// the migration policy allows (`convert`; GROUP_ID_NOT_FOUND when it does not, as
+    /// Kafka answers); a heartbeat other than a join for a group this broker does not
+    /// hold gets UNKNOWN_MEMBER_ID, and the client rejoins.
     pub fn consumer_heartbeat(
         &mut self,
         req: &HeartbeatRequest,
@@ -1049,7 +1089,7 @@ impl Groups {
             .get(&req.group_id)
             .is_some_and(|g| !g.members.is_empty() || g.state != GroupState::Empty)
         {
-            return Err(GroupError::GroupIdNotFound);
+            self.upgrade(req, topics, now_ms)?;
         }
         if !self.consumer.contains_key(&req.group_id) {
             if req.member_epoch != MemberEpochIn::Join {
@@ -1068,6 +1108,13 @@ impl Groups {
         let answer = group.heartbeat(req, topics, &config, now_ms);
         if group.members.is_empty() && !self.groups.contains_key(&req.group_id) {
             self.consumer.remove(&req.group_id);
+        }
+        if let Ok(HeartbeatAnswer::Left {
+            static_leave: false,
+            ..
+        }) = answer
+        {
+            self.maybe_downgrade(&req.group_id, now_ms);
         }
         answer
     }
@@ -1116,6 +1163,7 @@ fn add_member(
             last_heartbeat_ms: now_ms,
             awaiting_join: Some(reply),
             awaiting_sync: None,
+            epoch_before_downgrade: None,
         },
     );
 }
@@ -1302,7 +1350,11 @@ mod tests {
         }
     }
 
-    fn join(groups: &mut Groups, req: JoinRequest, now: i64) -> oneshot::Receiver<JoinResult> {
+    pub(super) fn join(
+        groups: &mut Groups,
+        req: JoinRequest,
+        now: i64,
+    ) -> oneshot::Receiver<JoinResult> {
         let (tx, rx) = oneshot::channel();
         groups.join(req, tx, now);
         rx
@@ -1324,7 +1376,7 @@ mod tests {
         )
     }
 
-    fn sync(
+    pub(super) fn sync(
         groups: &mut Groups,
         member: &str,
         generation: Option<GenerationId>,
@@ -1662,7 +1714,7 @@ mod tests {
         );
     }
 
-    fn consumer_join(member_id: &str) -> HeartbeatRequest {
+    pub(super) fn consumer_join(member_id: &str) -> HeartbeatRequest {
         HeartbeatRequest {
             group_id: "g".into(),
             member_id: member_id.into(),
@@ -1689,7 +1741,11 @@ mod tests {
 
     #[test]
     fn classic_and_consumer_groups_share_one_namespace_and_switch_when_empty() {
-        let mut groups = Groups::new(config());
+        // Without online conversion (`convert_tests` has it).
+        let mut groups = Groups::new(GroupConfig {
+            migration_policy: MigrationPolicy::Disabled,
+            ..config()
+        });
         // A consumer group with a member: classic joins are refused, commits are
         // checked against member epochs.
         let answer = groups

@@ -13,7 +13,7 @@ use crate::{connection, console, metrics};
 use headway_broker::limits;
 use headway_broker::listeners::{ListenerSpec, SecurityProtocol};
 use headway_broker::Broker;
-use headway_group::{GroupConfig, GroupCoordinator};
+use headway_group::{GroupConfig, GroupCoordinator, MigrationPolicy};
 use headway_share::{
     AutoOffsetReset, ShareConfig, ShareCoordinator, SharePartitionConfig, SHARE_STATE_TOPIC,
 };
@@ -215,11 +215,23 @@ impl Server {
         let group_config = GroupConfig {
             initial_rebalance_delay_ms: config.group_initial_rebalance_delay_ms,
             offsets_retention_ms: config.offsets_retention_ms,
+            migration_policy: MigrationPolicy::parse(&config.group_consumer_migration_policy)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "group_consumer_migration_policy: {:?} is none of {}",
+                        config.group_consumer_migration_policy,
+                        MigrationPolicy::NAMES.join(", ")
+                    ))
+                })?,
             ..GroupConfig::default()
         };
         let groups = GroupCoordinator::open(&config.data_dir, config.flush, group_config)
             .await
             .map_err(|e| std::io::Error::other(format!("opening the group coordinator: {e}")))?;
+        let topics_of = Arc::clone(&broker);
+        groups.set_topics_source(headway_group::TopicsSource::new(move || {
+            crate::handlers::consumer_group_heartbeat::topics_view_of(&topics_of)
+        }));
         // Readable as `__consumer_offsets`, and compacted like a topic with the
         // broker's default settings.
         broker.add_internal_log("__consumer_offsets", Arc::clone(groups.offsets_log()));

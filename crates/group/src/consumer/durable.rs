@@ -39,6 +39,10 @@
 //! short, an unknown value version, bytes left over) is a [`RecordError`]: the
 //! coordinator refuses to start rather than guess at a group's members.
 //!
+//! Classic members of a consumer group (online conversion, `classic_members`) are not
+//! durable: the records describe the group as if they had left (its group epoch one
+//! further), and after a restart they rejoin as new members.
+//!
 //! Timers are not durable: recovered members' sessions (and revocation deadlines)
 //! start at recovery, so a member that does not come back is fenced a session timeout
 //! after start-up.
@@ -496,7 +500,10 @@ fn project_group(group: &ConsumerGroup) -> [(RecordKey, RecordValue); 3] {
         (
             RecordKey::group(RecordType::GroupMetadata, id),
             RecordValue::GroupMetadata {
-                group_epoch: group.group_epoch,
+                // Classic members are not durable: the log holds the group as if they
+                // had left, which moves the group epoch.
+                group_epoch: group.group_epoch
+                    + i32::from(group.members.values().any(|m| m.classic.is_some())),
             },
         ),
         (
@@ -513,9 +520,10 @@ fn project_group(group: &ConsumerGroup) -> [(RecordKey, RecordValue); 3] {
     ]
 }
 
-/// A member's records (types 5, 7 and 8); none for a member the group does not hold.
+/// A member's records (types 5, 7 and 8); none for a member the group does not hold,
+/// or for a classic member.
 fn project_member(group: &ConsumerGroup, member_id: &str) -> Vec<(RecordKey, RecordValue)> {
-    let Some(m) = group.members.get(member_id) else {
+    let Some(m) = group.members.get(member_id).filter(|m| m.classic.is_none()) else {
         return Vec::new();
     };
     let id = &group.group_id;
@@ -676,6 +684,7 @@ fn recovered_member(
         last_heartbeat_ms: now_ms,
         revocation_deadline_ms: None,
         left_static: false,
+        classic: None,
     })
 }
 

@@ -3,12 +3,14 @@
 //! - [`state`]: groups, members, epochs and incremental reconciliation as plain code
 //!   over values; every step takes `now_ms` and the broker's topics as arguments.
 //! - [`assignor`]: the server-side assignors, `uniform` and `range`.
+//! - [`classic`]: classic members of a consumer group (online conversion).
 //! - [`durable`]: the groups' records in the offsets log, and their recovery.
 //!
 //! Partitions are named by topic name inside; the wire's topic ids are converted by
 //! the handlers with the [`TopicsView`] they pass in.
 
 pub mod assignor;
+pub mod classic;
 pub mod state;
 
 use std::collections::{BTreeMap, BTreeSet};

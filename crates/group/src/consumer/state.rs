@@ -24,6 +24,7 @@
 //! place and assignment until its session times out, so a restart moves nothing.
 
 use super::assignor::{Assignor, AssignorMember};
+use super::classic::ClassicMember;
 use super::{Assignment, TopicsView};
 use crate::GroupError;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -142,6 +143,8 @@ pub struct ConsumerMember {
     revocation_deadline_ms: Option<i64>,
     /// A static member that left with epoch -2 and may come back.
     pub left_static: bool,
+    /// A member of the classic protocol (online conversion, [`classic`]).
+    pub classic: Option<ClassicMember>,
 }
 
 /// The states Kafka's tools print for a consumer group.
@@ -225,12 +228,19 @@ fn compile_regex(regex: &str, bytes_max: usize) -> Result<regex_automata::meta::
 
 impl ConsumerMember {
     fn new(member_id: String, req: &HeartbeatRequest) -> ConsumerMember {
+        let mut member =
+            ConsumerMember::blank(member_id, req.client_id.clone(), req.client_host.clone());
+        member.instance_id = req.instance_id.clone();
+        member
+    }
+
+    fn blank(member_id: String, client_id: String, client_host: String) -> ConsumerMember {
         ConsumerMember {
             member_id,
-            instance_id: req.instance_id.clone(),
+            instance_id: None,
             rack_id: None,
-            client_id: req.client_id.clone(),
-            client_host: req.client_host.clone(),
+            client_id,
+            client_host,
             member_epoch: 0,
             previous_member_epoch: 0,
             state: MemberState::Stable,
@@ -246,6 +256,7 @@ impl ConsumerMember {
             last_heartbeat_ms: 0,
             revocation_deadline_ms: None,
             left_static: false,
+            classic: None,
         }
     }
 
@@ -685,7 +696,10 @@ impl ConsumerGroup {
             .members
             .values()
             .filter(|m| {
-                now_ms - m.last_heartbeat_ms > config.session_timeout_ms
+                let session = m.classic.as_ref().map_or(config.session_timeout_ms, |c| {
+                    i64::from(c.session_timeout_ms)
+                });
+                now_ms - m.last_heartbeat_ms > session
                     || m.revocation_deadline_ms.is_some_and(|d| now_ms > d)
             })
             .map(|m| m.member_id.clone())
@@ -716,6 +730,10 @@ impl ConsumerGroup {
             .members
             .get(member_id)
             .ok_or(GroupError::UnknownMemberId)?;
+        if member.classic.is_some() && epoch != member.member_epoch {
+            // A classic member's epoch is its generation.
+            return Err(GroupError::IllegalGeneration);
+        }
         match epoch.cmp(&member.member_epoch) {
             std::cmp::Ordering::Greater => Err(GroupError::FencedMemberEpoch),
             std::cmp::Ordering::Less => Err(GroupError::StaleMemberEpoch),
@@ -761,6 +779,10 @@ impl ConsumerGroup {
         assert_eq!(held, self.owners.len(), "a partition held twice");
     }
 }
+
+#[path = "classic_members.rs"]
+mod classic_members;
+pub use classic_members::Converted;
 
 /// The durable form of these groups: a child module, so it reads and rebuilds the
 /// fields the steps keep private.

@@ -32,6 +32,8 @@ pub const HANDLER: Handler = Handler {
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 /// `MemberType` of a member of the consumer protocol (v1).
 const MEMBER_TYPE_CONSUMER: i8 = 1;
+/// `MemberType` of a classic member of a consumer group (online conversion, v1).
+const MEMBER_TYPE_CLASSIC: i8 = 0;
 
 fn wire(assignment: &Assignment, topics: &TopicsView) -> WireAssignment {
     WireAssignment::default().with_topic_partitions(
@@ -112,7 +114,10 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                             g.target.get(&m.member_id).unwrap_or(&empty),
                             &topics,
                         ))
-                        .with_member_type(MEMBER_TYPE_CONSUMER)
+                        .with_member_type(match m.classic {
+                            Some(_) => MEMBER_TYPE_CLASSIC,
+                            None => MEMBER_TYPE_CONSUMER,
+                        })
                 })
                 .collect();
             described

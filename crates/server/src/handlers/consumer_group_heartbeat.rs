@@ -38,7 +38,12 @@ pub const HANDLER: Handler = Handler {
 
 /// The broker's topics by name, with their ids and partition counts.
 pub(super) fn topics_view(ctx: &Ctx) -> TopicsView {
-    ctx.broker
+    topics_view_of(&ctx.broker)
+}
+
+/// The topics of `broker` by name, with their ids and partition counts.
+pub(crate) fn topics_view_of(broker: &headway_broker::Broker) -> TopicsView {
+    broker
         .topics()
         .into_iter()
         .map(|t| {

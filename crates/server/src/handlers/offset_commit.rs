@@ -55,7 +55,9 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     );
     let too_old = request.api_version() < MEMBER_EPOCH_MIN_VERSION
         && !body.member_id.is_empty()
-        && ctx.groups.is_consumer_group(&body.group_id);
+        && ctx
+            .groups
+            .commits_with_member_epoch(&body.group_id, &body.member_id);
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let (refused, entries) = (asked.refused, asked.entries);
