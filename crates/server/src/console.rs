@@ -12,11 +12,9 @@
 
 use crate::handlers::Ctx;
 use crate::metrics::{self, Reply};
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use headway_broker::{limits, TrafficCounts};
 use headway_group::MemberSummary;
-use kafka_protocol::messages::ConsumerProtocolAssignment;
-use kafka_protocol::protocol::Decodable;
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -343,24 +341,18 @@ fn member_state(m: MemberSummary, consumer: bool) -> MemberState {
 }
 
 /// The partitions a consumer-protocol assignment names (a version prefix, then the
-/// topics); empty when the bytes are not one.
-fn assigned(mut bytes: Bytes) -> Vec<AssignedTopic> {
-    if bytes.remaining() < 2 {
-        return Vec::new();
-    }
-    let version = bytes.get_i16();
-    if !(0..=3).contains(&version) {
-        return Vec::new();
-    }
-    let Ok(decoded) = ConsumerProtocolAssignment::decode(&mut bytes, version) else {
+/// topics); empty when the bytes are not one. The bytes are a client's (a classic
+/// leader's SyncGroup), so they are read by the group crate's decoder, which checks
+/// every count against the bytes left before it allocates anything.
+fn assigned(bytes: Bytes) -> Vec<AssignedTopic> {
+    let Some(decoded) = headway_group::consumer::classic::decode_assignment(&bytes) else {
         return Vec::new();
     };
     decoded
-        .assigned_partitions
         .into_iter()
-        .map(|tp| AssignedTopic {
-            topic: tp.topic.to_string(),
-            partitions: tp.partitions,
+        .map(|(topic, partitions)| AssignedTopic {
+            topic,
+            partitions: partitions.into_iter().collect(),
         })
         .collect()
 }
@@ -370,6 +362,7 @@ mod tests {
     use super::*;
     use bytes::BufMut;
     use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
+    use kafka_protocol::messages::ConsumerProtocolAssignment;
     use kafka_protocol::messages::TopicName;
     use kafka_protocol::protocol::{Encodable, StrBytes};
 
@@ -393,5 +386,7 @@ mod tests {
         assert!(assigned(Bytes::from_static(b"\x00")).is_empty());
         assert!(assigned(Bytes::from_static(b"\x00\x01\xff\xff\xff")).is_empty());
         assert!(assigned(Bytes::from_static(b"\x7f\x00")).is_empty());
+        // A count of 2^31 - 1 topics in a few bytes is refused, not allocated for.
+        assert!(assigned(Bytes::from_static(b"\x00\x01\x7f\xff\xff\xff\x00\x01a")).is_empty());
     }
 }
