@@ -240,7 +240,7 @@ struct ServeArgs {
     #[arg(long, env = "HEADWAY_LIGHT_LATENCY_TARGET_MS")]
     light_latency_target_ms: Option<u64>,
     /// How long a catch-up read waits, before each disk read of at most 256 KiB, for small
-    /// syncs in progress to end, in µs; 0: never [default: 1000].
+    /// syncs in progress to end, in µs; 0: never [default: 0].
     #[arg(long, env = "HEADWAY_BULK_READ_SYNC_WAIT_US")]
     bulk_read_sync_wait_us: Option<u64>,
     /// With --flush sync: bytes a partition may have appended and not yet handed to a
