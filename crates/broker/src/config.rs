@@ -284,6 +284,10 @@ pub struct BrokerConfig {
     /// CPU priority (nice value, 0..=19) of the read threads: catching up uses the CPU
     /// the tail readers and producers leave.
     pub read_threads_nice: i32,
+    /// Threads that write answers of 256 KiB and more (catching up) to plain TCP
+    /// sockets in the `SCHED_IDLE` CPU class, so that light work always has the CPU
+    /// first; 0 (the default) writes every answer on the runtime's worker threads.
+    pub bulk_send_threads: usize,
     /// Bulk work (the read threads, the log cleaner, syncs larger than 256 KiB) submits
     /// its disk I/O in the idle class. Off by default: measured, it slowed heavy writers
     /// without making light syncs faster (`docs/sync.md`).
@@ -423,6 +427,7 @@ impl Default for BrokerConfig {
             read_cache_first: true,
             read_tail_bytes: limits::READ_TAIL_BYTES_DEFAULT,
             read_threads_nice: limits::READ_THREADS_NICE_DEFAULT,
+            bulk_send_threads: limits::BULK_SEND_THREADS_DEFAULT,
             bulk_io_idle: false,
             bulk_bytes_per_sec_max: limits::BULK_BYTES_PER_SEC_MAX_DEFAULT,
             bulk_bytes_per_sec_min: limits::BULK_BYTES_PER_SEC_MIN_DEFAULT,
@@ -535,6 +540,13 @@ impl BrokerConfig {
                 "read_threads must be 1..={}, not {}",
                 limits::READ_THREADS_MAX,
                 self.read_threads
+            ));
+        }
+        if self.bulk_send_threads > limits::BULK_SEND_THREADS_MAX {
+            return Err(format!(
+                "bulk_send_threads must be 0..={}, not {}",
+                limits::BULK_SEND_THREADS_MAX,
+                self.bulk_send_threads
             ));
         }
         if !(0..=19).contains(&self.read_threads_nice) {

@@ -119,6 +119,20 @@ pub const READ_TAIL_BYTES_DEFAULT: u64 = 8 * 1024 * 1024;
 /// CPU time that tail reads and produces leave over.
 pub const READ_THREADS_NICE_DEFAULT: i32 = 10;
 
+/// Threads that write large answers to plain TCP sockets in the `SCHED_IDLE` class
+/// (`bulk_send_threads`; 0 writes every answer on the runtime's worker threads). Off by
+/// default: measured beside a catch-up reader it did not lower the tail consumers'
+/// latency on this machine, and on a CPU kept busy by normal threads it would starve
+/// catching up (`docs/sync.md`).
+pub const BULK_SEND_THREADS_DEFAULT: usize = 0;
+pub const BULK_SEND_THREADS_MAX: usize = 64;
+
+/// An answer of at least this many bytes is bulk work: with bulk send threads, a plain
+/// TCP connection's writer hands it to them. A tail consumer's answers stay well below
+/// it (at 2,000 messages of 1 KiB per second it takes 128 ms to gather this much); a
+/// consumer catching up gets up to a megabyte per partition.
+pub const BULK_SEND_BYTES_MIN: usize = 256 * 1024;
+
 /// A produce request larger than this is bulk work (a heavy writer): it passes the bulk
 /// budget and is handled on the bulk threads. A light producer's requests stay well
 /// below it even when a stall of some milliseconds lets its batches grow: at 2,000

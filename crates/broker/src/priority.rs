@@ -54,6 +54,29 @@ impl BulkPriority {
     }
 }
 
+/// Puts the calling thread in the `SCHED_IDLE` class for the rest of its life: it runs
+/// only when no normal thread wants the CPU, and a normal thread that wakes takes the
+/// CPU from it at once (`sched(7)`). For threads that hold no lock light work needs, so
+/// that being starved on a busy CPU delays only their own work (the bulk send threads).
+/// A failure is logged; the thread then stays at nice 19.
+pub fn idle_cpu_this_thread() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param for the call; pid 0 is the calling thread.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if rc != 0 {
+        let error = io::Error::last_os_error();
+        tracing::warn!(%error, "could not put a bulk thread in the SCHED_IDLE class; using nice 19");
+        let tid = rustix::thread::gettid();
+        let _ = rustix::process::setpriority_process(Some(tid), 19);
+    }
+}
+
+/// Whether the calling thread is in the `SCHED_IDLE` class.
+pub fn cpu_idle() -> bool {
+    // SAFETY: pid 0 is the calling thread; the call touches no memory of ours.
+    unsafe { libc::sched_getscheduler(0) == libc::SCHED_IDLE }
+}
+
 /// A thread's I/O scheduling class, as `ioprio_set(2)` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoClass {
@@ -110,6 +133,17 @@ impl Drop for IdleIo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_idle_cpu_thread_is_in_sched_idle_and_others_are_not() {
+        std::thread::spawn(|| {
+            idle_cpu_this_thread();
+            assert!(cpu_idle());
+        })
+        .join()
+        .unwrap();
+        assert!(!cpu_idle());
+    }
 
     #[test]
     fn a_lowered_thread_is_in_the_idle_class_and_others_are_not() {

@@ -60,6 +60,9 @@ pub struct ReadStats {
     pub cached: AtomicU64,
     /// Fetch reads that went to the pool.
     pub pooled: AtomicU64,
+    /// Of those, reads catching up that the page cache held whole: read on a pool
+    /// thread without passing the bulk budget.
+    pub pooled_cached: AtomicU64,
     /// How long each job waited in the queue for a thread: 10 µs to about 5 s,
     /// doubling (`headway_read_queue_wait_seconds`).
     pub queue_wait: Histogram,
@@ -72,6 +75,7 @@ impl Default for ReadStats {
             running: AtomicUsize::new(0),
             cached: AtomicU64::new(0),
             pooled: AtomicU64::new(0),
+            pooled_cached: AtomicU64::new(0),
             queue_wait: Histogram::new(exponential_buckets(1e-5, 2.0, 20)),
         }
     }
@@ -85,6 +89,7 @@ pub struct ReadStatsSnapshot {
     pub running: usize,
     pub cached: u64,
     pub pooled: u64,
+    pub pooled_cached: u64,
 }
 
 /// How a read reaches the disk: the pool, and whether to try the page cache first.
@@ -189,6 +194,7 @@ impl ReadPool {
             running: self.stats.running.load(Ordering::Relaxed),
             cached: self.stats.cached.load(Ordering::Relaxed),
             pooled: self.stats.pooled.load(Ordering::Relaxed),
+            pooled_cached: self.stats.pooled_cached.load(Ordering::Relaxed),
         }
     }
 

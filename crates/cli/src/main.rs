@@ -223,6 +223,10 @@ struct ServeArgs {
     /// Nice value (0-19) of the read threads, so catching up uses spare CPU [default: 10].
     #[arg(long, env = "HEADWAY_READ_THREADS_NICE")]
     read_threads_nice: Option<i32>,
+    /// Threads that write answers of 256 KiB and more to plain TCP sockets in the
+    /// SCHED_IDLE CPU class; 0 writes them on the runtime's threads [default: 0].
+    #[arg(long, env = "HEADWAY_BULK_SEND_THREADS")]
+    bulk_send_threads: Option<usize>,
     /// Submit bulk work's disk I/O (catch-up reads, the log cleaner, syncs over 256 KiB)
     /// in the idle I/O class [default: false].
     #[arg(long, env = "HEADWAY_BULK_IO_IDLE")]
@@ -381,6 +385,7 @@ impl ServeArgs {
         set!(read_cache_first = self.read_cache_first);
         set!(read_tail_bytes = self.read_tail_bytes);
         set!(read_threads_nice = self.read_threads_nice);
+        set!(bulk_send_threads = self.bulk_send_threads);
         set!(bulk_io_idle = self.bulk_io_idle);
         set!(bulk_bytes_per_sec_max = self.bulk_bytes_per_sec_max);
         set!(bulk_bytes_per_sec_min = self.bulk_bytes_per_sec_min);

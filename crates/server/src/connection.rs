@@ -24,6 +24,7 @@
 //! queued have been written; that is what Kafka does, since the client could not parse
 //! any answer.
 
+use crate::bulk_send::BulkLane;
 use crate::handlers::{self, Arrival, Ctx, HandlerError, Outgoing, Reply, ReplyTiming};
 use crate::listener::ListenerInfo;
 use crate::request_budget::Reserved;
@@ -73,8 +74,12 @@ pub async fn serve(
     match tls {
         None => {
             let _ = stream.set_nodelay(true);
+            // The lane holds the socket's number; the writer task holds the socket.
+            let lane = ctx.stats.bulk_send.as_ref().map(|pool| {
+                BulkLane::new(Arc::clone(pool), std::os::fd::AsRawFd::as_raw_fd(&stream))
+            });
             let (reader, writer) = stream.into_split();
-            read_requests(reader, writer, conn, &ctx).await;
+            read_requests(reader, writer, lane, conn, &ctx).await;
         }
         Some(acceptor) => {
             let Some(stream) = tls::handshake(&acceptor, stream, peer, &ctx.stats).await else {
@@ -84,13 +89,18 @@ pub async fn serve(
                 conn.set_principal(&principal);
             }
             let (reader, writer) = tokio::io::split(stream);
-            read_requests(reader, writer, conn, &ctx).await;
+            read_requests(reader, writer, None, conn, &ctx).await;
         }
     }
 }
 
-async fn read_requests<R, W>(mut reader: R, mut writer: W, conn: &Arc<Connection>, ctx: &Arc<Ctx>)
-where
+async fn read_requests<R, W>(
+    mut reader: R,
+    mut writer: W,
+    lane: Option<BulkLane>,
+    conn: &Arc<Connection>,
+    ctx: &Arc<Ctx>,
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -101,7 +111,7 @@ where
         return;
     }
     let (replies, queued) = mpsc::channel(limits::REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX);
-    let writer = tokio::spawn(write_replies(writer, queued, Arc::clone(conn)));
+    let writer = tokio::spawn(write_replies(writer, lane, queued, Arc::clone(conn)));
     let mut client = Caller {
         peer: conn.peer,
         client_id: None,
@@ -395,6 +405,7 @@ fn truncated(e: std::io::Error) -> FrameError {
 
 async fn write_replies<W: AsyncWrite + Unpin>(
     writer: W,
+    mut lane: Option<BulkLane>,
     mut queued: mpsc::Receiver<Reply>,
     conn: Arc<Connection>,
 ) {
@@ -434,7 +445,17 @@ async fn write_replies<W: AsyncWrite + Unpin>(
             }
             Reply::Silent => continue,
         };
-        if write_frame(&mut out, &frame).await.is_err() {
+        let written = match lane.as_mut() {
+            Some(lane) if frame.len() >= limits::BULK_SEND_BYTES_MIN => {
+                // Catching up: the bulk send threads write it, after what is buffered.
+                match flush(&mut out, &mut unflushed).await {
+                    Ok(()) => lane.write_all(out.get_mut(), &frame).await,
+                    Err(e) => Err(e),
+                }
+            }
+            _ => write_frame(&mut out, &frame).await,
+        };
+        if written.is_err() {
             return;
         }
         // The socket (or the writer's fixed buffer) has the bytes: release them.

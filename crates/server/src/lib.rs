@@ -29,6 +29,7 @@
 //! Kafka error codes are chosen in one place, [`errors`].
 
 pub mod authorize;
+pub mod bulk_send;
 pub mod connection;
 pub mod console;
 pub mod errors;

@@ -389,6 +389,12 @@ pub fn render(ctx: &Ctx) -> String {
         "Fetch reads sent to the read threads",
         s.reads.pooled,
     );
+    counter(
+        &mut r,
+        "reads_pooled_cached",
+        "Reads catching up that the page cache held whole: read on the read threads without the bulk budget",
+        s.reads.pooled_cached,
+    );
     let budget = broker.bulk_budget().snapshot();
     gauge(
         &mut r,
@@ -414,6 +420,27 @@ pub fn render(ctx: &Ctx) -> String {
         "Disk reads of catch-up reads that first waited for small syncs in progress (bulk_read_sync_wait_us)",
         broker.bulk_budget().sync_yields(),
     );
+    if let Some(send) = &stats.bulk_send {
+        let send = send.stats();
+        counter(
+            &mut r,
+            "bulk_send_answers",
+            "Answers of 256 KiB and more written by the SCHED_IDLE bulk send threads (bulk_send_threads)",
+            send.answers.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut r,
+            "bulk_send_bytes",
+            "Bytes the bulk send threads wrote to sockets",
+            send.bytes.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut r,
+            "bulk_send_socket_full",
+            "Times a socket was full under a bulk send and its writer waited for room on the runtime",
+            send.socket_full.load(Ordering::Relaxed),
+        );
+    }
 
     let disk = broker.disk_space().snapshot();
     gauge(

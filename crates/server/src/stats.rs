@@ -6,6 +6,7 @@
 //! connections. A connection is listed from [`ServerStats::opened`] until its
 //! [`Registration`] is dropped, however the connection's task ends.
 
+use crate::bulk_send::BulkSender;
 use crate::listener::ListenerInfo;
 use crate::log_limit::LineLimiter;
 use crate::outbound::{ConnectionBudget, OutboundBudget};
@@ -23,6 +24,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// Broker-wide budgets and the registry of open connections.
 pub struct ServerStats {
     pub outbound: Arc<OutboundBudget>,
+    /// The threads that write large answers to plain TCP sockets
+    /// (`bulk_send_threads`; `None` when there are none).
+    pub bulk_send: Option<Arc<BulkSender>>,
     /// Bytes of large request frames being read or handled (`request_bytes_in_flight_max`).
     pub request_bytes: RequestBudget,
     /// Connections served at once (`connections_max`): the listener accepts the next
@@ -142,6 +146,7 @@ impl ServerStats {
     pub fn new(config: &BrokerConfig, read_pool: Arc<ReadPool>) -> Arc<ServerStats> {
         Arc::new(ServerStats {
             outbound: OutboundBudget::new(config.outbound_bytes_max),
+            bulk_send: BulkSender::start(config.bulk_send_threads),
             request_bytes: RequestBudget::new(config.request_bytes_in_flight_max),
             connection_slots: Arc::new(Semaphore::new(config.connections_max)),
             connection_slots_probe: BudgetProbe::default(),

@@ -178,6 +178,12 @@ async fn tail_reads_come_from_the_cache_and_catching_up_from_the_read_threads() 
             (0, 1),
             "a read 2 MiB behind is catching up: read threads, cached or not"
         );
+        if !cache_first {
+            assert_eq!(
+                after_catch_up.pooled_cached, 0,
+                "never tried from the cache"
+            );
+        }
 
         let response = client
             .call(12, &fetch_request(TOPIC, 3 * 32, 1000, 1))
@@ -250,5 +256,96 @@ async fn acknowledgements_and_fetches_are_timed_by_stage_on_metrics() {
             "{line} in:\n{metrics}"
         );
     }
+    broker.stop().await;
+}
+
+/// The value of a counter on `/metrics`.
+fn counter_value(metrics: &str, name: &str) -> u64 {
+    histogram_count(metrics, name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catching_up_on_cached_data_does_not_pass_the_disk_budget() {
+    // A bulk budget of 8 MiB/s: producing the 8 MiB below leaves it in debt, so a read
+    // that passed it would wait and be counted.
+    // Reads more than 256 KiB behind are catching up: all three below.
+    let broker = TestBroker::start_with(|c| {
+        c.read_tail_bytes = 256 << 10;
+        c.bulk_bytes_per_sec_min = 8 << 20;
+        c.bulk_bytes_per_sec_max = 8 << 20;
+        c.metrics_listen = Some("127.0.0.1:0".into());
+    })
+    .await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, TOPIC, PARTITIONS).await;
+    produce(&mut client, 4).await;
+    let metrics_addr = broker.server.metrics_addr.unwrap();
+    let waits_before = counter_value(&scrape(metrics_addr).await, "headway_bulk_waits_total");
+    for offset in [0, 32, 64] {
+        let response = client
+            .call(12, &fetch_request(TOPIC, offset, 1000, 1))
+            .await;
+        let records = response.responses[0].partitions[0]
+            .records
+            .as_ref()
+            .unwrap();
+        assert_eq!(values_of(records).len(), 32);
+    }
+    let reads = broker.server.stats.snapshot().reads;
+    assert_eq!(
+        reads.pooled, 3,
+        "reads 1-2 MiB behind are catching up: {reads:?}"
+    );
+    if reads.pooled_cached == 0 {
+        // The file system cannot tell what is cached (no RWF_NOWAIT): every read is
+        // taken to need the disk.
+        broker.stop().await;
+        return;
+    }
+    assert_eq!(reads.pooled_cached, 3, "just written, so cached: {reads:?}");
+    let waits_after = counter_value(&scrape(metrics_addr).await, "headway_bulk_waits_total");
+    assert_eq!(
+        waits_after, waits_before,
+        "no cached read waited for the budget"
+    );
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_answers_go_out_whole_through_the_bulk_send_threads() {
+    let broker = TestBroker::start_with(|c| c.bulk_send_threads = 2).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, TOPIC, PARTITIONS).await;
+    produce(&mut client, 2).await;
+    // Small answers first, then one of about 4 MiB, then small ones again, on one
+    // connection: they must arrive whole and in order.
+    let small = client.call(12, &fetch_request(TOPIC, 0, 1000, 1)).await;
+    assert_eq!(small.responses[0].partitions[0].high_watermark, 64);
+    let greedy = client.call(12, &greedy_fetch()).await;
+    let values: usize = greedy.responses[0]
+        .partitions
+        .iter()
+        .map(|p| values_of(p.records.as_ref().unwrap()).len())
+        .sum();
+    assert_eq!(
+        values,
+        64 * PARTITIONS as usize,
+        "every record of every partition"
+    );
+    let after = client.call(12, &fetch_request(TOPIC, 32, 1000, 1)).await;
+    let records = after.responses[0].partitions[0].records.as_ref().unwrap();
+    assert_eq!(values_of(records).len(), 32);
+    let send = broker
+        .server
+        .stats
+        .bulk_send
+        .as_ref()
+        .expect("bulk send threads");
+    let stats = send.stats();
+    assert!(
+        stats.answers.load(std::sync::atomic::Ordering::Relaxed) >= 1,
+        "the large answer went through the pool"
+    );
+    assert!(stats.bytes.load(std::sync::atomic::Ordering::Relaxed) >= 4 << 20);
     broker.stop().await;
 }
