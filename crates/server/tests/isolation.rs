@@ -36,6 +36,18 @@ async fn produce(client: &mut Client, batches: usize) {
     }
 }
 
+/// How many records a fetch of partition 0 from `offset` returns.
+async fn fetched_values(client: &mut Client, offset: i64) -> usize {
+    let response = client
+        .call(12, &fetch_request(TOPIC, offset, 1000, 1))
+        .await;
+    let records = response.responses[0].partitions[0]
+        .records
+        .as_ref()
+        .unwrap();
+    values_of(records).len()
+}
+
 /// A Fetch of every partition from offset 0, asking for 50 MiB.
 fn greedy_fetch() -> FetchRequest {
     fetch_every_partition(TOPIC, PARTITIONS, 500, 1, 50 << 20, 50 << 20)
@@ -166,12 +178,11 @@ async fn tail_reads_come_from_the_cache_and_catching_up_from_the_read_threads() 
         produce(&mut client, 4).await;
         let reads = || broker.server.stats.snapshot().reads;
 
-        let response = client.call(12, &fetch_request(TOPIC, 0, 1000, 1)).await;
-        let records = response.responses[0].partitions[0]
-            .records
-            .as_ref()
-            .unwrap();
-        assert_eq!(values_of(records).len(), 32, "one batch fits 1 MiB");
+        assert_eq!(
+            fetched_values(&mut client, 0).await,
+            32,
+            "one batch fits 1 MiB"
+        );
         let after_catch_up = reads();
         assert_eq!(
             (after_catch_up.cached, after_catch_up.pooled),
@@ -185,14 +196,7 @@ async fn tail_reads_come_from_the_cache_and_catching_up_from_the_read_threads() 
             );
         }
 
-        let response = client
-            .call(12, &fetch_request(TOPIC, 3 * 32, 1000, 1))
-            .await;
-        let records = response.responses[0].partitions[0]
-            .records
-            .as_ref()
-            .unwrap();
-        assert_eq!(values_of(records).len(), 32);
+        assert_eq!(fetched_values(&mut client, 3 * 32).await, 32);
         let after_tail = reads();
         if cache_first {
             // Just written, so cached; unless the file system cannot say (no
@@ -282,14 +286,7 @@ async fn catching_up_on_cached_data_does_not_pass_the_disk_budget() {
     let metrics_addr = broker.server.metrics_addr.unwrap();
     let waits_before = counter_value(&scrape(metrics_addr).await, "headway_bulk_waits_total");
     for offset in [0, 32, 64] {
-        let response = client
-            .call(12, &fetch_request(TOPIC, offset, 1000, 1))
-            .await;
-        let records = response.responses[0].partitions[0]
-            .records
-            .as_ref()
-            .unwrap();
-        assert_eq!(values_of(records).len(), 32);
+        assert_eq!(fetched_values(&mut client, offset).await, 32);
     }
     let reads = broker.server.stats.snapshot().reads;
     assert_eq!(
@@ -332,9 +329,7 @@ async fn large_answers_go_out_whole_through_the_bulk_send_threads() {
         64 * PARTITIONS as usize,
         "every record of every partition"
     );
-    let after = client.call(12, &fetch_request(TOPIC, 32, 1000, 1)).await;
-    let records = after.responses[0].partitions[0].records.as_ref().unwrap();
-    assert_eq!(values_of(records).len(), 32);
+    assert_eq!(fetched_values(&mut client, 32).await, 32);
     let send = broker
         .server
         .stats
