@@ -72,7 +72,8 @@ pub fn idle_cpu_this_thread() {
 }
 
 /// Whether the calling thread is in the `SCHED_IDLE` class.
-pub fn cpu_idle() -> bool {
+#[cfg(test)]
+fn cpu_idle() -> bool {
     // SAFETY: pid 0 is the calling thread; the call touches no memory of ours.
     unsafe { libc::sched_getscheduler(0) == libc::SCHED_IDLE }
 }

@@ -9,8 +9,9 @@
 //! next turn. Their end-to-end tail grows with it, even though no stage of the broker
 //! takes longer.
 //!
-//! So plain TCP connections hand every answer of at least [`headway_broker::limits::BULK_SEND_BYTES_MIN`]
-//! to this pool, whose threads run in the `SCHED_IDLE` class: the kernel runs them only
+//! With `bulk_send_threads` set (it is 0 by default: measured without a gain,
+//! `docs/sync.md`), plain TCP connections hand every answer of at least
+//! [`headway_broker::limits::BULK_SEND_BYTES_MIN`] to this pool, whose threads run in the `SCHED_IDLE` class: the kernel runs them only
 //! when no normal thread wants the CPU, and a normal thread that wakes takes the CPU
 //! from them at once. Catching up then uses the CPU light work leaves, as its reads
 //! already use the disk time it leaves ([`headway_broker::bulk_budget`]).
@@ -19,7 +20,8 @@
 //! full; it never waits for a socket. A full socket (a slow or stuck reader) goes back
 //! to the connection's writer task, which waits for room on the runtime, writes a few
 //! bytes there, and hands the rest back. A connection has at most one answer here at a
-//! time, since its writer waits for it.
+//! time, since its writer waits for it, so the pool's queue never holds more jobs than
+//! there are connections (`connections_max`).
 //!
 //! TLS connections keep writing on the runtime: their bytes are encrypted by the
 //! session the writer task owns.
@@ -104,8 +106,9 @@ impl BulkSender {
     }
 
     /// Stops the threads once the jobs queued are done; later answers are written on
-    /// the runtime.
-    pub fn close(&self) {
+    /// the runtime, as they are when the threads have died.
+    #[cfg(test)]
+    fn close(&self) {
         self.jobs.lock().expect("bulk send jobs").take();
     }
 
@@ -238,12 +241,6 @@ impl BulkLane {
             at += n;
         }
         Ok(())
-    }
-}
-
-impl Drop for BulkSender {
-    fn drop(&mut self) {
-        self.close();
     }
 }
 

@@ -210,8 +210,9 @@ async fn tail_reads_come_from_the_cache_and_catching_up_from_the_read_threads() 
     }
 }
 
-/// The count of a histogram series on `/metrics`, 0 when the series is absent.
-fn histogram_count(metrics: &str, series: &str) -> u64 {
+/// The value of a series on `/metrics` (a counter, a histogram's count), 0 when it is
+/// absent.
+fn series_value(metrics: &str, series: &str) -> u64 {
     let prefix = format!("{series} ");
     metrics
         .lines()
@@ -236,7 +237,7 @@ async fn acknowledgements_and_fetches_are_timed_by_stage_on_metrics() {
     let metrics = loop {
         let metrics = scrape(metrics_addr).await;
         let fetch_total = "headway_fetch_stage_seconds_count{stage=\"total\",kind=\"tail\"}";
-        if histogram_count(&metrics, fetch_total) >= 1 {
+        if series_value(&metrics, fetch_total) >= 1 {
             break metrics;
         }
         assert!(tokio::time::Instant::now() < deadline, "{metrics}");
@@ -247,13 +248,13 @@ async fn acknowledgements_and_fetches_are_timed_by_stage_on_metrics() {
         let series =
             format!("headway_produce_stage_seconds_count{{stage=\"{stage}\",size=\"small\"}}");
         assert_eq!(
-            histogram_count(&metrics, &series),
+            series_value(&metrics, &series),
             1,
             "{series} in:\n{metrics}"
         );
     }
     let syncs = "headway_sync_seconds_count{size=\"small\"}";
-    assert!(histogram_count(&metrics, syncs) >= 1, "{metrics}");
+    assert!(series_value(&metrics, syncs) >= 1, "{metrics}");
     for line in ["headway_bulk_rate_bytes ", "headway_unsynced_holds_total "] {
         assert!(
             metrics.lines().any(|l| l.starts_with(line)),
@@ -261,11 +262,6 @@ async fn acknowledgements_and_fetches_are_timed_by_stage_on_metrics() {
         );
     }
     broker.stop().await;
-}
-
-/// The value of a counter on `/metrics`.
-fn counter_value(metrics: &str, name: &str) -> u64 {
-    histogram_count(metrics, name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -284,7 +280,7 @@ async fn catching_up_on_cached_data_does_not_pass_the_disk_budget() {
     create_topic(&mut client, TOPIC, PARTITIONS).await;
     produce(&mut client, 4).await;
     let metrics_addr = broker.server.metrics_addr.unwrap();
-    let waits_before = counter_value(&scrape(metrics_addr).await, "headway_bulk_waits_total");
+    let waits_before = series_value(&scrape(metrics_addr).await, "headway_bulk_waits_total");
     for offset in [0, 32, 64] {
         assert_eq!(fetched_values(&mut client, offset).await, 32);
     }
@@ -300,7 +296,7 @@ async fn catching_up_on_cached_data_does_not_pass_the_disk_budget() {
         return;
     }
     assert_eq!(reads.pooled_cached, 3, "just written, so cached: {reads:?}");
-    let waits_after = counter_value(&scrape(metrics_addr).await, "headway_bulk_waits_total");
+    let waits_after = series_value(&scrape(metrics_addr).await, "headway_bulk_waits_total");
     assert_eq!(
         waits_after, waits_before,
         "no cached read waited for the budget"
