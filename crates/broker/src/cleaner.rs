@@ -16,7 +16,7 @@
 //! `log_cleaner_dedupe_buffer_bytes`; a pass takes at most
 //! [`limits::LOG_CLEANER_PASS_DIRTY_BYTES_MAX`] of dirty data.
 
-use crate::bulk_budget::BulkBudget;
+use crate::bulk_budget::{BulkBudget, BulkWork};
 use crate::priority::BulkPriority;
 use crate::{limits, BrokerConfig, Partition, TopicConfig};
 use headway_log::{CleanReport, CleanerConfig};
@@ -279,9 +279,9 @@ impl LogCleaner {
             if self.stopping() {
                 return;
             }
-            self.budget
-                .charge(usize::try_from(bytes).unwrap_or(usize::MAX));
-            self.budget.admit_blocking();
+            let charged = usize::try_from(bytes).unwrap_or(usize::MAX);
+            self.budget.charge(BulkWork::Write, charged);
+            self.budget.admit_blocking(BulkWork::Write);
             std::thread::sleep(cap.pause(bytes, Instant::now()));
         };
         let report = plan

@@ -292,9 +292,9 @@ pub struct BrokerConfig {
     /// its disk I/O in the idle class. Off by default: measured, it slowed heavy writers
     /// without making light syncs faster (`docs/sync.md`).
     pub bulk_io_idle: bool,
-    /// Highest rate of bulk work (catch-up reads and produces larger than 64 KiB),
-    /// bytes per second; the rate
-    /// adapts between the lowest and this to the latency of syncs (`docs/sync.md`).
+    /// Highest rate of bulk work, bytes per second, for reading (catch-up reads) and
+    /// for writing (produces larger than 64 KiB, the log cleaner) each; the rates adapt
+    /// between the lowest and this to the latency of light work (`docs/sync.md`).
     pub bulk_bytes_per_sec_max: u64,
     /// Lowest rate of bulk work, bytes per second.
     pub bulk_bytes_per_sec_min: u64,

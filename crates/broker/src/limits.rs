@@ -139,11 +139,12 @@ pub const BULK_SEND_BYTES_MIN: usize = 256 * 1024;
 /// messages of 1 KiB per second it takes 32 ms to gather this much.
 pub const BULK_PRODUCE_BYTES_MIN: usize = 64 * 1024;
 
-/// Highest and lowest rate of bulk work, catch-up reads on the read threads and
-/// produce requests larger than [`BULK_PRODUCE_BYTES_MIN`] together, in bytes per second (`bulk_bytes_per_sec_max`, `bulk_bytes_per_sec_min`).
-/// The rate starts at the highest and halves while light work is slower than
-/// [`LIGHT_LATENCY_TARGET_MS_DEFAULT`] (`crate::bulk_budget`); it never drops below the
-/// lowest, so catching up always progresses.
+/// Highest and lowest rate of bulk work, in bytes per second (`bulk_bytes_per_sec_max`,
+/// `bulk_bytes_per_sec_min`), for reading (catch-up reads on the read threads) and for
+/// writing (produce requests larger than [`BULK_PRODUCE_BYTES_MIN`], the log cleaner)
+/// each. The rates start at the highest and halve while light work is slower than
+/// [`LIGHT_LATENCY_TARGET_MS_DEFAULT`] (`crate::bulk_budget`); they never drop below
+/// the lowest, so catching up and heavy writing always progress.
 pub const BULK_BYTES_PER_SEC_MAX_DEFAULT: u64 = 1024 * 1024 * 1024;
 pub const BULK_BYTES_PER_SEC_MIN_DEFAULT: u64 = 16 * 1024 * 1024;
 

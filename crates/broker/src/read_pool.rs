@@ -29,7 +29,7 @@
 //! produce as its writer waits for its fetch's read, so the queue holds at most two jobs
 //! per connection.
 
-use crate::bulk_budget::BulkBudget;
+use crate::bulk_budget::{BulkBudget, BulkWork};
 use crate::priority::BulkPriority;
 use crate::timings::Histogram;
 use prometheus_client::metrics::histogram::exponential_buckets;
@@ -143,14 +143,14 @@ impl ReadPool {
         &self,
         read: impl FnOnce(&dyn Fn()) -> Result<bytes::Bytes, E> + Send + 'static,
     ) -> Result<Result<bytes::Bytes, E>, PoolClosed> {
-        self.budget.admit().await;
+        self.budget.admit(BulkWork::Read).await;
         self.stats.pooled.fetch_add(1, Ordering::Relaxed);
         let budget = Arc::clone(&self.budget);
         let result = self
             .run(move || read(&|| budget.yield_to_small_syncs()))
             .await?;
         if let Ok(records) = &result {
-            self.budget.charge(records.len());
+            self.budget.charge(BulkWork::Read, records.len());
         }
         Ok(result)
     }

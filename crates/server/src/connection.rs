@@ -33,6 +33,7 @@ use crate::sasl;
 use crate::stats::{Connection, ServerStats};
 use crate::tls;
 use bytes::Bytes;
+use headway_broker::bulk_budget::BulkWork;
 use headway_broker::{limits, Partition};
 use headway_protocol::kafka_protocol::messages::ApiKey;
 use headway_protocol::{parse_request, read_frame_size, FrameError, Request};
@@ -155,7 +156,7 @@ async fn read_requests<R, W>(
         let outcome = match bulk {
             None => handlers::dispatch(ctx, conn, request, arrival, &mut hold),
             Some(_) => {
-                ctx.broker.bulk_budget().admit().await;
+                ctx.broker.bulk_budget().admit(BulkWork::Write).await;
                 match dispatch_on_bulk_thread(ctx, conn, request, arrival).await {
                     Some((outcome, held)) => {
                         hold = held;
@@ -166,7 +167,7 @@ async fn read_requests<R, W>(
             }
         };
         if let Some(bytes) = bulk {
-            ctx.broker.bulk_budget().charge(bytes);
+            ctx.broker.bulk_budget().charge(BulkWork::Write, bytes);
         }
         let outcome =
             outcome.map(|reply| counted(&ctx.stats, &client, api, version, handled_from, reply));

@@ -396,16 +396,23 @@ pub fn render(ctx: &Ctx) -> String {
         s.reads.pooled_cached,
     );
     let budget = broker.bulk_budget().snapshot();
-    gauge(
-        &mut r,
+    let rates = Family::<Vec<(String, String)>, Gauge>::default();
+    for (work, rate) in [
+        ("read", budget.read_bytes_per_sec),
+        ("write", budget.write_bytes_per_sec),
+    ] {
+        let labels = vec![("work".to_string(), work.to_string())];
+        rates.get_or_create(&labels).set(rate as i64);
+    }
+    r.register(
         "bulk_rate_bytes",
-        "Current rate of bulk work (catch-up reads and large produces), bytes/s: adapts to the latency of light work (docs/sync.md)",
-        budget.rate_bytes_per_sec as u64,
+        "Current rate of bulk work, bytes/s, for catch-up reads (work=read) and large produces and the log cleaner (work=write): adapts to the latency of light work (docs/sync.md)",
+        rates,
     );
     counter(
         &mut r,
         "bulk_rate_decreases",
-        "Times light work slower than light_latency_target_ms halved the bulk rate",
+        "Times light work slower than light_latency_target_ms halved the bulk rates",
         budget.decreases,
     );
     counter(

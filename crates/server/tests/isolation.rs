@@ -255,7 +255,11 @@ async fn acknowledgements_and_fetches_are_timed_by_stage_on_metrics() {
     }
     let syncs = "headway_sync_seconds_count{size=\"small\"}";
     assert!(series_value(&metrics, syncs) >= 1, "{metrics}");
-    for line in ["headway_bulk_rate_bytes ", "headway_unsynced_holds_total "] {
+    for line in [
+        "headway_bulk_rate_bytes{work=\"read\"} ",
+        "headway_bulk_rate_bytes{work=\"write\"} ",
+        "headway_unsynced_holds_total ",
+    ] {
         assert!(
             metrics.lines().any(|l| l.starts_with(line)),
             "{line} in:\n{metrics}"
@@ -266,8 +270,8 @@ async fn acknowledgements_and_fetches_are_timed_by_stage_on_metrics() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catching_up_on_cached_data_does_not_pass_the_disk_budget() {
-    // A bulk budget of 8 MiB/s: producing the 8 MiB below leaves it in debt, so a read
-    // that passed it would wait and be counted.
+    // A read rate of 8 MiB/s, whose bucket holds 0.8 MiB: of the three 512 KiB reads
+    // below, the third would wait and be counted if they passed it.
     // Reads more than 256 KiB behind are catching up: all three below.
     let broker = TestBroker::start_with(|c| {
         c.read_tail_bytes = 256 << 10;
