@@ -317,3 +317,19 @@ fn noisy_neighbour_quick() {
     number(&s["catch_up"], "read_fraction");
     assert!(!runs[2]["series"].as_array().unwrap().is_empty());
 }
+
+#[test]
+fn noisy_neighbour_runs_only_the_neighbours_asked_for() {
+    let r = run_quick("noisy-neighbour", &["--neighbours", "slow"]);
+    let runs = r["runs"].as_array().unwrap();
+    let roles = roles(&runs[2]);
+    assert!(
+        roles.contains(&"fast") && roles.contains(&"slow"),
+        "{roles:?}"
+    );
+    assert!(!roles.contains(&"catch-up"), "{roles:?}");
+    assert!(runs[2]["extra"]["stuck"].is_null(), "{}", runs[2]["extra"]);
+    assert!(r["summary"]["catch_up"].is_null(), "{}", r["summary"]);
+    let notes = r["notes"].to_string();
+    assert!(notes.contains("of these: slow)"), "{notes}");
+}

@@ -85,6 +85,11 @@ pub struct NoisyNeighbourArgs {
     pub backlog_mb: Option<u64>,
     #[command(flatten)]
     pub readers: super::ReaderArgs,
+    /// The neighbours of phase 3, comma-separated: `catch-up` (the cold replay),
+    /// `slow` (the reader behind the delay proxy) and `stuck` (the client that never
+    /// reads). Leaving some out shows what each one costs.
+    #[arg(long, value_delimiter = ',', default_value = "catch-up,slow,stuck")]
+    pub neighbours: Vec<Neighbour>,
     /// Run the light producer and the fast consumers as librdkafka clients
     /// (`--probe` with `--python`); the report's label gets `-librdkafka`.
     #[arg(long)]
@@ -95,6 +100,14 @@ pub struct NoisyNeighbourArgs {
     /// The librdkafka probe, for --librdkafka.
     #[arg(long, default_value = "bench/librdkafka_probe.py")]
     pub probe: PathBuf,
+}
+
+/// A neighbour of phase 3.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Neighbour {
+    CatchUp,
+    Slow,
+    Stuck,
 }
 
 const PHASES: [&str; 3] = ["quiet", "writer", "catch-up"];
@@ -140,6 +153,13 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
     } else {
         "headway's client"
     };
+    let neighbours = args
+        .neighbours
+        .iter()
+        .filter_map(clap::ValueEnum::to_possible_value)
+        .map(|v| v.get_name().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut report = ctx.report(
         "noisy-neighbour",
         vec![format!(
@@ -148,7 +168,7 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
              of each left out of the percentiles): quiet, writer ({} B messages, acks=all, \
              max rate up to {writer_mb_max} MiB, another topic), catch-up (replay from offset 0 of a {backlog_mb} MiB \
              backlog of the light topic, {}; a consumer behind a proxy adding {} ms each way; \
-             a stuck client); prefill {prefill_s:.1} s",
+             a stuck client; of these: {neighbours}); prefill {prefill_s:.1} s",
             args.rate,
             args.fast,
             per_phase.as_secs_f64(),
@@ -184,7 +204,8 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
         // The neighbours of phase 3, connected now and started when the warm-up ends.
         let mut late = Vec::new();
         let mut stuck = None;
-        if phase == "catch-up" {
+        let with = |n: Neighbour| phase == "catch-up" && args.neighbours.contains(&n);
+        if with(Neighbour::CatchUp) {
             late.push(
                 disturber(
                     ctx.bootstrap(),
@@ -195,8 +216,12 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
                 )
                 .await?,
             );
+        }
+        if with(Neighbour::Slow) {
             let proxied = proxy.addr.to_string();
             late.push(disturber(&proxied, &light, "slow", "slow", StartOffset::Latest).await?);
+        }
+        if with(Neighbour::Stuck) {
             stuck = Some(connect_stuck(ctx.bootstrap()).await?);
         }
         let mut producers = Vec::new();
