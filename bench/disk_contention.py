@@ -163,6 +163,7 @@ def main():
         ("beside a cold read, readahead off, 256 KiB reads", (0, False, 256 * 1024, False)),
         ("beside a cold read, readahead off, 256 KiB reads, idle I/O class", (0, False, 256 * 1024, True)),
         ("beside a cold read, readahead off, 128 KiB reads", (0, False, 128 * 1024, False)),
+        ("beside a cold read, readahead off, 64 KiB reads", (0, False, 64 * 1024, False)),
         ("beside a cold read, readahead on, 200 MiB/s", (200, True, MIB, False)),
         ("beside a cold read, readahead on, 50 MiB/s", (50, True, MIB, False)),
         ("beside a writer syncing 8 MiB at a time", ("write", False)),

@@ -25,10 +25,15 @@ fn connection(stats: &StatsSnapshot, peer: SocketAddr) -> Option<ConnectionSnaps
 
 /// Produces `batches` batches to every partition with acks=all.
 async fn produce(client: &mut Client, batches: usize) {
+    produce_to(client, 0..PARTITIONS, batches).await;
+}
+
+/// Produces `batches` batches to each of `partitions` with acks=all.
+async fn produce_to(client: &mut Client, partitions: std::ops::Range<i32>, batches: usize) {
     let value = "v".repeat(VALUE_BYTES);
     let values: Vec<&str> = (0..32).map(|_| value.as_str()).collect();
     for _ in 0..batches {
-        for partition in 0..PARTITIONS {
+        for partition in partitions.clone() {
             let request = produce_request(TOPIC, partition, -1, batch(&values));
             let response = client.call(9, &request).await;
             assert_eq!(partition_response(&response).error_code, 0);
@@ -270,19 +275,21 @@ async fn acknowledgements_and_fetches_are_timed_by_stage_on_metrics() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catching_up_on_cached_data_does_not_pass_the_disk_budget() {
-    // A read rate of 8 MiB/s, whose bucket holds 0.8 MiB: of the three 512 KiB reads
-    // below, the third would wait and be counted if they passed it.
+    // A read rate of 1 MiB/s, whose bucket holds 0.1 MiB: the first of the three
+    // 512 KiB reads below would leave 0.4 MiB of debt, so the next ones would wait and
+    // be counted if they passed it (unless 0.4 s went by between them).
     // Reads more than 256 KiB behind are catching up: all three below.
     let broker = TestBroker::start_with(|c| {
         c.read_tail_bytes = 256 << 10;
-        c.bulk_bytes_per_sec_min = 8 << 20;
-        c.bulk_bytes_per_sec_max = 8 << 20;
+        c.bulk_bytes_per_sec_min = 1 << 20;
+        c.bulk_bytes_per_sec_max = 1 << 20;
         c.metrics_listen = Some("127.0.0.1:0".into());
     })
     .await;
     let mut client = broker.client().await;
     create_topic(&mut client, TOPIC, PARTITIONS).await;
-    produce(&mut client, 4).await;
+    // 2 MiB, to partition 0 only: the produces pass the write rate, also 1 MiB/s.
+    produce_to(&mut client, 0..1, 4).await;
     let metrics_addr = broker.server.metrics_addr.unwrap();
     let waits_before = series_value(&scrape(metrics_addr).await, "headway_bulk_waits_total");
     for offset in [0, 32, 64] {
