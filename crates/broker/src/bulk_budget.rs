@@ -19,13 +19,14 @@
 //!
 //! Reading and writing have a bucket each ([`BulkWork`]), cut together and grown back
 //! differently. Written bytes are the light syncs' direct competitors (the same disk
-//! queue, the same journal), so the write rate grows back by a fiftieth of `max` per
-//! quiet interval: growing it faster made a light producer beside a heavy writer
+//! queue, the same journal), so the write rate grows back by a fiftieth of its maximum
+//! per quiet interval: growing it faster made a light producer beside a heavy writer
 //! slower. A catch-up costs the light clients (disk and CPU) for as long as it lasts,
-//! so the read rate grows by a quarter per quiet interval (and at least as fast as the
-//! write rate), back from a cut in a few tenths of a second rather than seconds:
-//! measured, cold replays ran 1.4x faster with the tail beside them unchanged
-//! (`docs/sync.md`).
+//! so the read rate grows by a quarter per quiet interval (and at least by a fiftieth
+//! of its maximum), back from a cut in about a second rather than five: measured, cold
+//! replays ran 1.4x faster with the tail beside them unchanged (`docs/sync.md`).
+//! Each has its own maximum: a replay's cost to the light clients grows with its rate,
+//! so reading stops lower (`bulk_read_bytes_per_sec_max`, `crate::limits`).
 //!
 //! The bucket allows a debt: a read is admitted once the bucket is not in debt and is
 //! charged with what it read afterwards, so a large read is never starved by small
@@ -38,12 +39,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Growth per quiet interval: every rate grows by the maximum over this many (from
+/// Growth per quiet interval: every rate grows by its maximum over this many (from
 /// nothing to the maximum in 5 s at 100 ms)...
 const INCREASE_STEPS: f64 = 50.0;
 
 /// ...and the read rate by a quarter of itself when that is more (from the 16 MiB/s
-/// minimum to 1 GiB/s in 15 intervals, 1.5 s, rather than 5 s).
+/// minimum to 1 GiB/s in 15 intervals, 1.5 s, rather than 5 s; to 256 MiB/s in 13).
 const READ_INCREASE_FACTOR: f64 = 1.25;
 
 /// Most quiet intervals counted at one adjustment: enough to climb from the minimum to
@@ -68,8 +69,10 @@ pub enum BulkWork {
 pub struct BudgetConfig {
     /// The lowest rate, in bytes per second: catching up always progresses.
     pub min_bytes_per_sec: f64,
-    /// The highest rate, and the rate on a quiet disk.
+    /// The highest rate of writing, and its rate on a quiet disk.
     pub max_bytes_per_sec: f64,
+    /// The highest rate of reading, and its rate on a quiet disk.
+    pub read_max_bytes_per_sec: f64,
     /// The slowest small sync per interval that counts as fast.
     pub target: Duration,
     /// How often the rate is adjusted.
@@ -99,15 +102,24 @@ impl Controller {
         let mut controller = Controller {
             config,
             work,
-            rate: config.max_bytes_per_sec,
+            rate: 0.0,
             tokens: 0.0,
             refilled: now,
             adjusted: now,
             decreases: 0,
             increases: 0,
         };
+        controller.rate = controller.max();
         controller.tokens = controller.burst();
         controller
+    }
+
+    /// The highest rate of this kind of work.
+    fn max(&self) -> f64 {
+        match self.work {
+            BulkWork::Read => self.config.read_max_bytes_per_sec,
+            BulkWork::Write => self.config.max_bytes_per_sec,
+        }
     }
 
     /// The bucket's size: one interval's worth at the current rate.
@@ -146,16 +158,17 @@ impl Controller {
             self.rate = (self.rate / 2.0).max(config.min_bytes_per_sec);
             self.decreases += 1;
         } else {
-            let step = config.max_bytes_per_sec / INCREASE_STEPS;
+            let max = self.max();
+            let step = max / INCREASE_STEPS;
             for _ in 0..intervals.clamp(1, QUIET_INTERVALS_MAX) {
-                if self.rate >= config.max_bytes_per_sec {
+                if self.rate >= max {
                     break;
                 }
                 let grown = match self.work {
                     BulkWork::Read => (self.rate * READ_INCREASE_FACTOR).max(self.rate + step),
                     BulkWork::Write => self.rate + step,
                 };
-                self.rate = grown.min(config.max_bytes_per_sec);
+                self.rate = grown.min(max);
                 self.increases += 1;
             }
         }
@@ -317,6 +330,7 @@ mod tests {
         BudgetConfig {
             min_bytes_per_sec: 16.0 * MIB,
             max_bytes_per_sec: 1024.0 * MIB,
+            read_max_bytes_per_sec: 1024.0 * MIB,
             target: Duration::from_millis(10),
             interval: Duration::from_millis(100),
             read_sync_wait: Duration::from_millis(1),
@@ -476,6 +490,32 @@ mod tests {
         let rates = budget.snapshot();
         assert_eq!(rates.read_bytes_per_sec, 1024.0 * MIB);
         assert_eq!(rates.write_bytes_per_sec, 1024.0 * MIB);
+    }
+
+    #[test]
+    fn reading_starts_at_and_grows_back_to_its_own_maximum() {
+        let start = Instant::now();
+        let config = BudgetConfig {
+            read_max_bytes_per_sec: 256.0 * MIB,
+            ..config()
+        };
+        let mut read = Controller::new(config, BulkWork::Read, start);
+        let mut write = Controller::new(config, BulkWork::Write, start);
+        assert_eq!(read.rate(), 256.0 * MIB);
+        assert_eq!(write.rate(), 1024.0 * MIB);
+        // Its bucket holds one interval at its own rate.
+        assert_eq!(read.wait(start), Duration::ZERO);
+        read.charge((25.6 * MIB) as usize + 1);
+        assert!(read.wait(start) > Duration::ZERO);
+        cut_to_minimum(&mut read, start);
+        cut_to_minimum(&mut write, start);
+        assert_eq!(read.rate(), 16.0 * MIB);
+        // Quiet for long enough, each climbs back to its own maximum and no further.
+        let later = start + Duration::from_secs(60);
+        read.adjust(later, None);
+        write.adjust(later, None);
+        assert_eq!(read.rate(), 256.0 * MIB);
+        assert_eq!(write.rate(), 1024.0 * MIB);
     }
 
     #[test]

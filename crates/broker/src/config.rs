@@ -292,10 +292,13 @@ pub struct BrokerConfig {
     /// its disk I/O in the idle class. Off by default: measured, it slowed heavy writers
     /// without making light syncs faster (`docs/sync.md`).
     pub bulk_io_idle: bool,
-    /// Highest rate of bulk work, bytes per second, for reading (catch-up reads) and
-    /// for writing (produces larger than 64 KiB, the log cleaner) each; the rates adapt
-    /// between the lowest and this to the latency of light work (`docs/sync.md`).
+    /// Highest rate of bulk writing, bytes per second (produces larger than 64 KiB, the
+    /// log cleaner); the rate adapts between the lowest and this to the latency of light
+    /// work (`docs/sync.md`).
     pub bulk_bytes_per_sec_max: u64,
+    /// Highest rate of bulk reading, bytes per second (catch-up reads that need the
+    /// disk); it adapts the same way.
+    pub bulk_read_bytes_per_sec_max: u64,
     /// Lowest rate of bulk work, bytes per second.
     pub bulk_bytes_per_sec_min: u64,
     /// Light work (small syncs, small produces' waits for durability) slower than this
@@ -430,6 +433,7 @@ impl Default for BrokerConfig {
             bulk_send_threads: limits::BULK_SEND_THREADS_DEFAULT,
             bulk_io_idle: false,
             bulk_bytes_per_sec_max: limits::BULK_BYTES_PER_SEC_MAX_DEFAULT,
+            bulk_read_bytes_per_sec_max: limits::BULK_READ_BYTES_PER_SEC_MAX_DEFAULT,
             bulk_bytes_per_sec_min: limits::BULK_BYTES_PER_SEC_MIN_DEFAULT,
             light_latency_target_ms: limits::LIGHT_LATENCY_TARGET_MS_DEFAULT,
             bulk_read_sync_wait_us: limits::BULK_READ_SYNC_WAIT_US_DEFAULT,
@@ -485,6 +489,7 @@ impl BrokerConfig {
         crate::bulk_budget::BudgetConfig {
             min_bytes_per_sec: self.bulk_bytes_per_sec_min as f64,
             max_bytes_per_sec: self.bulk_bytes_per_sec_max as f64,
+            read_max_bytes_per_sec: self.bulk_read_bytes_per_sec_max as f64,
             target: std::time::Duration::from_millis(self.light_latency_target_ms),
             interval: std::time::Duration::from_millis(limits::BULK_BUDGET_INTERVAL_MS),
             read_sync_wait: std::time::Duration::from_micros(self.bulk_read_sync_wait_us),
@@ -555,12 +560,16 @@ impl BrokerConfig {
                 self.read_threads_nice
             ));
         }
-        if self.bulk_bytes_per_sec_min == 0
-            || self.bulk_bytes_per_sec_min > self.bulk_bytes_per_sec_max
-        {
+        let max = self
+            .bulk_bytes_per_sec_max
+            .min(self.bulk_read_bytes_per_sec_max);
+        if self.bulk_bytes_per_sec_min == 0 || self.bulk_bytes_per_sec_min > max {
             return Err(format!(
-                "need 0 < bulk_bytes_per_sec_min ({}) <= bulk_bytes_per_sec_max ({})",
-                self.bulk_bytes_per_sec_min, self.bulk_bytes_per_sec_max
+                "need 0 < bulk_bytes_per_sec_min ({}) <= bulk_bytes_per_sec_max ({}) and \
+                 bulk_read_bytes_per_sec_max ({})",
+                self.bulk_bytes_per_sec_min,
+                self.bulk_bytes_per_sec_max,
+                self.bulk_read_bytes_per_sec_max
             ));
         }
         if self.log_cleaner_dedupe_buffer_bytes < 1024 * 1024 {

@@ -231,11 +231,15 @@ struct ServeArgs {
     /// in the idle I/O class [default: false].
     #[arg(long, env = "HEADWAY_BULK_IO_IDLE")]
     bulk_io_idle: Option<bool>,
-    /// Highest rate of bulk work (catch-up reads, produces over 64 KiB), bytes/s; it adapts down to
-    /// --bulk-bytes-per-sec-min while light work is slower than --light-latency-target-ms
-    /// [default: 1073741824].
+    /// Highest rate of bulk writing (produces over 64 KiB, the log cleaner), bytes/s; it
+    /// adapts down to --bulk-bytes-per-sec-min while light work is slower than
+    /// --light-latency-target-ms [default: 1073741824].
     #[arg(long, env = "HEADWAY_BULK_BYTES_PER_SEC_MAX")]
     bulk_bytes_per_sec_max: Option<u64>,
+    /// Highest rate of bulk reading (consumers catching up on data not in the page cache),
+    /// bytes/s; it adapts the same way [default: 268435456].
+    #[arg(long, env = "HEADWAY_BULK_READ_BYTES_PER_SEC_MAX")]
+    bulk_read_bytes_per_sec_max: Option<u64>,
     /// Lowest rate of bulk work, bytes/s [default: 16777216].
     #[arg(long, env = "HEADWAY_BULK_BYTES_PER_SEC_MIN")]
     bulk_bytes_per_sec_min: Option<u64>,
@@ -388,6 +392,7 @@ impl ServeArgs {
         set!(bulk_send_threads = self.bulk_send_threads);
         set!(bulk_io_idle = self.bulk_io_idle);
         set!(bulk_bytes_per_sec_max = self.bulk_bytes_per_sec_max);
+        set!(bulk_read_bytes_per_sec_max = self.bulk_read_bytes_per_sec_max);
         set!(bulk_bytes_per_sec_min = self.bulk_bytes_per_sec_min);
         set!(light_latency_target_ms = self.light_latency_target_ms);
         set!(bulk_read_sync_wait_us = self.bulk_read_sync_wait_us);

@@ -333,3 +333,41 @@ fn noisy_neighbour_runs_only_the_neighbours_asked_for() {
     let notes = r["notes"].to_string();
     assert!(notes.contains("of these: slow)"), "{notes}");
 }
+
+#[test]
+fn noisy_neighbour_runs_an_external_neighbour_beside_the_light_load() {
+    // The replay-equivalent script reads the light partition's segments and sends them
+    // through a loopback socket; what it moved goes to a file the test reads.
+    let said = tempfile::tempdir().unwrap();
+    let moved = said.path().join("moved.txt");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../bench/replay_equivalent.py"
+    );
+    let command = format!(
+        "python3 {script} --send \"$HEADWAY_DATA_DIR/topics/$HEADWAY_LIGHT_TOPIC/0\" 2> {}",
+        moved.display()
+    );
+    let r = run_quick(
+        "noisy-neighbour",
+        &["--neighbours", "none", "--external-neighbour", &command],
+    );
+    let runs = r["runs"].as_array().unwrap();
+    let roles = roles(&runs[2]);
+    assert!(roles.iter().all(|r| *r == "fast"), "{roles:?}");
+    assert!(runs[2]["extra"]["stuck"].is_null(), "{}", runs[2]["extra"]);
+    let external = &r["summary"]["external_neighbour"];
+    let said = std::fs::read_to_string(&moved).unwrap();
+    assert_eq!(external["finished"], true, "{external}");
+    assert_eq!(external["exit_code"], 0, "{external}\n{said}");
+    // "replay-equivalent: <MB> MB in <s> s, ...": the backlog alone is 8 MiB.
+    let mb: f64 = said
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(mb >= 8.0, "{said}");
+    assert!(said.contains("through a loopback socket"), "{said}");
+    let notes = r["notes"].to_string();
+    assert!(notes.contains("of these: `python3"), "{notes}");
+}

@@ -283,6 +283,7 @@ async fn catching_up_on_cached_data_does_not_pass_the_disk_budget() {
         c.read_tail_bytes = 256 << 10;
         c.bulk_bytes_per_sec_min = 1 << 20;
         c.bulk_bytes_per_sec_max = 1 << 20;
+        c.bulk_read_bytes_per_sec_max = 1 << 20;
         c.metrics_listen = Some("127.0.0.1:0".into());
     })
     .await;

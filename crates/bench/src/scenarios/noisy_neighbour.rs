@@ -87,9 +87,18 @@ pub struct NoisyNeighbourArgs {
     pub readers: super::ReaderArgs,
     /// The neighbours of phase 3, comma-separated: `catch-up` (the cold replay),
     /// `slow` (the reader behind the delay proxy) and `stuck` (the client that never
-    /// reads). Leaving some out shows what each one costs.
+    /// reads). Leaving some out shows what each one costs; `none` leaves them all out.
     #[arg(long, value_delimiter = ',', default_value = "catch-up,slow,stuck")]
     pub neighbours: Vec<Neighbour>,
+    /// A shell command run beside phase 3's light load, from the end of its warm-up
+    /// until it exits (killed if it outlasts the phase): work that is not the broker's,
+    /// such as `bench/replay_equivalent.py` reading the backlog's files, to compare
+    /// with what a neighbour costs through the broker. It gets the light topic's name
+    /// in `HEADWAY_LIGHT_TOPIC` and the broker's data directory in `HEADWAY_DATA_DIR`
+    /// (the one the scenario started, else the first `--evict-dir`); its exit status
+    /// and seconds are in the report.
+    #[arg(long, value_name = "COMMAND")]
+    pub external_neighbour: Option<String>,
     /// Run the light producer and the fast consumers as librdkafka clients
     /// (`--probe` with `--python`); the report's label gets `-librdkafka`.
     #[arg(long)]
@@ -108,6 +117,8 @@ pub enum Neighbour {
     CatchUp,
     Slow,
     Stuck,
+    /// No neighbour from the broker's clients (with `--external-neighbour`, only it).
+    None,
 }
 
 const PHASES: [&str; 3] = ["quiet", "writer", "catch-up"];
@@ -156,10 +167,17 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
     let neighbours = args
         .neighbours
         .iter()
+        .filter(|n| **n != Neighbour::None)
         .filter_map(clap::ValueEnum::to_possible_value)
         .map(|v| v.get_name().to_string())
+        .chain(args.external_neighbour.iter().map(|c| format!("`{c}`")))
         .collect::<Vec<_>>()
         .join(", ");
+    let neighbours = if neighbours.is_empty() {
+        "none".to_string()
+    } else {
+        neighbours
+    };
     let mut report = ctx.report(
         "noisy-neighbour",
         vec![format!(
@@ -189,6 +207,7 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
     let mut evicted_before = None;
     let mut catch_up = serde_json::Value::Null;
     let mut writer = serde_json::Value::Null;
+    let mut external = serde_json::Value::Null;
     for phase in PHASES {
         if phase == "catch-up" && !dirs.is_empty() {
             let (evicted, note) =
@@ -274,7 +293,26 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
         // started: the time its cold replay took, from its start after the warm-up.
         let watcher = (phase == "catch-up")
             .then(|| tokio::spawn(caught_up(Arc::clone(&run), "catch-up", in_light)));
+        let outsider = match (&args.external_neighbour, phase) {
+            (Some(command), "catch-up") => {
+                let data_dir = ctx
+                    .target
+                    .data_dir()
+                    .or_else(|| args.readers.evict_dir.first().cloned());
+                let outsider = Outsider {
+                    command: command.clone(),
+                    light_topic: light.clone(),
+                    data_dir,
+                };
+                let (start, end) = (run.origin + warmup, run.origin + per_phase);
+                Some(tokio::spawn(outsider.run(start, end)))
+            }
+            _ => None,
+        };
         let mut results = measure(&run, producers, consumers, per_phase, None).await;
+        if let Some(task) = outsider {
+            external = task.await.context("external neighbour")??;
+        }
         for reader in late {
             results.push(reader.await.context("catch-up phase reader")?);
         }
@@ -358,6 +396,7 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
         "e2e_p99_catch_up_over_quiet": over(p99(2, true), p99(0, true)),
         "writer": writer,
         "catch_up": catch_up,
+        "external_neighbour": external,
         "backlog_mb": backlog_mb,
         "backlog_messages": backlog_messages,
         "prefill_s": prefill_s,
@@ -388,6 +427,55 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
             .map_or("did not finish".into(), |m| format!("{m:.1} MB/s")),
     );
     ctx.finish(report)
+}
+
+/// The `--external-neighbour` command and what it is told.
+struct Outsider {
+    command: String,
+    light_topic: String,
+    data_dir: Option<PathBuf>,
+}
+
+impl Outsider {
+    /// Runs the command with `sh -c` from `start` until it exits or `end` comes (then
+    /// it is killed), with its output passed through to the lab's, and says how it went.
+    async fn run(
+        self,
+        start: std::time::Instant,
+        end: std::time::Instant,
+    ) -> anyhow::Result<serde_json::Value> {
+        tokio::time::sleep_until(start.into()).await;
+        let began = std::time::Instant::now();
+        let command = self.command;
+        let mut sh = tokio::process::Command::new("sh");
+        sh.args(["-c", &command])
+            .env("HEADWAY_LIGHT_TOPIC", &self.light_topic)
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        if let Some(dir) = &self.data_dir {
+            sh.env("HEADWAY_DATA_DIR", dir);
+        }
+        let mut child = sh
+            .spawn()
+            .with_context(|| format!("starting the external neighbour `{command}`"))?;
+        let status = tokio::select! {
+            status = child.wait() => Some(status.context("waiting for the external neighbour")?),
+            _ = tokio::time::sleep_until(end.into()) => None,
+        };
+        if status.is_none() {
+            child
+                .kill()
+                .await
+                .context("stopping the external neighbour")?;
+            eprintln!("[noisy-neighbour] the external neighbour outlasted the phase; stopped");
+        }
+        Ok(json!({
+            "command": command,
+            "seconds": began.elapsed().as_secs_f64(),
+            "finished": status.is_some(),
+            "exit_code": status.and_then(|s| s.code()),
+        }))
+    }
 }
 
 /// A neighbour that starts reading when the phase's warm-up is over, so that all it
