@@ -82,6 +82,16 @@ pub struct BudgetConfig {
     pub read_sync_wait: Duration,
 }
 
+impl BudgetConfig {
+    /// The highest rate of `work`.
+    fn max_of(&self, work: BulkWork) -> f64 {
+        match work {
+            BulkWork::Read => self.read_max_bytes_per_sec,
+            BulkWork::Write => self.max_bytes_per_sec,
+        }
+    }
+}
+
 /// The token bucket and its rate controller, over time given by the caller.
 #[derive(Debug)]
 pub struct Controller {
@@ -102,24 +112,15 @@ impl Controller {
         let mut controller = Controller {
             config,
             work,
-            rate: 0.0,
+            rate: config.max_of(work),
             tokens: 0.0,
             refilled: now,
             adjusted: now,
             decreases: 0,
             increases: 0,
         };
-        controller.rate = controller.max();
         controller.tokens = controller.burst();
         controller
-    }
-
-    /// The highest rate of this kind of work.
-    fn max(&self) -> f64 {
-        match self.work {
-            BulkWork::Read => self.config.read_max_bytes_per_sec,
-            BulkWork::Write => self.config.max_bytes_per_sec,
-        }
     }
 
     /// The bucket's size: one interval's worth at the current rate.
@@ -158,7 +159,7 @@ impl Controller {
             self.rate = (self.rate / 2.0).max(config.min_bytes_per_sec);
             self.decreases += 1;
         } else {
-            let max = self.max();
+            let max = config.max_of(self.work);
             let step = max / INCREASE_STEPS;
             for _ in 0..intervals.clamp(1, QUIET_INTERVALS_MAX) {
                 if self.rate >= max {
