@@ -25,6 +25,8 @@
 //!   decides which way a fetch's read goes).
 //! - `ids`: [`PartitionIndex`], [`TopicPartition`], [`ProducerId`] and
 //!   [`ProducerEpoch`], with their wire integers behind named conversions.
+//! - [`panics`] keeps a panic in one job from taking anything else with it, and
+//!   counts it.
 //! - [`DiskSpace`] measures the data directory's free space and refuses produces
 //!   below `disk_free_bytes_min`.
 //! - [`config`] is every setting with its default; [`limits`] is every hard bound.
@@ -44,6 +46,7 @@ pub mod internal_log;
 pub mod limits;
 pub mod listeners;
 pub mod open_files;
+pub mod panics;
 pub mod partition;
 pub mod priority;
 pub mod producer_ids;

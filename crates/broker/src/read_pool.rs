@@ -30,6 +30,7 @@
 //! per connection.
 
 use crate::bulk_budget::{BulkBudget, BulkWork};
+use crate::panics::{self, Component, Panicked, ThreadsAlive};
 use crate::priority::BulkPriority;
 use crate::timings::Histogram;
 use prometheus_client::metrics::histogram::exponential_buckets;
@@ -45,6 +46,9 @@ type Job = Box<dyn FnOnce() + Send + 'static>;
 pub struct ReadPool {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     threads: usize,
+    /// The threads still running: all of them while the pool is open (a job's panic is
+    /// caught and its thread goes on), for `/readyz`.
+    alive: Arc<ThreadsAlive>,
     stats: Arc<ReadStats>,
     /// The rate bulk work may take ([`crate::bulk_budget`]), shared with large produces.
     budget: Arc<BulkBudget>,
@@ -103,9 +107,15 @@ pub struct ReadVia {
     pub tail_bytes: u64,
 }
 
+/// Why a pool job has no result.
 #[derive(Debug, thiserror::Error)]
-#[error("the read pool is shut down")]
-pub struct PoolClosed;
+pub enum PoolError {
+    #[error("the read pool is shut down")]
+    Closed,
+    /// The job panicked; its thread went on to the next job (`crate::panics`).
+    #[error("the read pool's job {0}")]
+    Panicked(Panicked),
+}
 
 impl ReadPool {
     /// Starts `threads` threads (at least one), each lowered to `priority` (raising a
@@ -116,12 +126,15 @@ impl ReadPool {
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         let stats = Arc::new(ReadStats::default());
+        let alive = Arc::new(ThreadsAlive::default());
         for i in 0..threads {
             let rx = Arc::clone(&rx);
             let stats = Arc::clone(&stats);
+            let alive = Arc::clone(&alive);
             std::thread::Builder::new()
                 .name(format!("headway-read-{i}"))
                 .spawn(move || {
+                    let _alive = alive.enter();
                     priority.lower_this_thread();
                     serve_reads(&rx, &stats);
                 })
@@ -130,6 +143,7 @@ impl ReadPool {
         Arc::new(ReadPool {
             jobs: Mutex::new(Some(tx)),
             threads,
+            alive,
             stats,
             budget,
         })
@@ -142,7 +156,7 @@ impl ReadPool {
     pub async fn run_bulk<E: Send + 'static>(
         &self,
         read: impl FnOnce(&dyn Fn()) -> Result<bytes::Bytes, E> + Send + 'static,
-    ) -> Result<Result<bytes::Bytes, E>, PoolClosed> {
+    ) -> Result<Result<bytes::Bytes, E>, PoolError> {
         self.budget.admit(BulkWork::Read).await;
         self.stats.pooled.fetch_add(1, Ordering::Relaxed);
         let budget = Arc::clone(&self.budget);
@@ -156,31 +170,39 @@ impl ReadPool {
     }
 
     /// Runs `read` (any bulk job: a read, a large produce's append) on a pool thread and
-    /// waits for its result.
+    /// waits for its result. A job that panics fails alone ([`PoolError::Panicked`]);
+    /// its thread takes the next job.
     pub async fn run<T: Send + 'static>(
         &self,
         read: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, PoolClosed> {
+    ) -> Result<T, PoolError> {
         let (tx, rx) = oneshot::channel();
         let stats = Arc::clone(&self.stats);
         let queued_at = Instant::now();
         let job: Job = Box::new(move || {
             stats.queue_wait.observe(queued_at.elapsed().as_secs_f64());
-            let result = read();
+            let result = panics::catch(Component::ReadPool, read);
             // Counted as done before the caller can see the result.
             stats.running.fetch_sub(1, Ordering::Relaxed);
             let _ = tx.send(result);
         });
         {
             let jobs = self.jobs.lock().expect("read queue lock");
-            let sender = jobs.as_ref().ok_or(PoolClosed)?;
+            let sender = jobs.as_ref().ok_or(PoolError::Closed)?;
             self.stats.queued.fetch_add(1, Ordering::Relaxed);
             if sender.send(job).is_err() {
                 self.stats.queued.fetch_sub(1, Ordering::Relaxed);
-                return Err(PoolClosed);
+                return Err(PoolError::Closed);
             }
         }
-        rx.await.map_err(|_| PoolClosed)
+        rx.await
+            .map_err(|_| PoolError::Closed)?
+            .map_err(PoolError::Panicked)
+    }
+
+    /// Threads started and threads still running: below strength when they differ.
+    pub fn strength(&self) -> (usize, usize) {
+        (self.threads, self.alive.alive())
     }
 
     pub fn stats(&self) -> &ReadStats {
@@ -243,6 +265,23 @@ mod tests {
         assert_eq!(pool.snapshot().pooled, 1);
         pool.close();
         assert!(pool.run(|| ()).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_job_that_panics_fails_alone_and_its_thread_takes_the_next_job() {
+        let pool = ReadPool::new(1, BulkPriority::UNCHANGED, test_budget());
+        let before = panics::caught(Component::ReadPool);
+        let failed = pool.run(|| -> u32 { panic!("a job's bug") }).await;
+        assert!(
+            matches!(&failed, Err(PoolError::Panicked(p)) if p.message == "a job's bug"),
+            "{failed:?}"
+        );
+        assert_eq!(panics::caught(Component::ReadPool), before + 1);
+        // The only thread survived it: the next job runs, and the pool is at strength.
+        assert_eq!(pool.run(|| 42).await.unwrap(), 42);
+        assert_eq!(pool.strength(), (1, 1));
+        let snapshot = pool.snapshot();
+        assert_eq!((snapshot.queued, snapshot.running), (0, 0));
     }
 
     #[tokio::test]

@@ -34,6 +34,7 @@ use crate::stats::{Connection, ServerStats};
 use crate::tls;
 use bytes::Bytes;
 use headway_broker::bulk_budget::BulkWork;
+use headway_broker::read_pool::PoolError;
 use headway_broker::{limits, Partition};
 use headway_protocol::kafka_protocol::messages::ApiKey;
 use headway_protocol::{parse_request, read_frame_size, FrameError, Request};
@@ -249,6 +250,11 @@ fn counted(
 /// Handles a large produce on one of the broker's bulk threads (the read threads, at a
 /// lower CPU priority): its CRC checks, copy and page-cache write do not occupy a worker
 /// thread that light connections need. `None` when the broker is shutting down.
+///
+/// The job runs inside the runtime's context (`Handle::enter`), so what a handler
+/// needs of it works there as on the connection's task: the transaction coordinator's
+/// check of a transactional produce waits for its answer with the runtime's handle.
+/// A panic in the job fails this request alone (the connection closes).
 async fn dispatch_on_bulk_thread(
     ctx: &Arc<Ctx>,
     conn: &Arc<Connection>,
@@ -257,13 +263,24 @@ async fn dispatch_on_bulk_thread(
 ) -> Option<(Result<Reply, HandlerError>, Vec<Arc<Partition>>)> {
     let (ctx, conn) = (Arc::clone(ctx), Arc::clone(conn));
     let pool = Arc::clone(ctx.broker.read_pool());
-    pool.run(move || {
-        let mut hold = Vec::new();
-        let outcome = handlers::dispatch(&ctx, &conn, request, arrival, &mut hold);
-        (outcome, hold)
-    })
-    .await
-    .ok()
+    let runtime = tokio::runtime::Handle::current();
+    let api_key = request.api_key;
+    let outcome = pool
+        .run(move || {
+            let _runtime = runtime.enter();
+            let mut hold = Vec::new();
+            let outcome = handlers::dispatch(&ctx, &conn, request, arrival, &mut hold);
+            (outcome, hold)
+        })
+        .await;
+    match outcome {
+        Ok(done) => Some(done),
+        Err(PoolError::Panicked(panicked)) => Some((
+            Err(HandlerError::Panicked { api_key, panicked }),
+            Vec::new(),
+        )),
+        Err(PoolError::Closed) => None,
+    }
 }
 
 /// Logs the line that closes `client`'s connection for `error`.
@@ -439,7 +456,7 @@ async fn write_replies<W: AsyncWrite + Unpin>(
                 match outgoing {
                     Ok(outgoing) => outgoing,
                     Err(e) => {
-                        tracing::error!(peer = %conn.peer, error = %e, "closing connection: response not encodable");
+                        tracing::error!(peer = %conn.peer, error = %e, "closing connection: no answer to write");
                         break;
                     }
                 }

@@ -11,6 +11,7 @@ use crate::outbound::Reservation;
 use crate::stats::{Connection, ServerStats};
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use headway_broker::panics::{self, Component, Panicked};
 use headway_broker::timings::{self, Histogram};
 use headway_broker::{Broker, Partition};
 use headway_group::GroupCoordinator;
@@ -67,9 +68,21 @@ pub enum Reply {
     Ready(Bytes),
     /// A response that needs waiting (an fsync, a long poll). The connection's writer
     /// awaits it in request order while the reader goes on reading.
-    Pending(BoxFuture<'static, Result<Outgoing, EncodeError>>),
+    Pending(BoxFuture<'static, Result<Outgoing, ReplyFailed>>),
     /// No response at all (produce with acks=0).
     Silent,
+}
+
+/// Why a pending reply has no frame: the connection closes (its earlier answers are
+/// written; the client retries on a new connection).
+#[derive(Debug, thiserror::Error)]
+pub enum ReplyFailed {
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    /// The reply's future panicked: this request failed alone
+    /// ([`headway_broker::panics`]).
+    #[error("the request's handler {0}")]
+    Panicked(#[from] Panicked),
 }
 
 /// An encoded response and the outbound bytes reserved for it (fetches), released
@@ -138,7 +151,7 @@ where
 {
     let (version, correlation_id) = (request.api_version(), request.correlation_id());
     Ok(Reply::Pending(Box::pin(async move {
-        let (body, reserved, timing) = future.await;
+        let (body, reserved, timing) = panics::supervise(Component::Connection, future).await?;
         let frame = encode_response(version, correlation_id, &body)?;
         Ok(Outgoing {
             frame,

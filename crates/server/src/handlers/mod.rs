@@ -53,10 +53,12 @@ pub mod sync_group;
 pub mod txn_offset_commit;
 
 pub use context::{
-    pending, pending_with, ready, shutting_down, Arrival, Call, Ctx, Outgoing, Reply, ReplyTiming,
+    pending, pending_with, ready, shutting_down, Arrival, Call, Ctx, Outgoing, Reply, ReplyFailed,
+    ReplyTiming,
 };
 
 use crate::stats::Connection;
+use headway_broker::panics::{self, Component};
 use headway_broker::Partition;
 use headway_protocol::kafka_protocol::messages::ApiKey;
 use headway_protocol::{EncodeError, ProtocolError, Request};
@@ -186,6 +188,13 @@ pub enum HandlerError {
     Protocol(#[from] ProtocolError),
     #[error(transparent)]
     Encode(#[from] EncodeError),
+    /// The handler panicked: this request fails alone, its connection closes
+    /// ([`headway_broker::panics`]).
+    #[error("the {api_key:?} handler {panicked}")]
+    Panicked {
+        api_key: ApiKey,
+        panicked: headway_broker::panics::Panicked,
+    },
 }
 
 /// The handler of `request`'s API, if it serves the request's version (ApiVersions
@@ -222,7 +231,15 @@ pub fn dispatch(
         arrival,
         hold,
     };
-    (handler.handle)(&mut call, &request)
+    panics::catch(Component::Connection, || {
+        (handler.handle)(&mut call, &request)
+    })
+    .unwrap_or_else(|panicked| {
+        Err(HandlerError::Panicked {
+            api_key: request.api_key,
+            panicked,
+        })
+    })
 }
 
 #[cfg(test)]

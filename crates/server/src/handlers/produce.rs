@@ -232,9 +232,16 @@ impl Transaction<'_> {
             self.txns
                 .check_produce(transactional_id, producer_id, epoch, &tp, self.implicit_add);
         // Blocks this reader (not the runtime): later requests of the connection wait,
-        // as their batches must follow this one. Only a multi-threaded runtime can
-        // block a task's thread; the broker runs on one (a test runtime may not).
-        let handle = Handle::current();
+        // as their batches must follow this one. On a runtime worker (the connection's
+        // task) `block_in_place` hands the worker's other tasks away first; on a read
+        // thread (a large produce), which runs in the runtime's context but is no
+        // worker, it just runs the wait. Only a multi-threaded runtime can block a
+        // task's thread; the broker runs on one (a test runtime may not).
+        let Ok(handle) = Handle::try_current() else {
+            return Err(BrokerError::InvalidRequest(
+                "a transactional produce handled outside the broker's runtime".into(),
+            ));
+        };
         if handle.runtime_flavor() != RuntimeFlavor::MultiThread {
             return Err(BrokerError::InvalidRequest(
                 "transactional produces need the broker's multi-threaded runtime".into(),
