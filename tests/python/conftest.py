@@ -4,7 +4,8 @@ Each test that asks for `broker` gets its own `headway serve` process on a fresh
 directory under pytest's tmp_path, listening on an ephemeral loopback port. The fixture
 waits for the broker's one stdout line (`headway listening on 127.0.0.1:PORT`) instead of
 sleeping, and tears the process down whatever happens: SIGTERM first, SIGKILL if that does
-not end it. A test that fails gets the tail of the broker's stderr in its report.
+not end it. A test that fails gets the tail of the broker's stderr in its report, and a
+test fails when a broker it started panicked, even if the broker contained the panic.
 
 The binary comes from $HEADWAY_BIN, default <repo>/target/release/headway.
 
@@ -38,6 +39,9 @@ STOP_DEADLINE_S = 30.0
 STDERR_TAIL_LINES = 60
 
 LISTENING_RE = re.compile(rb"^headway listening on (\S+:\d+)\s*$")
+# A panic's report in the broker's log (the hook's ERROR line, or Rust's default one).
+PANICKED_RE = re.compile(r"thread '[^']*' panicked at ")
+PANIC_CONTEXT_LINES = 25
 # The log line of a broker started with metrics_listen (its port may be ephemeral).
 METRICS_RE = re.compile(r"serving metrics at /metrics addr=(\S+:\d+)")
 
@@ -240,6 +244,16 @@ class Broker:
             self._signal_and_wait(signal.SIGKILL)
             self.unexpected_exit = f"did not exit within {STOP_DEADLINE_S:.0f} s of SIGTERM"
 
+    def panics(self) -> str:
+        """The broker's panic reports (each with the lines after it), or "" if none."""
+        try:
+            text = self.stderr_path.read_bytes().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+        lines = text.splitlines()
+        found = [i for i, line in enumerate(lines) if PANICKED_RE.search(line)]
+        return "\n---\n".join("\n".join(lines[i:i + PANIC_CONTEXT_LINES]) for i in found[:5])
+
     def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> str:
         try:
             text = self.stderr_path.read_bytes().decode("utf-8", "replace")
@@ -287,6 +301,11 @@ def make_broker(request, tmp_path):
     died = [f"broker{i} {b.unexpected_exit}" for i, b in enumerate(brokers) if b.unexpected_exit]
     if died:
         pytest.fail("headway " + "; ".join(died), pytrace=False)
+    # A panic is a bug even when the broker contained it (the job failed alone) and the
+    # test's own assertions passed.
+    panicked = [f"broker{i}:\n{b.panics()}" for i, b in enumerate(brokers) if b.panics()]
+    if panicked:
+        pytest.fail("headway panicked\n" + "\n".join(panicked), pytrace=False)
 
 
 @pytest.fixture

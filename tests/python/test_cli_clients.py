@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from conftest import HEADWAY_BIN
+from conftest import HEADWAY_BIN, PANICKED_RE
 from support import create_topic, rdkafka_base
 
 RUN_DEADLINE_S = 120.0
@@ -139,6 +139,8 @@ def test_produce_rides_out_a_broker_restart_exactly_once(tmp_path):
         for p in range(partitions):
             in_partition = [int(v) for (q, _, v) in sorted(rows) if q == p]
             assert in_partition == sorted(in_partition), f"partition {p} out of order"
+        assert not PANICKED_RE.search(broker.log_path.read_text(errors="replace")), (
+            f"the broker panicked:\n{broker.log()}")
     finally:
         if broker.proc and broker.proc.poll() is None:
             broker.stop(signal.SIGKILL)

@@ -208,7 +208,13 @@ impl LogCleaner {
                 return;
             }
             let Some(candidates) = logs() else { return };
-            if !self.round(&candidates) && !self.rest() {
+            // A round that panics is counted and logged; the cleaner rests and goes on
+            // (a partition whose swap failed half-way is offline, as for an I/O error).
+            let cleaned = crate::panics::catch(crate::panics::Component::Cleaner, || {
+                self.round(&candidates)
+            })
+            .unwrap_or(false);
+            if !cleaned && !self.rest() {
                 return;
             }
         }

@@ -188,7 +188,11 @@ impl OwnFlusher {
             match tokio::task::spawn_blocking(sync).await {
                 Ok(Ok(())) => target.publish(synced),
                 Ok(Err(e)) => return target.fail(&e),
-                Err(e) => return target.fail(&e.to_string()),
+                Err(e) => {
+                    // The sync panicked: what it synced is unknown.
+                    crate::panics::count_joined(crate::panics::Component::Flusher, &e);
+                    return target.fail(&e.to_string());
+                }
             }
         }
     }

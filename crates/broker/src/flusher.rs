@@ -79,7 +79,10 @@ impl SharedFlusher {
 
     /// Starts the round task. Needs a tokio runtime.
     pub(crate) fn start(self: &Arc<Self>) {
-        tokio::spawn(Arc::clone(self).run());
+        let me = Arc::clone(self);
+        crate::panics::spawn_restarting(crate::panics::Component::Flusher, "flusher", move || {
+            Arc::clone(&me).run()
+        });
     }
 
     /// Ends the round task after the round in progress, if any.
@@ -125,6 +128,7 @@ impl SharedFlusher {
                 }
                 Err(e) => {
                     // The round's thread panicked: what it synced is unknown.
+                    crate::panics::count_joined(crate::panics::Component::Flusher, &e);
                     for partition in partitions {
                         partition.fail(&format!("sync round failed: {e}"));
                     }

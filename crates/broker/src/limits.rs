@@ -49,6 +49,16 @@ pub const FRAME_BYTES_MAX_DEFAULT: usize = 100 * 1024 * 1024;
 /// connection stops reading its socket, which pushes back on that client alone (TCP).
 pub const REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX: usize = 128;
 
+/// Bytes of long-poll bookkeeping one connection's waiting answers may hold: a fetch or
+/// share fetch keeps a summary of every partition it named (about 100 bytes each) until
+/// it is answered. Past this, the connection's socket is not read until earlier answers
+/// are written (and their summaries freed), so a client that names the same partitions
+/// hundreds of thousands of times in each of many pipelined long polls holds at most
+/// this plus one request's summary (itself bounded by the decode footprint limit),
+/// instead of up to a gigabyte. A consumer of 6,000 partitions keeps about 600 KB per
+/// fetch.
+pub const LONG_POLL_BYTES_PER_CONNECTION_MAX: usize = 4 * 1024 * 1024;
+
 /// Bytes of large request frames held in memory across all connections, from the
 /// moment a frame's first [`REQUEST_SMALL_FRAME_BYTES`] have arrived until it has been
 /// handled. Such a frame reserves its whole size at once, holding nothing else while it

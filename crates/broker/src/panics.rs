@@ -141,6 +141,40 @@ pub async fn supervise<T>(
         .map_err(|payload| caught_panic(component, payload.as_ref()))
 }
 
+/// How long a restarted task waits after its panic, so a bug that panics at once does
+/// not spin.
+const RESTART_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Spawns the long-running task `make()` makes (a timer loop), and makes and runs it
+/// again after a panic: the task's work goes on, each panic counted under
+/// `component`. Needs a tokio runtime.
+pub fn spawn_restarting<F, Fut>(
+    component: Component,
+    name: &'static str,
+    make: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(async move {
+        while supervise(component, make()).await.is_err() {
+            tracing::error!(task = name, "restarting a task after its panic");
+            tokio::time::sleep(RESTART_PAUSE).await;
+        }
+    })
+}
+
+/// Spawns `task` once; its panic is counted under `component` and logged.
+pub fn spawn_supervised(
+    component: Component,
+    task: impl Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let _ = supervise(component, task).await;
+    })
+}
+
 /// Counts a panic caught under `component` that was seen as a `tokio` join error.
 pub fn count_joined(component: Component, error: &tokio::task::JoinError) {
     if error.is_panic() {

@@ -93,9 +93,19 @@ impl Broker {
         }
         crate::timings::spawn_wake_probe(&broker.timings, tokio::runtime::Handle::current())
             .map_err(|e| BrokerError::Storage(format!("start the wake probe: {e}")))?;
-        tokio::spawn(run_retention(Arc::downgrade(&broker)));
-        tokio::spawn(run_disk_checks(Arc::downgrade(&broker)));
-        tokio::spawn(close_unused_files(Arc::downgrade(&broker)));
+        let weak = Arc::downgrade(&broker);
+        let background = crate::panics::Component::Background;
+        crate::panics::spawn_restarting(background, "retention", {
+            let weak = weak.clone();
+            move || run_retention(weak.clone())
+        });
+        crate::panics::spawn_restarting(background, "disk checks", {
+            let weak = weak.clone();
+            move || run_disk_checks(weak.clone())
+        });
+        crate::panics::spawn_restarting(background, "closing unused files", move || {
+            close_unused_files(weak.clone())
+        });
         if broker.config.log_cleaner_enabled {
             let cleaner = Arc::clone(&broker.cleaner);
             let weak = Arc::downgrade(&broker);

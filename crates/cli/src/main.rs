@@ -478,6 +478,8 @@ fn init_logging(format: LogFormat) {
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    // Every panic is one ERROR line with its backtrace, and counted (`/metrics`).
+    headway_broker::panics::install_hook();
     match cli.command {
         Command::Serve(args) => serve((*args).into_config()?),
         Command::Produce(args) => client_runtime()?.block_on(produce::run(args)),

@@ -25,12 +25,13 @@ impl Broker {
     /// `headway serve --listen LISTEN`, once it says where it listens.
     fn start_on(listen: &str) -> Broker {
         let dir = tempfile::tempdir().unwrap();
+        let log = std::fs::File::create(dir.path().join("serve.stderr")).unwrap();
         let mut child = Command::new(BIN)
             .args(["serve", "--listen", listen, "--default-partitions", "3"])
             .arg("--data-dir")
-            .arg(dir.path())
+            .arg(dir.path().join("data"))
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .unwrap();
         let mut line = String::new();
@@ -54,6 +55,12 @@ impl Drop for Broker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A panic is a bug even when the broker contained it and the test passed.
+        let log =
+            std::fs::read_to_string(self._dir.path().join("serve.stderr")).unwrap_or_default();
+        if !std::thread::panicking() {
+            assert!(!log.contains("panicked at "), "the broker panicked:\n{log}");
+        }
     }
 }
 

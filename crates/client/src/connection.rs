@@ -62,6 +62,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
 
 /// Largest answer accepted; a larger length means a corrupt stream.
 const RESPONSE_BYTES_MAX: usize = 256 * 1024 * 1024;
+/// What a response's buffer starts with; it grows as the bytes arrive.
+const FRAME_FIRST_ALLOCATION_BYTES: usize = 64 * 1024;
 
 type Reply = oneshot::Sender<Result<Bytes, ClientError>>;
 
@@ -393,14 +395,22 @@ async fn read_loop<R: AsyncRead + Unpin>(
             Ok(size) => break format!("invalid response length {size}"),
             Err(e) => break e.to_string(),
         };
-        let mut frame = BytesMut::zeroed(size);
-        if let Err(e) = reader.read_exact(&mut frame).await {
-            break e.to_string();
+        // The length is the peer's word: memory grows with the bytes that arrive, never
+        // with what the prefix claims.
+        let mut frame = Vec::with_capacity(size.min(FRAME_FIRST_ALLOCATION_BYTES));
+        match (&mut reader)
+            .take(size as u64)
+            .read_to_end(&mut frame)
+            .await
+        {
+            Ok(read) if read == size => {}
+            Ok(read) => break format!("connection closed after {read} of a {size}-byte response"),
+            Err(e) => break e.to_string(),
         }
         let Some((correlation_id, reply)) = pending.recv().await else {
             break "unexpected response".into();
         };
-        let mut frame = frame.freeze();
+        let mut frame = Bytes::from(frame);
         if frame.len() < 4 || (&frame[..4]).get_i32() != correlation_id {
             let _ = reply.send(Err(ClientError::Protocol(format!(
                 "answer out of order: expected correlation id {correlation_id}"

@@ -116,7 +116,11 @@ impl GroupCoordinator {
             log,
             closed: AtomicBool::new(false),
         });
-        tokio::spawn(run_ticker(Arc::downgrade(&coordinator)));
+        let weak = Arc::downgrade(&coordinator);
+        let component = headway_broker::panics::Component::Coordinator;
+        headway_broker::panics::spawn_restarting(component, "group ticker", move || {
+            run_ticker(weak.clone())
+        });
         Ok(coordinator)
     }
 

@@ -27,6 +27,7 @@
 //! session the writer task owns.
 
 use bytes::Bytes;
+use headway_broker::panics::{self, Component};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,7 +86,9 @@ impl BulkSender {
                     loop {
                         let job = queue.lock().expect("bulk send queue").recv();
                         let Ok(job) = job else { return };
-                        run(job, &stats);
+                        // A panic fails this write alone (its connection closes, see
+                        // `send`); the thread goes on.
+                        let _ = panics::catch(Component::BulkSend, || run(job, &stats));
                     }
                 });
             if let Err(error) = spawned {
@@ -112,8 +115,8 @@ impl BulkSender {
         self.jobs.lock().expect("bulk send jobs").take();
     }
 
-    /// Writes `frame` from `at` on a pool thread: where it got to, or `None` when the
-    /// pool is closed.
+    /// Writes `frame` from `at` on a pool thread: where it got to (an error when the
+    /// job panicked), or `None` when the pool is closed.
     async fn send(&self, fd: &Arc<OwnedFd>, frame: &Bytes, at: usize) -> Option<io::Result<usize>> {
         let (done, result) = oneshot::channel();
         let job = Job {
@@ -128,7 +131,13 @@ impl BulkSender {
             .as_ref()?
             .send(job)
             .ok()?;
-        result.await.ok()
+        // A job that ends without a result panicked somewhere in its write: how much of
+        // the frame reached the socket is unknown, so the connection must end.
+        Some(result.await.unwrap_or_else(|_| {
+            Err(io::Error::other(
+                "the bulk send job failed; the answer's bytes on the socket are unknown",
+            ))
+        }))
     }
 }
 

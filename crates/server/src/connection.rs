@@ -128,6 +128,17 @@ async fn read_requests<R, W>(
             ctx.stats.unsynced_holds.fetch_add(1, Ordering::Relaxed);
             partition.wait_unsynced_within_bound().await;
         }
+        // Waiting long polls past their bound: read nothing more until earlier answers
+        // are written and their bookkeeping freed (TCP pushes back on this client).
+        if conn.long_poll_bytes() > limits::LONG_POLL_BYTES_PER_CONNECTION_MAX {
+            conn.window_full_events.fetch_add(1, Ordering::Relaxed);
+            conn.reader_paused.store(true, Ordering::Relaxed);
+            tokio::select! {
+                _ = conn.long_polls_within(limits::LONG_POLL_BYTES_PER_CONNECTION_MAX) => {}
+                _ = handlers::shutting_down(&mut shutdown) => break,
+            }
+            conn.reader_paused.store(false, Ordering::Relaxed);
+        }
         if std::mem::take(&mut large) {
             // A heavy client does not keep this worker thread from other connections.
             tokio::task::yield_now().await;

@@ -173,6 +173,8 @@ pub struct RunningServer {
     pub metrics_addr: Option<SocketAddr>,
     /// Where the web console is served, when `console_listen` is set.
     pub console_addr: Option<SocketAddr>,
+    /// The broker, while it runs (tests reach its pools through it).
+    pub broker: std::sync::Weak<Broker>,
 }
 
 impl RunningServer {
@@ -187,8 +189,10 @@ impl Server {
     /// Opens the broker, binds, and runs the server on a task (for tests and tools).
     pub async fn start(config: headway_broker::BrokerConfig) -> Result<RunningServer, String> {
         let broker = Broker::open(config).await.map_err(|e| e.to_string())?;
+        let weak = Arc::downgrade(&broker);
         let server = Server::bind(broker).await.map_err(|e| e.to_string())?;
         Ok(RunningServer {
+            broker: weak,
             addr: server.local_addr(),
             handle: server.handle(),
             stats: server.stats(),

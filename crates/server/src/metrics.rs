@@ -17,6 +17,7 @@
 
 use crate::handlers::Ctx;
 use crate::stats::ServerStats;
+use headway_broker::panics::{self, Component};
 use headway_broker::{limits, Broker, Partition, PartitionHealth, TrafficCounts};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -175,6 +176,12 @@ pub fn not_ready(stats: &ServerStats, broker: &Broker) -> Vec<String> {
     let mut reasons = Vec::new();
     if !stats.accepting.load(Ordering::Relaxed) {
         reasons.push("the listener does not accept connections".to_string());
+    }
+    let (threads, alive) = broker.read_pool().strength();
+    if alive < threads {
+        reasons.push(format!(
+            "the read pool is below strength: {alive} of {threads} threads"
+        ));
     }
     for topic in broker.topics() {
         for p in topic.partitions().iter().filter(|p| p.health().offline) {
@@ -360,6 +367,14 @@ pub fn render(ctx: &Ctx) -> String {
         "Threads for cold reads",
         s.reads.threads as u64,
     );
+    let (_, alive) = broker.read_pool().strength();
+    gauge(
+        &mut r,
+        "read_threads_alive",
+        "Read threads running (below read_threads: the pool is below strength, /readyz)",
+        alive as u64,
+    );
+    register_panics(&mut r);
     gauge(
         &mut r,
         "read_queue",
@@ -906,6 +921,23 @@ fn register_share_groups(r: &mut Registry, ctx: &Ctx) {
 
 /// The process: resident memory, open files and uptime, from /proc (Linux; absent
 /// elsewhere).
+/// `headway_panics_total{component}`: panics caught where the broker runs jobs
+/// (`headway_broker::panics`); each failed its own job only.
+fn register_panics(r: &mut Registry) {
+    let family = Family::<Vec<(String, String)>, Counter>::default();
+    for component in Component::ALL {
+        let labels = vec![("component".to_string(), component.label().to_string())];
+        family
+            .get_or_create(&labels)
+            .inc_by(panics::caught(component));
+    }
+    r.register(
+        "panics",
+        "Panics caught per component; each failed only its own job (a request, a read, a round)",
+        family,
+    );
+}
+
 fn register_process(r: &mut Registry) {
     if let Some(bytes) = resident_bytes() {
         gauge(

@@ -106,6 +106,54 @@ pub struct Connection {
     /// Set by a handler whose answer must be the connection's last (a refused
     /// re-authentication): the reader stops after queuing it.
     pub close_after_reply: AtomicBool,
+    /// Bytes of bookkeeping held by this connection's waiting long polls
+    /// ([`Connection::hold_long_poll`]).
+    long_poll_bytes: AtomicUsize,
+    long_poll_released: tokio::sync::Notify,
+}
+
+/// A waiting long poll's share of [`Connection`]'s long-poll bytes, given back when the
+/// answer is done with (written or dropped).
+pub struct LongPollHeld {
+    conn: Arc<Connection>,
+    bytes: usize,
+}
+
+impl Drop for LongPollHeld {
+    fn drop(&mut self) {
+        self.conn
+            .long_poll_bytes
+            .fetch_sub(self.bytes, Ordering::AcqRel);
+        self.conn.long_poll_released.notify_waiters();
+    }
+}
+
+impl Connection {
+    /// Counts `bytes` of a long poll's bookkeeping against this connection until the
+    /// returned guard is dropped (`limits::LONG_POLL_BYTES_PER_CONNECTION_MAX`).
+    pub fn hold_long_poll(self: &Arc<Self>, bytes: usize) -> LongPollHeld {
+        self.long_poll_bytes.fetch_add(bytes, Ordering::AcqRel);
+        LongPollHeld {
+            conn: Arc::clone(self),
+            bytes,
+        }
+    }
+
+    /// Bytes held by waiting long polls now.
+    pub fn long_poll_bytes(&self) -> usize {
+        self.long_poll_bytes.load(Ordering::Acquire)
+    }
+
+    /// Waits until the waiting long polls hold at most `max` bytes.
+    pub async fn long_polls_within(&self, max: usize) {
+        loop {
+            let released = self.long_poll_released.notified();
+            if self.long_poll_bytes() <= max {
+                return;
+            }
+            released.await;
+        }
+    }
 }
 
 /// The principal of a connection nobody has authenticated.
@@ -120,6 +168,8 @@ pub struct ConnectionSnapshot {
     pub in_flight: usize,
     pub window_full_events: u64,
     pub reader_paused: bool,
+    /// Bytes of bookkeeping held by the connection's waiting long polls.
+    pub long_poll_bytes: usize,
     pub outbound_bytes_held: usize,
     pub outbound_bytes_max: usize,
     pub bytes_written: u64,
@@ -215,6 +265,8 @@ impl ServerStats {
             sasl: Mutex::new(crate::sasl::Session::default()),
             sasl_session_ends_at_ms: AtomicI64::new(0),
             close_after_reply: AtomicBool::new(false),
+            long_poll_bytes: AtomicUsize::new(0),
+            long_poll_released: tokio::sync::Notify::new(),
         });
         self.accepted.fetch_add(1, Ordering::Relaxed);
         self.connections
@@ -294,6 +346,7 @@ impl Connection {
             in_flight: self.in_flight.load(Ordering::Relaxed),
             window_full_events: self.window_full_events.load(Ordering::Relaxed),
             reader_paused: self.reader_paused.load(Ordering::Relaxed),
+            long_poll_bytes: self.long_poll_bytes(),
             outbound_bytes_held: self.outbound.held(),
             outbound_bytes_max: self.outbound.max(),
             bytes_written: self.bytes_written.load(Ordering::Relaxed),

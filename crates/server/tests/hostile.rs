@@ -440,3 +440,83 @@ async fn large_frames_sent_together_never_wait_on_each_other() {
         .expect("all three large produces are answered, none waits on another");
     stop_with_budget_free(broker).await;
 }
+
+/// A client that names one partition 20,000 times in each of 16 pipelined long polls
+/// holds at most the connection's long-poll bound plus one request's bookkeeping: its
+/// reader pauses instead of taking in more (the client's writes then wait, as TCP
+/// pushes back). Every poll is answered in order as the client reads, and the
+/// bookkeeping is all given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_long_polls_naming_a_partition_many_times_are_bounded() {
+    use headway_protocol::kafka_protocol::protocol::Decodable;
+    const POLLS: i32 = 16;
+    const NAMES: usize = 20_000;
+    let broker = TestBroker::start().await;
+    let mut setup = broker.client().await;
+    create_topic(&mut setup, "lp", 1).await;
+    let one = fetch_request::FetchPartition::default()
+        .with_partition(0)
+        .with_fetch_offset(0)
+        .with_partition_max_bytes(1024);
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(200)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![fetch_request::FetchTopic::default()
+            .with_topic(topic_name("lp"))
+            .with_partitions(vec![one; NAMES])]);
+    let frames: Vec<_> = (1..=POLLS)
+        .map(|id| request_frame(12, id, &request))
+        .collect();
+    // One request's bookkeeping, at most: what the reader may take in past the bound.
+    let bound = headway_broker::limits::LONG_POLL_BYTES_PER_CONNECTION_MAX;
+    let one_request = frames[0].len() * 8;
+    let mut stream = tokio::net::TcpStream::connect(broker.addr).await.unwrap();
+    let (mut reader, mut writer) = stream.split();
+    let send = async {
+        for frame in &frames {
+            writer.write_all(frame).await.unwrap();
+        }
+    };
+    let observe_then_read = async {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        let (mut paused, mut most) = (false, 0);
+        while tokio::time::Instant::now() < deadline && !paused {
+            let stats = broker.server.stats.snapshot();
+            if let Some(c) = stats.connections.iter().max_by_key(|c| c.long_poll_bytes) {
+                most = most.max(c.long_poll_bytes);
+                paused |= c.reader_paused && c.long_poll_bytes > bound;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            paused,
+            "the reader paused past the bound (most held: {most})"
+        );
+        for id in 1..=POLLS {
+            let size = reader.read_i32().await.unwrap();
+            let mut frame = vec![0u8; size as usize];
+            reader.read_exact(&mut frame).await.unwrap();
+            assert_eq!(i32::from_be_bytes(frame[..4].try_into().unwrap()), id);
+            // Response header v1: the correlation id, then no tagged fields.
+            let mut body = bytes::Bytes::from(frame).slice(5..);
+            let response = FetchResponse::decode(&mut body, 12).unwrap();
+            assert_eq!(response.responses[0].partitions.len(), NAMES);
+            let stats = broker.server.stats.snapshot();
+            most = stats
+                .connections
+                .iter()
+                .map(|c| c.long_poll_bytes)
+                .fold(most, usize::max);
+        }
+        most
+    };
+    let ((), most) = tokio::join!(send, observe_then_read);
+    assert!(most <= bound + one_request, "{most} held, bound {bound}");
+    wait_for(&broker, "the long polls' bookkeeping given back", |s| {
+        s.connections.iter().all(|c| c.long_poll_bytes == 0)
+    })
+    .await;
+    broker.stop().await;
+}

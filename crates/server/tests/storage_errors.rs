@@ -180,3 +180,45 @@ async fn a_produce_below_disk_free_bytes_min_gets_kafka_storage_error() {
     );
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_taken_offline_is_not_advertised_as_led() {
+    use headway_protocol::kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    let broker = TestBroker::start_with(|c| c.metrics_listen = Some("127.0.0.1:0".into())).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, TOPIC, 2).await;
+    let partition = {
+        let b = broker.server.broker.upgrade().unwrap();
+        b.partition(TOPIC, headway_broker::PartitionIndex::new(1))
+            .unwrap()
+    };
+    partition.take_offline("a failed fsync, as the flusher reports it");
+    let metadata: MetadataResponse = client.call(12, &MetadataRequest::default()).await;
+    let topic = metadata
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == TOPIC))
+        .unwrap();
+    let by_index = |i: i32| {
+        topic
+            .partitions
+            .iter()
+            .find(|p| p.partition_index == i)
+            .unwrap()
+    };
+    // Kafka's answer for a partition whose only replica is offline: clients stop
+    // sending it produces and fetches, and keep using the others.
+    assert_eq!(by_index(1).error_code, KAFKA_STORAGE_ERROR);
+    assert_eq!(by_index(1).leader_id.0, -1);
+    assert_eq!(by_index(1).offline_replicas.len(), 1);
+    assert_eq!(by_index(0).error_code, 0);
+    assert_eq!(by_index(0).leader_id.0, 0);
+    let metrics = broker.server.metrics_addr.unwrap();
+    let (status, body) = http_get(metrics, "/readyz").await;
+    assert!(status.starts_with("HTTP/1.1 503"), "{status}");
+    assert!(
+        body.contains(&format!("partition {TOPIC}-1 is offline")),
+        "{body}"
+    );
+    broker.stop().await;
+}

@@ -23,6 +23,7 @@ async fn start(dir: tempfile::TempDir, scope: SyncScope) -> TestBroker {
         sync_scope: scope,
         ..BrokerConfig::default()
     };
+    headway_broker::panics::install_hook();
     let server = Server::start(config).await.unwrap();
     TestBroker {
         addr: server.addr,

@@ -117,7 +117,11 @@ impl ShareCoordinator {
             log,
             released: Notify::new(),
         });
-        tokio::spawn(run_ticker(Arc::downgrade(&coordinator)));
+        let weak = Arc::downgrade(&coordinator);
+        let component = headway_broker::panics::Component::Coordinator;
+        headway_broker::panics::spawn_restarting(component, "share-group ticker", move || {
+            run_ticker(weak.clone())
+        });
         Ok(coordinator)
     }
 

@@ -17,6 +17,7 @@ use crate::state::{
     TxnMetadata, TxnState,
 };
 use crate::TxnError;
+use headway_broker::panics::{self, Component};
 use headway_broker::{
     internal_log, Broker, BrokerError, FlushPolicy, Partition, PartitionIndex, ProducerEpoch,
     ProducerId, TopicPartition,
@@ -127,7 +128,7 @@ impl TxnCoordinator {
             shutdown: watch::channel(false).0,
             loaded: watch::channel(false).0,
         });
-        tokio::spawn(Arc::clone(&coordinator).load());
+        panics::spawn_supervised(Component::Coordinator, Arc::clone(&coordinator).load());
         Ok(coordinator)
     }
 
@@ -173,9 +174,15 @@ impl TxnCoordinator {
                 state = meta.state.name(),
                 "completing a transaction prepared before the restart"
             );
-            tokio::spawn(Arc::clone(&self).complete_transaction(meta));
+            panics::spawn_supervised(
+                Component::Coordinator,
+                Arc::clone(&self).complete_transaction(meta),
+            );
         }
-        tokio::spawn(run_expiry(Arc::downgrade(&self), self.check_interval));
+        let (weak, interval) = (Arc::downgrade(&self), self.check_interval);
+        panics::spawn_restarting(Component::Coordinator, "transaction expiry", move || {
+            run_expiry(weak.clone(), interval)
+        });
     }
 
     /// Appends one record and waits until it is durable.
@@ -251,7 +258,10 @@ impl TxnCoordinator {
             }
             InitOutcome::AbortFirst(meta) => {
                 let meta = self.persist(meta).await?;
-                tokio::spawn(Arc::clone(self).complete_transaction(meta));
+                panics::spawn_supervised(
+                    Component::Coordinator,
+                    Arc::clone(self).complete_transaction(meta),
+                );
                 Err(TxnError::ConcurrentTransactions)
             }
         }
@@ -391,7 +401,10 @@ impl TxnCoordinator {
             EndOutcome::Prepare(meta) => {
                 let meta = self.persist(meta).await?;
                 let answer = meta.next_producer();
-                tokio::spawn(Arc::clone(self).complete_transaction(meta));
+                panics::spawn_supervised(
+                    Component::Coordinator,
+                    Arc::clone(self).complete_transaction(meta),
+                );
                 Ok(answer)
             }
         }
@@ -506,7 +519,10 @@ impl TxnCoordinator {
                 "aborting a transaction open past its timeout"
             );
             if let Ok(meta) = self.persist(meta).await {
-                tokio::spawn(Arc::clone(self).complete_transaction(meta));
+                panics::spawn_supervised(
+                    Component::Coordinator,
+                    Arc::clone(self).complete_transaction(meta),
+                );
             }
         }
         for id in expired.ids {

@@ -57,6 +57,28 @@ mod traffic;
 #[cfg(test)]
 mod txn_tests;
 
+/// A test-only fault: appends to a topic named here panic.
+#[cfg(test)]
+pub(crate) mod tests_fault {
+    use std::sync::Mutex;
+
+    static PANIC_TOPICS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    pub(crate) fn panic_appends_to(topic: &str) {
+        PANIC_TOPICS.lock().unwrap().push(topic.to_string());
+    }
+
+    pub(crate) fn stop_panicking(topic: &str) {
+        PANIC_TOPICS.lock().unwrap().retain(|t| t != topic);
+    }
+
+    pub(crate) fn maybe_panic(topic: &str) {
+        if PANIC_TOPICS.lock().unwrap().iter().any(|t| t == topic) {
+            panic!("an injected panic in the append to {topic}");
+        }
+    }
+}
+
 use crate::durability::{OwnFlusher, SyncMeters, SyncTake, SyncTarget};
 use crate::flusher::SharedFlusher;
 use crate::producer_state::{is_idempotent, TransactionResult};
@@ -378,7 +400,11 @@ impl Partition {
     /// Starts the flusher for the sync and interval policies. Needs a tokio runtime.
     pub fn start_flusher(self: &Arc<Self>) {
         if self.flush != FlushPolicy::None {
-            tokio::spawn(Arc::clone(&self.own).run(Arc::clone(self)));
+            let (own, me) = (Arc::clone(&self.own), Arc::clone(self));
+            let flusher = crate::panics::Component::Flusher;
+            crate::panics::spawn_restarting(flusher, "partition flusher", move || {
+                Arc::clone(&own).run(Arc::clone(&me))
+            });
         }
     }
 
@@ -445,10 +471,16 @@ impl Partition {
         &self,
         f: impl FnOnce(&mut Slot) -> Result<T, BrokerError>,
     ) -> Result<T, BrokerError> {
-        let mut slot = self
-            .log
-            .lock()
-            .expect("partition log mutex poisoned by a panic");
+        let Ok(mut slot) = self.log.lock() else {
+            // A panic while the log was held (outside the append's own catch): what it
+            // left is unknown, so the partition serves nothing more until restart.
+            if !self.offline.swap(true, Ordering::AcqRel) {
+                tracing::error!(topic = %self.topic, partition = self.index.value(),
+                    "a panic interrupted the partition's writer; the partition is offline until restart");
+                self.durable.send_modify(|s| s.failed = true);
+            }
+            return Err(self.panicked_error());
+        };
         let slot = slot.as_mut().ok_or_else(|| match &self.unopened {
             Some(cause) => self.unopened_error(cause),
             None => BrokerError::ShuttingDown {
@@ -509,26 +541,13 @@ impl Partition {
         let mut owned = records.to_vec();
         let now_ms = crate::now_ms();
         let appended = self.with_slot(|slot| {
-            let planned = slot.state.plan_append(idempotent.as_ref())?;
-            if let AppendPlan::Duplicate {
-                base_offset,
-                log_end_offset,
-            } = planned
-            {
-                return Ok((base_offset, log_end_offset, false));
-            }
-            let info = slot
-                .log
-                .append(&mut owned, now_ms)
-                .map_err(|e| self.append_failed(&slot.log, e))?;
-            slot.state.appended(
-                idempotent.as_ref(),
-                info.base_offset,
-                info.log_end_offset,
-                now_ms,
-            );
-            self.wrote(slot, info.log_end_offset);
-            Ok((info.base_offset, info.log_end_offset, true))
+            let append = || {
+                #[cfg(test)]
+                tests_fault::maybe_panic(&self.topic);
+                self.append_under_lock(slot, idempotent.as_ref(), &mut owned, now_ms)
+            };
+            crate::panics::catch(crate::panics::Component::Append, append)
+                .unwrap_or_else(|_| Err(self.panicked_under_lock(slot)))
         })?;
         let (base_offset, log_end_offset, written) = appended;
         if written {
@@ -542,6 +561,53 @@ impl Partition {
             log_end_offset,
             log_start_offset: self.log_start_offset(),
         })
+    }
+
+    /// The append proper, under the mutex: `(base offset, log end, written)`.
+    fn append_under_lock(
+        &self,
+        slot: &mut Slot,
+        idempotent: Option<&BatchHeader>,
+        owned: &mut [u8],
+        now_ms: i64,
+    ) -> Result<(Offset, Offset, bool), BrokerError> {
+        let planned = slot.state.plan_append(idempotent)?;
+        if let AppendPlan::Duplicate {
+            base_offset,
+            log_end_offset,
+        } = planned
+        {
+            return Ok((base_offset, log_end_offset, false));
+        }
+        let info = slot
+            .log
+            .append(owned, now_ms)
+            .map_err(|e| self.append_failed(&slot.log, e))?;
+        slot.state
+            .appended(idempotent, info.base_offset, info.log_end_offset, now_ms);
+        self.wrote(slot, info.log_end_offset);
+        Ok((info.base_offset, info.log_end_offset, true))
+    }
+
+    /// An append panicked under the mutex: what it wrote is unknown, so the partition
+    /// goes offline as after a failed fsync (no more writes, waiters fail) until an
+    /// operator restarts the broker, whose recovery checks the log.
+    fn panicked_under_lock(&self, slot: &mut Slot) -> BrokerError {
+        slot.log.poison();
+        if !self.offline.swap(true, Ordering::AcqRel) {
+            tracing::error!(topic = %self.topic, partition = self.index.value(),
+                "an append panicked; the partition is offline until restart");
+        }
+        self.durable.send_modify(|s| s.failed = true);
+        self.panicked_error()
+    }
+
+    fn panicked_error(&self) -> BrokerError {
+        BrokerError::Storage(format!(
+            "partition {}/{} is offline after a panic in its writer",
+            self.topic,
+            self.index.value()
+        ))
     }
 
     /// After an append (batches or a marker) under the mutex: counts the bytes that
@@ -1029,6 +1095,15 @@ impl Partition {
         self.take_in_synced(&mut state);
         self.durable_to(&mut state, log_end_offset);
         Ok(())
+    }
+
+    /// Takes the partition offline as a failed fsync does: no more writes, waiters for
+    /// durability fail, the metadata shows no leader, until the broker restarts. The
+    /// storage paths call this themselves; it is public for tests that need an
+    /// offline partition without a failing disk.
+    #[doc(hidden)]
+    pub fn take_offline(&self, cause: &str) {
+        self.fail_synced(cause);
     }
 
     /// Publishes what a flusher synced, without the mutex: waiters and readers see it

@@ -174,3 +174,45 @@ async fn a_partition_with_empty_files_starts_empty() {
     write_one(&broker, "half", 0).await.unwrap();
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_append_that_panics_takes_only_its_partition_offline() {
+    crate::panics::install_hook();
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker_on(dir.path()).await;
+    for name in ["doomed", "fine"] {
+        broker
+            .create_topic(name, Some(2), BTreeMap::new())
+            .await
+            .unwrap();
+    }
+    write_one(&broker, "doomed", 0).await.unwrap();
+    let before = crate::panics::caught(crate::panics::Component::Append);
+    super::tests_fault::panic_appends_to("doomed");
+    let doomed = broker.partition("doomed", PartitionIndex::new(0)).unwrap();
+    let refused = doomed.append(&plain_batch(), MAX);
+    assert!(
+        matches!(refused, Err(BrokerError::Storage(_))),
+        "{refused:?}"
+    );
+    assert_eq!(
+        crate::panics::caught(crate::panics::Component::Append),
+        before + 1
+    );
+    assert!(doomed.health().offline, "the partition is offline");
+    super::tests_fault::stop_panicking("doomed");
+    // What was durable before stays; later appends are refused (the log is poisoned),
+    // and the mutex the panic happened under still serves.
+    assert_eq!(doomed.high_watermark().value(), 1);
+    assert!(matches!(
+        doomed.append(&plain_batch(), MAX),
+        Err(BrokerError::Storage(_))
+    ));
+    assert_eq!(
+        crate::panics::caught(crate::panics::Component::Append),
+        before + 1
+    );
+    // Every other partition, of this topic and others, goes on.
+    write_one(&broker, "fine", 0).await.unwrap();
+    broker.shutdown().await;
+}

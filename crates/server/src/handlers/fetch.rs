@@ -79,8 +79,10 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         Duration::from_millis((body.max_wait_ms.max(0) as u64).min(limits::FETCH_WAIT_MS_MAX));
     let max_bytes = (body.max_bytes.max(0) as usize).min(limits::FETCH_RESPONSE_BYTES_MAX);
     let min_bytes = body.min_bytes.max(0) as usize;
+    let held = conn.hold_long_poll(bookkeeping_bytes(&topics));
     let (ctx, conn) = (Arc::clone(ctx), Arc::clone(conn));
     pending_with(request, async move {
+        let _held = held;
         let polled = long_poll(&ctx, &conn, &topics, wait, min_bytes, max_bytes).await;
         let stages = ctx.broker.timings().fetch(polled.catch_up);
         timings::observe(&stages.wait, polled.waited);
@@ -97,6 +99,22 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         (body, Some(polled.reserved), Some(timing))
     })
 }
+
+/// What the waiting answer keeps of the request, about: counted against the
+/// connection's long-poll bound (`limits::LONG_POLL_BYTES_PER_CONNECTION_MAX`).
+fn bookkeeping_bytes(topics: &[WantedTopic]) -> usize {
+    topics
+        .iter()
+        .map(|t| {
+            std::mem::size_of::<WantedTopic>()
+                + t.name.len()
+                + t.partitions.len() * (std::mem::size_of::<Wanted>() + ERROR_TEXT_BYTES)
+        })
+        .sum()
+}
+
+/// Room for the text of a partition's error (an unknown topic's name), on average.
+const ERROR_TEXT_BYTES: usize = 32;
 
 /// A long poll's answer, with its outbound reservation and where its time went.
 struct Polled {

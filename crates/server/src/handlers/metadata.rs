@@ -149,13 +149,18 @@ fn topic_metadata(node_id: i32, topic: &Topic) -> MetadataResponseTopic {
     for (answer, p) in described.partitions.iter_mut().zip(topic.partitions()) {
         if let Some(cause) = p.unopened_cause() {
             *answer = offline_partition(node_id, answer.partition_index, cause);
+        } else if p.health().offline {
+            // Taken offline while serving (a failed fsync, a write that could not be
+            // undone, a panic in its writer): not led until the broker restarts.
+            let cause = "the partition went offline after a storage failure";
+            *answer = offline_partition(node_id, answer.partition_index, cause);
         }
     }
     described
 }
 
-/// A partition whose log could not be opened: no leader, this broker's replica
-/// offline, and KAFKA_STORAGE_ERROR, which every client treats as retriable (it
+/// A partition whose log could not be opened, or that went offline since: no leader,
+/// this broker's replica offline, and KAFKA_STORAGE_ERROR, which every client treats as retriable (it
 /// refreshes metadata and waits for a leader) while the other partitions are served.
 fn offline_partition(node_id: i32, index: i32, cause: &str) -> MetadataResponsePartition {
     let node = BrokerId(node_id);

@@ -60,6 +60,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+/// About what a waiting share fetch keeps per partition named or acknowledgement batch.
+const SHARE_BOOKKEEPING_BYTES: usize = 96;
+
 pub const HANDLER: Handler = Handler {
     key: ApiKey::ShareFetch,
     min_version: 1,
@@ -246,8 +249,12 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         n if n <= 0 => MAX_RECORDS_DEFAULT,
         n => (n as u32).min(limits::SHARE_FETCH_RECORDS_MAX),
     };
+    // What the waiting answer keeps, counted against the connection's long-poll bound.
+    let named = add.len() + session.len() + acks.iter().map(|(_, _, b)| b.len()).sum::<usize>();
+    let held = call.conn.hold_long_poll(named * SHARE_BOOKKEEPING_BYTES);
     let (ctx, conn) = (Arc::clone(ctx), Arc::clone(call.conn));
     pending_with(request, async move {
+        let _held = held;
         let mut ack_codes = acknowledge(&ctx.shares, &group_id, &member_id, acks).await;
         ack_codes.extend(refused_acks);
         tracing::debug!(group = %group_id, member = %member_id, epoch, ?ack_codes, "share fetch acknowledged");

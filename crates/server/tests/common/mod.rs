@@ -53,6 +53,8 @@ impl TestBroker {
             ..BrokerConfig::default()
         };
         adjust(&mut config);
+        // Every panic in this process is counted: `stop` fails the test on one.
+        headway_broker::panics::install_hook();
         let server = Server::start(config).await.unwrap();
         TestBroker {
             addr: server.addr,
@@ -77,6 +79,7 @@ impl TestBroker {
         tokio::time::timeout(DEADLINE, self.server.stop())
             .await
             .unwrap();
+        assert_no_panics();
         self.dir
     }
 
@@ -97,8 +100,20 @@ impl TestBroker {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         lock.unlock().unwrap();
+        assert_no_panics();
         self.dir
     }
+}
+
+/// Fails the test when anything in this process panicked (a broker thread, a task, a
+/// test): a panic caught by the broker fails its job only, so a test could pass beside
+/// it unseen. The panic's ERROR line and backtrace are in the test's output.
+pub fn assert_no_panics() {
+    let panics = headway_broker::panics::total();
+    assert!(
+        panics == 0 || std::thread::panicking(),
+        "{panics} panic(s) in this test process; see the 'panicked at' lines above"
+    );
 }
 
 /// Waits until `check` holds for the broker's stats, or fails after the deadline.
