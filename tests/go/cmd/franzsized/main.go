@@ -6,7 +6,7 @@
 //
 //	franzsized -brokers HOST:PORT -topic T -count N -value-bytes B
 //	           [-plain] [-compression default|none|gzip|snappy|lz4|zstd]
-//	           [-txn-id ID -per-txn M [-abort I,J,...]] [-timeout 120s]
+//	           [-txn-id ID -per-txn M [-abort I,J,...]] [-timeout 120s] [-log warn]
 //
 // Records 0..N-1 are produced in order, keyed, all of them handed to the client before
 // one flush (per transaction), so the client's buffers fill and its produce requests
@@ -74,6 +74,7 @@ func main() {
 	perTxn := flag.Int("per-txn", 0, "records per transaction (0: all in one)")
 	abort := flag.String("abort", "", "indexes of the transactions to abort, comma separated")
 	timeout := flag.Duration("timeout", 120*time.Second, "deadline for the whole run")
+	logLevel := flag.String("log", "warn", "franz-go's log level on stderr: warn, info or debug")
 	flag.Parse()
 	if *brokers == "" || *topic == "" || *count < 0 || *valueBytes < valuePrefixBytes {
 		flag.Usage()
@@ -94,8 +95,17 @@ func main() {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(*brokers),
 		kgo.DefaultProduceTopic(*topic),
-		kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelWarn, nil)),
 	}
+	level, ok := map[string]kgo.LogLevel{
+		"warn": kgo.LogLevelWarn, "info": kgo.LogLevelInfo, "debug": kgo.LogLevelDebug,
+	}[*logLevel]
+	if !ok {
+		fmt.Fprintln(os.Stderr, "franzsized: unknown -log", *logLevel)
+		os.Exit(2)
+	}
+	opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, level, func() string {
+		return time.Now().Format("15:04:05.000 ")
+	})))
 	if *plain {
 		opts = append(opts, kgo.DisableIdempotentWrite())
 	}
