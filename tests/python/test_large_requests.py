@@ -5,10 +5,11 @@ Goal: the broker handles a produce request over 64 KiB on one of its read thread
 than on the connection's task (`crates/broker/src/read_pool.rs`); what a produce needs
 there must work as it does on the task: a transactional produce's check with the
 transaction coordinator, the idempotent producer's sequence checks, compressed batches.
-Each client here runs with the batching settings that
-make its requests large, and everything it wrote is read back and compared byte for byte:
-nothing lost, duplicated or changed, the records of aborted transactions invisible to
-read_committed readers (and in the log for read_uncommitted ones).
+Each client here runs with the batching settings that make its requests large, and
+everything it wrote is read back and compared byte for byte: nothing lost, duplicated or
+changed, the records of aborted transactions invisible to read_committed readers (and in
+the log for read_uncommitted ones); without transactions, every partition's offsets run
+on densely from 0.
 
 - librdkafka (confluent-kafka), linger.ms=50 and batch.size=1000000: four transactions of
   300 records of 1 KiB, the third aborted, 900 records read back read_committed.
@@ -23,6 +24,11 @@ read_committed readers (and in the log for read_uncommitted ones).
   and a plain (enable.idempotence=false, acks=all) producer, uncompressed and compressed
   (librdkafka lz4, kafka-clients and franz-go zstd): 3,000 records of 1,000 bytes over 6
   partitions. The whole module runs in about a minute on two cores.
+
+franz-go's transaction after an aborted one may wait 5 s: its first produce can arrive
+while the abort's markers are still being written, and the broker answers
+NOT_ENOUGH_REPLICAS, as Kafka does (`crates/server/src/handlers/produce.rs`), on which
+franz-go refreshes its metadata, at most once per 5 s (its metadata min age).
 
 Method: one broker per test, with /metrics. After the producer finished, and before any
 fetch, the broker's read threads have run only large produces: their job count
