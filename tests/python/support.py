@@ -12,10 +12,21 @@ checked byte for byte without keeping what was sent:
             ("empty", b"") -- a repeated key and an empty value, both legal in Kafka
 
 about 100 bytes of key and value per record.
+
+Sized test records (sized_record), for tests that need records of a given size, half
+compressible, the same in tests/java/src/TestRecords.java and tests/go/cmd/franzsized:
+
+    key     b"key-%08d" % seq
+    value   exactly B bytes: b"seq=%010d;" % seq, then B - 15 filler bytes, the first
+            (B - 15) // 2 pseudo-random (a 32-bit LCG: x = seq * 2654435761 + 1, then per
+            byte x = x * 1103515245 + 12345, both mod 2**32, byte (x >> 16) & 0xFF), the
+            rest (seq * 31 + j * 7) % 256 for filler byte j
+    headers ("seq", decimal seq)
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -53,6 +64,27 @@ def make_record(seq: int) -> Record:
                  ("dup", b"a"), ("dup", b"b"),
                  ("empty", b"")],
     )
+
+
+@functools.lru_cache(maxsize=65536)
+def sized_value(seq: int, size: int) -> bytes:
+    """The value of sized test record `seq`: `size` bytes (at least 15)."""
+    if size < 15:
+        raise ValueError("a sized value has at least 15 bytes")
+    filler = size - 15
+    random_bytes = filler // 2
+    out = bytearray(b"seq=%010d;" % seq)
+    x = (seq * 2654435761 + 1) & 0xFFFFFFFF
+    for _ in range(random_bytes):
+        x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+        out.append((x >> 16) & 0xFF)
+    out.extend((seq * 31 + j * 7) % 256 for j in range(random_bytes, filler))
+    return bytes(out)
+
+
+def sized_record(seq: int, value_bytes: int) -> Record:
+    return Record(key=b"key-%08d" % seq, value=sized_value(seq, value_bytes),
+                  headers=[("seq", b"%d" % seq)])
 
 
 def seq_of(value: bytes | None) -> int:

@@ -15,6 +15,12 @@ import org.apache.kafka.common.header.internals.RecordHeader;
  *   value   "seq=%010d;" % seq, then 80 bytes (seq * 31 + j * 7) % 256 for j in 0..79
  *   headers ("seq", decimal seq), ("bin", [seq % 256, 0x00, 0xFF, (seq >> 8) % 256]),
  *           ("dup", "a"), ("dup", "b"), ("empty", "")
+ *
+ * Sized test records (sized_record() in tests/python/support.py), for tests that need
+ * records of a given size, half compressible: key "key-%08d" % seq, one header ("seq",
+ * decimal seq), and a value of exactly B bytes: "seq=%010d;" % seq, then B - 15 filler
+ * bytes, the first (B - 15) / 2 of them pseudo-random (see sizedValue), the rest
+ * (seq * 31 + j * 7) % 256 for filler byte j.
  */
 final class TestRecords {
     static final int VALUE_FILLER_BYTES = 80;
@@ -44,6 +50,36 @@ final class TestRecords {
         headers.add(new RecordHeader("dup", new byte[] {'b'}));
         headers.add(new RecordHeader("empty", new byte[0]));
         return headers;
+    }
+
+    /**
+     * The value of sized test record `seq`, `size` bytes (at least 15). The pseudo-random
+     * filler bytes come from a 32-bit linear congruential generator:
+     * x = seq * 2654435761 + 1, then for each byte x = x * 1103515245 + 12345 (both mod
+     * 2^32) and the byte is (x >> 16) & 0xFF.
+     */
+    static byte[] sizedValue(long seq, int size) {
+        byte[] prefix = String.format("seq=%010d;", seq).getBytes(StandardCharsets.US_ASCII);
+        if (size < VALUE_PREFIX_BYTES) {
+            throw new IllegalArgumentException("a sized value has at least 15 bytes");
+        }
+        byte[] value = Arrays.copyOf(prefix, size);
+        int filler = size - VALUE_PREFIX_BYTES;
+        int random = filler / 2;
+        long x = (seq * 2654435761L + 1) & 0xFFFFFFFFL;
+        for (int j = 0; j < filler; j++) {
+            if (j < random) {
+                x = (x * 1103515245L + 12345) & 0xFFFFFFFFL;
+                value[VALUE_PREFIX_BYTES + j] = (byte) (x >>> 16);
+            } else {
+                value[VALUE_PREFIX_BYTES + j] = (byte) ((seq * 31 + j * 7) % 256);
+            }
+        }
+        return value;
+    }
+
+    static List<Header> sizedHeaders(long seq) {
+        return List.of(new RecordHeader("seq", Long.toString(seq).getBytes(StandardCharsets.US_ASCII)));
     }
 
     /** The sequence number of a test record value; IllegalArgumentException if malformed. */
