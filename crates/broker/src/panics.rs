@@ -120,6 +120,11 @@ pub fn caught(component: Component) -> u64 {
     CAUGHT[component.index()].load(Ordering::Relaxed)
 }
 
+/// Panics caught by the broker's catch sites since the process started, all components.
+pub fn caught_total() -> u64 {
+    Component::ALL.iter().map(|c| caught(*c)).sum()
+}
+
 /// Runs `job`; its panic is counted under `component` and returned as [`Panicked`].
 /// The caller decides what becomes of the state the job touched (a partition goes
 /// offline, a pool thread takes its next job).

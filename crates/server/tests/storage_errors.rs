@@ -193,7 +193,9 @@ async fn a_partition_taken_offline_is_not_advertised_as_led() {
             .unwrap()
     };
     partition.take_offline("a failed fsync, as the flusher reports it");
-    let metadata: MetadataResponse = client.call(12, &MetadataRequest::default()).await;
+    // No topic list: every topic.
+    let all = MetadataRequest::default().with_topics(None);
+    let metadata: MetadataResponse = client.call(12, &all).await;
     let topic = metadata
         .topics
         .iter()
@@ -212,7 +214,7 @@ async fn a_partition_taken_offline_is_not_advertised_as_led() {
     assert_eq!(by_index(1).leader_id.0, -1);
     assert_eq!(by_index(1).offline_replicas.len(), 1);
     assert_eq!(by_index(0).error_code, 0);
-    assert_eq!(by_index(0).leader_id.0, 0);
+    assert!(by_index(0).leader_id.0 >= 0, "partition 0 is led");
     let metrics = broker.server.metrics_addr.unwrap();
     let (status, body) = http_get(metrics, "/readyz").await;
     assert!(status.starts_with("HTTP/1.1 503"), "{status}");

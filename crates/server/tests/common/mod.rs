@@ -105,14 +105,15 @@ impl TestBroker {
     }
 }
 
-/// Fails the test when anything in this process panicked (a broker thread, a task, a
-/// test): a panic caught by the broker fails its job only, so a test could pass beside
-/// it unseen. The panic's ERROR line and backtrace are in the test's output.
+/// Fails the test when the broker caught a panic anywhere in this process: a caught
+/// panic fails its job only, so a test could pass beside it unseen. (A test's own failed
+/// assertions are not counted, so one failing test does not fail the others.) The
+/// panic's ERROR line and backtrace are in the test's output.
 pub fn assert_no_panics() {
-    let panics = headway_broker::panics::total();
+    let panics = headway_broker::panics::caught_total();
     assert!(
         panics == 0 || std::thread::panicking(),
-        "{panics} panic(s) in this test process; see the 'panicked at' lines above"
+        "the broker caught {panics} panic(s) in this test process; see the 'panicked at' lines above"
     );
 }
 
