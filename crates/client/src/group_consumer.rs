@@ -115,6 +115,26 @@ impl Shared {
         pending
     }
 
+    /// Commits `positions` as `member_id` in `generation`, once they pass
+    /// [`within_handed_out`]; a commit that does not is a bug of this client: it
+    /// panics in debug builds and is not sent otherwise.
+    async fn commit(
+        &self,
+        coordinator: &Connection,
+        group: &str,
+        member_id: &str,
+        generation: i32,
+        positions: &Positions,
+    ) -> Result<(), ClientError> {
+        if let Err(broken) = within_handed_out(&self.lock(), member_id, generation, positions) {
+            debug_assert!(false, "{broken}");
+            tracing::error!(group, member_id, generation, %broken,
+                "commit beyond what this member handed out: not sent");
+            return Err(ClientError::Invalid(broken));
+        }
+        commit(coordinator, group, member_id, generation, positions).await
+    }
+
     /// Records a commit the coordinator accepted.
     fn committed(&self, positions: Positions) {
         let mut d = self.lock();
@@ -122,6 +142,42 @@ impl Shared {
             d.committed.insert(key, offset);
         }
     }
+}
+
+/// The invariant of every commit: it is made by the membership the delivery state
+/// belongs to (or from outside the group, after this member left), names only
+/// partitions of that generation, and goes no further in any partition than the next
+/// offset after the last record handed out in it (its start position when nothing
+/// was). Positions only grow within a generation, so a commit taken earlier passes.
+fn within_handed_out(
+    d: &Delivery,
+    member_id: &str,
+    generation: i32,
+    positions: &Positions,
+) -> Result<(), String> {
+    let (ours, our_generation) = (&d.member.0, d.member.1);
+    let outside = member_id.is_empty() && generation < 0;
+    if !outside && (member_id != ours || generation != our_generation) {
+        return Err(format!(
+            "a commit as member {member_id} in generation {generation}, while the positions \
+             are those of member {ours} in generation {our_generation}"
+        ));
+    }
+    for ((topic, partition), offset) in positions {
+        match d.positions.get(&(Arc::clone(topic), *partition)) {
+            None => return Err(format!(
+                "a commit of {topic}/{partition}, not a partition of generation {our_generation}"
+            )),
+            Some(next) if offset > next => {
+                return Err(format!(
+                    "a commit of {topic}/{partition} at {offset}, past {next}, the next offset \
+                     to hand out in generation {our_generation}"
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 pub struct GroupConsumer {
@@ -194,6 +250,14 @@ impl GroupConsumer {
             .positions
             .get_mut(&(Arc::clone(&r.topic), r.partition))
             .expect("the consumer reads only the assigned partitions");
+        debug_assert!(
+            r.offset >= *position,
+            "{}/{} handed out at {} behind its position {}",
+            r.topic,
+            r.partition,
+            r.offset,
+            position
+        );
         *position = r.offset + 1;
         Some(r)
     }
@@ -215,8 +279,11 @@ impl GroupConsumer {
     /// again once this member is out, as a commit outside any membership, which the
     /// coordinator accepts when no member is left; otherwise the next owner of these
     /// partitions starts at the last accepted commit (at least once).
-    pub async fn close(self) -> Result<(), ClientError> {
+    pub async fn close(mut self) -> Result<(), ClientError> {
+        // Stopped, not only told to stop: a membership task still running on another
+        // thread could install a new generation after the revocation below.
         self.membership.abort();
+        let _ = (&mut self.membership).await;
         let pending = self.shared.revoke();
         let (member_id, _) = self.membership();
         if member_id.is_empty() {
@@ -225,7 +292,9 @@ impl GroupConsumer {
         let coordinator = self.cluster.coordinator(&self.group).await?;
         let committed = match &pending {
             Some((positions, member_id, generation)) => {
-                commit(&coordinator, &self.group, member_id, *generation, positions).await
+                self.shared
+                    .commit(&coordinator, &self.group, member_id, *generation, positions)
+                    .await
             }
             None => Ok(()),
         };
@@ -240,7 +309,11 @@ impl GroupConsumer {
             .await
             .and_then(|r| check(r.error_code, None));
         if let (Err(e), Some((positions, ..))) = (committed, &pending) {
-            if let Err(again) = commit(&coordinator, &self.group, "", -1, positions).await {
+            let again = self
+                .shared
+                .commit(&coordinator, &self.group, "", -1, positions)
+                .await;
+            if let Err(again) = again {
                 warn_not_committed(&self.group, positions, &format!("{e}; then {again}"));
             }
         }
@@ -317,14 +390,15 @@ impl Membership {
         };
         let outcome = async {
             let coordinator = self.cluster.coordinator(&self.group).await?;
-            commit(
-                &coordinator,
-                &self.group,
-                &member_id,
-                generation,
-                &positions,
-            )
-            .await
+            self.shared
+                .commit(
+                    &coordinator,
+                    &self.group,
+                    &member_id,
+                    generation,
+                    &positions,
+                )
+                .await
         }
         .await;
         match outcome {
@@ -434,14 +508,15 @@ impl Membership {
             }
             d.positions.clone()
         };
-        commit(
-            coordinator,
-            &self.group,
-            &joined.member_id,
-            joined.generation,
-            &positions,
-        )
-        .await?;
+        self.shared
+            .commit(
+                coordinator,
+                &self.group,
+                &joined.member_id,
+                joined.generation,
+                &positions,
+            )
+            .await?;
         self.shared.committed(positions);
         Ok(())
     }
@@ -563,25 +638,31 @@ impl Membership {
             ));
         let response = coordinator.request(&request).await?;
         check(response.error_code, None)?;
-        let committed: HashMap<(String, i32), i64> = response
-            .topics
-            .iter()
-            .flat_map(|t| {
-                t.partitions
-                    .iter()
-                    .map(move |p| ((t.name.to_string(), p.partition_index), p.committed_offset))
-            })
-            .filter(|(_, offset)| *offset >= 0)
-            .collect();
+        // Per partition, the committed offset or -1 for none. A partition answered
+        // with an error, or left out of the answer, has an unknown commit, which is not
+        // "no commit": the reset policy (`latest`) would skip what was produced since
+        // the commit, and this member's first commit would make that final.
+        let mut committed: HashMap<(String, i32), i64> = HashMap::new();
+        for t in &response.topics {
+            for p in &t.partitions {
+                check(p.error_code, None)?;
+                committed.insert((t.name.to_string(), p.partition_index), p.committed_offset);
+            }
+        }
         let mut positions = HashMap::new();
         let mut fetched = HashMap::new();
         for (topic, partitions) in assigned {
             for p in partitions {
                 let key = (Arc::from(topic.as_str()), *p);
-                let offset = match committed.get(&(topic.clone(), *p)) {
+                let Some(&answered) = committed.get(&(topic.clone(), *p)) else {
+                    return Err(ClientError::Protocol(format!(
+                        "the committed offsets fetched leave out {topic}/{p}"
+                    )));
+                };
+                let offset = match Some(answered).filter(|o| *o >= 0) {
                     Some(offset) => {
-                        fetched.insert(key.clone(), *offset);
-                        *offset
+                        fetched.insert(key.clone(), offset);
+                        offset
                     }
                     None => match self.config.reset {
                         StartOffset::Earliest => {
@@ -677,6 +758,44 @@ fn decode_subscription(mut bytes: Bytes) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn key(p: i32) -> (Arc<str>, i32) {
+        (Arc::from("t"), p)
+    }
+
+    fn positions(of: &[(i32, i64)]) -> Positions {
+        of.iter().map(|(p, o)| (key(*p), *o)).collect()
+    }
+
+    /// Member "m" in generation 4, started at 10 in partitions 0 and 1, that has
+    /// handed out up to offset 14 in partition 0 and nothing in partition 1.
+    fn delivery() -> Delivery {
+        Delivery {
+            consumer: None,
+            positions: positions(&[(0, 15), (1, 10)]),
+            committed: positions(&[(0, 10), (1, 10)]),
+            member: ("m".to_string(), 4),
+        }
+    }
+
+    #[test]
+    fn a_commit_goes_no_further_than_what_was_handed_out() {
+        let d = delivery();
+        // What was handed out, or less (a commit taken before more was handed out).
+        assert!(within_handed_out(&d, "m", 4, &positions(&[(0, 15), (1, 10)])).is_ok());
+        assert!(within_handed_out(&d, "m", 4, &positions(&[(0, 12)])).is_ok());
+        // After leaving, from outside the group, the same offsets.
+        assert!(within_handed_out(&d, "", -1, &positions(&[(0, 15), (1, 10)])).is_ok());
+        // Past the last record handed out, or past the start where none was.
+        let past = within_handed_out(&d, "m", 4, &positions(&[(0, 16)])).unwrap_err();
+        assert!(past.contains("t/0 at 16, past 15"), "{past}");
+        assert!(within_handed_out(&d, "m", 4, &positions(&[(1, 11)])).is_err());
+        assert!(within_handed_out(&d, "", -1, &positions(&[(1, 11)])).is_err());
+        // A partition of another generation, or another generation's membership.
+        assert!(within_handed_out(&d, "m", 4, &positions(&[(2, 0)])).is_err());
+        assert!(within_handed_out(&d, "m", 3, &positions(&[(0, 12)])).is_err());
+        assert!(within_handed_out(&d, "other", 4, &positions(&[(0, 12)])).is_err());
+    }
 
     #[test]
     fn ranges_cover_every_partition_once() {
