@@ -10,10 +10,12 @@
 //! talks to the coordinator over a connection of its own (see `one_generation`).
 //!
 //! What is committed is exactly what the application received: a record counts as
-//! consumed when [`GroupConsumer::next`] or [`GroupConsumer::try_next`] returns it, and
-//! only records of the current generation's consumer are ever returned. Records that
+//! consumed when [`GroupConsumer::next`] or [`GroupConsumer::try_next`] returns it (or,
+//! with `explicit_acknowledge`, once [`GroupConsumer::acknowledge`] follows), and only
+//! records of the current generation's consumer are ever returned. Records that
 //! consumer prefetched but did not hand out are dropped with it at a revocation; the
-//! next owner starts at the commit, so they are read again, never skipped.
+//! next owner starts at the commit, so they are read again, never skipped. Every commit
+//! is checked against this before it is sent (`within_handed_out`).
 
 use crate::cluster::{Cluster, EARLIEST, LATEST};
 use crate::connection::Connection;
@@ -52,6 +54,10 @@ pub struct GroupConfig {
     pub auto_commit: Duration,
     /// Where to start in a partition the group has no committed offset for.
     pub reset: StartOffset,
+    /// When set, a record counts as consumed (and is committed) only once the
+    /// application calls [`GroupConsumer::acknowledge`] after it was handed out (e.g.
+    /// once it is written out); otherwise as soon as it is handed out.
+    pub explicit_acknowledge: bool,
 }
 
 impl Default for GroupConfig {
@@ -62,6 +68,7 @@ impl Default for GroupConfig {
             heartbeat_interval: Duration::from_secs(3),
             auto_commit: Duration::from_secs(5),
             reset: StartOffset::Latest,
+            explicit_acknowledge: false,
         }
     }
 }
@@ -84,6 +91,9 @@ struct Delivery {
     consumer: Option<Arc<Consumer>>,
     /// Next offset to hand out, per assigned partition.
     positions: Positions,
+    /// The positions the application acknowledged as consumed, what is committed: the
+    /// same as `positions` unless acknowledgements are explicit.
+    acknowledged: Positions,
     /// The positions last accepted by the coordinator (or fetched from it).
     committed: Positions,
     /// Member id and generation the positions belong to ("" and -1 before the first).
@@ -93,7 +103,15 @@ struct Delivery {
 struct Shared {
     delivery: Mutex<Delivery>,
     changed: Notify,
+    explicit_acknowledge: bool,
+    /// Notified by [`GroupConsumer::acknowledge`].
+    acknowledged: Notify,
 }
+
+/// How long a revocation waits for the application to acknowledge what it was handed
+/// (with `explicit_acknowledge`) before it commits what was acknowledged; the group
+/// waits for this member meanwhile.
+const ACKNOWLEDGE_WAIT_MAX: Duration = Duration::from_secs(5);
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Delivery> {
@@ -103,16 +121,55 @@ impl Shared {
     /// Stops handing out records and returns what must be committed (the positions,
     /// with the membership they belong to), or `None` when the last commit covers them.
     fn revoke(&self) -> Option<(Positions, String, i32)> {
-        let pending = {
-            let mut d = self.lock();
-            d.consumer = None;
-            (d.positions != d.committed).then(|| {
-                let (member_id, generation) = d.member.clone();
-                (d.positions.clone(), member_id, generation)
-            })
-        };
+        self.lock().consumer = None;
         self.changed.notify_waiters();
-        pending
+        self.pending()
+    }
+
+    /// Everything handed out so far is acknowledged.
+    fn acknowledge(&self) {
+        {
+            let mut d = self.lock();
+            if d.acknowledged == d.positions {
+                return;
+            }
+            d.acknowledged = d.positions.clone();
+        }
+        self.acknowledged.notify_waiters();
+    }
+
+    /// What must be committed, or `None` when the last commit covers it.
+    fn pending(&self) -> Option<(Positions, String, i32)> {
+        let d = self.lock();
+        (d.acknowledged != d.committed).then(|| {
+            let (member_id, generation) = d.member.clone();
+            (d.acknowledged.clone(), member_id, generation)
+        })
+    }
+
+    /// Waits, at most `max`, until the application acknowledged every record it was
+    /// handed; returns the partitions where it did not (empty without
+    /// `explicit_acknowledge`, where handing out is acknowledging).
+    async fn wait_acknowledged(&self, max: Duration) -> Positions {
+        let deadline = tokio::time::Instant::now() + max;
+        loop {
+            let acknowledged = self.acknowledged.notified();
+            let behind: Positions = {
+                let d = self.lock();
+                d.acknowledged
+                    .iter()
+                    .filter(|(key, offset)| d.positions.get(*key).is_some_and(|p| p > *offset))
+                    .map(|(key, offset)| (key.clone(), *offset))
+                    .collect()
+            };
+            if behind.is_empty()
+                || tokio::time::timeout_at(deadline, acknowledged)
+                    .await
+                    .is_err()
+            {
+                return behind;
+            }
+        }
     }
 
     /// Commits `positions` as `member_id` in `generation`, once they pass
@@ -164,17 +221,15 @@ fn within_handed_out(
         ));
     }
     for ((topic, partition), offset) in positions {
-        match d.positions.get(&(Arc::clone(topic), *partition)) {
-            None => return Err(format!(
-                "a commit of {topic}/{partition}, not a partition of generation {our_generation}"
-            )),
-            Some(next) if offset > next => {
-                return Err(format!(
-                    "a commit of {topic}/{partition} at {offset}, past {next}, the next offset \
-                     to hand out in generation {our_generation}"
-                ))
-            }
-            Some(_) => {}
+        let Some(next) = d.positions.get(&(Arc::clone(topic), *partition)) else {
+            let not_ours = format!("{topic}/{partition}, not a partition of this generation");
+            return Err(format!("a commit of {not_ours} ({our_generation})"));
+        };
+        if offset > next {
+            return Err(format!(
+                "a commit of {topic}/{partition} at {offset}, past {next}, the next offset \
+                 to hand out in generation {our_generation}"
+            ));
         }
     }
     Ok(())
@@ -205,6 +260,8 @@ impl GroupConsumer {
                 ..Delivery::default()
             }),
             changed: Notify::new(),
+            explicit_acknowledge: config.explicit_acknowledge,
+            acknowledged: Notify::new(),
         });
         let membership = Membership {
             cluster: Arc::clone(&cluster),
@@ -259,7 +316,19 @@ impl GroupConsumer {
             position
         );
         *position = r.offset + 1;
+        if !self.shared.explicit_acknowledge {
+            let next = *position;
+            d.acknowledged
+                .insert((Arc::clone(&r.topic), r.partition), next);
+        }
         Some(r)
+    }
+
+    /// With `explicit_acknowledge`: every record handed out so far counts as consumed,
+    /// to be committed. Records handed out before a revocation and acknowledged after
+    /// its commit may be read again by the next owner of their partitions.
+    pub fn acknowledge(&self) {
+        self.shared.acknowledge();
     }
 
     /// True when this member holds partitions and has consumed each to the end seen
@@ -339,6 +408,18 @@ fn warn_not_committed(group: &str, positions: &Positions, error: &str) {
         "offsets not committed: the next owner of these partitions starts at their last commit");
 }
 
+/// The warning for records handed out but not acknowledged at a revocation, with the
+/// partitions (at what is committed) whose next owner reads them again.
+fn warn_unacknowledged(group: &str, acknowledged: &Positions) {
+    let mut partitions: Vec<String> = acknowledged
+        .iter()
+        .map(|((t, p), o)| format!("{t}/{p}@{o}"))
+        .collect();
+    partitions.sort();
+    tracing::warn!(group, partitions = %partitions.join(","),
+        "records handed out were not acknowledged in time: the next owner of these partitions reads them again");
+}
+
 struct Membership {
     cluster: Arc<Cluster>,
     group: String,
@@ -385,7 +466,15 @@ impl Membership {
     }
 
     async fn revoke_and_commit(&self) {
-        let Some((positions, member_id, generation)) = self.shared.revoke() else {
+        // Nothing more is handed out; what was is committed once the application has
+        // acknowledged it (it flushes what it printed when nothing comes), or, after a
+        // while, as far as it has: the next owner reads the rest again.
+        let _ = self.shared.revoke();
+        let behind = self.shared.wait_acknowledged(ACKNOWLEDGE_WAIT_MAX).await;
+        if !behind.is_empty() {
+            warn_unacknowledged(&self.group, &behind);
+        }
+        let Some((positions, member_id, generation)) = self.shared.pending() else {
             return;
         };
         let outcome = async {
@@ -443,6 +532,7 @@ impl Membership {
         {
             let mut d = self.shared.lock();
             d.member = (joined.member_id.clone(), joined.generation);
+            d.acknowledged = positions.clone();
             d.positions = positions;
             // Partitions started from the reset policy differ from `committed`, so
             // the first commit records where they started: a later owner starts there
@@ -503,10 +593,10 @@ impl Membership {
     ) -> Result<(), ClientError> {
         let positions = {
             let d = self.shared.lock();
-            if d.positions == d.committed {
+            if d.acknowledged == d.committed {
                 return Ok(());
             }
-            d.positions.clone()
+            d.acknowledged.clone()
         };
         self.shared
             .commit(
@@ -773,6 +863,7 @@ mod tests {
         Delivery {
             consumer: None,
             positions: positions(&[(0, 15), (1, 10)]),
+            acknowledged: positions(&[(0, 15), (1, 10)]),
             committed: positions(&[(0, 10), (1, 10)]),
             member: ("m".to_string(), 4),
         }
@@ -795,6 +886,38 @@ mod tests {
         assert!(within_handed_out(&d, "m", 4, &positions(&[(2, 0)])).is_err());
         assert!(within_handed_out(&d, "m", 3, &positions(&[(0, 12)])).is_err());
         assert!(within_handed_out(&d, "other", 4, &positions(&[(0, 12)])).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_revocation_waits_for_what_was_handed_out_to_be_acknowledged() {
+        let shared = Arc::new(Shared {
+            delivery: Mutex::new(Delivery {
+                acknowledged: positions(&[(0, 12), (1, 10)]),
+                ..delivery()
+            }),
+            changed: Notify::new(),
+            explicit_acknowledge: true,
+            acknowledged: Notify::new(),
+        });
+        // Not acknowledged in time: partition 0 is named, at what will be committed.
+        let behind = shared.wait_acknowledged(Duration::from_millis(50)).await;
+        assert_eq!(behind, positions(&[(0, 12)]));
+        assert_eq!(
+            shared.pending().map(|(p, m, g)| (p, m, g)),
+            Some((positions(&[(0, 12), (1, 10)]), "m".to_string(), 4))
+        );
+        // Acknowledged while the revocation waits: everything handed out is committed.
+        let waiting = tokio::spawn({
+            let shared = Arc::clone(&shared);
+            async move { shared.wait_acknowledged(Duration::from_secs(60)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        shared.acknowledge();
+        assert_eq!(waiting.await.unwrap(), Positions::new());
+        assert_eq!(
+            shared.pending().map(|(p, ..)| p),
+            Some(positions(&[(0, 15), (1, 10)]))
+        );
     }
 
     #[test]
