@@ -24,6 +24,9 @@ HEADWAY_TEST_SEED to replay it):
 - join_during_commit: members are stopped (SIGINT or SIGTERM) while new ones start in
   the same instant, so that a JoinGroup lands while the leaving member commits and
   leaves, and the others' commits race the rebalance.
+- killed (test_a_killed_member_committed_no_record_it_had_not_written_out): a member
+  whose output waits in a slowly drained pipe is SIGKILLed right after a periodic
+  commit; the group's offsets go no further than what came out of the pipe.
 - mixed (test_mixed_group_churn): two `headway consume --group` members, a librdkafka
   member (group_member.py) and a Java KafkaConsumer (GroupMember.java, classic
   protocol) share the group while members of each kind leave and come back.
@@ -410,6 +413,44 @@ def test_members_come_and_go_after_a_commit_without_losing_a_record(make_broker,
         out_dir = tmp_path / f"seed-{seed}"
         out_dir.mkdir()
         scenario(make_broker(), out_dir, seed)
+
+
+def test_a_killed_member_committed_no_record_it_had_not_written_out(make_broker, tmp_path):
+    """A member that prints into a slowly drained pipe (its output buffer full, waiting)
+    is killed (SIGKILL) right after one of its periodic commits: the group's committed
+    offsets go no further than what came out of the pipe, so whatever its buffer held is
+    read again by the next owner instead of being skipped."""
+    seed = int(os.environ.get("HEADWAY_TEST_SEED", random.randrange(1 << 32)))
+    print(f"seed {seed} (replay with HEADWAY_TEST_SEED={seed})")
+    broker = make_broker()
+    prepare(broker)
+    total = 30_000
+    LineProducer(broker.bootstrap, 0, total, lines_per_s=None).finish(seed)
+    case = Case(broker, tmp_path, seed)
+    try:
+        member = case.start("slow", drain_bytes_per_s=14_000.0)
+
+        def committed() -> dict[int, int]:
+            rows = group_describe(broker.bootstrap, GROUP).partitions
+            return {p: row["committed"] or 0 for (_t, p), row in rows.items()}
+        # Its first periodic commit comes 5 s after it joined.
+        wait_for(lambda: sum(committed().values()) > 0, "periodic commit", seed)
+        member.proc.kill()
+        member.proc.wait(timeout=EXIT_DEADLINE_S)
+        member.drain.join(timeout=EXIT_DEADLINE_S)
+        assert not member.drain.is_alive(), f"seed {seed}: the pipe did not end"
+    finally:
+        case.kill_all()
+    next_printed: dict[int, int] = {}
+    for p, o, _v in member.lines():
+        next_printed[int(p)] = max(next_printed.get(int(p), 0), int(o) + 1)
+    after_kill = committed()
+    print(f"seed {seed}: committed {after_kill}, printed up to {next_printed}")
+    assert sum(after_kill.values()) > 0
+    past = {p: (c, next_printed.get(p, 0)) for p, c in after_kill.items()
+            if c > next_printed.get(p, 0)}
+    assert not past, (f"seed {seed}: committed past what came out (partition: (committed, "
+                      f"next printed)): {past}\n{member.log()}")
 
 
 class JavaMember:
