@@ -903,7 +903,7 @@ mod tests {
         let behind = shared.wait_acknowledged(Duration::from_millis(50)).await;
         assert_eq!(behind, positions(&[(0, 12)]));
         assert_eq!(
-            shared.pending().map(|(p, m, g)| (p, m, g)),
+            shared.pending(),
             Some((positions(&[(0, 12), (1, 10)]), "m".to_string(), 4))
         );
         // Acknowledged while the revocation waits: everything handed out is committed.
