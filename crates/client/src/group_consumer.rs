@@ -307,14 +307,6 @@ impl GroupConsumer {
             .positions
             .get_mut(&(Arc::clone(&r.topic), r.partition))
             .expect("the consumer reads only the assigned partitions");
-        debug_assert!(
-            r.offset >= *position,
-            "{}/{} handed out at {} behind its position {}",
-            r.topic,
-            r.partition,
-            r.offset,
-            position
-        );
         *position = r.offset + 1;
         if !self.shared.explicit_acknowledge {
             let next = *position;
