@@ -307,9 +307,13 @@ impl GroupConsumer {
             .positions
             .get_mut(&(Arc::clone(&r.topic), r.partition))
             .expect("the consumer reads only the assigned partitions");
+        let back = r.offset < *position;
         *position = r.offset + 1;
-        if !self.shared.explicit_acknowledge {
-            let next = *position;
+        let next = *position;
+        // Acknowledged follows at once, unless acknowledgements are explicit; it also
+        // follows a partition that went back (restarted at its earliest offset after
+        // OFFSET_OUT_OF_RANGE), so that it never passes what was handed out.
+        if !self.shared.explicit_acknowledge || back {
             d.acknowledged
                 .insert((Arc::clone(&r.topic), r.partition), next);
         }
