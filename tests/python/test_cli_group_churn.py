@@ -41,7 +41,10 @@ CHUNK_PAUSE_S = 0.2
 ALL_SEEN_DEADLINE_S = 150.0
 EXIT_DEADLINE_S = 60.0
 
-NOT_COMMITTED_RE = re.compile(r"offsets not committed.*partitions=(\S+)")
+# A member's warning that the next owner of some partitions reads their records again:
+# a commit refused, or records handed out and not acknowledged (printed) in time.
+NOT_COMMITTED_RE = re.compile(
+    r"(?:offsets not committed|not acknowledged in time).*partitions=(\S+)")
 
 
 def client_env() -> dict[str, str]:

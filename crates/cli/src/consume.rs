@@ -132,7 +132,18 @@ impl Source {
             Source::Group(g) => g.caught_up(),
         }
     }
+
+    /// Everything printed so far is out (flushed): a group may commit it.
+    fn printed(&self) {
+        if let Source::Group(g) = self {
+            g.acknowledge();
+        }
+    }
 }
+
+/// Most time output may wait in the buffer while records keep coming: what a group
+/// commits is what was flushed.
+const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
 
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     // First, so that a signal sent while the consumer starts ends it cleanly too.
@@ -148,8 +159,12 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     };
     let source = match &args.group {
         Some(group) => {
+            // A record counts as consumed once it is written out (flushed), not when
+            // it is taken into the output buffer: a closed stdout, or an end before
+            // the flush, leaves it to the next owner.
             let config = GroupConfig {
                 reset: start,
+                explicit_acknowledge: true,
                 ..GroupConfig::default()
             };
             Source::Group(
@@ -184,11 +199,19 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     // Ends at the count, at the end (-e), on SIGINT or SIGTERM, or when stdout closes
     // (a reader such as `head` exits): each is a normal end, with a final commit.
     let ended = async {
+        let mut flushed = tokio::time::Instant::now();
         while args.count.is_none_or(|c| records < c) && !stop.raised() {
+            if flushed.elapsed() >= FLUSH_INTERVAL {
+                out.flush()?;
+                source.printed();
+                flushed = tokio::time::Instant::now();
+            }
             let record = match source.try_next() {
                 Some(r) => r,
                 None => {
                     out.flush()?;
+                    source.printed();
+                    flushed = tokio::time::Instant::now();
                     if args.exit_at_end && source.caught_up() {
                         break;
                     }
@@ -204,7 +227,9 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             render(&mut out, &pieces, &record)?;
             progress.tick(records, bytes);
         }
-        out.flush()
+        out.flush()?;
+        source.printed();
+        Ok(())
     }
     .await;
     crate::ignore_closed_stdout(ended)?;

@@ -14,6 +14,7 @@ use crate::cluster::{Cluster, EARLIEST, LATEST};
 use crate::error::{check, ClientError};
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
@@ -86,6 +87,7 @@ pub struct WindowState {
     pub overshoots: u64,
 }
 
+#[derive(Default)]
 struct Chunk {
     bytes: usize,
     records: VecDeque<ConsumedRecord>,
@@ -266,15 +268,10 @@ async fn reserve_credit(inner: &Inner) -> Option<usize> {
 async fn fetch_loop(inner: Arc<Inner>, node: i32, partitions: Vec<(Arc<str>, i32)>) {
     let mut backoff = inner.cluster.config().retry_backoff;
     while let Some(credit) = reserve_credit(&inner).await {
-        let outcome = fetch_once(&inner, node, &partitions, credit).await;
-        let failed = outcome.is_err();
-        let chunk = outcome.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, node, "fetch failed");
-            Chunk {
-                bytes: 0,
-                records: VecDeque::new(),
-            }
-        });
+        let (chunk, failed) = match fetch_once(&inner, node, &partitions, credit).await {
+            Ok(Fetched { chunk, failed }) => (chunk, failed),
+            Err(e) => (Chunk::default(), Some(e)),
+        };
         {
             let mut shared = inner.shared.lock().expect("consumer lock");
             let w = &mut shared.window;
@@ -289,21 +286,35 @@ async fn fetch_loop(inner: Arc<Inner>, node: i32, partitions: Vec<(Arc<str>, i32
                 inner.data.notify_waiters();
             }
         }
-        if failed {
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(inner.cluster.config().retry_backoff_max);
-        } else {
-            backoff = inner.cluster.config().retry_backoff;
+        match failed {
+            Some(e) => {
+                tracing::warn!(error = %e, node, "fetch failed");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(inner.cluster.config().retry_backoff_max);
+            }
+            None => backoff = inner.cluster.config().retry_backoff,
         }
     }
 }
 
+/// One fetch's outcome: the records of the partitions that answered well, and the
+/// first error of those that did not.
+struct Fetched {
+    chunk: Chunk,
+    failed: Option<ClientError>,
+}
+
+/// Fetches once. A partition's position moves only together with its records going
+/// into the chunk: a partition that answers with an error (or with a batch that does
+/// not decode) keeps its position and is fetched again after the backoff, while the
+/// other partitions of the same answer keep their records. An error for the whole
+/// request moves nothing.
 async fn fetch_once(
     inner: &Inner,
     node: i32,
     partitions: &[(Arc<str>, i32)],
     credit: usize,
-) -> Result<Chunk, ClientError> {
+) -> Result<Fetched, ClientError> {
     let addr = inner
         .cluster
         .broker_addr(node)
@@ -312,37 +323,90 @@ async fn fetch_once(
     let request = fetch_request(inner, partitions, credit);
     let response = connection.request(&request).await?;
     check(response.error_code, None)?;
-    let mut chunk = Chunk {
-        bytes: 0,
-        records: VecDeque::new(),
+    let Answer {
+        chunk,
+        out_of_range,
+        mut failed,
+    } = take_answer(&inner.shared, response.responses);
+    for key in out_of_range {
+        if let Err(e) = restart_at_earliest(inner, &key).await {
+            failed.get_or_insert(e);
+        }
+    }
+    Ok(Fetched { chunk, failed })
+}
+
+/// What a fetch answer brought, once its records are taken.
+struct Answer {
+    chunk: Chunk,
+    /// Partitions answered with OFFSET_OUT_OF_RANGE (their positions unchanged).
+    out_of_range: Vec<(Arc<str>, i32)>,
+    failed: Option<ClientError>,
+}
+
+/// Takes the records of every partition that answered without error into a chunk and
+/// moves those partitions' positions past them. A partition with an error, or whose
+/// batches do not decode, contributes nothing and keeps its position.
+fn take_answer(shared: &Mutex<Shared>, responses: Vec<FetchableTopicResponse>) -> Answer {
+    let mut answer = Answer {
+        chunk: Chunk::default(),
+        out_of_range: Vec::new(),
+        failed: None,
     };
-    for topic in response.responses {
+    for topic in responses {
         let name: Arc<str> = Arc::from(topic.topic.as_str());
         for p in topic.partitions {
             let key = (Arc::clone(&name), p.partition_index);
             if p.error_code == ResponseError::OffsetOutOfRange.code() {
-                let earliest = inner
-                    .cluster
-                    .list_offset(&name, p.partition_index, EARLIEST)
-                    .await?;
-                tracing::warn!(topic = %name, partition = p.partition_index, earliest, "offset out of range; restarting from the earliest offset");
-                set_position(inner, &key, Some(earliest), None);
+                answer.out_of_range.push(key);
                 continue;
             }
-            check(p.error_code, None)?;
-            let records = p.records.unwrap_or_default();
-            chunk.bytes += records.len();
-            let next = decode(
-                &name,
-                p.partition_index,
-                records,
-                position(inner, &key),
-                &mut chunk.records,
-            )?;
-            set_position(inner, &key, next, Some(p.high_watermark));
+            if let Err(e) = take_records(shared, &key, p, &mut answer.chunk) {
+                answer.failed.get_or_insert(e);
+            }
         }
     }
-    Ok(chunk)
+    answer
+}
+
+/// A partition's answer: its records go into `chunk` and its position moves past
+/// them, or, on an error or records that do not decode, neither happens.
+fn take_records(
+    shared: &Mutex<Shared>,
+    key: &(Arc<str>, i32),
+    p: PartitionData,
+    chunk: &mut Chunk,
+) -> Result<(), ClientError> {
+    check(p.error_code, None)?;
+    let records = p.records.unwrap_or_default();
+    let bytes = records.len();
+    let Some((from, _)) = shared
+        .lock()
+        .expect("consumer lock")
+        .positions
+        .get(key)
+        .copied()
+    else {
+        return Ok(());
+    };
+    // Decoded without the lock held: only this partition's fetcher moves its position.
+    let mut decoded = VecDeque::new();
+    let next = decode(&key.0, key.1, records, from, &mut decoded)?;
+    if let Some(position) = shared.lock().expect("consumer lock").positions.get_mut(key) {
+        position.0 = next.unwrap_or(position.0);
+        position.1 = p.high_watermark;
+    }
+    chunk.bytes += bytes;
+    chunk.records.extend(decoded);
+    Ok(())
+}
+
+/// OFFSET_OUT_OF_RANGE: the partition starts again at its earliest offset.
+async fn restart_at_earliest(inner: &Inner, key: &(Arc<str>, i32)) -> Result<(), ClientError> {
+    let earliest = inner.cluster.list_offset(&key.0, key.1, EARLIEST).await?;
+    tracing::warn!(topic = %key.0, partition = key.1, earliest, "offset out of range; restarting from the earliest offset");
+    set_position(inner, key, Some(earliest), None);
+    Ok(())
 }
 
 fn fetch_request(inner: &Inner, partitions: &[(Arc<str>, i32)], credit: usize) -> FetchRequest {
@@ -452,4 +516,147 @@ fn decode(
         }
     }
     Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    /// One v2 batch of `count` records from `base`, values "0", "1", ...
+    fn batch(base: i64, count: i64) -> Bytes {
+        let records: Vec<Record> = (0..count)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: base + i,
+                sequence: -1,
+                timestamp: 0,
+                key: None,
+                value: Some(Bytes::from(i.to_string())),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut out = bytes::BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut out, &records, &options).expect("encode");
+        out.freeze()
+    }
+
+    fn partition(index: i32, error: i16, records: Bytes) -> PartitionData {
+        PartitionData::default()
+            .with_partition_index(index)
+            .with_error_code(error)
+            .with_high_watermark(100)
+            .with_records(Some(records))
+    }
+
+    fn shared_at(positions: &[(i32, i64)]) -> Mutex<Shared> {
+        Mutex::new(Shared {
+            positions: positions
+                .iter()
+                .map(|(p, o)| ((Arc::from("t"), *p), (*o, -1)))
+                .collect(),
+            ..Shared::default()
+        })
+    }
+
+    fn answer(partitions: Vec<PartitionData>) -> Vec<FetchableTopicResponse> {
+        vec![FetchableTopicResponse::default()
+            .with_topic(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(partitions)]
+    }
+
+    fn position(shared: &Mutex<Shared>, p: i32) -> i64 {
+        shared.lock().unwrap().positions[&(Arc::from("t"), p)].0
+    }
+
+    #[test]
+    fn an_error_on_one_partition_skips_nothing_on_the_others() {
+        let shared = shared_at(&[(0, 10), (1, 20), (2, 30)]);
+        let not_leader = ResponseError::NotLeaderOrFollower.code();
+        let got = take_answer(
+            &shared,
+            answer(vec![
+                partition(0, 0, batch(10, 5)),
+                partition(1, not_leader, Bytes::new()),
+                partition(2, 0, batch(30, 3)),
+            ]),
+        );
+        // The partitions before and after the failed one keep their records, and only
+        // their positions move; the failed one is fetched again from where it was.
+        let offsets: Vec<(i32, i64)> = got
+            .chunk
+            .records
+            .iter()
+            .map(|r| (r.partition, r.offset))
+            .collect();
+        assert_eq!(
+            offsets,
+            vec![
+                (0, 10),
+                (0, 11),
+                (0, 12),
+                (0, 13),
+                (0, 14),
+                (2, 30),
+                (2, 31),
+                (2, 32)
+            ]
+        );
+        assert_eq!(
+            (
+                position(&shared, 0),
+                position(&shared, 1),
+                position(&shared, 2)
+            ),
+            (15, 20, 33)
+        );
+        assert!(got.failed.is_some());
+    }
+
+    #[test]
+    fn records_that_do_not_decode_leave_their_partition_where_it_was() {
+        let shared = shared_at(&[(0, 0), (1, 0)]);
+        let mut corrupt = batch(0, 4).to_vec();
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 0xff; // the CRC no longer matches
+        let got = take_answer(
+            &shared,
+            answer(vec![
+                partition(0, 0, Bytes::from(corrupt)),
+                partition(1, 0, batch(0, 2)),
+            ]),
+        );
+        assert_eq!(got.chunk.records.len(), 2);
+        assert!(got.chunk.records.iter().all(|r| r.partition == 1));
+        assert_eq!((position(&shared, 0), position(&shared, 1)), (0, 2));
+        assert!(got.failed.is_some());
+    }
+
+    #[test]
+    fn out_of_range_partitions_are_named_and_not_moved() {
+        let shared = shared_at(&[(0, 50), (1, 0)]);
+        let out_of_range = ResponseError::OffsetOutOfRange.code();
+        let got = take_answer(
+            &shared,
+            answer(vec![
+                partition(0, out_of_range, Bytes::new()),
+                partition(1, 0, batch(0, 1)),
+            ]),
+        );
+        assert_eq!(got.out_of_range, vec![(Arc::from("t"), 0)]);
+        assert_eq!((position(&shared, 0), position(&shared, 1)), (50, 1));
+        assert!(got.failed.is_none());
+    }
 }

@@ -10,10 +10,12 @@
 //! talks to the coordinator over a connection of its own (see `one_generation`).
 //!
 //! What is committed is exactly what the application received: a record counts as
-//! consumed when [`GroupConsumer::next`] or [`GroupConsumer::try_next`] returns it, and
-//! only records of the current generation's consumer are ever returned. Records that
+//! consumed when [`GroupConsumer::next`] or [`GroupConsumer::try_next`] returns it (or,
+//! with `explicit_acknowledge`, once [`GroupConsumer::acknowledge`] follows), and only
+//! records of the current generation's consumer are ever returned. Records that
 //! consumer prefetched but did not hand out are dropped with it at a revocation; the
-//! next owner starts at the commit, so they are read again, never skipped.
+//! next owner starts at the commit, so they are read again, never skipped. Every commit
+//! is checked against this before it is sent (`within_handed_out`).
 
 use crate::cluster::{Cluster, EARLIEST, LATEST};
 use crate::connection::Connection;
@@ -52,6 +54,10 @@ pub struct GroupConfig {
     pub auto_commit: Duration,
     /// Where to start in a partition the group has no committed offset for.
     pub reset: StartOffset,
+    /// When set, a record counts as consumed (and is committed) only once the
+    /// application calls [`GroupConsumer::acknowledge`] after it was handed out (e.g.
+    /// once it is written out); otherwise as soon as it is handed out.
+    pub explicit_acknowledge: bool,
 }
 
 impl Default for GroupConfig {
@@ -62,6 +68,7 @@ impl Default for GroupConfig {
             heartbeat_interval: Duration::from_secs(3),
             auto_commit: Duration::from_secs(5),
             reset: StartOffset::Latest,
+            explicit_acknowledge: false,
         }
     }
 }
@@ -84,6 +91,9 @@ struct Delivery {
     consumer: Option<Arc<Consumer>>,
     /// Next offset to hand out, per assigned partition.
     positions: Positions,
+    /// The positions the application acknowledged as consumed, what is committed: the
+    /// same as `positions` unless acknowledgements are explicit.
+    acknowledged: Positions,
     /// The positions last accepted by the coordinator (or fetched from it).
     committed: Positions,
     /// Member id and generation the positions belong to ("" and -1 before the first).
@@ -93,7 +103,15 @@ struct Delivery {
 struct Shared {
     delivery: Mutex<Delivery>,
     changed: Notify,
+    explicit_acknowledge: bool,
+    /// Notified by [`GroupConsumer::acknowledge`].
+    acknowledged: Notify,
 }
+
+/// How long a revocation waits for the application to acknowledge what it was handed
+/// (with `explicit_acknowledge`) before it commits what was acknowledged; the group
+/// waits for this member meanwhile.
+const ACKNOWLEDGE_WAIT_MAX: Duration = Duration::from_secs(5);
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Delivery> {
@@ -103,16 +121,75 @@ impl Shared {
     /// Stops handing out records and returns what must be committed (the positions,
     /// with the membership they belong to), or `None` when the last commit covers them.
     fn revoke(&self) -> Option<(Positions, String, i32)> {
-        let pending = {
-            let mut d = self.lock();
-            d.consumer = None;
-            (d.positions != d.committed).then(|| {
-                let (member_id, generation) = d.member.clone();
-                (d.positions.clone(), member_id, generation)
-            })
-        };
+        self.lock().consumer = None;
         self.changed.notify_waiters();
-        pending
+        self.pending()
+    }
+
+    /// Everything handed out so far is acknowledged.
+    fn acknowledge(&self) {
+        {
+            let mut d = self.lock();
+            if d.acknowledged == d.positions {
+                return;
+            }
+            d.acknowledged = d.positions.clone();
+        }
+        self.acknowledged.notify_waiters();
+    }
+
+    /// What must be committed, or `None` when the last commit covers it.
+    fn pending(&self) -> Option<(Positions, String, i32)> {
+        let d = self.lock();
+        (d.acknowledged != d.committed).then(|| {
+            let (member_id, generation) = d.member.clone();
+            (d.acknowledged.clone(), member_id, generation)
+        })
+    }
+
+    /// Waits, at most `max`, until the application acknowledged every record it was
+    /// handed; returns the partitions where it did not (empty without
+    /// `explicit_acknowledge`, where handing out is acknowledging).
+    async fn wait_acknowledged(&self, max: Duration) -> Positions {
+        let deadline = tokio::time::Instant::now() + max;
+        loop {
+            let acknowledged = self.acknowledged.notified();
+            let behind: Positions = {
+                let d = self.lock();
+                d.acknowledged
+                    .iter()
+                    .filter(|(key, offset)| d.positions.get(*key).is_some_and(|p| p > *offset))
+                    .map(|(key, offset)| (key.clone(), *offset))
+                    .collect()
+            };
+            if behind.is_empty()
+                || tokio::time::timeout_at(deadline, acknowledged)
+                    .await
+                    .is_err()
+            {
+                return behind;
+            }
+        }
+    }
+
+    /// Commits `positions` as `member_id` in `generation`, once they pass
+    /// [`within_handed_out`]; a commit that does not is a bug of this client: it
+    /// panics in debug builds and is not sent otherwise.
+    async fn commit(
+        &self,
+        coordinator: &Connection,
+        group: &str,
+        member_id: &str,
+        generation: i32,
+        positions: &Positions,
+    ) -> Result<(), ClientError> {
+        if let Err(broken) = within_handed_out(&self.lock(), member_id, generation, positions) {
+            debug_assert!(false, "{broken}");
+            tracing::error!(group, member_id, generation, %broken,
+                "commit beyond what this member handed out: not sent");
+            return Err(ClientError::Invalid(broken));
+        }
+        commit(coordinator, group, member_id, generation, positions).await
     }
 
     /// Records a commit the coordinator accepted.
@@ -122,6 +199,40 @@ impl Shared {
             d.committed.insert(key, offset);
         }
     }
+}
+
+/// The invariant of every commit: it is made by the membership the delivery state
+/// belongs to (or from outside the group, after this member left), names only
+/// partitions of that generation, and goes no further in any partition than the next
+/// offset after the last record handed out in it (its start position when nothing
+/// was). Positions only grow within a generation, so a commit taken earlier passes.
+fn within_handed_out(
+    d: &Delivery,
+    member_id: &str,
+    generation: i32,
+    positions: &Positions,
+) -> Result<(), String> {
+    let (ours, our_generation) = (&d.member.0, d.member.1);
+    let outside = member_id.is_empty() && generation < 0;
+    if !outside && (member_id != ours || generation != our_generation) {
+        return Err(format!(
+            "a commit as member {member_id} in generation {generation}, while the positions \
+             are those of member {ours} in generation {our_generation}"
+        ));
+    }
+    for ((topic, partition), offset) in positions {
+        let Some(next) = d.positions.get(&(Arc::clone(topic), *partition)) else {
+            let not_ours = format!("{topic}/{partition}, not a partition of this generation");
+            return Err(format!("a commit of {not_ours} ({our_generation})"));
+        };
+        if offset > next {
+            return Err(format!(
+                "a commit of {topic}/{partition} at {offset}, past {next}, the next offset \
+                 to hand out in generation {our_generation}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 pub struct GroupConsumer {
@@ -149,6 +260,8 @@ impl GroupConsumer {
                 ..Delivery::default()
             }),
             changed: Notify::new(),
+            explicit_acknowledge: config.explicit_acknowledge,
+            acknowledged: Notify::new(),
         });
         let membership = Membership {
             cluster: Arc::clone(&cluster),
@@ -194,8 +307,24 @@ impl GroupConsumer {
             .positions
             .get_mut(&(Arc::clone(&r.topic), r.partition))
             .expect("the consumer reads only the assigned partitions");
+        let back = r.offset < *position;
         *position = r.offset + 1;
+        let next = *position;
+        // Acknowledged follows at once, unless acknowledgements are explicit; it also
+        // follows a partition that went back (restarted at its earliest offset after
+        // OFFSET_OUT_OF_RANGE), so that it never passes what was handed out.
+        if !self.shared.explicit_acknowledge || back {
+            d.acknowledged
+                .insert((Arc::clone(&r.topic), r.partition), next);
+        }
         Some(r)
+    }
+
+    /// With `explicit_acknowledge`: every record handed out so far counts as consumed,
+    /// to be committed. Records handed out before a revocation and acknowledged after
+    /// its commit may be read again by the next owner of their partitions.
+    pub fn acknowledge(&self) {
+        self.shared.acknowledge();
     }
 
     /// True when this member holds partitions and has consumed each to the end seen
@@ -215,8 +344,11 @@ impl GroupConsumer {
     /// again once this member is out, as a commit outside any membership, which the
     /// coordinator accepts when no member is left; otherwise the next owner of these
     /// partitions starts at the last accepted commit (at least once).
-    pub async fn close(self) -> Result<(), ClientError> {
+    pub async fn close(mut self) -> Result<(), ClientError> {
+        // Stopped, not only told to stop: a membership task still running on another
+        // thread could install a new generation after the revocation below.
         self.membership.abort();
+        let _ = (&mut self.membership).await;
         let pending = self.shared.revoke();
         let (member_id, _) = self.membership();
         if member_id.is_empty() {
@@ -225,7 +357,9 @@ impl GroupConsumer {
         let coordinator = self.cluster.coordinator(&self.group).await?;
         let committed = match &pending {
             Some((positions, member_id, generation)) => {
-                commit(&coordinator, &self.group, member_id, *generation, positions).await
+                self.shared
+                    .commit(&coordinator, &self.group, member_id, *generation, positions)
+                    .await
             }
             None => Ok(()),
         };
@@ -240,7 +374,11 @@ impl GroupConsumer {
             .await
             .and_then(|r| check(r.error_code, None));
         if let (Err(e), Some((positions, ..))) = (committed, &pending) {
-            if let Err(again) = commit(&coordinator, &self.group, "", -1, positions).await {
+            let again = self
+                .shared
+                .commit(&coordinator, &self.group, "", -1, positions)
+                .await;
+            if let Err(again) = again {
                 warn_not_committed(&self.group, positions, &format!("{e}; then {again}"));
             }
         }
@@ -264,6 +402,18 @@ fn warn_not_committed(group: &str, positions: &Positions, error: &str) {
     partitions.sort();
     tracing::warn!(group, error, partitions = %partitions.join(","),
         "offsets not committed: the next owner of these partitions starts at their last commit");
+}
+
+/// The warning for records handed out but not acknowledged at a revocation, with the
+/// partitions (at what is committed) whose next owner reads them again.
+fn warn_unacknowledged(group: &str, acknowledged: &Positions) {
+    let mut partitions: Vec<String> = acknowledged
+        .iter()
+        .map(|((t, p), o)| format!("{t}/{p}@{o}"))
+        .collect();
+    partitions.sort();
+    tracing::warn!(group, partitions = %partitions.join(","),
+        "records handed out were not acknowledged in time: the next owner of these partitions reads them again");
 }
 
 struct Membership {
@@ -312,19 +462,28 @@ impl Membership {
     }
 
     async fn revoke_and_commit(&self) {
-        let Some((positions, member_id, generation)) = self.shared.revoke() else {
+        // Nothing more is handed out; what was is committed once the application has
+        // acknowledged it (it flushes what it printed when nothing comes), or, after a
+        // while, as far as it has: the next owner reads the rest again.
+        let _ = self.shared.revoke();
+        let behind = self.shared.wait_acknowledged(ACKNOWLEDGE_WAIT_MAX).await;
+        if !behind.is_empty() {
+            warn_unacknowledged(&self.group, &behind);
+        }
+        let Some((positions, member_id, generation)) = self.shared.pending() else {
             return;
         };
         let outcome = async {
             let coordinator = self.cluster.coordinator(&self.group).await?;
-            commit(
-                &coordinator,
-                &self.group,
-                &member_id,
-                generation,
-                &positions,
-            )
-            .await
+            self.shared
+                .commit(
+                    &coordinator,
+                    &self.group,
+                    &member_id,
+                    generation,
+                    &positions,
+                )
+                .await
         }
         .await;
         match outcome {
@@ -369,6 +528,7 @@ impl Membership {
         {
             let mut d = self.shared.lock();
             d.member = (joined.member_id.clone(), joined.generation);
+            d.acknowledged = positions.clone();
             d.positions = positions;
             // Partitions started from the reset policy differ from `committed`, so
             // the first commit records where they started: a later owner starts there
@@ -429,19 +589,20 @@ impl Membership {
     ) -> Result<(), ClientError> {
         let positions = {
             let d = self.shared.lock();
-            if d.positions == d.committed {
+            if d.acknowledged == d.committed {
                 return Ok(());
             }
-            d.positions.clone()
+            d.acknowledged.clone()
         };
-        commit(
-            coordinator,
-            &self.group,
-            &joined.member_id,
-            joined.generation,
-            &positions,
-        )
-        .await?;
+        self.shared
+            .commit(
+                coordinator,
+                &self.group,
+                &joined.member_id,
+                joined.generation,
+                &positions,
+            )
+            .await?;
         self.shared.committed(positions);
         Ok(())
     }
@@ -563,25 +724,31 @@ impl Membership {
             ));
         let response = coordinator.request(&request).await?;
         check(response.error_code, None)?;
-        let committed: HashMap<(String, i32), i64> = response
-            .topics
-            .iter()
-            .flat_map(|t| {
-                t.partitions
-                    .iter()
-                    .map(move |p| ((t.name.to_string(), p.partition_index), p.committed_offset))
-            })
-            .filter(|(_, offset)| *offset >= 0)
-            .collect();
+        // Per partition, the committed offset or -1 for none. A partition answered
+        // with an error, or left out of the answer, has an unknown commit, which is not
+        // "no commit": the reset policy (`latest`) would skip what was produced since
+        // the commit, and this member's first commit would make that final.
+        let mut committed: HashMap<(String, i32), i64> = HashMap::new();
+        for t in &response.topics {
+            for p in &t.partitions {
+                check(p.error_code, None)?;
+                committed.insert((t.name.to_string(), p.partition_index), p.committed_offset);
+            }
+        }
         let mut positions = HashMap::new();
         let mut fetched = HashMap::new();
         for (topic, partitions) in assigned {
             for p in partitions {
                 let key = (Arc::from(topic.as_str()), *p);
-                let offset = match committed.get(&(topic.clone(), *p)) {
+                let Some(&answered) = committed.get(&(topic.clone(), *p)) else {
+                    return Err(ClientError::Protocol(format!(
+                        "the committed offsets fetched leave out {topic}/{p}"
+                    )));
+                };
+                let offset = match Some(answered).filter(|o| *o >= 0) {
                     Some(offset) => {
-                        fetched.insert(key.clone(), *offset);
-                        *offset
+                        fetched.insert(key.clone(), offset);
+                        offset
                     }
                     None => match self.config.reset {
                         StartOffset::Earliest => {
@@ -677,6 +844,77 @@ fn decode_subscription(mut bytes: Bytes) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn key(p: i32) -> (Arc<str>, i32) {
+        (Arc::from("t"), p)
+    }
+
+    fn positions(of: &[(i32, i64)]) -> Positions {
+        of.iter().map(|(p, o)| (key(*p), *o)).collect()
+    }
+
+    /// Member "m" in generation 4, started at 10 in partitions 0 and 1, that has
+    /// handed out up to offset 14 in partition 0 and nothing in partition 1.
+    fn delivery() -> Delivery {
+        Delivery {
+            consumer: None,
+            positions: positions(&[(0, 15), (1, 10)]),
+            acknowledged: positions(&[(0, 15), (1, 10)]),
+            committed: positions(&[(0, 10), (1, 10)]),
+            member: ("m".to_string(), 4),
+        }
+    }
+
+    #[test]
+    fn a_commit_goes_no_further_than_what_was_handed_out() {
+        let d = delivery();
+        // What was handed out, or less (a commit taken before more was handed out).
+        assert!(within_handed_out(&d, "m", 4, &positions(&[(0, 15), (1, 10)])).is_ok());
+        assert!(within_handed_out(&d, "m", 4, &positions(&[(0, 12)])).is_ok());
+        // After leaving, from outside the group, the same offsets.
+        assert!(within_handed_out(&d, "", -1, &positions(&[(0, 15), (1, 10)])).is_ok());
+        // Past the last record handed out, or past the start where none was.
+        let past = within_handed_out(&d, "m", 4, &positions(&[(0, 16)])).unwrap_err();
+        assert!(past.contains("t/0 at 16, past 15"), "{past}");
+        assert!(within_handed_out(&d, "m", 4, &positions(&[(1, 11)])).is_err());
+        assert!(within_handed_out(&d, "", -1, &positions(&[(1, 11)])).is_err());
+        // A partition of another generation, or another generation's membership.
+        assert!(within_handed_out(&d, "m", 4, &positions(&[(2, 0)])).is_err());
+        assert!(within_handed_out(&d, "m", 3, &positions(&[(0, 12)])).is_err());
+        assert!(within_handed_out(&d, "other", 4, &positions(&[(0, 12)])).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_revocation_waits_for_what_was_handed_out_to_be_acknowledged() {
+        let shared = Arc::new(Shared {
+            delivery: Mutex::new(Delivery {
+                acknowledged: positions(&[(0, 12), (1, 10)]),
+                ..delivery()
+            }),
+            changed: Notify::new(),
+            explicit_acknowledge: true,
+            acknowledged: Notify::new(),
+        });
+        // Not acknowledged in time: partition 0 is named, at what will be committed.
+        let behind = shared.wait_acknowledged(Duration::from_millis(50)).await;
+        assert_eq!(behind, positions(&[(0, 12)]));
+        assert_eq!(
+            shared.pending(),
+            Some((positions(&[(0, 12), (1, 10)]), "m".to_string(), 4))
+        );
+        // Acknowledged while the revocation waits: everything handed out is committed.
+        let waiting = tokio::spawn({
+            let shared = Arc::clone(&shared);
+            async move { shared.wait_acknowledged(Duration::from_secs(60)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        shared.acknowledge();
+        assert_eq!(waiting.await.unwrap(), Positions::new());
+        assert_eq!(
+            shared.pending().map(|(p, ..)| p),
+            Some(positions(&[(0, 15), (1, 10)]))
+        );
+    }
 
     #[test]
     fn ranges_cover_every_partition_once() {

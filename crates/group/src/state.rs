@@ -784,8 +784,11 @@ impl Groups {
         Ok(results)
     }
 
-    /// Checks that a commit may be applied: a member of the current generation, or a
-    /// "simple" commit (no generation, no member id) to a group without members.
+    /// Checks that a commit may be applied: a member of the current generation (an
+    /// unknown member: UNKNOWN_MEMBER_ID; another generation, or none: ILLEGAL_GENERATION;
+    /// while the group completes a rebalance: REBALANCE_IN_PROGRESS), or a commit without
+    /// a generation to a group without members. Partition ownership is not checked, as
+    /// Kafka does not for classic groups.
     pub fn check_commit(
         &self,
         group_id: &str,
@@ -810,14 +813,21 @@ impl Groups {
                 Err(GroupError::IllegalGeneration)
             };
         };
-        if generation_id.is_none() && member_id.is_empty() {
-            return if group.members.is_empty() {
-                Ok(())
-            } else {
-                Err(GroupError::UnknownMemberId)
-            };
+        // As Kafka's classic groups do: without a generation, offsets are committed from
+        // outside the group (an admin reset, a consumer that assigns itself partitions),
+        // which only a group without members takes, whatever member id is named.
+        if generation_id.is_none() && group.members.is_empty() {
+            return Ok(());
         }
+        if generation_id.is_none() && member_id.is_empty() && instance.is_none() {
+            return Err(GroupError::UnknownMemberId);
+        }
+        // A member commits in its current generation only: naming none (-1) is not a
+        // way around the check.
         group.check_member(member_id, instance, generation_id)?;
+        if generation_id.is_none() {
+            return Err(GroupError::IllegalGeneration);
+        }
         // A member of the current generation may commit while the group prepares a
         // rebalance: that is when an eager consumer commits what it consumed before it
         // rejoins and gives its partitions up (Kafka accepts these commits too). Once
@@ -1632,6 +1642,73 @@ mod tests {
         assert_eq!(groups.get("g").unwrap().state, GroupState::Empty);
         assert_eq!(groups.check_commit("g", "", None, None), Ok(()));
         assert_eq!(groups.delete("g"), Ok(vec![]));
+    }
+
+    #[test]
+    fn commits_are_checked_as_kafka_checks_a_classic_groups() {
+        let mut groups = Groups::new(delayed());
+        let (a, b, gen) = two_member_group(&mut groups);
+        let older = gen.map(|g| GenerationId::new(g.value() - 1));
+        assert_eq!(groups.check_commit("g", &a, None, gen), Ok(()));
+        // Another generation, or none, from a member: ILLEGAL_GENERATION; naming no
+        // generation does not skip the check.
+        for other in [older, gen.map(GenerationId::next), None] {
+            assert_eq!(
+                groups.check_commit("g", &a, None, other),
+                Err(GroupError::IllegalGeneration),
+                "{other:?}"
+            );
+        }
+        // A member the group does not know, with or without a generation; nobody named.
+        for other in [gen, None] {
+            assert_eq!(
+                groups.check_commit("g", "ghost", None, other),
+                Err(GroupError::UnknownMemberId)
+            );
+        }
+        assert_eq!(
+            groups.check_commit("g", "", None, None),
+            Err(GroupError::UnknownMemberId)
+        );
+
+        // B leaves: the group prepares a rebalance. A may commit in its generation
+        // until it rejoins; B, fenced, may not.
+        groups.leave("g", &[(b.clone(), None)], 1_000).unwrap();
+        assert_eq!(
+            groups.get("g").unwrap().state,
+            GroupState::PreparingRebalance
+        );
+        assert_eq!(groups.check_commit("g", &a, None, gen), Ok(()));
+        assert_eq!(
+            groups.check_commit("g", &b, None, gen),
+            Err(GroupError::UnknownMemberId)
+        );
+        // A rejoins: the next generation completes; A's commits of the one before are
+        // refused, and until the leader's SyncGroup, so are those of the new one.
+        let mut ja = join(&mut groups, join_req(&a, None, &["range"]), 1_100);
+        let next = ja.try_recv().unwrap().generation_id;
+        assert_eq!(next, gen.map(GenerationId::next));
+        assert_eq!(
+            groups.check_commit("g", &a, None, gen),
+            Err(GroupError::IllegalGeneration)
+        );
+        assert_eq!(
+            groups.check_commit("g", &a, None, next),
+            Err(GroupError::RebalanceInProgress)
+        );
+        sync(&mut groups, &a, next, vec![], 1_200);
+        assert_eq!(groups.check_commit("g", &a, None, next), Ok(()));
+
+        // Once the group has no members, a commit without a generation is taken
+        // whatever member id it names; one with a generation is not.
+        groups.leave("g", &[(a.clone(), None)], 1_300).unwrap();
+        assert_eq!(groups.get("g").unwrap().state, GroupState::Empty);
+        assert_eq!(groups.check_commit("g", &a, None, None), Ok(()));
+        assert_eq!(groups.check_commit("g", "", None, None), Ok(()));
+        assert_eq!(
+            groups.check_commit("g", &a, None, next),
+            Err(GroupError::UnknownMemberId)
+        );
     }
 
     #[test]

@@ -4,12 +4,14 @@ import java.util.Collection;
 import java.util.List;
 import java.util.Properties;
 import java.util.concurrent.atomic.AtomicBoolean;
+import org.apache.kafka.clients.consumer.CommitFailedException;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.RebalanceInProgressException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
@@ -18,7 +20,13 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * topic and consumes until its standard input closes, committing with commitSync()
  * after each poll that returned records; then closes (leaving the group).
  *
- * Usage: GroupMember --bootstrap HOST:PORT --topic T --group G [--set key=value]...
+ * Usage: GroupMember --bootstrap HOST:PORT --topic T --group G [--commit-failures report]
+ *            [--set key=value]...
+ *
+ * With `--commit-failures report`, a commit the group refuses because it rebalances
+ * (CommitFailedException, RebalanceInProgressException: an eager classic group that
+ * members join and leave) does not end the member: its records are printed with
+ * "committed":false, and the next owner of their partitions reads them again.
  *
  * Prints one JSON line per event:
  *   {"event":"assigned","partitions":[...]} and {"event":"revoked","partitions":[...]}
@@ -39,6 +47,7 @@ public final class GroupMember {
         props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         args.applySettings(props);
+        boolean reportCommitFailures = args.get("commit-failures", "fail").equals("report");
 
         AtomicBoolean stop = new AtomicBoolean(false);
         Thread stdin = new Thread(() -> {
@@ -73,8 +82,14 @@ public final class GroupMember {
                 for (ConsumerRecord<byte[], byte[]> r : batch) {
                     records.add(new long[] {r.partition(), r.offset()});
                 }
-                consumer.commitSync(CALL_TIMEOUT);
-                Json.emit(Json.obj("event", "records", "records", records));
+                boolean committed = true;
+                try {
+                    consumer.commitSync(CALL_TIMEOUT);
+                } catch (CommitFailedException | RebalanceInProgressException e) {
+                    if (!reportCommitFailures) throw e;
+                    committed = false;
+                }
+                Json.emit(Json.obj("event", "records", "records", records, "committed", committed));
             }
         } catch (Exception e) {
             Json.emit(Json.obj("event", "error", "error", Json.error(e)));
