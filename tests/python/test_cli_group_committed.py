@@ -15,8 +15,8 @@ HEADWAY_TEST_SEED to replay it):
   member runs, and records are produced before the first member starts (a member that
   fell back to `latest` would skip them); then a `headway produce` process writes
   numbered lines at 2,000 a second while a second member joins, a third joins, the
-  second gets SIGINT and starts again, the third gets SIGTERM, around the times of the
-  reported schedule (4, 8, 14, 19 and 24 s, here compressed and jittered).
+  second gets SIGINT and starts again, the third gets SIGTERM, around the times of a
+  schedule of 4, 8, 14, 19 and 24 s, here compressed and jittered.
 - sigterm_with_unread: the records are all there before the members start; one member
   prints into a pipe the test drains slowly, so it owns partitions with records it has
   not read (prefetched or not fetched) when it gets SIGTERM; the others take them on
