@@ -7,7 +7,7 @@ default (latest) gets only records produced after it joined; describeConfigs sho
 broker's values as DEFAULT_CONFIG and the group's as DYNAMIC_GROUP_CONFIG (the wire's GROUP_CONFIG, 8); the setting survives
 a broker restart and still applies; unknown names and values outside the broker's
 bounds are refused with INVALID_CONFIG; kafka-python's admin (DescribeConfigs and the
-older AlterConfigs) sees and sets the same settings.
+older AlterConfigs) and `headway group config` see and set the same settings.
 Method: brokers on the default `share.auto.offset.reset` (latest); the Java programs of
 test_share_groups.py (tests/java/share/ShareAdminCheck.java and ShareConsumerCheck.java,
 kafka-clients 4.x). The latest group is shown a trickle of marker records until it
@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import time
 
+import json
+import subprocess
+
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
+from group_support import HEADWAY_BIN, headway_cli
 from support import create_topic
 from test_share_groups import (  # noqa: F401 (fixtures)
     DEADLINE_S, admin, close, consumer, java, produce, records, share_classes,
@@ -146,3 +150,35 @@ def test_kafka_python_describes_and_sets_group_configs(make_broker, java):
     assert every["share.record.lock.duration.ms"]["config_source"] == "DEFAULT_CONFIG", every
     configs = described(java, broker.bootstrap, "py")
     assert configs["share.heartbeat.interval.ms"] == ("6000", "DYNAMIC_GROUP_CONFIG"), configs
+
+
+def test_headway_group_config_shows_sets_and_deletes(make_broker, java):
+    broker = make_broker()
+    b = ("-b", broker.bootstrap)
+    table = headway_cli("group", "config", "jobs", *b)
+    lines = table.splitlines()
+    assert lines[0].split() == ["NAME", "VALUE", "SOURCE"], table
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:]}
+    assert rows["share.auto.offset.reset"] == ["latest", "DEFAULT_CONFIG"], table
+
+    shown = json.loads(headway_cli("group", "config", "jobs", *b, "--format", "json",
+                                   "--set", "share.auto.offset.reset=earliest",
+                                   "--set", "consumer.heartbeat.interval.ms=6000"))
+    assert shown["group"] == "jobs", shown
+    configs = {c["name"]: (c["value"], c["source"]) for c in shown["configs"]}
+    assert configs["share.auto.offset.reset"] == ("earliest", "GROUP_CONFIG"), configs
+    assert configs["consumer.heartbeat.interval.ms"] == ("6000", "GROUP_CONFIG"), configs
+    java_view = described(java, broker.bootstrap, "jobs")
+    assert java_view["share.auto.offset.reset"] == ("earliest", "DYNAMIC_GROUP_CONFIG")
+
+    shown = json.loads(headway_cli("group", "config", "jobs", *b, "--format", "json",
+                                   "--delete", "consumer.heartbeat.interval.ms"))
+    configs = {c["name"]: (c["value"], c["source"]) for c in shown["configs"]}
+    assert configs["consumer.heartbeat.interval.ms"] == ("5000", "DEFAULT_CONFIG"), configs
+    assert configs["share.auto.offset.reset"] == ("earliest", "GROUP_CONFIG"), configs
+
+    refused = subprocess.run([str(HEADWAY_BIN), "group", "config", "jobs", *b,
+                              "--set", "share.record.lock.duration.ms=1"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1, refused
+    assert "INVALID_CONFIG" in refused.stderr, refused.stderr
