@@ -34,3 +34,29 @@ def build_go_command(tmp_path_factory, name: str) -> Path:
         pytest.fail(f"go build ./cmd/{name} failed (exit {result.returncode}); "
                     f"did scripts/setup-go run?\n{result.stderr}", pytrace=False)
     return out
+
+
+def build_kgo_suite(tmp_path_factory) -> Path:
+    """Compiles franz-go's own pkg/kgo test suite (`go test -c`) from the franz-go module
+    pinned in tests/go/go.mod, as scripts/setup-go downloaded it; returns the test binary.
+    Its tests run against the broker named by KGO_SEEDS."""
+    go = shutil.which("go")
+    if go is None:
+        pytest.fail("the Go toolchain is not installed: install Go (1.26 or newer, see "
+                    "tests/go/go.mod), then run scripts/setup-go", pytrace=False)
+    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly -buildvcs=false"}
+    found = subprocess.run([go, "list", "-m", "-f", "{{.Dir}}", "github.com/twmb/franz-go"],
+                           cwd=GO_MODULE_DIR, env=env, capture_output=True, text=True,
+                           timeout=120)
+    module_dir = found.stdout.strip()
+    if found.returncode != 0 or not module_dir:
+        pytest.fail(f"the franz-go module is not downloaded; did scripts/setup-go run?\n"
+                    f"{found.stderr}", pytrace=False)
+    out = tmp_path_factory.mktemp("kgo") / "kgo.test"
+    result = subprocess.run([go, "test", "-c", "-o", str(out), "./pkg/kgo"], cwd=module_dir,
+                            env=env, capture_output=True, text=True,
+                            timeout=GO_BUILD_TIMEOUT_S)
+    if result.returncode != 0:
+        pytest.fail(f"go test -c ./pkg/kgo failed (exit {result.returncode})\n"
+                    f"{result.stderr}", pytrace=False)
+    return out

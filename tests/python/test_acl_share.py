@@ -1,8 +1,9 @@
 """ACLs on share groups, with the Java KafkaShareConsumer and Admin client.
 
 Goal: ShareGroupHeartbeat needs Read on the group, DeleteShareGroupOffsets Delete on it,
-as Kafka checks them: a principal without them is refused with the
-authorization error and nothing changes; with them each works.
+DescribeConfigs and IncrementalAlterConfigs of its GROUP config resource DescribeConfigs
+and AlterConfigs on it, as Kafka checks them: a principal without them is refused with
+the authorization error and nothing changes; with them each works.
 Method: the broker has an SSL listener whose client-certificate user is a super user (it
 creates the topic and the ACLs, with librdkafka) and a PLAINTEXT listener whose clients
 act as User:ANONYMOUS, given ACLs one by one; the Java programs of
@@ -79,3 +80,39 @@ def test_share_groups_need_read_to_consume_and_delete_to_delete_offsets(make_bro
     wait_all(super_admin.create_acls([allow(ResourceType.GROUP, group, AclOperation.DELETE)]))
     assert admin(java, plain, group, "delete", "--topic", topic) == [{"event": "deleted"}]
     assert start_offsets(java, plain, group) == {}
+
+
+def test_group_configs_need_describe_configs_and_alter_configs_on_the_group(
+        make_broker, tmp_path, share_classes):
+    """DescribeConfigs of a GROUP resource needs DescribeConfigs on the group, and
+    IncrementalAlterConfigs AlterConfigs on it, as Kafka checks them; a refused change
+    leaves the group's settings as they were."""
+    java = JavaClient("lib-4", str(share_classes), MAIN, tmp_path)
+    certs = Certificates(tmp_path)
+    broker = acl_broker(make_broker, certs,
+                        listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0")
+    plain = listener_address(broker, "PLAINTEXT")
+    ssl = listener_address(broker, "SSL")
+    super_admin = AdminClient(client(ssl, certs, "admin"))
+    group = "configured"
+    set_earliest = ("set-config", "--key", "share.auto.offset.reset", "--value", "earliest")
+
+    for op in [("describe-config",), set_earliest]:
+        refused = admin(java, plain, group, *op)
+        assert [e.get("error") for e in refused] == ["GroupAuthorizationException"], (op, refused)
+
+    wait_all(super_admin.create_acls(
+        [allow(ResourceType.GROUP, group, AclOperation.DESCRIBE_CONFIGS)]))
+    refused = admin(java, plain, group, *set_earliest)
+    assert [e.get("error") for e in refused] == ["GroupAuthorizationException"], refused
+    shown = {e["name"]: e["value"] for e in admin(java, plain, group, "describe-config")}
+    assert shown["share.auto.offset.reset"] == "latest", shown
+    # Another group's settings stay closed.
+    other = admin(java, plain, "other", "describe-config")
+    assert [e.get("error") for e in other] == ["GroupAuthorizationException"], other
+
+    wait_all(super_admin.create_acls(
+        [allow(ResourceType.GROUP, group, AclOperation.ALTER_CONFIGS)]))
+    assert admin(java, plain, group, *set_earliest) == [{"event": "altered"}]
+    shown = {e["name"]: e["value"] for e in admin(java, plain, group, "describe-config")}
+    assert shown["share.auto.offset.reset"] == "earliest", shown

@@ -370,6 +370,27 @@ pub struct BrokerConfig {
     /// A share group member without a heartbeat this long is removed (Kafka's
     /// `group.share.session.timeout.ms`).
     pub share_session_timeout_ms: i64,
+    /// Bounds of a share group's own `share.record.lock.duration.ms` (Kafka's
+    /// `group.share.min.record.lock.duration.ms` and `...max...`); the broker's own
+    /// `share_record_lock_duration_ms` is always allowed too.
+    pub share_min_record_lock_duration_ms: i64,
+    pub share_max_record_lock_duration_ms: i64,
+    /// Bounds of a share group's own `share.session.timeout.ms` (Kafka's
+    /// `group.share.min.session.timeout.ms` and `...max...`).
+    pub share_min_session_timeout_ms: i64,
+    pub share_max_session_timeout_ms: i64,
+    /// Bounds of a share group's own `share.heartbeat.interval.ms` (Kafka's
+    /// `group.share.min.heartbeat.interval.ms` and `...max...`).
+    pub share_min_heartbeat_interval_ms: i64,
+    pub share_max_heartbeat_interval_ms: i64,
+    /// Bounds of a consumer group's own `consumer.session.timeout.ms` (Kafka's
+    /// `group.consumer.min.session.timeout.ms` and `...max...`).
+    pub group_consumer_min_session_timeout_ms: i64,
+    pub group_consumer_max_session_timeout_ms: i64,
+    /// Bounds of a consumer group's own `consumer.heartbeat.interval.ms` (Kafka's
+    /// `group.consumer.min.heartbeat.interval.ms` and `...max...`).
+    pub group_consumer_min_heartbeat_interval_ms: i64,
+    pub group_consumer_max_heartbeat_interval_ms: i64,
     /// Where to serve the read-only web console (`HOST:PORT`, `docs/console.md`); off
     /// when unset.
     pub console_listen: Option<String>,
@@ -458,6 +479,16 @@ impl Default for BrokerConfig {
             share_delivery_count_limit: 5,
             share_auto_offset_reset: "latest".into(),
             share_session_timeout_ms: 45_000,
+            share_min_record_lock_duration_ms: 15_000,
+            share_max_record_lock_duration_ms: 60_000,
+            share_min_session_timeout_ms: 45_000,
+            share_max_session_timeout_ms: 60_000,
+            share_min_heartbeat_interval_ms: 5_000,
+            share_max_heartbeat_interval_ms: 15_000,
+            group_consumer_min_session_timeout_ms: 45_000,
+            group_consumer_max_session_timeout_ms: 60_000,
+            group_consumer_min_heartbeat_interval_ms: 5_000,
+            group_consumer_max_heartbeat_interval_ms: 15_000,
             console_listen: None,
             authorizer: None,
             super_users: Vec::new(),
@@ -596,6 +627,40 @@ impl BrokerConfig {
                  latest or earliest"
                     .into(),
             );
+        }
+        for (name, min, max) in [
+            (
+                "share_min/max_record_lock_duration_ms",
+                self.share_min_record_lock_duration_ms,
+                self.share_max_record_lock_duration_ms,
+            ),
+            (
+                "share_min/max_session_timeout_ms",
+                self.share_min_session_timeout_ms,
+                self.share_max_session_timeout_ms,
+            ),
+            (
+                "share_min/max_heartbeat_interval_ms",
+                self.share_min_heartbeat_interval_ms,
+                self.share_max_heartbeat_interval_ms,
+            ),
+            (
+                "group_consumer_min/max_session_timeout_ms",
+                self.group_consumer_min_session_timeout_ms,
+                self.group_consumer_max_session_timeout_ms,
+            ),
+            (
+                "group_consumer_min/max_heartbeat_interval_ms",
+                self.group_consumer_min_heartbeat_interval_ms,
+                self.group_consumer_max_heartbeat_interval_ms,
+            ),
+        ] {
+            if min <= 0 || min > max || max > i64::from(i32::MAX) {
+                return Err(format!(
+                    "{name}: need 0 < min ({min}) <= max ({max}) <= {}",
+                    i32::MAX
+                ));
+            }
         }
         if !matches!(
             self.group_consumer_migration_policy.as_str(),

@@ -1,14 +1,16 @@
-//! `headway group list|describe|delete|seek`: consumer groups of any Kafka-compatible
-//! broker. `seek` resets a group's committed offsets as `kafka-consumer-groups.sh
-//! --reset-offsets` does: only while the group has no members, committed from outside the
-//! group.
+//! `headway group list|describe|delete|seek|config`: consumer groups of any
+//! Kafka-compatible broker. `seek` resets a group's committed offsets as
+//! `kafka-consumer-groups.sh --reset-offsets` does: only while the group has no members,
+//! committed from outside the group. `config` shows or changes a group's own settings
+//! (Kafka 4's GROUP config resource, as `kafka-configs.sh --entity-type groups`).
 
-use crate::output::{self, or_dash, table, AdminArgs, Format};
+use crate::output::{self, configs_table, or_dash, table, AdminArgs, Format};
 use crate::row;
 use clap::{Args, Subcommand};
 use headway_client::{
-    Cluster, ConsumerGroupDescription, GroupDescription, GroupListing, OffsetReset, OffsetSpec,
-    ShareGroupDescription, SharePartitionOffset, SharePartitionStats, LATEST,
+    Cluster, ConfigChange, ConfigEntry, ConfigResource, ConsumerGroupDescription, GroupDescription,
+    GroupListing, OffsetReset, OffsetSpec, ShareGroupDescription, SharePartitionOffset,
+    SharePartitionStats, LATEST,
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -37,6 +39,18 @@ enum GroupCommand {
     },
     /// Reset a group's committed offsets (the group must have no members).
     Seek(SeekArgs),
+    /// A group's own settings (e.g. share.auto.offset.reset), each with where its value
+    /// comes from; with --set or --delete, change them first (the others keep theirs).
+    /// The group need not exist yet.
+    Config {
+        group: String,
+        /// Set KEY to VALUE (repeatable).
+        #[arg(long, value_name = "KEY=VALUE", value_parser = output::key_value)]
+        set: Vec<(String, String)>,
+        /// Remove KEY's value, so that the broker's applies (repeatable).
+        #[arg(long, value_name = "KEY")]
+        delete: Vec<String>,
+    },
 }
 
 #[derive(Args)]
@@ -111,7 +125,47 @@ pub async fn run(args: GroupArgs) -> anyhow::Result<()> {
         GroupCommand::Describe { group } => describe(&cluster, format, &group).await,
         GroupCommand::Delete { groups } => delete(&cluster, format, &groups).await,
         GroupCommand::Seek(seek) => self::seek(&cluster, format, seek).await,
+        GroupCommand::Config { group, set, delete } => {
+            let changes: Vec<ConfigChange> = set
+                .into_iter()
+                .map(|(name, value)| ConfigChange::Set { name, value })
+                .chain(delete.into_iter().map(|name| ConfigChange::Delete { name }))
+                .collect();
+            config(&cluster, format, &group, &changes).await
+        }
     }
+}
+
+/// Shows a group's settings, after changing them if `changes` has any.
+async fn config(
+    cluster: &Arc<Cluster>,
+    format: Format,
+    group: &str,
+    changes: &[ConfigChange],
+) -> anyhow::Result<()> {
+    if !changes.is_empty() {
+        cluster
+            .alter_configs(ConfigResource::Group, group, changes)
+            .await
+            .map_err(|e| anyhow::Error::new(e).context(about(group)))?;
+    }
+    let configs: Vec<ConfigEntry> = cluster
+        .describe_configs(ConfigResource::Group, group)
+        .await
+        .map_err(|e| anyhow::Error::new(e).context(about(group)))?;
+    #[derive(Serialize)]
+    struct GroupConfigs<'a> {
+        group: &'a str,
+        #[serde(skip_serializing_if = "<[ConfigChange]>::is_empty")]
+        changes: &'a [ConfigChange],
+        configs: &'a [ConfigEntry],
+    }
+    let shown = GroupConfigs {
+        group,
+        changes,
+        configs: &configs,
+    };
+    output::print(format, &shown, |out| configs_table(out, &configs))
 }
 
 /// Context of every error about one group.

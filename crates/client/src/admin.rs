@@ -144,6 +144,8 @@ pub struct ClusterDescription {
 pub enum ConfigResource {
     Topic,
     Broker,
+    /// A group's own settings (Kafka 4's `ConfigResource.Type.GROUP`).
+    Group,
 }
 
 impl ConfigResource {
@@ -151,6 +153,7 @@ impl ConfigResource {
         match self {
             ConfigResource::Topic => 2,
             ConfigResource::Broker => 4,
+            ConfigResource::Group => 32,
         }
     }
 }
@@ -509,7 +512,7 @@ impl Cluster {
     }
 
     /// Sends a config request: a broker's configs are answered by that broker, a
-    /// topic's by any.
+    /// topic's or a group's by any.
     async fn config_request<R: Request>(
         &self,
         resource: ConfigResource,
@@ -518,7 +521,7 @@ impl Cluster {
     ) -> Result<R::Response, ClientError> {
         let addr = match resource {
             ConfigResource::Broker => name.parse().ok().and_then(|id| self.broker_addr(id)),
-            ConfigResource::Topic => None,
+            ConfigResource::Topic | ConfigResource::Group => None,
         };
         self.retry(|| async {
             let connection = match &addr {

@@ -18,8 +18,8 @@ use crate::consumer::durable::{self, GroupRecord, Recovery, Written};
 use crate::consumer::{ConsumerGroup, HeartbeatAnswer, HeartbeatRequest, TopicsView};
 use crate::offsets::{encode_batch, OffsetRecord};
 use crate::state::{
-    CommittedOffset, GroupConfig, Groups, JoinRequest, JoinResult, OffsetCommit, SyncRequest,
-    SyncResult,
+    CommittedOffset, ConsumerOverrides, GroupConfig, Groups, JoinRequest, JoinResult, OffsetCommit,
+    SyncRequest, SyncResult,
 };
 use crate::{GenerationId, GroupError};
 use bytes::Bytes;
@@ -491,9 +491,17 @@ impl GroupCoordinator {
         answer
     }
 
-    /// The heartbeat interval consumer-protocol members are told.
-    pub fn consumer_heartbeat_interval_ms(&self) -> i32 {
-        self.groups().config.consumer_heartbeat_interval_ms
+    /// The heartbeat interval the members of a consumer-protocol group are told.
+    pub fn consumer_heartbeat_interval_ms(&self, group_id: &str) -> i32 {
+        self.groups()
+            .consumer_config(group_id)
+            .heartbeat_interval_ms
+    }
+
+    /// Sets a group's own consumer-protocol session timeout and heartbeat interval
+    /// (from its GROUP config resource); they apply from the next heartbeat and tick.
+    pub fn set_consumer_overrides(&self, group_id: &str, overrides: ConsumerOverrides) {
+        self.groups().set_consumer_overrides(group_id, overrides);
     }
 
     /// A copy of a consumer-protocol group (ConsumerGroupDescribe).

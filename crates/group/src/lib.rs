@@ -23,6 +23,6 @@ pub use coordinator::{CommitEntry, GroupCoordinator, GroupSummary, MemberSummary
 pub use error::GroupError;
 pub use generation::GenerationId;
 pub use state::{
-    CommittedOffset, GroupConfig, GroupState, JoinRequest, JoinResult, JoinedMember,
-    MigrationPolicy, OffsetCommit, SyncRequest, SyncResult, TopicsSource,
+    CommittedOffset, ConsumerOverrides, GroupConfig, GroupState, JoinRequest, JoinResult,
+    JoinedMember, MigrationPolicy, OffsetCommit, SyncRequest, SyncResult, TopicsSource,
 };

@@ -529,11 +529,36 @@ pub struct Groups {
     /// The broker's topics, read when a classic member of a consumer group joins or
     /// heartbeats.
     pub topics: TopicsSource,
+    /// Per-group settings of consumer-protocol groups (the GROUP config resource's
+    /// `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms`), over
+    /// `config`'s; read at each heartbeat and tick, so a change applies from the next.
+    consumer_overrides: HashMap<String, ConsumerOverrides>,
+}
+
+/// A consumer-protocol group's own timings; `None` keeps the broker's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConsumerOverrides {
+    pub session_timeout_ms: Option<i64>,
+    pub heartbeat_interval_ms: Option<i32>,
 }
 
 /// Offsets pending in open transactions, at most; a TxnOffsetCommit past it is refused
 /// (bounds the coordinator's memory; a transaction's offsets go when it ends).
 pub const PENDING_TXN_OFFSETS_MAX: usize = 100_000;
+
+fn consumer_config(config: &GroupConfig, overrides: Option<&ConsumerOverrides>) -> ConsumerConfig {
+    let overrides = overrides.copied().unwrap_or_default();
+    ConsumerConfig {
+        session_timeout_ms: overrides
+            .session_timeout_ms
+            .unwrap_or(config.consumer_session_timeout_ms),
+        heartbeat_interval_ms: overrides
+            .heartbeat_interval_ms
+            .unwrap_or(config.consumer_heartbeat_interval_ms),
+        members_max: config.members_per_group_max,
+        regex_bytes_max: config.consumer_regex_bytes_max,
+    }
+}
 
 fn new_member_id(prefix: &str) -> String {
     let prefix = if prefix.is_empty() { "member" } else { prefix };
@@ -550,6 +575,18 @@ impl Groups {
             pending_holders: HashMap::new(),
             consumer: BTreeMap::new(),
             topics: TopicsSource::default(),
+            consumer_overrides: HashMap::new(),
+        }
+    }
+
+    /// Sets a group's own consumer-protocol timings (all `None`: the broker's again).
+    /// The group need not exist: the settings wait for it.
+    pub fn set_consumer_overrides(&mut self, group_id: &str, overrides: ConsumerOverrides) {
+        if overrides == ConsumerOverrides::default() {
+            self.consumer_overrides.remove(group_id);
+        } else {
+            self.consumer_overrides
+                .insert(group_id.to_string(), overrides);
         }
     }
 
@@ -1021,9 +1058,10 @@ impl Groups {
     /// (group, topic partition) so the caller can tombstone them.
     pub fn tick(&mut self, now_ms: i64) -> Vec<(String, TopicPartition)> {
         let config = self.config.clone();
-        let consumer_config = self.consumer_config();
         let mut fenced = Vec::new();
         for c in self.consumer.values_mut() {
+            let consumer_config =
+                consumer_config(&self.config, self.consumer_overrides.get(&c.group_id));
             if c.tick(&consumer_config, now_ms) > 0 {
                 fenced.push(c.group_id.clone());
             }
@@ -1072,13 +1110,10 @@ impl Groups {
         expired_offsets
     }
 
-    fn consumer_config(&self) -> ConsumerConfig {
-        ConsumerConfig {
-            session_timeout_ms: self.config.consumer_session_timeout_ms,
-            heartbeat_interval_ms: self.config.consumer_heartbeat_interval_ms,
-            members_max: self.config.members_per_group_max,
-            regex_bytes_max: self.config.consumer_regex_bytes_max,
-        }
+    /// The timings and bounds of one consumer-protocol group: the broker's, with the
+    /// group's own settings over them.
+    pub fn consumer_config(&self, group_id: &str) -> ConsumerConfig {
+        consumer_config(&self.config, self.consumer_overrides.get(group_id))
     }
 
     /// Handles a ConsumerGroupHeartbeat. A classic group with members is converted as
@@ -1110,7 +1145,7 @@ impl Groups {
                 return Err(GroupError::CoordinatorNotAvailable);
             }
         }
-        let config = self.consumer_config();
+        let config = self.consumer_config(&req.group_id);
         let group = self
             .consumer
             .entry(req.group_id.clone())
@@ -1814,6 +1849,42 @@ mod tests {
             partitions: 2,
         };
         [("t".to_string(), info)].into()
+    }
+
+    #[test]
+    fn a_group_s_own_session_timeout_fences_its_members_and_no_one_else_s() {
+        let mut groups = Groups::new(config());
+        groups.set_consumer_overrides(
+            "short",
+            ConsumerOverrides {
+                session_timeout_ms: Some(10_000),
+                heartbeat_interval_ms: Some(2_000),
+            },
+        );
+        for group in ["short", "long"] {
+            let req = HeartbeatRequest {
+                group_id: group.into(),
+                ..consumer_join("m")
+            };
+            groups.consumer_heartbeat(&req, &topic_t(), 0).unwrap();
+        }
+        assert_eq!(groups.consumer_config("short").heartbeat_interval_ms, 2_000);
+        assert_eq!(groups.consumer_config("long").heartbeat_interval_ms, 5_000);
+        groups.tick(10_001);
+        assert!(
+            groups
+                .consumer
+                .get("short")
+                .is_none_or(|g| g.members.is_empty()),
+            "fenced after 10 s"
+        );
+        assert_eq!(
+            groups.consumer["long"].members.len(),
+            1,
+            "the broker's 45 s"
+        );
+        groups.set_consumer_overrides("short", ConsumerOverrides::default());
+        assert_eq!(groups.consumer_config("short").session_timeout_ms, 45_000);
     }
 
     #[test]

@@ -212,6 +212,14 @@ pub fn topic_denied(topic: &str) -> BrokerError {
     }
 }
 
+/// The error of a request on a group the principal may not make.
+pub fn group_denied(group_id: &str) -> BrokerError {
+    BrokerError::AuthorizationFailed {
+        code: ResponseError::GroupAuthorizationFailed.code(),
+        resource: format!("group {group_id}"),
+    }
+}
+
 /// The error of a request on the cluster the principal may not make.
 pub fn cluster_denied() -> BrokerError {
     BrokerError::AuthorizationFailed {

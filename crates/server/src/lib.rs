@@ -33,6 +33,7 @@ pub mod bulk_send;
 pub mod connection;
 pub mod console;
 pub mod errors;
+pub mod group_configs;
 pub mod handlers;
 pub mod listener;
 pub mod log_limit;

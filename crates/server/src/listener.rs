@@ -260,6 +260,7 @@ impl Server {
         broker.add_internal_log(TRANSACTION_STATE_TOPIC, Arc::clone(txns.state_log()));
         let shares = open_share_coordinator(config).await?;
         broker.add_internal_log(SHARE_STATE_TOPIC, Arc::clone(shares.state_log()));
+        let group_configs = crate::group_configs::open(config, &groups, &shares).await?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let security = open_security_store(config).await?;
         let authorizer = Arc::new(crate::authorize::Authorizer::new(
@@ -270,6 +271,7 @@ impl Server {
             groups,
             txns,
             shares,
+            group_configs,
             stats: ServerStats::new(config, Arc::clone(broker.read_pool())),
             broker: Arc::clone(&broker),
             shutdown: shutdown_rx,

@@ -7,7 +7,9 @@
 //! share-partition reach the log in the order they were taken; the caller then waits,
 //! without the mutex, until the record is durable before it answers.
 
-use crate::group::{Heartbeat, HeartbeatAnswer, ShareConfig, ShareError, ShareGroups, TopicInfo};
+use crate::group::{
+    Heartbeat, HeartbeatAnswer, ShareConfig, ShareError, ShareGroups, ShareOverrides, TopicInfo,
+};
 use crate::partition::{AckError, AcknowledgeType, Acquired, LogBatch, MemberId, SharePartition};
 use crate::state_log::{encode_batch, StateRecord};
 use headway_broker::{internal_log, BrokerError, FlushPolicy, Offset, Partition, TopicPartition};
@@ -138,6 +140,16 @@ impl ShareCoordinator {
 
     pub fn config(&self) -> ShareConfig {
         self.groups().config
+    }
+
+    /// The settings of one share group: the broker's with the group's own over them.
+    pub fn group_config(&self, group_id: &str) -> ShareConfig {
+        self.groups().group_config(group_id)
+    }
+
+    /// Sets a share group's own settings (from its GROUP config resource).
+    pub fn set_overrides(&self, group_id: &str, overrides: ShareOverrides) {
+        self.groups().set_overrides(group_id, overrides);
     }
 
     /// Whether a share group of this id exists (one group-id namespace with consumer

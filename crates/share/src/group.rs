@@ -61,6 +61,36 @@ impl Default for ShareConfig {
     }
 }
 
+/// A share group's own settings (its GROUP config resource); `None` keeps the
+/// broker's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShareOverrides {
+    pub auto_offset_reset: Option<AutoOffsetReset>,
+    pub record_lock_duration_ms: Option<i64>,
+    pub session_timeout_ms: Option<i64>,
+    pub heartbeat_interval_ms: Option<i32>,
+}
+
+impl ShareConfig {
+    /// These settings with a group's own over them.
+    pub fn with(self, overrides: &ShareOverrides) -> ShareConfig {
+        let mut config = self;
+        if let Some(reset) = overrides.auto_offset_reset {
+            config.auto_offset_reset = reset;
+        }
+        if let Some(ms) = overrides.record_lock_duration_ms {
+            config.partition.record_lock_duration_ms = ms;
+        }
+        if let Some(ms) = overrides.session_timeout_ms {
+            config.session_timeout_ms = ms;
+        }
+        if let Some(ms) = overrides.heartbeat_interval_ms {
+            config.heartbeat_interval_ms = ms;
+        }
+        config
+    }
+}
+
 /// Expected failures, mapped to Kafka error codes by the server.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShareError {
@@ -267,6 +297,8 @@ pub struct Session {
 #[derive(Debug)]
 pub struct ShareGroups {
     pub config: ShareConfig,
+    /// Groups' own settings over `config`, set or not before the group exists.
+    overrides: BTreeMap<String, ShareOverrides>,
     groups: BTreeMap<String, ShareGroup>,
     sessions: BTreeMap<(String, MemberId), Session>,
 }
@@ -275,8 +307,36 @@ impl ShareGroups {
     pub fn new(config: ShareConfig) -> ShareGroups {
         ShareGroups {
             config,
+            overrides: BTreeMap::new(),
             groups: BTreeMap::new(),
             sessions: BTreeMap::new(),
+        }
+    }
+
+    /// The settings of one share group: the broker's, with the group's own over them.
+    pub fn group_config(&self, group_id: &str) -> ShareConfig {
+        match self.overrides.get(group_id) {
+            Some(o) => self.config.with(o),
+            None => self.config,
+        }
+    }
+
+    /// Sets a share group's own settings (all `None`: the broker's again). The next
+    /// heartbeat answers with the heartbeat interval and keeps the session timeout,
+    /// the next share-partition made starts where the reset says, and the group's
+    /// share-partitions lock records they acquire from now on for the new duration
+    /// (records already acquired keep their deadline).
+    pub fn set_overrides(&mut self, group_id: &str, overrides: ShareOverrides) {
+        if overrides == ShareOverrides::default() {
+            self.overrides.remove(group_id);
+        } else {
+            self.overrides.insert(group_id.to_string(), overrides);
+        }
+        let config = self.group_config(group_id).partition;
+        if let Some(group) = self.groups.get_mut(group_id) {
+            for p in group.partitions.values_mut() {
+                p.set_config(config);
+            }
         }
     }
 
@@ -314,7 +374,7 @@ impl ShareGroups {
         topics: &BTreeMap<String, TopicInfo>,
         now_ms: i64,
     ) -> Result<HeartbeatAnswer, ShareError> {
-        let deadline_ms = now_ms.saturating_add(self.config.session_timeout_ms);
+        let deadline_ms = now_ms.saturating_add(self.group_config(&hb.group_id).session_timeout_ms);
         if hb.member_epoch == -1 {
             self.leave(&hb.group_id, &hb.member_id);
             return Ok(HeartbeatAnswer {
@@ -535,7 +595,7 @@ impl ShareGroups {
         log_start: Offset,
         high_watermark: Offset,
     ) -> (&mut SharePartition, bool) {
-        let config = self.config;
+        let config = self.group_config(group_id);
         let group = self
             .groups
             .entry(group_id.to_string())
@@ -594,7 +654,7 @@ impl ShareGroups {
         {
             return Err(ShareError::NonEmptyGroup);
         }
-        let config = self.config.partition;
+        let config = self.group_config(group_id).partition;
         let group = self
             .groups
             .entry(group_id.to_string())
@@ -863,5 +923,72 @@ mod tests {
             groups.session_step("g", "a", 1, &[], &[]),
             Err(ShareError::ShareSessionNotFound)
         );
+    }
+
+    #[test]
+    fn a_group_s_own_settings_apply_to_it_alone_and_from_the_next_step() {
+        let mut groups = ShareGroups::new(ShareConfig::default());
+        let tp = topic_partition("t", 0);
+        let (log_start, hw) = (Offset::new(10), Offset::new(50));
+        // Set before the group exists: its first share-partition starts at the log start.
+        groups.set_overrides(
+            "early",
+            ShareOverrides {
+                auto_offset_reset: Some(AutoOffsetReset::Earliest),
+                record_lock_duration_ms: Some(20_000),
+                heartbeat_interval_ms: Some(7_000),
+                session_timeout_ms: Some(50_000),
+            },
+        );
+        assert_eq!(
+            groups
+                .partition_mut("early", &tp, log_start, hw)
+                .0
+                .start_offset(),
+            log_start
+        );
+        assert_eq!(
+            groups
+                .partition_mut("late", &tp, log_start, hw)
+                .0
+                .start_offset(),
+            hw
+        );
+        assert_eq!(groups.group_config("early").heartbeat_interval_ms, 7_000);
+        assert_eq!(groups.group_config("late").heartbeat_interval_ms, 5_000);
+        assert_eq!(groups.group_config("early").session_timeout_ms, 50_000);
+
+        // A new lock duration applies to the next acquisition of a partition that exists.
+        let batch = |first: i64, last: i64| crate::partition::LogBatch {
+            first: Offset::new(first),
+            last: Offset::new(last),
+            skip: false,
+        };
+        let member: MemberId = Arc::from("m");
+        let p = groups.partition_mut("late", &tp, log_start, hw).0;
+        p.acquire(&member, &[batch(50, 50)], 10, 1_000);
+        assert_eq!(p.next_deadline_ms(), Some(31_000), "the broker's 30 s");
+        groups.set_overrides(
+            "late",
+            ShareOverrides {
+                record_lock_duration_ms: Some(15_000),
+                ..ShareOverrides::default()
+            },
+        );
+        let p = groups.partition("late", &tp).unwrap();
+        assert_eq!(
+            p.next_deadline_ms(),
+            Some(31_000),
+            "a held lock keeps its deadline"
+        );
+        let got = p.acquire(&member, &[batch(51, 51)], 10, 2_000);
+        assert_eq!(got.len(), 1);
+        assert_eq!(p.next_deadline_ms(), Some(17_000), "the group's 15 s");
+
+        // Removing every setting goes back to the broker's, and so do the partitions.
+        groups.set_overrides("late", ShareOverrides::default());
+        assert_eq!(groups.group_config("late"), groups.config);
+        let p = groups.partition("late", &tp).unwrap();
+        assert_eq!(p.config().record_lock_duration_ms, 30_000);
     }
 }

@@ -20,5 +20,7 @@ pub use coordinator::{
     AckBatch, AckFailure, MemberSummary, PartitionSummary, ShareCoordinator, ShareGroupSummary,
     SHARE_STATE_TOPIC,
 };
-pub use group::{AutoOffsetReset, Heartbeat, HeartbeatAnswer, ShareConfig, ShareError, TopicInfo};
+pub use group::{
+    AutoOffsetReset, Heartbeat, HeartbeatAnswer, ShareConfig, ShareError, ShareOverrides, TopicInfo,
+};
 pub use partition::{AcknowledgeType, Acquired, LogBatch, MemberId, SharePartitionConfig};

@@ -5,6 +5,9 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.ExecutionException;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.GroupListing;
 import org.apache.kafka.clients.admin.ListGroupsOptions;
 import org.apache.kafka.clients.admin.ListShareGroupOffsetsSpec;
@@ -12,6 +15,7 @@ import org.apache.kafka.clients.admin.ShareGroupDescription;
 import org.apache.kafka.clients.admin.ShareMemberDescription;
 import org.apache.kafka.clients.admin.SharePartitionOffsetInfo;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.config.ConfigResource;
 
 /**
  * The Java Admin client's share group calls, one per run; prints one JSON line per result,
@@ -25,6 +29,12 @@ import org.apache.kafka.common.TopicPartition;
  *       one "group" line (state, members, and each member's assigned partitions)
  *   --bootstrap B --op list-groups
  *       one "listed" line per share group
+ *   --bootstrap B --group G --op set-config --key K --value V
+ *   --bootstrap B --group G --op delete-config --key K
+ *       incrementalAlterConfigs on the GROUP config resource; an "altered" line
+ *   --bootstrap B --group G --op describe-config
+ *       describeConfigs of the GROUP config resource: one "config" line per entry
+ *       (name, value, source, read_only)
  *
  * Compiled against kafka-clients 4.x only.
  */
@@ -82,6 +92,28 @@ public final class ShareAdminCheck {
                             .all().get()) {
                         Json.emit(Json.obj("event", "listed", "group", g.groupId(),
                             "type", g.type().map(Object::toString).orElse("")));
+                    }
+                    break;
+                }
+                case "set-config":
+                case "delete-config": {
+                    ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, group);
+                    boolean set = args.get("op").equals("set-config");
+                    ConfigEntry entry = new ConfigEntry(args.get("key"),
+                        set ? args.get("value") : null);
+                    AlterConfigOp op = new AlterConfigOp(entry,
+                        set ? AlterConfigOp.OpType.SET : AlterConfigOp.OpType.DELETE);
+                    admin.incrementalAlterConfigs(Map.of(resource, List.of(op))).all().get();
+                    Json.emit(Json.obj("event", "altered"));
+                    break;
+                }
+                case "describe-config": {
+                    ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, group);
+                    Config config = admin.describeConfigs(List.of(resource)).all().get()
+                        .get(resource);
+                    for (ConfigEntry e : config.entries()) {
+                        Json.emit(Json.obj("event", "config", "name", e.name(), "value", e.value(),
+                            "source", e.source().toString(), "read_only", e.isReadOnly()));
                     }
                     break;
                 }

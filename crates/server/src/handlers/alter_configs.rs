@@ -1,9 +1,10 @@
 //! AlterConfigs (the older form): replace a topic's explicit settings with the given
 //! set. Kept for clients that predate IncrementalAlterConfigs (kafka-python's admin).
-//! Authorized as IncrementalAlterConfigs is.
+//! Topics and groups; authorized as IncrementalAlterConfigs is.
 
-use super::incremental_alter_configs::{only_topics, refusals, response};
+use super::incremental_alter_configs::{alter_group, alterable, refusals, response};
 use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::group_configs::RESOURCE_GROUP;
 use headway_protocol::kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use headway_protocol::kafka_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, ApiKey,
@@ -41,15 +42,24 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                         .map(|v| (c.name.to_string(), v.to_string()))
                 })
                 .collect();
-            let outcome = match refused.map_or_else(|| only_topics(resource.resource_type), Err) {
+            let outcome = match refused.map_or_else(|| alterable(resource.resource_type), Err) {
                 Ok(()) => {
                     let replace = move |overrides: &mut BTreeMap<String, String>| {
                         *overrides = wanted;
                         Ok(())
                     };
-                    ctx.broker
-                        .alter_topic_config(&resource.resource_name, replace, body.validate_only)
-                        .await
+                    if resource.resource_type == RESOURCE_GROUP {
+                        alter_group(&ctx, &resource.resource_name, replace, body.validate_only)
+                            .await
+                    } else {
+                        ctx.broker
+                            .alter_topic_config(
+                                &resource.resource_name,
+                                replace,
+                                body.validate_only,
+                            )
+                            .await
+                    }
                 }
                 Err(e) => Err(e),
             };

@@ -155,13 +155,14 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let answer = ctx.groups.consumer_heartbeat(&req, &topics).await;
-        encode(&ctx, response, answer, &topics)
+        encode(&ctx, &req.group_id, response, answer, &topics)
     })
 }
 
 /// The answer of a heartbeat, with topic names turned back into ids.
 fn encode(
     ctx: &Ctx,
+    group_id: &str,
     response: ConsumerGroupHeartbeatResponse,
     answer: Result<HeartbeatAnswer, GroupError>,
     topics: &TopicsView,
@@ -183,7 +184,7 @@ fn encode(
         }) => response
             .with_member_id(Some(StrBytes::from_string(member_id)))
             .with_member_epoch(member_epoch)
-            .with_heartbeat_interval_ms(ctx.groups.consumer_heartbeat_interval_ms())
+            .with_heartbeat_interval_ms(ctx.groups.consumer_heartbeat_interval_ms(group_id))
             .with_assignment(assignment.map(|a| {
                 WireAssignment::default().with_topic_partitions(
                     a.into_iter()

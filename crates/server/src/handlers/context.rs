@@ -32,6 +32,8 @@ pub struct Ctx {
     pub txns: Arc<TxnCoordinator>,
     /// Share groups: membership, share sessions and share-partition state.
     pub shares: Arc<ShareCoordinator>,
+    /// Groups' own settings (the GROUP config resource), kept durably.
+    pub group_configs: Arc<crate::group_configs::GroupConfigStore>,
     /// Becomes true when the broker shuts down; long polls end early.
     pub shutdown: watch::Receiver<bool>,
     /// Budgets and the open connections' state.

@@ -1,10 +1,12 @@
-//! DescribeConfigs: a topic's effective settings (Kafka names), or the broker's. A topic
-//! needs DescribeConfigs on it, the broker DescribeConfigs on the cluster.
+//! DescribeConfigs: a topic's effective settings (Kafka names), a group's
+//! (`crate::group_configs`), or the broker's. A topic needs DescribeConfigs on it, a
+//! group DescribeConfigs on the group, the broker DescribeConfigs on the cluster.
 
 use super::create_topics::{SOURCE_DEFAULT, SOURCE_TOPIC};
 use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
 use crate::errors::code_and_message;
+use crate::group_configs::{RESOURCE_GROUP, SOURCE_GROUP};
 use headway_auth::acl::Operation;
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::describe_configs_response::{
@@ -52,7 +54,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                 RESOURCE_BROKER if !authorize::cluster(call, Operation::DescribeConfigs) => {
                     Err(authorize::cluster_denied())
                 }
+                RESOURCE_GROUP if !authorize::group(call, Operation::DescribeConfigs, name) => {
+                    Err(authorize::group_denied(name))
+                }
                 RESOURCE_TOPIC => topic_entries(ctx, name),
+                RESOURCE_GROUP => group_entries(ctx, name),
                 RESOURCE_BROKER => broker_entries(ctx, name),
                 other => Err(BrokerError::InvalidRequest(format!(
                     "resource type {other} is not supported"
@@ -91,7 +97,7 @@ fn entry((name, value, source, config_type): Entry) -> DescribeConfigsResourceRe
     DescribeConfigsResourceResult::default()
         .with_name(StrBytes::from_string(name))
         .with_value(Some(StrBytes::from_string(value)))
-        .with_read_only(source != SOURCE_TOPIC && source != SOURCE_DEFAULT)
+        .with_read_only(source == SOURCE_STATIC_BROKER)
         .with_config_source(source)
         .with_config_type(config_type)
 }
@@ -118,6 +124,28 @@ fn topic_entries(ctx: &Ctx, name: &str) -> Result<Vec<Entry>, BrokerError> {
             (name.to_string(), value, source, config_type)
         })
         .collect())
+}
+
+/// A group's settings: those it set (GROUP_CONFIG), the broker's for the others
+/// (DEFAULT_CONFIG). A group without settings, or not known, has the broker's.
+fn group_entries(ctx: &Ctx, name: &str) -> Result<Vec<Entry>, BrokerError> {
+    if name.is_empty() {
+        return Err(BrokerError::InvalidRequest(
+            "a group config resource needs a group name".into(),
+        ));
+    }
+    let store = &ctx.group_configs;
+    let definitions = store.definitions();
+    Ok(
+        crate::group_configs::describe(definitions, &store.get(name))
+            .into_iter()
+            .zip(definitions)
+            .map(|((name, value, set), def)| {
+                let source = if set { SOURCE_GROUP } else { SOURCE_DEFAULT };
+                (name, value, source, def.config_type)
+            })
+            .collect(),
+    )
 }
 
 fn broker_entries(ctx: &Ctx, name: &str) -> Result<Vec<Entry>, BrokerError> {

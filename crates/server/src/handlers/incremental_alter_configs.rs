@@ -1,11 +1,13 @@
-//! IncrementalAlterConfigs: set or delete individual topic settings. Broker settings
-//! are static (from the config file and flags) and cannot be altered here. A topic
-//! needs AlterConfigs on it; a broker resource AlterConfigs on the cluster before it is
-//! refused as unalterable.
+//! IncrementalAlterConfigs: set or delete individual topic or group settings (a group's
+//! in `crate::group_configs`). Broker settings are static (from the config file and
+//! flags) and cannot be altered here. A topic needs AlterConfigs on it, a group
+//! AlterConfigs on the group; a broker resource AlterConfigs on the cluster before it
+//! is refused as unalterable.
 
-use super::{pending, Call, Handler, HandlerError, Reply};
+use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
 use crate::errors::code_and_message;
+use crate::group_configs::{self, Settings, RESOURCE_GROUP};
 use headway_auth::acl::Operation;
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
@@ -30,9 +32,9 @@ const RESOURCE_BROKER_LOGGER: i8 = 8;
 const SET: i8 = 0;
 const DELETE: i8 = 1;
 
-/// Refuses resources other than topics, with the reason.
-pub(crate) fn only_topics(resource_type: i8) -> Result<(), BrokerError> {
-    if resource_type == RESOURCE_TOPIC {
+/// Refuses resources other than topics and groups, with the reason.
+pub(crate) fn alterable(resource_type: i8) -> Result<(), BrokerError> {
+    if resource_type == RESOURCE_TOPIC || resource_type == RESOURCE_GROUP {
         Ok(())
     } else {
         Err(BrokerError::InvalidRequest(format!(
@@ -51,6 +53,9 @@ pub(crate) fn refusals<'a>(
         .map(|(kind, name)| match kind {
             RESOURCE_TOPIC if !authorize::topic(call, Operation::AlterConfigs, name) => {
                 Some(authorize::topic_denied(name))
+            }
+            RESOURCE_GROUP if !authorize::group(call, Operation::AlterConfigs, name) => {
+                Some(authorize::group_denied(name))
             }
             RESOURCE_BROKER | RESOURCE_BROKER_LOGGER
                 if !authorize::cluster(call, Operation::AlterConfigs) =>
@@ -86,14 +91,18 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     )
                 })
                 .collect();
-            let outcome = match refused.map_or_else(|| only_topics(resource.resource_type), Err) {
+            let outcome = match refused.map_or_else(|| alterable(resource.resource_type), Err) {
                 Ok(()) => {
                     let apply = move |overrides: &mut BTreeMap<String, String>| {
                         apply_operations(overrides, ops)
                     };
-                    ctx.broker
-                        .alter_topic_config(&resource.resource_name, apply, body.validate_only)
-                        .await
+                    if resource.resource_type == RESOURCE_GROUP {
+                        alter_group(&ctx, &resource.resource_name, apply, body.validate_only).await
+                    } else {
+                        ctx.broker
+                            .alter_topic_config(&resource.resource_name, apply, body.validate_only)
+                            .await
+                    }
                 }
                 Err(e) => Err(e),
             };
@@ -105,6 +114,24 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         }
         IncrementalAlterConfigsResponse::default().with_responses(responses)
     })
+}
+
+/// Changes a group's settings durably, then applies them to its coordinators.
+pub(crate) async fn alter_group(
+    ctx: &Ctx,
+    group_id: &str,
+    change: impl FnOnce(&mut Settings) -> Result<(), BrokerError>,
+    validate_only: bool,
+) -> Result<(), BrokerError> {
+    let settings = ctx
+        .group_configs
+        .alter(group_id, change, validate_only)
+        .await?;
+    if !validate_only {
+        tracing::info!(group = %group_id, ?settings, "group configs changed");
+        group_configs::apply(&ctx.groups, &ctx.shares, group_id, &settings);
+    }
+    Ok(())
 }
 
 fn apply_operations(

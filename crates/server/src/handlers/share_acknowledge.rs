@@ -113,7 +113,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     ),
             );
         }
-        let lock_ms = ctx.shares.config().partition.record_lock_duration_ms;
+        let lock_ms = ctx
+            .shares
+            .group_config(&group_id)
+            .partition
+            .record_lock_duration_ms;
         ShareAcknowledgeAnswer {
             body: ShareAcknowledgeResponse::default().with_responses(
                 by_topic

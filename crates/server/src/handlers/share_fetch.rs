@@ -279,7 +279,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             let (found, kept) = poll.run(&session).await;
             (fetched, reserved) = (found, Some(kept));
         }
-        let lock_ms = ctx.shares.config().partition.record_lock_duration_ms;
+        let lock_ms = ctx
+            .shares
+            .group_config(&group_id)
+            .partition
+            .record_lock_duration_ms;
         let node_id = ctx.broker.config().node_id;
         let body = response(ack_codes, fetched, node_id)
             .with_acquisition_lock_timeout_ms(lock_ms.min(i64::from(i32::MAX)) as i32);

@@ -73,7 +73,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .with_member_epoch(body.member_epoch);
         return ready(request, &response);
     }
-    let interval_ms = ctx.shares.config().heartbeat_interval_ms;
+    let interval_ms = ctx.shares.group_config(&group_id).heartbeat_interval_ms;
     // Every topic any member of the group subscribes to could be in this member's
     // assignment only if it subscribes too, so its own topics are enough.
     let topics = known_topics(ctx, &ctx.shares, &group_id, &hb);
