@@ -130,8 +130,10 @@ async fn read_requests<R, W>(
         }
         // Waiting long polls past their bound: read nothing more until earlier answers
         // are written and their bookkeeping freed (TCP pushes back on this client).
+        // Counted as the window being full: it is the window, measured in bytes.
         if conn.long_poll_bytes() > limits::LONG_POLL_BYTES_PER_CONNECTION_MAX {
             conn.window_full_events.fetch_add(1, Ordering::Relaxed);
+            ctx.stats.window_full_events.fetch_add(1, Ordering::Relaxed);
             conn.reader_paused.store(true, Ordering::Relaxed);
             tokio::select! {
                 _ = conn.long_polls_within(limits::LONG_POLL_BYTES_PER_CONNECTION_MAX) => {}
