@@ -365,6 +365,13 @@ pub const SHARE_GROUP_MEMBERS_MAX: usize = 1_000;
 /// it bounds the share coordinator's memory as `groups_max` bounds consumer groups'.
 pub const SHARE_GROUPS_MAX: usize = 10_000;
 
+/// Groups that may have settings of their own (GROUP config resources). Every change
+/// rewrites the one file that holds them all, and a client with AlterConfigs may name
+/// groups that do not exist, so their number is bounded: past it, settings for a
+/// further group are refused with INVALID_REQUEST naming the limit (changes to groups
+/// that have settings, and deletions, go on).
+pub const GROUP_CONFIG_GROUPS_MAX: usize = 10_000;
+
 /// Records one ShareFetch acquires at most, whatever its MaxRecords says: a response
 /// stays bounded and records stay available to the group's other members.
 pub const SHARE_FETCH_RECORDS_MAX: u32 = 10_000;

@@ -244,6 +244,8 @@ pub struct GroupConfigStore {
     path: PathBuf,
     definitions: Vec<Definition>,
     groups: Mutex<BTreeMap<String, Settings>>,
+    /// Most groups with settings (`limits::GROUP_CONFIG_GROUPS_MAX`).
+    groups_max: usize,
     /// Held across a change's write, so changes replace the file one at a time and in
     /// the order they reach memory.
     writing: tokio::sync::Mutex<()>,
@@ -256,6 +258,19 @@ impl GroupConfigStore {
     pub fn open(
         data_dir: &Path,
         definitions: Vec<Definition>,
+    ) -> Result<GroupConfigStore, BrokerError> {
+        Self::open_bounded(
+            data_dir,
+            definitions,
+            headway_broker::limits::GROUP_CONFIG_GROUPS_MAX,
+        )
+    }
+
+    /// [`GroupConfigStore::open`] with at most `groups_max` groups with settings.
+    pub fn open_bounded(
+        data_dir: &Path,
+        definitions: Vec<Definition>,
+        groups_max: usize,
     ) -> Result<GroupConfigStore, BrokerError> {
         let path = data_dir.join(FILE);
         let groups = match std::fs::read(&path) {
@@ -273,6 +288,7 @@ impl GroupConfigStore {
             path,
             definitions,
             groups: Mutex::new(groups),
+            groups_max,
             writing: tokio::sync::Mutex::new(()),
         })
     }
@@ -321,6 +337,13 @@ impl GroupConfigStore {
         if settings.is_empty() {
             all.remove(group_id);
         } else {
+            if !all.contains_key(group_id) && all.len() >= self.groups_max {
+                return Err(BrokerError::InvalidRequest(format!(
+                    "{} groups have settings of their own, the most this broker keeps; \
+                     delete some group's settings first",
+                    self.groups_max
+                )));
+            }
             all.insert(group_id.to_string(), settings.clone());
         }
         let bytes = serde_json::to_vec_pretty(&all)

@@ -210,3 +210,42 @@ fn a_damaged_file_stops_the_broker_rather_than_losing_settings() {
         Err(BrokerError::Storage(_))
     ));
 }
+
+#[tokio::test]
+async fn settings_for_more_groups_than_the_bound_are_refused_and_the_others_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = GroupConfigStore::open_bounded(dir.path(), defs(), 2).unwrap();
+    let earliest = |s: &mut Settings| {
+        s.insert("share.auto.offset.reset".into(), "earliest".into());
+        Ok(())
+    };
+    for g in ["g1", "g2"] {
+        store.alter(g, earliest, false).await.unwrap();
+    }
+    let refused = store.alter("g3", earliest, false).await;
+    assert!(
+        matches!(&refused, Err(BrokerError::InvalidRequest(m)) if m.contains("2 groups")),
+        "{refused:?}"
+    );
+    assert!(store.get("g3").is_empty());
+    // A group that has settings changes them; a deletion makes room.
+    let lock = |s: &mut Settings| {
+        s.insert("share.record.lock.duration.ms".into(), "20000".into());
+        Ok(())
+    };
+    store.alter("g1", lock, false).await.unwrap();
+    store
+        .alter(
+            "g2",
+            |s: &mut Settings| {
+                s.clear();
+                Ok(())
+            },
+            false,
+        )
+        .await
+        .unwrap();
+    store.alter("g3", earliest, false).await.unwrap();
+    let reopened = GroupConfigStore::open_bounded(dir.path(), defs(), 2).unwrap();
+    assert_eq!(reopened.all().keys().collect::<Vec<_>>(), ["g1", "g3"]);
+}
