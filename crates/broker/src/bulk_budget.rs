@@ -26,7 +26,7 @@
 //! of its maximum), back from a cut in about a second rather than five: measured, cold
 //! replays ran 1.4x faster with the tail beside them unchanged (`docs/sync.md`).
 //! Each has its own maximum: a replay's cost to the light clients grows with its rate,
-//! so reading stops lower (`bulk_read_bytes_per_sec_max`, `crate::limits`).
+//! so reading stops lower (`bulk_read_bytes_per_sec_max`, `headway_base::limits`).
 //!
 //! The bucket allows a debt: a read is admitted once the bucket is not in debt and is
 //! charged with what it read afterwards, so a large read is never starved by small

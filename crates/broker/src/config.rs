@@ -5,7 +5,8 @@
 //! names (`retention.ms`, `segment.bytes`, ...) so that admin tools work unchanged;
 //! their defaults come from the broker's `[log]` table.
 
-use crate::{limits, BrokerError};
+use crate::BrokerError;
+use headway_base::limits;
 use headway_log::LogConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -11,8 +11,8 @@
 //!
 //! Thread-safe: shared by every connection as part of the [`crate::Broker`].
 
-use crate::limits::DISK_CHECK_INTERVAL_MS;
 use crate::BrokerError;
+use headway_base::limits::DISK_CHECK_INTERVAL_MS;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Weak;

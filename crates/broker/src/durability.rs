@@ -18,7 +18,8 @@
 use crate::priority::BulkPriority;
 use crate::timings::{Timings, SMALL_SYNC_BYTES};
 use crate::FlushPolicy;
-use headway_log::{Offset, SyncSet};
+use headway_base::Offset;
+use headway_log::SyncSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};

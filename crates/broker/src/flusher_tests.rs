@@ -4,7 +4,8 @@
 
 use super::*;
 use crate::partition::{DeleteRecordsTo, Partition};
-use crate::{Broker, BrokerConfig, BrokerError, FlushPolicy, PartitionIndex};
+use crate::{Broker, BrokerConfig, BrokerError, FlushPolicy};
+use headway_base::PartitionIndex;
 use headway_log::LogConfig;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -34,7 +35,7 @@ fn batch(records: usize, value: &[u8]) -> Vec<u8> {
         varint(&mut body, r.len() as i64);
         body.extend(r);
     }
-    let now = crate::now_ms();
+    let now = headway_base::now_ms();
     let mut out = Vec::new();
     out.extend(0i64.to_be_bytes()); // base offset
     out.extend(((49 + body.len()) as i32).to_be_bytes()); // batch length

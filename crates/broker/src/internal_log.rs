@@ -4,8 +4,9 @@
 //! keeps each key's latest), replayed in order at start-up. Each owner defines its
 //! key and value formats; this module holds what they share.
 
-use crate::{BrokerError, FlushPolicy, Offset, Partition, PartitionIndex};
+use crate::{BrokerError, FlushPolicy, Partition};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use headway_base::{Offset, PartitionIndex};
 use headway_log::LogConfig;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,

@@ -14,7 +14,8 @@
 use crate::read_pool::ReadVia;
 use crate::BrokerError;
 use bytes::Bytes;
-use headway_log::{Offset, ReadSlice};
+use headway_base::Offset;
+use headway_log::ReadSlice;
 use std::sync::atomic::Ordering;
 
 /// Reads whole batches of `slice`, at most about `max_bytes`, never at or past

@@ -9,7 +9,6 @@ use crate::cleaner::{Cleanable, LogCleaner};
 use crate::config::{BrokerConfig, SyncScope, TopicConfig};
 use crate::disk::{run_disk_checks, DiskSpace};
 use crate::durability::{SyncCounters, SyncMeters};
-use crate::durable_file::{self, sync_dir};
 use crate::flusher::SharedFlusher;
 use crate::open_files::{self, OpenFiles};
 use crate::partition::Partition;
@@ -17,7 +16,9 @@ use crate::producer_ids::ProducerIds;
 use crate::read_pool::ReadPool;
 use crate::timings::Timings;
 use crate::topic::{validate_topic_name, Topic};
-use crate::{limits, BrokerError, FlushPolicy, PartitionIndex};
+use crate::{BrokerError, FlushPolicy};
+use headway_base::durable_file::{self, sync_dir};
+use headway_base::{limits, PartitionIndex};
 use headway_log::{FileCache, FileCacheStats};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -681,7 +682,7 @@ async fn run_retention(broker: Weak<Broker>) {
         let producer_idle_ms = b.config.producer_id_expiration_ms;
         drop(b);
         let _ = tokio::task::spawn_blocking(move || {
-            let now = crate::now_ms();
+            let now = headway_base::now_ms();
             for topic in topics {
                 // A partition that could not be opened has nothing to expire or delete.
                 let opened = topic

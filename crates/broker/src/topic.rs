@@ -7,10 +7,11 @@
 //! hidden `.deleted-*` directory first. Hidden leftovers are removed at start-up.
 
 use crate::config::{LogDefaults, TopicConfig};
-use crate::durable_file::{self, sync_dir};
 use crate::partition::Partition;
-use crate::PartitionIndex;
-use crate::{limits, BrokerError, FlushPolicy};
+use crate::{BrokerError, FlushPolicy};
+use headway_base::durable_file::{self, sync_dir};
+use headway_base::limits;
+use headway_base::PartitionIndex;
 use headway_log::RecoveryReport;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -320,7 +321,7 @@ fn remove_new_partitions(parent: &Path, dirs: impl IntoIterator<Item = PathBuf>)
         let grave = parent.join(format!(".deleted-{}", Uuid::new_v4().simple()));
         let removed = fs::rename(&dir, &grave)
             .map_err(|e| io_error("rename", &dir, e))
-            .and_then(|()| sync_dir(parent))
+            .and_then(|()| Ok(sync_dir(parent)?))
             .and_then(|()| fs::remove_dir_all(&grave).map_err(|e| io_error("remove", &grave, e)));
         if let Err(error) = removed {
             tracing::warn!(%error, "removing an undone creation");
@@ -365,7 +366,7 @@ fn remove_unfinished_partitions(dir: &Path, count: i32) -> Result<(), BrokerErro
         }
     }
     match removed {
-        true => sync_dir(dir),
+        true => Ok(sync_dir(dir)?),
         false => Ok(()),
     }
 }
@@ -373,7 +374,10 @@ fn remove_unfinished_partitions(dir: &Path, count: i32) -> Result<(), BrokerErro
 /// Writes `topic.json` durably ([`durable_file::replace`]), its directory synced.
 fn write_meta(dir: &Path, meta: &TopicMeta) -> Result<(), BrokerError> {
     let text = serde_json::to_string_pretty(meta).expect("topic metadata serializes");
-    durable_file::replace(&dir.join(META_FILE), text.as_bytes())
+    Ok(durable_file::replace(
+        &dir.join(META_FILE),
+        text.as_bytes(),
+    )?)
 }
 
 #[cfg(test)]

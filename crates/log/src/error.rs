@@ -1,5 +1,7 @@
 //! The log's expected failures, as values.
-use crate::{BatchError, Offset};
+use crate::BatchError;
+use headway_base::durable_file::DurableFileError;
+use headway_base::Offset;
 use std::path::{Path, PathBuf};
 
 /// Expected failures of the log. The broker maps each to a Kafka error code in one place.
@@ -71,6 +73,16 @@ impl CorruptBatch {
 
     pub(crate) fn into_io(self) -> std::io::Error {
         std::io::Error::new(std::io::ErrorKind::InvalidData, self)
+    }
+}
+
+impl From<DurableFileError> for LogError {
+    fn from(e: DurableFileError) -> LogError {
+        LogError::Io {
+            context: e.context,
+            path: e.path,
+            source: e.source,
+        }
     }
 }
 

@@ -35,7 +35,6 @@
 //! - `read`: [`ReadSlice`], the lock-free fetch read.
 //! - `sync`: [`SyncSet`] and the record of what awaits a sync.
 //! - `file_cache`: [`FileCache`], the bounded set of sealed segments' open files.
-//! - `offset`: [`Offset`], whose integer is reached only through named conversions.
 //! - `txn_index`: the aborted-transaction index per segment (Kafka's `.txnindex`);
 //!   `control`: transaction markers (control batches), written and read.
 //! - `batch`: the v2 batch header; `config`: settings and size limits; `error`.
@@ -50,7 +49,6 @@ mod index;
 mod indexing;
 #[allow(clippy::module_inception)]
 mod log;
-mod offset;
 mod read;
 pub mod records;
 mod recovery;
@@ -70,7 +68,8 @@ pub use log::{
     AppendInfo, CleanReport, CleanedPass, CleanerConfig, CleaningPlan, Log, RecoveryReport,
     RetentionReport, StagedCleaning,
 };
-pub use offset::Offset;
+// Moved to `headway_base`; kept here only until the crates above import it from there.
+pub use headway_base::Offset;
 pub use read::ReadSlice;
 pub use sync::SyncSet;
 pub use txn_index::AbortedTxn;

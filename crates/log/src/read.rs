@@ -24,8 +24,9 @@
 use crate::batch::{self, BatchError, BatchHeader};
 use crate::batch::{declared_total_bytes, BatchIter, LOG_OVERHEAD_BYTES};
 use crate::config::{DISK_READ_BYTES_MAX, READ_SLACK_BYTES};
-use crate::{CorruptBatch, Offset};
+use crate::CorruptBatch;
 use bytes::Bytes;
+use headway_base::Offset;
 use rustix::io::{Errno, ReadWriteFlags};
 use std::fs::File;
 use std::io;

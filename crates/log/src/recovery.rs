@@ -25,7 +25,8 @@ use crate::segment::{
     TIME_INDEX_SUFFIX,
 };
 use crate::txn_index::TXN_INDEX_SUFFIX;
-use crate::{LogConfig, LogError, Offset, RecoveryReport};
+use crate::{LogConfig, LogError, RecoveryReport};
+use headway_base::{durable_file, Offset};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
@@ -246,7 +247,7 @@ pub(crate) fn parse_file_name(name: &str) -> Option<(i64, &str)> {
 pub(crate) fn remove_clean_marker(dir: &Path) -> Result<(), LogError> {
     let marker = dir.join(CLEAN_SHUTDOWN_FILE);
     std::fs::remove_file(&marker).map_err(LogError::io("remove", &marker))?;
-    crate::sync::sync_dir(dir)
+    Ok(durable_file::sync_dir(dir)?)
 }
 
 /// Writes the clean-shutdown marker and syncs it and the directory.
@@ -254,7 +255,7 @@ pub(crate) fn write_clean_marker(dir: &Path) -> Result<(), LogError> {
     let marker = dir.join(CLEAN_SHUTDOWN_FILE);
     let file = File::create(&marker).map_err(LogError::io("create", &marker))?;
     file.sync_all().map_err(LogError::io("sync", &marker))?;
-    crate::sync::sync_dir(dir)
+    Ok(durable_file::sync_dir(dir)?)
 }
 
 #[cfg(test)]

@@ -19,7 +19,8 @@
 //! known entry again without a second copy).
 
 use crate::segment::file_name;
-use crate::{LogError, Offset};
+use crate::LogError;
+use headway_base::{durable_file, Offset};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -90,7 +91,7 @@ fn read_entries(path: &Path) -> Result<Vec<AbortedTxn>, LogError> {
     }
 }
 
-/// Replaces the file with `entries` (temporary file, sync, rename): used at open and
+/// Replaces the file with `entries` (`<name>.tmp`, sync, rename): used at open and
 /// by the cleaner, rarely. The caller syncs the directory.
 fn rewrite(path: &Path, entries: &[AbortedTxn]) -> Result<(), LogError> {
     if entries.is_empty() {
@@ -101,12 +102,10 @@ fn rewrite(path: &Path, entries: &[AbortedTxn]) -> Result<(), LogError> {
             _ => Ok(()),
         };
     }
-    let tmp = path.with_extension("txnindex.tmp");
-    let mut file = File::create(&tmp).map_err(LogError::io("create", &tmp))?;
-    file.write_all(&encode_all(entries))
-        .and_then(|_| file.sync_all())
-        .map_err(LogError::io("write", &tmp))?;
-    std::fs::rename(&tmp, path).map_err(LogError::io("rename", &tmp))
+    Ok(durable_file::replace_leaving_dir_unsynced(
+        path,
+        &encode_all(entries),
+    )?)
 }
 
 /// Appends one entry to the file of the segment at `base_offset` (not synced).

@@ -84,13 +84,15 @@ use crate::flusher::SharedFlusher;
 use crate::producer_state::{is_idempotent, TransactionResult};
 use crate::read_pool::ReadVia;
 use crate::read_route;
-use crate::{limits, BrokerError, FlushPolicy, PartitionIndex, ProducerEpoch, ProducerId};
+use crate::{BrokerError, FlushPolicy};
 use bytes::Bytes;
+use headway_base::Offset;
+use headway_base::{limits, PartitionIndex, ProducerEpoch, ProducerId};
 use headway_log::control::{Marker, MarkerKind};
 use headway_log::records::{self, Keyless};
 use headway_log::{
     batch, AbortedTxn, BatchHeader, CleanReport, CleanerConfig, CleaningPlan, CorruptBatch, Log,
-    LogConfig, LogError, Offset, ReadSlice, RecoveryReport, StagedCleaning,
+    LogConfig, LogError, ReadSlice, RecoveryReport, StagedCleaning,
 };
 use side_files::{
     load_producer_states, read_log_start_offset, write_log_start_offset, write_producer_snapshot,
@@ -292,7 +294,7 @@ impl Partition {
         flush: FlushPolicy,
     ) -> Result<(Arc<Partition>, RecoveryReport), BrokerError> {
         let (mut log, report) =
-            Log::open(&dir, config, crate::now_ms()).map_err(BrokerError::from_log)?;
+            Log::open(&dir, config, headway_base::now_ms()).map_err(BrokerError::from_log)?;
         let producers = load_producer_states(&dir, &mut log)?;
         let segments_to_repair = log.segments_to_repair();
         let state = PartitionState::recovered(
@@ -539,7 +541,7 @@ impl Partition {
         }
         // The log rewrites base offsets in place; the request buffer is shared, so copy.
         let mut owned = records.to_vec();
-        let now_ms = crate::now_ms();
+        let now_ms = headway_base::now_ms();
         let appended = self.with_slot(|slot| {
             let append = || {
                 #[cfg(test)]
@@ -642,7 +644,7 @@ impl Partition {
         result: TransactionResult,
         coordinator_epoch: i32,
     ) -> Result<Offset, BrokerError> {
-        let now_ms = crate::now_ms();
+        let now_ms = headway_base::now_ms();
         let kind = match result {
             TransactionResult::Commit => MarkerKind::Commit,
             TransactionResult::Abort => MarkerKind::Abort,

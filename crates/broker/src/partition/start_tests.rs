@@ -7,7 +7,8 @@
 //! broker again and check what it serves, refuses and reports.
 
 use super::txn_tests::plain_batch;
-use crate::{Broker, BrokerConfig, BrokerError, PartitionIndex};
+use crate::{Broker, BrokerConfig, BrokerError};
+use headway_base::PartitionIndex;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
@@ -78,7 +79,7 @@ async fn a_partition_that_cannot_be_opened_is_offline_and_the_others_are_served(
             tail_bytes: u64::MAX,
         };
         match bad
-            .read_via(headway_log::Offset::ZERO, MAX, &via, Default::default())
+            .read_via(headway_base::Offset::ZERO, MAX, &via, Default::default())
             .await
         {
             Err(BrokerError::Storage(message)) => assert!(message.contains("offline"), "{message}"),

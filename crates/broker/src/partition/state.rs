@@ -21,8 +21,9 @@
 
 use crate::producer_state::{CompletedTxn, ProducerStates, SequenceCheck, SequenceError};
 use crate::BrokerError;
-use crate::{ProducerEpoch, ProducerId};
-use headway_log::{BatchHeader, Offset};
+use headway_base::Offset;
+use headway_base::{ProducerEpoch, ProducerId};
+use headway_log::BatchHeader;
 
 /// A partition's offsets and its idempotent producers. Lives under the partition's
 /// mutex, next to the log.

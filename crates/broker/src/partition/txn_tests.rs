@@ -9,8 +9,9 @@
 //! marker, so recovery scans the tail and the producers' state is replayed.
 
 use super::*;
-use crate::{BrokerError, ProducerEpoch, ProducerId};
+use crate::BrokerError;
 use bytes::BytesMut;
+use headway_base::{ProducerEpoch, ProducerId};
 use headway_log::LogConfig;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,

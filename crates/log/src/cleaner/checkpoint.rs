@@ -12,7 +12,7 @@
 //! kept beside the log, and the batches stay as clients wrote them).
 //!
 //! The state is written to `cleaner-checkpoint` in the partition directory after every
-//! pass that changed it (temporary file, sync, rename, directory sync), without the
+//! pass that changed it (`headway_base::durable_file::replace`), without the
 //! log's lock. It only ever lags the log: a crash before it is written leaves the older
 //! state, whose first dirty offset is lower (the next pass reads more keys) and whose
 //! spans are fewer (tombstones wait longer). A missing or unreadable file reads as a
@@ -23,9 +23,8 @@
 //! horizon (their tombstones wait a little longer, never less).
 
 use crate::LogError;
-use std::fs::File;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use headway_base::durable_file;
+use std::path::Path;
 
 /// The file's name in the partition directory.
 pub(crate) const CHECKPOINT_FILE: &str = "cleaner-checkpoint";
@@ -210,18 +209,11 @@ impl CleanerState {
     /// Replaces the stored state in `dir` durably. Blocking: call it without the log's
     /// lock, one pass at a time (the log's busy flag orders the passes).
     pub fn store(&self, dir: &Path) -> Result<(), LogError> {
-        let path = dir.join(CHECKPOINT_FILE);
-        let tmp: PathBuf = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
-        File::create(&tmp)
-            .and_then(|mut file| {
-                file.write_all(self.encode().as_bytes())?;
-                file.sync_all()
-            })
-            .map_err(LogError::io("write", &tmp))?;
-        std::fs::rename(&tmp, &path).map_err(LogError::io("rename", &tmp))?;
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(LogError::io("sync directory", dir))
+        let bytes = self.encode();
+        Ok(durable_file::replace(
+            &dir.join(CHECKPOINT_FILE),
+            bytes.as_bytes(),
+        )?)
     }
 }
 

@@ -35,7 +35,8 @@ pub(crate) use swap::finish_interrupted_swaps;
 
 use super::Log;
 use crate::config::SEGMENT_OFFSETS_LIMIT;
-use crate::{LogError, Offset};
+use crate::LogError;
+use headway_base::Offset;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -179,7 +179,7 @@ impl Log {
     }
 
     pub(crate) fn sync_dir(&self) -> Result<(), LogError> {
-        crate::sync::sync_dir(&self.dir)
+        Ok(headway_base::durable_file::sync_dir(&self.dir)?)
     }
 }
 
