@@ -25,10 +25,12 @@
 //! Modules, from the top down:
 //! - `log`: the [`Log`]: offset assignment, rolls, sync bookkeeping, reads across
 //!   segments, timestamp lookups, retention, close; with `log/cleaner`, the cleaner
-//!   of compacted topics (one pass: plan, stage cleaned segments, swap them in).
+//!   of compacted topics (one pass: plan, stage cleaned segments, swap them in), whose
+//!   `checkpoint` and `staging` the log and recovery use without the cleaner itself.
 //! - `recovery`: opening a directory, the clean-shutdown marker, crash repair.
-//! - `segment` (with `segment_load`): one segment's files and state; adopting or
+//! - `segment` (with `segment/load`): one segment's files and state; adopting or
 //!   rebuilding its indexes at open.
+//! - `file_names`: the names of a partition directory's files.
 //! - `index`, `time_index`: the two sparse index formats, as plain values.
 //! - `indexing`: the cadence that decides which batches get index entries.
 //! - `scan`: chunked walks over a segment's batches (recovery, timestamp lookups).
@@ -45,6 +47,7 @@ mod config;
 pub mod control;
 mod error;
 pub mod file_cache;
+mod file_names;
 mod index;
 mod indexing;
 #[allow(clippy::module_inception)]
@@ -64,12 +67,11 @@ pub use batch::{BatchError, BatchHeader};
 pub use config::{LogConfig, APPEND_BYTES_LIMIT, SEGMENT_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};
 pub use error::{CorruptBatch, LogError};
 pub use file_cache::{FileCache, FileCacheStats};
-pub use log::{
-    AppendInfo, CleanReport, CleanedPass, CleanerConfig, CleaningPlan, Log, RecoveryReport,
-    RetentionReport, StagedCleaning,
-};
+pub use log::cleaner::{CleanReport, CleanedPass, CleanerConfig, CleaningPlan, StagedCleaning};
+pub use log::{AppendInfo, Log, RetentionReport};
 // Moved to `headway_base`; kept here only until the crates above import it from there.
 pub use headway_base::Offset;
 pub use read::ReadSlice;
+pub use recovery::RecoveryReport;
 pub use sync::SyncSet;
 pub use txn_index::AbortedTxn;

@@ -8,14 +8,13 @@
 //! interval, or a broker that never syncs). Recovery after a crash relies on it to
 //! scan only the last two segments.
 
-#[path = "cleaner/mod.rs"]
 pub(crate) mod cleaner;
 
-pub use cleaner::{CleanReport, CleanedPass, CleanerConfig, CleaningPlan, StagedCleaning};
-
+use self::cleaner::checkpoint::CleanerState;
 use crate::batch::{self, BatchHeader};
 use crate::config::{APPEND_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};
 use crate::recovery;
+use crate::recovery::RecoveryReport;
 use crate::segment::Segment;
 use crate::sync::{Pending, SealedFiles};
 use crate::txn_index::{self, AbortedTxn};
@@ -34,22 +33,6 @@ pub struct AppendInfo {
     /// Offset of the last record of the last batch.
     pub last_offset: Offset,
     /// Log end offset after the append (`last_offset + 1`).
-    pub log_end_offset: Offset,
-}
-
-/// What [`Log::open`] found and repaired.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RecoveryReport {
-    pub segments: usize,
-    /// False when the clean-shutdown marker was missing and the tail was scanned.
-    pub clean_shutdown: bool,
-    /// Bytes cut from torn or corrupt tails.
-    pub truncated_bytes: u64,
-    /// Index files (offset or time) that were missing or damaged and rebuilt.
-    pub rebuilt_indexes: usize,
-    /// Segments marked for repair (`Log::mark_for_repair`) that were scanned in full.
-    pub repaired_segments: usize,
-    pub log_start_offset: Offset,
     pub log_end_offset: Offset,
 }
 
@@ -80,7 +63,7 @@ pub struct Log {
     repair: BTreeSet<i64>,
     /// Where the log cleaner's next pass starts reading keys, and when the offsets
     /// before it were first cleaned (`cleaner/checkpoint.rs`).
-    cleaner: cleaner::CleanerState,
+    cleaner: CleanerState,
     /// Set while a cleaning pass is planned and not yet installed or dropped.
     cleaner_busy: Arc<AtomicBool>,
     /// The aborted-transaction index of each segment that has one, by base offset,
@@ -109,7 +92,7 @@ impl Log {
             .filter(|(base, _)| Some(**base) != active)
             .for_each(|(_, segment)| segment.thin_indexes());
         tracing::debug!(dir = %dir.display(), ?report, "log opened");
-        let cleaner = cleaner::state_at_open(dir, &segments, report.log_start_offset.value());
+        let cleaner = CleanerState::at_open(dir, &segments, report.log_start_offset.value());
         let ends = segments.iter().map(|(base, s)| (*base, s.end_offset()));
         let aborted = txn_index::load(dir, ends)?;
         let log = Log {
@@ -281,7 +264,7 @@ impl Log {
     /// The `.log` file of the segment with this base offset (for error reports).
     pub fn segment_path(&self, segment_base_offset: i64) -> PathBuf {
         self.dir
-            .join(crate::segment::file_name(segment_base_offset, "log"))
+            .join(crate::file_names::file_name(segment_base_offset, "log"))
     }
 
     /// Finds where a read at `offset` starts. `log_start_offset <= offset <= log_end_offset`,
@@ -559,6 +542,11 @@ impl Log {
             .retention_cutoff_ms(now_ms)
             .is_some_and(|cutoff| oldest.retention_timestamp_ms() < cutoff);
         (over_size || expired).then_some(oldest.base_offset())
+    }
+
+    /// Syncs the partition directory (files created, renamed or removed in it).
+    pub(crate) fn sync_dir(&self) -> Result<(), LogError> {
+        Ok(headway_base::durable_file::sync_dir(&self.dir)?)
     }
 }
 

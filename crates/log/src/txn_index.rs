@@ -18,7 +18,7 @@
 //! rebuilds from the markers it replays at open ([`crate::Log::add_aborted`] takes a
 //! known entry again without a second copy).
 
-use crate::segment::file_name;
+use crate::file_names::{file_name, parse_file_name, TXN_INDEX_SUFFIX};
 use crate::LogError;
 use headway_base::{durable_file, Offset};
 use std::collections::BTreeMap;
@@ -26,7 +26,6 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub(crate) const TXN_INDEX_SUFFIX: &str = "txnindex";
 /// Bytes per entry on disk.
 pub(crate) const ENTRY_BYTES: usize = 28;
 
@@ -196,9 +195,7 @@ pub(crate) fn files_in(dir: &Path, bases: std::ops::Range<i64>) -> Result<Vec<i6
     for entry in std::fs::read_dir(dir).map_err(LogError::io("list", dir))? {
         let entry = entry.map_err(LogError::io("list", dir))?;
         let name = entry.file_name();
-        if let Some((base, TXN_INDEX_SUFFIX)) =
-            name.to_str().and_then(crate::recovery::parse_file_name)
-        {
+        if let Some((base, TXN_INDEX_SUFFIX)) = name.to_str().and_then(parse_file_name) {
             if bases.contains(&base) {
                 found.push(base);
             }

@@ -82,7 +82,7 @@ fn refused_then_resumed(segment_bytes_max: u64, written: usize, space_left_bytes
     // created; a roll that succeeded before the append's own write failed leaves the
     // new, empty active segment, which the next append uses.
     let empty_next = |(name, size): &(String, u64)| {
-        *size == 0 && name.starts_with(&crate::segment::file_name(end_before.value(), ""))
+        *size == 0 && name.starts_with(&crate::file_names::file_name(end_before.value(), ""))
     };
     let mut files_after = file_sizes(&dir);
     files_after.retain(|f| files_before.contains(f) || !empty_next(f));
@@ -245,7 +245,7 @@ fn a_segment_marked_for_repair_is_truncated_before_the_damage_at_the_next_open()
     assert!(!log.mark_for_repair(0).unwrap(), "marked once");
     assert!(!log.mark_for_repair(12_345).unwrap(), "no such segment");
     assert_eq!(log.segments_to_repair(), 1);
-    let marker = dir.path().join(crate::segment::file_name(0, "repair"));
+    let marker = dir.path().join(crate::file_names::file_name(0, "repair"));
     assert!(marker.exists());
     log.close().unwrap();
 

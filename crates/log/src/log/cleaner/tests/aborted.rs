@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::control::{Marker, MarkerKind};
-use crate::log::cleaner::swap::STEPS_LEFT;
+use crate::log::cleaner::staging::STEPS_LEFT;
 use crate::AbortedTxn;
 
 const SEGMENT_BYTES: u64 = 1024;

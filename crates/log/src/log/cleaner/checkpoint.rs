@@ -22,8 +22,10 @@
 //! [`SPANS_MAX`] the two neighbours with the closest horizons merge, keeping the later
 //! horizon (their tombstones wait a little longer, never less).
 
+use crate::segment::Segment;
 use crate::LogError;
 use headway_base::durable_file;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The file's name in the partition directory.
@@ -54,6 +56,30 @@ pub(crate) struct CleanerState {
 }
 
 impl CleanerState {
+    /// The cleaner's state of a log being opened: its checkpoint, with the first dirty
+    /// offset moved down to a segment boundary at or below the log's end, so that every
+    /// record past it is in a segment the next pass reads keys from.
+    pub fn at_open(
+        dir: &Path,
+        segments: &BTreeMap<i64, Segment>,
+        log_start_offset: i64,
+    ) -> CleanerState {
+        let Some(mut state) = CleanerState::load(dir) else {
+            return CleanerState::new(log_start_offset);
+        };
+        let active = segments.keys().next_back().copied().unwrap_or(0);
+        let log_end = segments.values().next_back().map_or(0, |s| s.end_offset());
+        let target = state.first_dirty_offset.min(log_end);
+        if let Some((base, segment)) = segments.range(..=target).next_back() {
+            if target > *base && (target < segment.end_offset() || *base == active) {
+                state.dirty_from(*base);
+            }
+        }
+        state.dirty_from(target);
+        state.forget_below(log_start_offset);
+        state
+    }
+
     /// A log never cleaned, starting at `log_start_offset`.
     pub fn new(log_start_offset: i64) -> CleanerState {
         CleanerState {
