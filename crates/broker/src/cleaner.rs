@@ -316,8 +316,7 @@ impl LogCleaner {
 }
 
 #[cfg(test)]
-#[path = "cleaner_tests.rs"]
-mod cleaner_tests;
+mod partition_tests;
 
 #[cfg(test)]
 mod tests {

@@ -200,5 +200,4 @@ impl SharedFlusher {
 }
 
 #[cfg(test)]
-#[path = "flusher_tests.rs"]
 mod tests;

@@ -102,7 +102,10 @@ impl Broker {
         });
         crate::panics::spawn_restarting(background, "disk checks", {
             let weak = weak.clone();
-            move || run_disk_checks(weak.clone())
+            move || {
+                let weak = weak.clone();
+                run_disk_checks(move || weak.upgrade().map(|b| Arc::clone(b.disk_space())))
+            }
         });
         crate::panics::spawn_restarting(background, "closing unused files", move || {
             close_unused_files(weak.clone())

@@ -508,7 +508,7 @@ fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     runtime.block_on(async move {
         tracing::info!(data_dir = %config.data_dir.display(), flush = %config.flush,
             sync_scope = %config.sync_scope, "starting");
-        let specs = headway_broker::listeners::specs(&config).map_err(anyhow::Error::msg)?;
+        let specs = config.listener_specs().map_err(anyhow::Error::msg)?;
         let listen = specs[0].bind.clone();
         // Tried before the data directory is opened (and created), so that a busy or
         // wrong address leaves nothing behind. The trial listeners are closed at once;

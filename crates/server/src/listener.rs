@@ -207,7 +207,7 @@ impl Server {
     pub async fn bind(broker: Arc<Broker>) -> std::io::Result<Server> {
         let config = broker.config();
         let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
-        let specs = headway_broker::listeners::specs(config).map_err(invalid)?;
+        let specs = config.listener_specs().map_err(invalid)?;
         let tls = match specs.iter().any(|s| s.protocol.tls()) {
             true => Some(ReloadableTls::load(config).map_err(invalid)?),
             false => None,

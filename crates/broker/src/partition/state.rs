@@ -299,9 +299,7 @@ pub fn last_stable_offset(first_unstable: Option<Offset>, high_watermark: Offset
 }
 
 #[cfg(test)]
-#[path = "state_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "txn_state_tests.rs"]
 mod txn_tests;
