@@ -42,7 +42,7 @@ impl Clock {
     }
 
     /// Milliseconds since the Unix epoch, by this clock.
-    pub fn now_ms(&self) -> i64 {
+    pub fn time_ms(&self) -> i64 {
         match &self.manual_ms {
             Some(ms) => ms.load(Ordering::Acquire),
             None => now_ms(),
@@ -76,17 +76,17 @@ mod tests {
     fn a_manual_clock_moves_only_when_told_and_its_clones_follow() {
         let clock = Clock::manual(1_000);
         let held = clock.clone();
-        assert_eq!(held.now_ms(), 1_000);
+        assert_eq!(held.time_ms(), 1_000);
         clock.advance_ms(250);
-        assert_eq!(held.now_ms(), 1_250);
+        assert_eq!(held.time_ms(), 1_250);
         clock.set_ms(7);
-        assert_eq!(held.now_ms(), 7);
+        assert_eq!(held.time_ms(), 7);
     }
 
     #[test]
     fn the_system_clock_reads_the_wall_clock() {
         let before = now_ms();
-        let read = Clock::system().now_ms();
+        let read = Clock::system().time_ms();
         assert!(read >= before && read <= now_ms());
     }
 

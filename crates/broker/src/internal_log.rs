@@ -6,7 +6,7 @@
 
 use crate::{BrokerError, FlushPolicy, Partition};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use headway_base::{Offset, PartitionIndex};
+use headway_base::{Clock, Offset, PartitionIndex};
 use headway_log::LogConfig;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -35,7 +35,8 @@ pub async fn open(
     let topic: Arc<str> = Arc::from(topic);
     let name = Arc::clone(&topic);
     let (log, _) = tokio::task::spawn_blocking(move || {
-        Partition::open(dir, topic, PartitionIndex::new(0), config, flush)
+        let clock = Clock::system();
+        Partition::open(dir, topic, PartitionIndex::new(0), config, flush, clock)
     })
     .await
     .map_err(|e| BrokerError::Storage(format!("open {name}: {e}")))??;

@@ -18,7 +18,7 @@ use crate::timings::Timings;
 use crate::topic::{validate_topic_name, Topic};
 use crate::{BrokerError, FlushPolicy};
 use headway_base::durable_file::{self, sync_dir};
-use headway_base::{limits, PartitionIndex};
+use headway_base::{limits, Clock, PartitionIndex};
 use headway_log::{FileCache, FileCacheStats};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -61,6 +61,8 @@ pub struct Broker {
     disk: Arc<DiskSpace>,
     /// The open files new partitions may take (`None`: no limit known).
     open_files: Option<OpenFiles>,
+    /// Where the partitions read the time: the system clock.
+    clock: Clock,
     /// Held for the broker's lifetime: an exclusive lock on `<data_dir>/.lock`, so two
     /// brokers never write the same logs.
     _dir_lock: fs::File,
@@ -123,6 +125,7 @@ impl Broker {
     }
 
     fn load(config: BrokerConfig) -> Result<Broker, BrokerError> {
+        let clock = Clock::system();
         let data_dir = config.data_dir.clone();
         let topics_dir = data_dir.join("topics");
         fs::create_dir_all(&topics_dir).map_err(|e| storage("create", &topics_dir, e))?;
@@ -169,15 +172,16 @@ impl Broker {
                     .map_err(|e| storage("remove", &entry.path(), e))?;
                 continue;
             }
-            let (topic, reports) = match Topic::load(entry.path(), &config.log, config.flush) {
-                Ok(loaded) => loaded,
-                Err(error) => {
-                    // One damaged topic keeps none of the others from being served.
-                    tracing::error!(topic = %name, dir = %entry.path().display(), %error,
+            let (topic, reports) =
+                match Topic::load(entry.path(), &config.log, config.flush, &clock) {
+                    Ok(loaded) => loaded,
+                    Err(error) => {
+                        // One damaged topic keeps none of the others from being served.
+                        tracing::error!(topic = %name, dir = %entry.path().display(), %error,
                         "topic could not be loaded; it is not served");
-                    continue;
-                }
-            };
+                        continue;
+                    }
+                };
             for (p, r) in reports.iter().map(|(p, r)| (p.value(), r)) {
                 // Cutting a torn tail is worth a warning; a recovery that kept every
                 // byte (after a crash, or with indexes rebuilt) is routine.
@@ -218,6 +222,7 @@ impl Broker {
             shared_flusher,
             disk: Arc::new(disk),
             open_files,
+            clock,
             _dir_lock: dir_lock,
         })
     }
@@ -452,8 +457,9 @@ impl Broker {
         let (partitions, config) = self.plan_topic(name, partitions, &configs)?;
         let (dir, flush, owned_name) =
             (self.topics_dir.clone(), self.config.flush, name.to_string());
+        let clock = self.clock.clone();
         let topic = tokio::task::spawn_blocking(move || {
-            Topic::create(&dir, &owned_name, partitions, config, flush)
+            Topic::create(&dir, &owned_name, partitions, config, flush, &clock)
         })
         .await
         .map_err(|e| BrokerError::Storage(format!("create task failed: {e}")))??;

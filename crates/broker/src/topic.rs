@@ -10,8 +10,7 @@ use crate::config::{LogDefaults, TopicConfig};
 use crate::partition::Partition;
 use crate::{BrokerError, FlushPolicy};
 use headway_base::durable_file::{self, sync_dir};
-use headway_base::limits;
-use headway_base::PartitionIndex;
+use headway_base::{limits, Clock, PartitionIndex};
 use headway_log::RecoveryReport;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -36,6 +35,8 @@ pub struct Topic {
     dir: PathBuf,
     partitions: Vec<Arc<Partition>>,
     config: RwLock<TopicConfig>,
+    /// Handed to the partitions this topic opens (the broker's clock).
+    clock: Clock,
 }
 
 /// Kafka's rules: 1 to 249 characters from `[a-zA-Z0-9._-]`, and not `.` or `..`.
@@ -158,6 +159,7 @@ impl Topic {
             dir: self.dir.clone(),
             partitions,
             config: RwLock::new(config),
+            clock: self.clock.clone(),
         }))
     }
 
@@ -173,6 +175,7 @@ impl Topic {
             PartitionIndex::new(p),
             config.log_config(),
             flush,
+            self.clock.clone(),
         )?;
         partition.set_keys_required(config.cleanup_policy.compact);
         Ok(partition)
@@ -188,6 +191,7 @@ impl Topic {
         partitions: i32,
         config: TopicConfig,
         flush: FlushPolicy,
+        clock: &Clock,
     ) -> Result<Arc<Topic>, BrokerError> {
         let staging = topics_dir.join(format!(".creating-{}", Uuid::new_v4().simple()));
         fs::create_dir_all(&staging).map_err(|e| io_error("create", &staging, e))?;
@@ -205,7 +209,7 @@ impl Topic {
         let dir = topics_dir.join(name);
         fs::rename(&staging, &dir).map_err(|e| io_error("rename into place", &dir, e))?;
         sync_dir(topics_dir)?;
-        match Topic::open(dir.clone(), meta, config, flush, Opening::Created) {
+        match Topic::open(dir.clone(), meta, config, flush, clock, Opening::Created) {
             Ok((topic, _)) => Ok(topic),
             Err(e) => {
                 remove_new_partitions(topics_dir, [dir]);
@@ -223,6 +227,7 @@ impl Topic {
         dir: PathBuf,
         defaults: &LogDefaults,
         flush: FlushPolicy,
+        clock: &Clock,
     ) -> Result<Loaded, BrokerError> {
         let path = dir.join(META_FILE);
         let text = fs::read_to_string(&path).map_err(|e| io_error("read", &path, e))?;
@@ -237,7 +242,7 @@ impl Topic {
         }
         remove_unfinished_partitions(&dir, meta.partitions)?;
         let config = TopicConfig::from_overrides(&meta.configs, defaults)?;
-        Topic::open(dir, meta, config, flush, Opening::Loaded)
+        Topic::open(dir, meta, config, flush, clock, Opening::Loaded)
     }
 
     fn open(
@@ -245,6 +250,7 @@ impl Topic {
         meta: TopicMeta,
         config: TopicConfig,
         flush: FlushPolicy,
+        clock: &Clock,
         opening: Opening,
     ) -> Result<Loaded, BrokerError> {
         let name: Arc<str> = meta.name.into();
@@ -264,6 +270,7 @@ impl Topic {
                     index,
                     config.log_config(),
                     flush,
+                    clock.clone(),
                 ),
             };
             let partition = match (opened, opening) {
@@ -278,7 +285,14 @@ impl Topic {
                 (Err(e), Opening::Loaded) => {
                     tracing::error!(topic = %name, partition = p, dir = %path.display(), error = %e,
                         "partition could not be opened; it is offline, the others are served");
-                    Partition::unopened(path, Arc::clone(&name), index, flush, e.to_string())
+                    Partition::unopened(
+                        path,
+                        Arc::clone(&name),
+                        index,
+                        flush,
+                        clock.clone(),
+                        e.to_string(),
+                    )
                 }
             };
             partition.set_keys_required(config.cleanup_policy.compact);
@@ -290,6 +304,7 @@ impl Topic {
             dir,
             partitions,
             config: RwLock::new(config),
+            clock: clock.clone(),
         };
         Ok((Arc::new(topic), reports))
     }

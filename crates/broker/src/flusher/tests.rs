@@ -5,7 +5,7 @@
 use super::*;
 use crate::partition::{DeleteRecordsTo, Partition};
 use crate::{Broker, BrokerConfig, BrokerError, FlushPolicy};
-use headway_base::PartitionIndex;
+use headway_base::{Clock, PartitionIndex};
 use headway_log::LogConfig;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -86,6 +86,7 @@ async fn nothing_is_acknowledged_before_the_shared_round_syncs_it() {
             PartitionIndex::new(i),
             LogConfig::default(),
             FlushPolicy::Sync,
+            Clock::system(),
         )
         .unwrap();
         p.join_shared_flusher(&flusher);
@@ -247,6 +248,7 @@ fn lone_partition(dir: &tempfile::TempDir, flush: FlushPolicy) -> Arc<Partition>
         PartitionIndex::new(0),
         LogConfig::default(),
         flush,
+        Clock::system(),
     )
     .unwrap();
     p

@@ -48,7 +48,13 @@
 //! the next start. [`Partition::health`] shows all three. A partition whose log
 //! cannot be opened at start-up is registered offline without a log
 //! ([`Partition::unopened`]), so that the broker serves the others.
+//!
+//! Time: the partition reads it from the [`Clock`] it was opened with (the broker's,
+//! the system clock in production): an append's and a marker's time, a roll by segment
+//! age, an idempotent producer's last append. Tests hand it a manual clock.
 
+#[cfg(test)]
+mod clock_tests;
 mod side_files;
 #[cfg(test)]
 mod start_tests;
@@ -86,8 +92,7 @@ use crate::read_pool::ReadVia;
 use crate::read_route;
 use crate::{BrokerError, FlushPolicy};
 use bytes::Bytes;
-use headway_base::Offset;
-use headway_base::{limits, PartitionIndex, ProducerEpoch, ProducerId};
+use headway_base::{limits, Clock, Offset, PartitionIndex, ProducerEpoch, ProducerId};
 use headway_log::control::{Marker, MarkerKind};
 use headway_log::records::{self, Keyless};
 use headway_log::{
@@ -282,6 +287,9 @@ pub struct Partition {
     /// The topic is compacted: every record must have a key.
     keys_required: AtomicBool,
     traffic: Traffic,
+    /// Where appends and markers read the time (their timestamps, a roll by age, an
+    /// idempotent producer's last append): the system clock in production.
+    clock: Clock,
 }
 
 impl Partition {
@@ -292,9 +300,10 @@ impl Partition {
         index: PartitionIndex,
         config: LogConfig,
         flush: FlushPolicy,
+        clock: Clock,
     ) -> Result<(Arc<Partition>, RecoveryReport), BrokerError> {
         let (mut log, report) =
-            Log::open(&dir, config, headway_base::now_ms()).map_err(BrokerError::from_log)?;
+            Log::open(&dir, config, clock.time_ms()).map_err(BrokerError::from_log)?;
         let producers = load_producer_states(&dir, &mut log)?;
         let segments_to_repair = log.segments_to_repair();
         let state = PartitionState::recovered(
@@ -310,8 +319,8 @@ impl Partition {
             segments_to_repair,
             unopened: None,
         };
-        let partition =
-            Partition::assemble(dir, topic, index, flush, Some(Slot { log, state }), shell);
+        let slot = Some(Slot { log, state });
+        let partition = Partition::assemble(dir, topic, index, flush, clock, slot, shell);
         Ok((partition, report))
     }
 
@@ -325,6 +334,7 @@ impl Partition {
         topic: Arc<str>,
         index: PartitionIndex,
         flush: FlushPolicy,
+        clock: Clock,
         cause: String,
     ) -> Arc<Partition> {
         let shell = Shell {
@@ -334,7 +344,7 @@ impl Partition {
             segments_to_repair: 0,
             unopened: Some(cause),
         };
-        Partition::assemble(dir, topic, index, flush, None, shell)
+        Partition::assemble(dir, topic, index, flush, clock, None, shell)
     }
 
     fn assemble(
@@ -342,6 +352,7 @@ impl Partition {
         topic: Arc<str>,
         index: PartitionIndex,
         flush: FlushPolicy,
+        clock: Clock,
         slot: Option<Slot>,
         shell: Shell,
     ) -> Arc<Partition> {
@@ -375,6 +386,7 @@ impl Partition {
             unsynced_max: AtomicU64::new(u64::MAX),
             keys_required: AtomicBool::new(false),
             traffic: Traffic::default(),
+            clock,
         })
     }
 
@@ -541,7 +553,7 @@ impl Partition {
         }
         // The log rewrites base offsets in place; the request buffer is shared, so copy.
         let mut owned = records.to_vec();
-        let now_ms = headway_base::now_ms();
+        let now_ms = self.clock.time_ms();
         let appended = self.with_slot(|slot| {
             let append = || {
                 #[cfg(test)]
@@ -644,7 +656,7 @@ impl Partition {
         result: TransactionResult,
         coordinator_epoch: i32,
     ) -> Result<Offset, BrokerError> {
-        let now_ms = headway_base::now_ms();
+        let now_ms = self.clock.time_ms();
         let kind = match result {
             TransactionResult::Commit => MarkerKind::Commit,
             TransactionResult::Abort => MarkerKind::Abort,

@@ -74,6 +74,7 @@ fn open(dir: &Path, flush: FlushPolicy) -> Arc<Partition> {
         PartitionIndex::new(0),
         LogConfig::default(),
         flush,
+        Clock::system(),
     )
     .unwrap()
     .0
