@@ -56,12 +56,12 @@ pub enum LogError {
 #[error("corrupt record batch at byte {position} of segment {segment_base_offset} (offsets {base_offset}..={last_offset}): {error}")]
 pub struct CorruptBatch {
     /// Base offset of the segment holding the batch (its file name).
-    pub segment_base_offset: i64,
+    pub segment_base_offset: Offset,
     /// Byte position of the batch in the segment's `.log`.
     pub position: u64,
     /// The offsets the batch header claims (untrusted: the header may be the damage).
-    pub base_offset: i64,
-    pub last_offset: i64,
+    pub base_offset: Offset,
+    pub last_offset: Offset,
     pub error: BatchError,
 }
 

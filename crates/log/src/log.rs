@@ -51,7 +51,7 @@ pub struct Log {
     config: LogConfig,
     /// By base offset; never empty, the last one is the active segment.
     segments: BTreeMap<i64, Segment>,
-    log_end_offset: i64,
+    log_end_offset: Offset,
     size_bytes: u64,
     pending: Pending,
     /// The most recently sealed segment's files, until a sync made them durable.
@@ -101,7 +101,7 @@ impl Log {
             config,
             size_bytes: segments.values().map(Segment::size_bytes).sum(),
             segments,
-            log_end_offset: report.log_end_offset.value(),
+            log_end_offset: report.log_end_offset,
             pending: Pending::default(),
             last_sealed: None,
             poisoned: false,
@@ -149,7 +149,7 @@ impl Log {
             self.check_write(rolled)?;
         }
         let base_offset = self.log_end_offset;
-        assign_offsets(batches, &mut headers, base_offset);
+        assign_offsets(batches, &mut headers, base_offset.value());
         let interval = self.config.index_interval_bytes;
         let appended = self
             .active_mut()
@@ -160,15 +160,15 @@ impl Log {
                 "appends succeed again");
             self.refused_appends = 0;
         }
-        self.log_end_offset = base_offset + offset_count;
+        self.log_end_offset = base_offset.plus(offset_count);
         self.size_bytes += batches.len() as u64;
         let path = self.active().paths().log.clone();
         self.pending
             .wrote_active(batches.len() as u64, (written, path));
         Ok(AppendInfo {
-            base_offset: Offset::new(base_offset),
-            last_offset: Offset::new(self.log_end_offset - 1),
-            log_end_offset: Offset::new(self.log_end_offset),
+            base_offset,
+            last_offset: self.log_end_offset.plus(-1),
+            log_end_offset: self.log_end_offset,
         })
     }
 
@@ -177,7 +177,7 @@ impl Log {
     }
 
     pub fn log_end_offset(&self) -> Offset {
-        Offset::new(self.log_end_offset)
+        self.log_end_offset
     }
 
     /// Total bytes of all segment `.log` files.
@@ -214,7 +214,7 @@ impl Log {
     /// `SyncSet::log_end_offset` durable.
     pub fn sync_set(&mut self) -> SyncSet {
         let dir = self.dir.as_path();
-        self.pending.take(dir, Offset::new(self.log_end_offset))
+        self.pending.take(dir, self.log_end_offset)
     }
 
     /// True when nothing changed since the clean close this log was opened after: its
@@ -243,7 +243,8 @@ impl Log {
     /// found a batch in it that fails its CRC): the next open scans it in full and
     /// truncates it before the damage (`docs/storage-errors.md`). The marker is durable
     /// when this returns. Returns false when the segment was marked already, or is gone.
-    pub fn mark_for_repair(&mut self, segment_base_offset: i64) -> Result<bool, LogError> {
+    pub fn mark_for_repair(&mut self, segment_base_offset: Offset) -> Result<bool, LogError> {
+        let segment_base_offset = segment_base_offset.value();
         let Some(segment) = self.segments.get(&segment_base_offset) else {
             return Ok(false);
         };
@@ -262,16 +263,16 @@ impl Log {
     }
 
     /// The `.log` file of the segment with this base offset (for error reports).
-    pub fn segment_path(&self, segment_base_offset: i64) -> PathBuf {
-        self.dir
-            .join(crate::file_names::file_name(segment_base_offset, "log"))
+    pub fn segment_path(&self, segment_base_offset: Offset) -> PathBuf {
+        let name = crate::file_names::file_name(segment_base_offset.value(), "log");
+        self.dir.join(name)
     }
 
     /// Finds where a read at `offset` starts. `log_start_offset <= offset <= log_end_offset`,
     /// otherwise `OffsetOutOfRange`. At the log end offset the slice is empty.
     pub fn locate(&self, offset: Offset) -> Result<ReadSlice, LogError> {
         let log_start_offset = self.log_start_offset();
-        if offset < log_start_offset || offset.value() > self.log_end_offset {
+        if offset < log_start_offset || offset > self.log_end_offset {
             return Err(LogError::OffsetOutOfRange {
                 offset,
                 log_start_offset,
@@ -456,7 +457,7 @@ impl Log {
         self.sync_aborted()?;
         self.sync_dir()?;
         recovery::write_clean_marker(&self.dir)?;
-        tracing::debug!(dir = %self.dir.display(), log_end_offset = self.log_end_offset, "log closed cleanly");
+        tracing::debug!(dir = %self.dir.display(), log_end_offset = self.log_end_offset.value(), "log closed cleanly");
         Ok(())
     }
 
@@ -500,7 +501,8 @@ impl Log {
         }
         let full = active.size_bytes() + size_bytes > self.config.segment_bytes_max;
         let old = active.age_ms(now_ms) >= self.config.segment_ms_max_i64();
-        let last_relative_offset = self.log_end_offset + offset_count - 1 - active.base_offset();
+        let last_relative_offset =
+            self.log_end_offset.value() + offset_count - 1 - active.base_offset();
         full || old || last_relative_offset > SEGMENT_OFFSETS_LIMIT
     }
 
@@ -512,7 +514,7 @@ impl Log {
             // Keeps the durability invariant: at most one sealed segment is unsynced.
             previous.sync_now(&self.dir)?;
         }
-        let segment = Segment::create(&self.dir, self.log_end_offset)?;
+        let segment = Segment::create(&self.dir, self.log_end_offset.value())?;
         let sealed = match self.active_mut().seal() {
             Ok(sealed) => sealed,
             Err(e) => {
@@ -520,8 +522,8 @@ impl Log {
                 return Err(e);
             }
         };
-        tracing::debug!(dir = %self.dir.display(), base_offset = self.log_end_offset, "rolled to a new segment");
-        self.segments.insert(self.log_end_offset, segment);
+        tracing::debug!(dir = %self.dir.display(), base_offset = self.log_end_offset.value(), "rolled to a new segment");
+        self.segments.insert(self.log_end_offset.value(), segment);
         self.pending.sealed(sealed.clone());
         self.last_sealed = Some(sealed);
         Ok(())

@@ -327,10 +327,10 @@ impl ReadSlice {
     /// `offsets`: the first and last offset the batch's header claims (-1: unknown).
     fn corrupt_batch(&self, position: u64, offsets: (i64, i64), error: BatchError) -> io::Error {
         CorruptBatch {
-            segment_base_offset: self.segment_base_offset,
+            segment_base_offset: Offset::new(self.segment_base_offset),
             position,
-            base_offset: offsets.0,
-            last_offset: offsets.1,
+            base_offset: Offset::new(offsets.0),
+            last_offset: Offset::new(offsets.1),
             error,
         }
         .into_io()

@@ -20,7 +20,7 @@
 
 use crate::file_names::{file_name, parse_file_name, TXN_INDEX_SUFFIX};
 use crate::LogError;
-use headway_base::{durable_file, Offset};
+use headway_base::{durable_file, Offset, ProducerId};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -32,7 +32,7 @@ pub(crate) const ENTRY_BYTES: usize = 28;
 /// One aborted transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AbortedTxn {
-    pub producer_id: i64,
+    pub producer_id: ProducerId,
     /// The offset of the transaction's first batch in this partition.
     pub first_offset: Offset,
     /// The offset of its abort marker.
@@ -42,7 +42,7 @@ pub struct AbortedTxn {
 impl AbortedTxn {
     fn encode(&self) -> [u8; ENTRY_BYTES] {
         let mut out = [0u8; ENTRY_BYTES];
-        out[0..8].copy_from_slice(&self.producer_id.to_be_bytes());
+        out[0..8].copy_from_slice(&self.producer_id.value().to_be_bytes());
         out[8..16].copy_from_slice(&self.first_offset.value().to_be_bytes());
         out[16..24].copy_from_slice(&self.last_offset.value().to_be_bytes());
         let crc = crc32c::crc32c(&out[..24]);
@@ -58,7 +58,7 @@ impl AbortedTxn {
         }
         let i64_at = |at: usize| i64::from_be_bytes(bytes[at..at + 8].try_into().expect("8"));
         let entry = AbortedTxn {
-            producer_id: i64_at(0),
+            producer_id: ProducerId::new(i64_at(0)),
             first_offset: Offset::new(i64_at(8)),
             last_offset: Offset::new(i64_at(16)),
         };
@@ -211,7 +211,7 @@ mod tests {
 
     fn txn(producer_id: i64, first: i64, last: i64) -> AbortedTxn {
         AbortedTxn {
-            producer_id,
+            producer_id: ProducerId::new(producer_id),
             first_offset: Offset::new(first),
             last_offset: Offset::new(last),
         }

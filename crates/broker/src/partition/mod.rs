@@ -662,8 +662,8 @@ impl Partition {
             TransactionResult::Abort => MarkerKind::Abort,
         };
         let mut bytes = Marker {
-            producer_id: producer_id.value(),
-            producer_epoch: epoch.value(),
+            producer_id,
+            producer_epoch: epoch,
             kind,
             coordinator_epoch,
             timestamp_ms: now_ms,
@@ -685,7 +685,7 @@ impl Partition {
             );
             if let (TransactionResult::Abort, Some(txn)) = (result, completed) {
                 let aborted = AbortedTxn {
-                    producer_id: producer_id.value(),
+                    producer_id,
                     first_offset: txn.first_offset,
                     last_offset: info.base_offset,
                 };

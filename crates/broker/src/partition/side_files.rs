@@ -92,7 +92,7 @@ fn replay(
     let completed = states.complete(producer_id, epoch, coordinator_epoch, header.max_timestamp);
     if let (MarkerKind::Abort, Some(txn)) = (kind, completed) {
         let aborted = AbortedTxn {
-            producer_id: producer_id.value(),
+            producer_id,
             first_offset: txn.first_offset,
             last_offset: base_offset,
         };

@@ -94,7 +94,13 @@ fn aborted(p: &Partition) -> Vec<(i64, i64, i64)> {
     p.aborted_transactions(Offset::ZERO, Offset::new(i64::MAX), 100)
         .unwrap()
         .iter()
-        .map(|t| (t.producer_id, t.first_offset.value(), t.last_offset.value()))
+        .map(|t| {
+            (
+                t.producer_id.value(),
+                t.first_offset.value(),
+                t.last_offset.value(),
+            )
+        })
         .collect()
 }
 
@@ -174,8 +180,8 @@ fn a_marker_written_but_not_synced_is_kept_or_lost_whole() {
     let log = dir.path().join(format!("{:020}.log", 0));
     let len = std::fs::metadata(&log).unwrap().len();
     let marker_bytes = headway_log::control::Marker {
-        producer_id: 3,
-        producer_epoch: 0,
+        producer_id: ProducerId::new(3),
+        producer_epoch: ProducerEpoch::FIRST,
         kind: headway_log::control::MarkerKind::Abort,
         coordinator_epoch: 0,
         timestamp_ms: 0,
@@ -204,8 +210,8 @@ fn control_batches_and_transactional_batches_without_a_producer_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let p = open(dir.path(), FlushPolicy::None);
     let marker = headway_log::control::Marker {
-        producer_id: 1,
-        producer_epoch: 0,
+        producer_id: ProducerId::new(1),
+        producer_epoch: ProducerEpoch::FIRST,
         kind: headway_log::control::MarkerKind::Commit,
         coordinator_epoch: 0,
         timestamp_ms: 0,

@@ -334,7 +334,7 @@ async fn read_one(
                     .iter()
                     .map(|t| {
                         AbortedTransaction::default()
-                            .with_producer_id(ProducerId(t.producer_id))
+                            .with_producer_id(ProducerId(t.producer_id.value()))
                             .with_first_offset(t.first_offset.value())
                     })
                     .collect()
