@@ -372,5 +372,4 @@ impl Walk<'_> {
 const STR_BYTES: usize = std::mem::size_of::<kafka_protocol::protocol::StrBytes>();
 
 #[cfg(test)]
-#[path = "shape_tests.rs"]
 mod tests;
