@@ -26,7 +26,6 @@ use headway_broker::{Offset, ProducerId, TopicPartition};
 use std::collections::{BTreeMap, HashMap};
 use tokio::sync::oneshot;
 
-#[path = "convert.rs"]
 mod convert;
 pub use convert::{MigrationPolicy, TopicsSource};
 
@@ -1889,7 +1888,7 @@ mod tests {
 
     #[test]
     fn classic_and_consumer_groups_share_one_namespace_and_switch_when_empty() {
-        // Without online conversion (`convert_tests` has it).
+        // Without online conversion (`convert`'s tests have it).
         let mut groups = Groups::new(GroupConfig {
             migration_policy: MigrationPolicy::Disabled,
             ..config()

@@ -780,15 +780,12 @@ impl ConsumerGroup {
     }
 }
 
-#[path = "classic_members.rs"]
 mod classic_members;
 pub use classic_members::Converted;
 
 /// The durable form of these groups: a child module, so it reads and rebuilds the
 /// fields the steps keep private.
-#[path = "durable.rs"]
 pub mod durable;
 
 #[cfg(test)]
-#[path = "state_tests.rs"]
 mod tests;

@@ -321,5 +321,4 @@ impl Groups {
 }
 
 #[cfg(test)]
-#[path = "convert_tests.rs"]
 mod tests;

@@ -872,5 +872,4 @@ impl Written {
 }
 
 #[cfg(test)]
-#[path = "durable_tests.rs"]
 mod tests;
