@@ -19,7 +19,7 @@
 //! Its session is its own `session.timeout.ms`; commits are checked against its member
 //! epoch exactly (ILLEGAL_GENERATION otherwise), as a classic generation is.
 
-use super::Assignment;
+use super::topics::Assignment;
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{ConsumerProtocolAssignment, ConsumerProtocolSubscription};
 use kafka_protocol::protocol::{Encodable, StrBytes};

@@ -25,7 +25,7 @@
 
 use super::assignor::{Assignor, AssignorMember};
 use super::classic::ClassicMember;
-use super::{Assignment, TopicsView};
+use super::topics::{Assignment, TopicsView};
 use crate::GroupError;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -5,7 +5,7 @@
 
 use super::super::classic::{decode_subscription, encode_assignment, ClassicMember};
 use super::{ConsumerGroup, ConsumerMember, MemberState};
-use crate::consumer::{Assignment, TopicsView};
+use crate::consumer::topics::{Assignment, TopicsView};
 use crate::state::{JoinRequest, JoinResult};
 use crate::{GenerationId, GroupError};
 use bytes::Bytes;
