@@ -35,6 +35,18 @@ pub struct ClassicMember {
     pub session_timeout_ms: i32,
 }
 
+/// A classic member as the conversion of a classic group brings it in.
+pub struct Converted {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: i32,
+    pub classic: ClassicMember,
+    pub topics: Vec<String>,
+    pub assigned: Assignment,
+}
+
 /// A consumer protocol subscription decoded from a JoinGroup's metadata.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Subscription {

@@ -781,7 +781,6 @@ impl ConsumerGroup {
 }
 
 mod classic_members;
-pub use classic_members::Converted;
 
 /// The durable form of these groups: a child module, so it reads and rebuilds the
 /// fields the steps keep private.

@@ -16,9 +16,8 @@
 //! A child of `state`, so it sees the classic group's internals.
 
 use super::{Group, GroupState, Groups, JoinRequest, JoinResult, Member, SyncRequest, SyncResult};
-use crate::consumer::classic::ClassicMember;
 use crate::consumer::classic::{decode_assignment, decode_subscription, encode_assignment};
-use crate::consumer::state::Converted;
+use crate::consumer::classic::{ClassicMember, Converted};
 use crate::consumer::{ConsumerGroup, HeartbeatRequest, MemberEpochIn, TopicsView};
 use crate::{GenerationId, GroupError};
 use std::sync::Arc;
