@@ -460,7 +460,7 @@ impl GroupCoordinator {
 
     /// Where the broker's topics are read when a classic member of a consumer group
     /// joins or heartbeats (online conversion, `docs/groups.md`).
-    pub fn set_topics_source(&self, source: crate::state::TopicsSource) {
+    pub fn set_topics_source(&self, source: crate::consumer::TopicsSource) {
         self.groups().topics = source;
     }
 

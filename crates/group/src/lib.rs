@@ -6,6 +6,8 @@
 //! - [`consumer`]: groups of the consumer protocol (KIP-848), their assignors, and
 //!   their durable form ([`consumer::durable`]).
 //! - [`GenerationId`]: a group's generation, `None` where the wire says -1.
+//! - [`MigrationPolicy`]: which online conversions between the two kinds of group are
+//!   served (the conversions are `state::convert`).
 //! - [`offsets`]: the record format of committed offsets in the broker's own log.
 //! - [`GroupCoordinator`]: the state behind a mutex, a ticker for timeouts, and the
 //!   offsets log: a commit is answered once its record is durable, and the log is
@@ -16,13 +18,16 @@ pub mod consumer;
 mod coordinator;
 mod error;
 mod generation;
+mod migration;
 pub mod offsets;
 pub mod state;
 
+pub use consumer::TopicsSource;
 pub use coordinator::{CommitEntry, GroupCoordinator, GroupSummary, MemberSummary};
 pub use error::GroupError;
 pub use generation::GenerationId;
+pub use migration::MigrationPolicy;
 pub use state::{
     CommittedOffset, ConsumerOverrides, GroupConfig, GroupState, JoinRequest, JoinResult,
-    JoinedMember, MigrationPolicy, OffsetCommit, SyncRequest, SyncResult, TopicsSource,
+    JoinedMember, OffsetCommit, SyncRequest, SyncResult,
 };

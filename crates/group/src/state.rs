@@ -17,9 +17,11 @@
 //! Dead is not kept: a deleted or expired group is removed from the map.
 
 use crate::consumer::state::ConsumerConfig;
+use crate::consumer::topics::TopicsSource;
 use crate::consumer::{
     ConsumerGroup, HeartbeatAnswer, HeartbeatRequest, MemberEpochIn, TopicsView,
 };
+use crate::migration::MigrationPolicy;
 use crate::{GenerationId, GroupError};
 use bytes::Bytes;
 use headway_broker::{Offset, ProducerId, TopicPartition};
@@ -27,7 +29,6 @@ use std::collections::{BTreeMap, HashMap};
 use tokio::sync::oneshot;
 
 mod convert;
-pub use convert::{MigrationPolicy, TopicsSource};
 
 /// Bounds and timings of the coordinator, with Kafka's defaults.
 #[derive(Debug, Clone)]

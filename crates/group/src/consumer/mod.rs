@@ -21,4 +21,4 @@ pub use state::{
     ConsumerGroup, ConsumerGroupState, ConsumerMember, HeartbeatAnswer, HeartbeatRequest,
     MemberEpochIn, MemberState,
 };
-pub use topics::{Assignment, TopicInfo, TopicsView};
+pub use topics::{Assignment, TopicInfo, TopicsSource, TopicsView};
