@@ -17,10 +17,8 @@ use crate::consumer::classic::{encode_assignment, encode_subscription};
 use crate::consumer::durable::{self, GroupRecord, Recovery, Written};
 use crate::consumer::{ConsumerGroup, HeartbeatAnswer, HeartbeatRequest, TopicsView};
 use crate::offsets::{encode_batch, OffsetRecord};
-use crate::state::{
-    CommittedOffset, ConsumerOverrides, GroupConfig, Groups, JoinRequest, JoinResult, OffsetCommit,
-    SyncRequest, SyncResult,
-};
+use crate::requests::{JoinRequest, JoinResult, SyncRequest, SyncResult};
+use crate::state::{CommittedOffset, ConsumerOverrides, GroupConfig, Groups, OffsetCommit};
 use crate::{GenerationId, GroupError};
 use bytes::Bytes;
 use headway_broker::{

@@ -3,6 +3,7 @@
 //! - [`state`]: the group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 //!   generations, static membership, session and rebalance timeouts) as plain code over
 //!   values, driven by explicit times, tested without sockets or clocks.
+//! - [`requests`]: JoinGroup and SyncGroup as plain values, served by both kinds of group.
 //! - [`consumer`]: groups of the consumer protocol (KIP-848), their assignors, and
 //!   their durable form ([`consumer::durable`]).
 //! - [`GenerationId`]: a group's generation, `None` where the wire says -1.
@@ -20,6 +21,7 @@ mod error;
 mod generation;
 mod migration;
 pub mod offsets;
+pub mod requests;
 pub mod state;
 
 pub use consumer::TopicsSource;
@@ -27,7 +29,5 @@ pub use coordinator::{CommitEntry, GroupCoordinator, GroupSummary, MemberSummary
 pub use error::GroupError;
 pub use generation::GenerationId;
 pub use migration::MigrationPolicy;
-pub use state::{
-    CommittedOffset, ConsumerOverrides, GroupConfig, GroupState, JoinRequest, JoinResult,
-    JoinedMember, OffsetCommit, SyncRequest, SyncResult,
-};
+pub use requests::{JoinRequest, JoinResult, JoinedMember, SyncRequest, SyncResult};
+pub use state::{CommittedOffset, ConsumerOverrides, GroupConfig, GroupState, OffsetCommit};

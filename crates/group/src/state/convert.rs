@@ -15,11 +15,12 @@
 //! Committed offsets live under the group id in `Groups::groups` throughout.
 //! A child of `state`, so it sees the classic group's internals.
 
-use super::{Group, GroupState, Groups, JoinRequest, JoinResult, Member, SyncRequest, SyncResult};
+use super::{Group, GroupState, Groups, Member};
 use crate::consumer::classic::{decode_assignment, decode_subscription, encode_assignment};
 use crate::consumer::classic::{ClassicMember, Converted};
 use crate::consumer::{ConsumerGroup, HeartbeatRequest, MemberEpochIn, TopicsView};
 use crate::migration::MigrationPolicy;
+use crate::requests::{JoinRequest, JoinResult, SyncRequest, SyncResult};
 use crate::{GenerationId, GroupError};
 
 impl Groups {

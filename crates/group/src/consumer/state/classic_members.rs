@@ -6,7 +6,7 @@
 use super::{ConsumerGroup, ConsumerMember, MemberState};
 use crate::consumer::classic::{decode_subscription, encode_assignment, ClassicMember, Converted};
 use crate::consumer::topics::TopicsView;
-use crate::state::{JoinRequest, JoinResult};
+use crate::requests::{JoinRequest, JoinResult};
 use crate::{GenerationId, GroupError};
 use bytes::Bytes;
 
