@@ -11,13 +11,13 @@
 //!
 //! The cleaner stays out of the way of light work: every byte it reads or writes passes
 //! the broker's adaptive bulk budget (shared with catch-up reads and heavy produces,
-//! cut while small syncs slow down, [`crate::bulk_budget`]) and an optional fixed cap
+//! cut while small syncs slow down, [`crate::io::bulk_budget`]) and an optional fixed cap
 //! (`log_cleaner_io_bytes_per_sec`); its key map is bounded by
 //! `log_cleaner_dedupe_buffer_bytes`; a pass takes at most
 //! [`limits::LOG_CLEANER_PASS_DIRTY_BYTES_MAX`] of dirty data.
 
-use crate::bulk_budget::{BulkBudget, BulkWork};
-use crate::priority::BulkPriority;
+use crate::io::bulk_budget::{BulkBudget, BulkWork};
+use crate::io::priority::BulkPriority;
 use crate::{BrokerConfig, Partition, TopicConfig};
 use headway_base::limits;
 use headway_log::{CleanReport, CleanerConfig};

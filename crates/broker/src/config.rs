@@ -510,16 +510,16 @@ impl Default for BrokerConfig {
 
 impl BrokerConfig {
     /// How the threads of bulk work are lowered.
-    pub fn bulk_priority(&self) -> crate::priority::BulkPriority {
-        crate::priority::BulkPriority {
+    pub fn bulk_priority(&self) -> crate::io::priority::BulkPriority {
+        crate::io::priority::BulkPriority {
             nice: self.read_threads_nice,
             io_idle: self.bulk_io_idle,
         }
     }
 
     /// The bulk budget's settings.
-    pub fn bulk_budget(&self) -> crate::bulk_budget::BudgetConfig {
-        crate::bulk_budget::BudgetConfig {
+    pub fn bulk_budget(&self) -> crate::io::bulk_budget::BudgetConfig {
+        crate::io::bulk_budget::BudgetConfig {
             min_bytes_per_sec: self.bulk_bytes_per_sec_min as f64,
             max_bytes_per_sec: self.bulk_bytes_per_sec_max as f64,
             read_max_bytes_per_sec: self.bulk_read_bytes_per_sec_max as f64,

@@ -20,9 +20,11 @@
 //!   hands out producer ids that stay unique across restarts.
 //! - [`internal_log`] opens, writes and replays the logs the broker keeps for itself
 //!   (committed offsets, transaction state).
-//! - [`read_pool`] runs reads that may wait for the disk on threads of their own, one
-//!   read per connection at a time; reads of cached data skip it (`read_route`
-//!   decides which way a fetch's read goes).
+//! - [`io`] schedules the broker's I/O: `io::read_pool` runs reads that may wait for
+//!   the disk on threads of their own, one read per connection at a time; reads of
+//!   cached data skip it (`io::read_route` decides which way a fetch's read goes);
+//!   `io::bulk_budget` and `io::priority` keep bulk work from delaying light work,
+//!   and `io::timings` measures where the time goes.
 //! - [`panics`] keeps a panic in one job from taking anything else with it, and
 //!   counts it.
 //! - [`DiskSpace`] measures the data directory's free space and refuses produces
@@ -32,7 +34,6 @@
 //!
 //! Everything here is thread-safe and shared as `Arc`s by the server's connections.
 
-pub mod bulk_budget;
 pub mod cleaner;
 pub mod config;
 mod disk;
@@ -40,17 +41,14 @@ mod durability;
 mod error;
 mod flusher;
 pub mod internal_log;
+pub mod io;
 pub mod listeners;
 pub mod open_files;
 pub mod panics;
 pub mod partition;
-pub mod priority;
 pub mod producer_ids;
 pub mod producer_state;
-pub mod read_pool;
-mod read_route;
 mod registry;
-pub mod timings;
 mod topic;
 
 pub use config::{BrokerConfig, FlushPolicy, SyncScope, TopicConfig};

@@ -4,17 +4,17 @@
 //! Creations and deletions are serialized by an async mutex and do their disk work on
 //! blocking threads, so an admin request never blocks a connection's reader.
 
-use crate::bulk_budget::BulkBudget;
 use crate::cleaner::{Cleanable, LogCleaner};
 use crate::config::{BrokerConfig, SyncScope, TopicConfig};
 use crate::disk::{run_disk_checks, DiskSpace};
 use crate::durability::{SyncCounters, SyncMeters};
 use crate::flusher::SharedFlusher;
+use crate::io::bulk_budget::BulkBudget;
+use crate::io::read_pool::ReadPool;
+use crate::io::timings::Timings;
 use crate::open_files::{self, OpenFiles};
 use crate::partition::Partition;
 use crate::producer_ids::ProducerIds;
-use crate::read_pool::ReadPool;
-use crate::timings::Timings;
 use crate::topic::{validate_topic_name, Topic};
 use crate::{BrokerError, FlushPolicy};
 use headway_base::durable_file::{self, sync_dir};
@@ -41,7 +41,7 @@ pub struct Broker {
     admin: tokio::sync::Mutex<()>,
     closed: AtomicBool,
     producer_ids: ProducerIds,
-    /// Threads for reads that may wait for the disk (see [`crate::read_pool`]).
+    /// Threads for reads that may wait for the disk (see [`crate::io::read_pool`]).
     read_pool: Arc<ReadPool>,
     /// The rate catch-up reads and large produces may take together.
     bulk: Arc<BulkBudget>,
@@ -94,7 +94,7 @@ impl Broker {
                 .iter()
                 .for_each(|p| broker.start_flusher(p));
         }
-        crate::timings::spawn_wake_probe(&broker.timings, tokio::runtime::Handle::current())
+        crate::io::timings::spawn_wake_probe(&broker.timings, tokio::runtime::Handle::current())
             .map_err(|e| BrokerError::Storage(format!("start the wake probe: {e}")))?;
         let weak = Arc::downgrade(&broker);
         let background = crate::panics::Component::Background;
@@ -260,7 +260,7 @@ impl Broker {
         &self.disk
     }
 
-    /// The budget of bulk work ([`crate::bulk_budget`]): catch-up reads and large
+    /// The budget of bulk work ([`crate::io::bulk_budget`]): catch-up reads and large
     /// produces.
     pub fn bulk_budget(&self) -> &Arc<BulkBudget> {
         &self.bulk
@@ -371,7 +371,7 @@ impl Broker {
         &self.sync_meters.counters
     }
 
-    /// The stage histograms ([`crate::timings`]).
+    /// The stage histograms ([`crate::io::timings`]).
     pub fn timings(&self) -> &Arc<Timings> {
         &self.timings
     }

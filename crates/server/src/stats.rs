@@ -13,7 +13,7 @@ use crate::outbound::{ConnectionBudget, OutboundBudget};
 use crate::probe::BudgetProbe;
 use crate::request_budget::RequestBudget;
 use crate::requests::RequestMetrics;
-use headway_broker::read_pool::{ReadPool, ReadStatsSnapshot, ReadVia};
+use headway_broker::io::read_pool::{ReadPool, ReadStatsSnapshot, ReadVia};
 use headway_broker::{limits, BrokerConfig};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -375,8 +375,8 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use headway_broker::bulk_budget::BulkBudget;
-    use headway_broker::timings::Timings;
+    use headway_broker::io::bulk_budget::BulkBudget;
+    use headway_broker::io::timings::Timings;
 
     fn stats(adjust: impl FnOnce(&mut BrokerConfig)) -> Arc<ServerStats> {
         let mut config = BrokerConfig::default();
@@ -387,7 +387,11 @@ mod tests {
         ));
         ServerStats::new(
             &config,
-            ReadPool::new(1, headway_broker::priority::BulkPriority::UNCHANGED, bulk),
+            ReadPool::new(
+                1,
+                headway_broker::io::priority::BulkPriority::UNCHANGED,
+                bulk,
+            ),
         )
     }
 

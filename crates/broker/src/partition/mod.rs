@@ -23,7 +23,7 @@
 //!
 //! Fetch path: [`Partition::read_via`] locates the data under the mutex, bounded by the
 //! high watermark, so consumers only ever see synced data, and hands the located slice
-//! to `crate::read_route`, which decides between the page cache on the caller's thread
+//! to `crate::io::read_route`, which decides between the page cache on the caller's thread
 //! and the read threads.
 //!
 //! The high watermark and the log start offset live in the state, under the mutex, and
@@ -87,9 +87,9 @@ pub(crate) mod tests_fault {
 
 use crate::durability::{OwnFlusher, SyncMeters, SyncTake, SyncTarget};
 use crate::flusher::SharedFlusher;
+use crate::io::read_pool::ReadVia;
+use crate::io::read_route;
 use crate::producer_state::{is_idempotent, TransactionResult};
-use crate::read_pool::ReadVia;
-use crate::read_route;
 use crate::{BrokerError, FlushPolicy};
 use bytes::Bytes;
 use headway_base::{limits, Clock, Offset, PartitionIndex, ProducerEpoch, ProducerId};
@@ -889,7 +889,7 @@ impl Partition {
     }
 
     /// [`Partition::read`] for a fetch: the page cache on this thread or the read
-    /// threads, as `crate::read_route` decides for `via`. With
+    /// threads, as `crate::io::read_route` decides for `via`. With
     /// [`Isolation::ReadCommitted`] the read stops at the last stable offset and the
     /// answer names the aborted transactions its records overlap (at most
     /// [`limits::ABORTED_TRANSACTIONS_PER_FETCH_MAX`]: past it the read is shortened

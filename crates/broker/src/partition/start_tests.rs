@@ -73,7 +73,7 @@ async fn a_partition_that_cannot_be_opened_is_offline_and_the_others_are_served(
             Err(BrokerError::Storage(message)) => assert!(message.contains("offline"), "{message}"),
             other => panic!("append to an unopened partition: {other:?}"),
         }
-        let via = crate::read_pool::ReadVia {
+        let via = crate::io::read_pool::ReadVia {
             pool: Arc::clone(broker.read_pool()),
             cache_first: true,
             tail_bytes: u64::MAX,

@@ -229,8 +229,8 @@ fn control_batches_and_transactional_batches_without_a_producer_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_committed_read_is_shortened_until_its_aborted_transactions_fit() {
-    use crate::bulk_budget::BulkBudget;
-    use crate::read_pool::{ReadPool, ReadVia};
+    use crate::io::bulk_budget::BulkBudget;
+    use crate::io::read_pool::{ReadPool, ReadVia};
     let dir = tempfile::tempdir().unwrap();
     let p = open(dir.path(), FlushPolicy::None);
     let most = limits::ABORTED_TRANSACTIONS_PER_FETCH_MAX;
@@ -242,7 +242,7 @@ async fn a_read_committed_read_is_shortened_until_its_aborted_transactions_fit()
     let via = ReadVia {
         pool: ReadPool::new(
             1,
-            crate::priority::BulkPriority::UNCHANGED,
+            crate::io::priority::BulkPriority::UNCHANGED,
             Arc::new(BulkBudget::new(budget, Arc::default())),
         ),
         cache_first: true,

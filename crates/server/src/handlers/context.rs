@@ -11,8 +11,8 @@ use crate::outbound::Reservation;
 use crate::stats::{Connection, ServerStats};
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use headway_broker::io::timings::{self, Histogram};
 use headway_broker::panics::{self, Component, Panicked};
-use headway_broker::timings::{self, Histogram};
 use headway_broker::{Broker, Partition};
 use headway_group::GroupCoordinator;
 use headway_protocol::kafka_protocol::protocol::{Encodable, HeaderVersion};
@@ -104,7 +104,7 @@ pub struct Arrival {
     pub read: Duration,
 }
 
-/// What the writer records for a timed reply ([`headway_broker::timings`]): the
+/// What the writer records for a timed reply ([`headway_broker::io::timings`]): the
 /// `reply` stage from `ready` (the response's data was there) to the frame written,
 /// and the `total` from the request's arrival.
 pub struct ReplyTiming {

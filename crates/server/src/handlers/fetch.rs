@@ -27,7 +27,7 @@ use crate::outbound::Reservation;
 use crate::stats::Connection;
 use bytes::Bytes;
 use headway_auth::acl::Operation;
-use headway_broker::timings;
+use headway_broker::io::timings;
 use headway_broker::{
     limits, BatchHeader, BrokerError, Isolation, Offset, Partition, PartitionIndex,
 };

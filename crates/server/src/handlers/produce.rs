@@ -27,7 +27,7 @@ use super::{pending_with, Call, Handler, HandlerError, Reply, ReplyTiming};
 use crate::authorize;
 use crate::errors::{code_and_message, txn_error_code};
 use headway_auth::acl::Operation;
-use headway_broker::timings::{self, ProduceStages, Timings};
+use headway_broker::io::timings::{self, ProduceStages, Timings};
 use headway_broker::{
     Appended, Broker, BrokerError, Partition, PartitionIndex, ProducerEpoch, ProducerId,
     TopicPartition,
