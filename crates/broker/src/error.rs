@@ -1,6 +1,4 @@
-use headway_base::durable_file::DurableFileError;
-use headway_base::Offset;
-use headway_base::PartitionIndex;
+use headway_base::{durable_file::DurableFileError, Offset, PartitionIndex};
 use headway_log::{BatchError, LogError};
 
 /// Expected failures of broker operations. The server maps each variant to a Kafka

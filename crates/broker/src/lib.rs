@@ -60,9 +60,3 @@ pub use partition::{Appended, Isolation, Partition, PartitionHealth, ReadResult,
 pub use producer_state::TransactionResult;
 pub use registry::Broker;
 pub use topic::{validate_topic_name, Topic};
-
-// Moved to `headway_base`; kept here only until the crates above import them from there.
-pub use headway_base::{
-    durable_file, id_type, limits, now_ms, Offset, PartitionIndex, ProducerEpoch, ProducerId,
-    TopicPartition,
-};

@@ -21,8 +21,7 @@
 //! with the append, so checking and assigning offsets is one step. It is rebuilt at
 //! start-up from a snapshot written at clean shutdown plus the batches after it.
 
-use headway_base::Offset;
-use headway_base::{limits, ProducerEpoch, ProducerId};
+use headway_base::{limits, Offset, ProducerEpoch, ProducerId};
 use headway_log::BatchHeader;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 

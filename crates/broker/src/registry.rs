@@ -17,8 +17,10 @@ use crate::partition::Partition;
 use crate::producer_ids::ProducerIds;
 use crate::topic::{validate_topic_name, Topic};
 use crate::{BrokerError, FlushPolicy};
-use headway_base::durable_file::{self, sync_dir};
-use headway_base::{limits, Clock, PartitionIndex};
+use headway_base::{
+    durable_file::{self, sync_dir},
+    limits, Clock, PartitionIndex,
+};
 use headway_log::{FileCache, FileCacheStats};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};

@@ -9,8 +9,10 @@
 use crate::config::{LogDefaults, TopicConfig};
 use crate::partition::Partition;
 use crate::{BrokerError, FlushPolicy};
-use headway_base::durable_file::{self, sync_dir};
-use headway_base::{limits, Clock, PartitionIndex};
+use headway_base::{
+    durable_file::{self, sync_dir},
+    limits, Clock, PartitionIndex,
+};
 use headway_log::RecoveryReport;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -22,7 +22,8 @@ mod user;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use headway_broker::{limits, Broker, BrokerConfig, FlushPolicy, SyncScope};
+use headway_base::limits;
+use headway_broker::{Broker, BrokerConfig, FlushPolicy, SyncScope};
 use headway_server::Server;
 use std::io::Write;
 use std::path::PathBuf;

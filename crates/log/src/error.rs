@@ -1,7 +1,6 @@
 //! The log's expected failures, as values.
 use crate::BatchError;
-use headway_base::durable_file::DurableFileError;
-use headway_base::Offset;
+use headway_base::{durable_file::DurableFileError, Offset};
 use std::path::{Path, PathBuf};
 
 /// Expected failures of the log. The broker maps each to a Kafka error code in one place.

@@ -69,8 +69,6 @@ pub use error::{CorruptBatch, LogError};
 pub use file_cache::{FileCache, FileCacheStats};
 pub use log::cleaner::{CleanReport, CleanedPass, CleanerConfig, CleaningPlan, StagedCleaning};
 pub use log::{AppendInfo, Log, RetentionReport};
-// Moved to `headway_base`; kept here only until the crates above import it from there.
-pub use headway_base::Offset;
 pub use read::ReadSlice;
 pub use recovery::RecoveryReport;
 pub use sync::SyncSet;

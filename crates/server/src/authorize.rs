@@ -17,7 +17,8 @@ use headway_auth::acl::{
 };
 use headway_auth::store::SecurityStore;
 use headway_auth::AuthError;
-use headway_broker::{limits, BrokerConfig, BrokerError};
+use headway_base::limits;
+use headway_broker::{BrokerConfig, BrokerError};
 use headway_protocol::kafka_protocol::ResponseError;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

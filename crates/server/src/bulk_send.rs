@@ -11,7 +11,7 @@
 //!
 //! With `bulk_send_threads` set (it is 0 by default: measured without a gain,
 //! `docs/sync.md`), plain TCP connections hand every answer of at least
-//! [`headway_broker::limits::BULK_SEND_BYTES_MIN`] to this pool, whose threads run in the `SCHED_IDLE` class: the kernel runs them only
+//! [`headway_base::limits::BULK_SEND_BYTES_MIN`] to this pool, whose threads run in the `SCHED_IDLE` class: the kernel runs them only
 //! when no normal thread wants the CPU, and a normal thread that wakes takes the CPU
 //! from them at once. Catching up then uses the CPU light work leaves, as its reads
 //! already use the disk time it leaves ([`headway_broker::io::bulk_budget`]).

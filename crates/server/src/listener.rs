@@ -10,7 +10,7 @@ use crate::stats::ServerStats;
 use crate::tls::ReloadableTls;
 use crate::txn_markers::PartitionMarkers;
 use crate::{connection, console, metrics};
-use headway_broker::limits;
+use headway_base::limits;
 use headway_broker::listeners::{ListenerSpec, SecurityProtocol};
 use headway_broker::Broker;
 use headway_group::{GroupConfig, GroupCoordinator, MigrationPolicy};

@@ -20,7 +20,7 @@
 use crate::handlers::APIS;
 use crate::log_limit::LineLimiter;
 use bytes::Bytes;
-use headway_broker::limits;
+use headway_base::limits;
 use kafka_protocol::messages::{self as m, ApiKey, ResponseHeader};
 use kafka_protocol::protocol::Decodable;
 use kafka_protocol::ResponseError;

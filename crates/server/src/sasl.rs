@@ -31,7 +31,8 @@ use bytes::Bytes;
 use headway_auth::oauth::{OAuthSettings, OAuthValidator};
 use headway_auth::sasl::{Exchange, SaslMechanism, Step, TokenError};
 use headway_auth::AuthError;
-use headway_broker::{limits, BrokerConfig};
+use headway_base::{limits, now_ms};
+use headway_broker::BrokerConfig;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
     SaslHandshakeResponse,
@@ -46,7 +47,6 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::{timeout_at, Duration, Instant};
 
@@ -213,12 +213,6 @@ impl Sasl {
             .failed(peer.ip(), now_ms());
         Duration::from_millis(failure_delay(self.failure_delay_ms, failures))
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The delay before answering a failure that is its address's `failures`th recent one:

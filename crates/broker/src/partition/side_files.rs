@@ -6,9 +6,7 @@
 
 use crate::producer_state::ProducerStates;
 use crate::BrokerError;
-use headway_base::durable_file;
-use headway_base::Offset;
-use headway_base::{ProducerEpoch, ProducerId};
+use headway_base::{durable_file, Offset, ProducerEpoch, ProducerId};
 use headway_log::control::{marker_coordinator_epoch, marker_kind, MarkerKind};
 use headway_log::{batch, AbortedTxn, BatchHeader, CorruptBatch, Log};
 use std::path::Path;

@@ -21,8 +21,7 @@
 
 use crate::producer_state::{CompletedTxn, ProducerStates, SequenceCheck, SequenceError};
 use crate::BrokerError;
-use headway_base::Offset;
-use headway_base::{ProducerEpoch, ProducerId};
+use headway_base::{Offset, ProducerEpoch, ProducerId};
 use headway_log::BatchHeader;
 
 /// A partition's offsets and its idempotent producers. Lives under the partition's

@@ -25,6 +25,7 @@ use crate::cluster::Cluster;
 use crate::error::ClientError;
 use crate::partitioner::partition_for_key;
 use bytes::{Bytes, BytesMut};
+use headway_base::now_ms;
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
@@ -374,12 +375,6 @@ fn to_wire(record: Record, offset_delta: i64) -> kafka_protocol::records::Record
         value: record.value,
         headers,
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Takes a batch out of the open ones. Keyless records then move on to the next

@@ -8,7 +8,7 @@ use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
 use crate::errors::txn_code;
 use headway_auth::acl::Operation;
-use headway_broker::{ProducerEpoch, ProducerId};
+use headway_base::{ProducerEpoch, ProducerId};
 use headway_protocol::kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, ApiKey,
 };

@@ -18,7 +18,7 @@ use super::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
 use crate::errors::txn_error_code;
 use headway_auth::acl::Operation;
-use headway_broker::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
+use headway_base::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
 use headway_protocol::kafka_protocol::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
 };

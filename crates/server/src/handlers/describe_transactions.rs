@@ -7,7 +7,7 @@ use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::authorize::{self, Subject};
 use crate::errors::txn_error_code;
 use headway_auth::acl::{Operation, ResourceType};
-use headway_broker::{ProducerEpoch, ProducerId};
+use headway_base::{ProducerEpoch, ProducerId};
 use headway_protocol::kafka_protocol::messages::describe_transactions_response::{
     TopicData, TransactionState,
 };

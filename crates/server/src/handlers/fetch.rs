@@ -27,10 +27,9 @@ use crate::outbound::Reservation;
 use crate::stats::Connection;
 use bytes::Bytes;
 use headway_auth::acl::Operation;
+use headway_base::{limits, Offset, PartitionIndex};
 use headway_broker::io::timings;
-use headway_broker::{
-    limits, BatchHeader, BrokerError, Isolation, Offset, Partition, PartitionIndex,
-};
+use headway_broker::{BatchHeader, BrokerError, Isolation, Partition};
 use headway_protocol::kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, PartitionData,
 };

@@ -8,7 +8,8 @@ use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::authorize;
 use crate::errors::error_code;
 use headway_auth::acl::Operation;
-use headway_broker::{BrokerError, Isolation, Offset, Partition, PartitionIndex};
+use headway_base::{Offset, PartitionIndex};
+use headway_broker::{BrokerError, Isolation, Partition};
 use headway_log::records;
 use headway_protocol::kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,

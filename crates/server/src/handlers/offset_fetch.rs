@@ -14,7 +14,7 @@ use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
 use crate::errors::group_error_code;
 use headway_auth::acl::{Operation, ResourceType};
-use headway_broker::{PartitionIndex, TopicPartition};
+use headway_base::{PartitionIndex, TopicPartition};
 use headway_group::state::leader_epoch_to_wire;
 use headway_group::CommittedOffset;
 use headway_protocol::kafka_protocol::messages::offset_fetch_response::{
