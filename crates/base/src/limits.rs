@@ -14,7 +14,7 @@
 //!   plus the produce batches being copied to have their offsets rewritten (at most
 //!   the frames they came in);
 //! - decoded requests: decoding runs on the worker threads, one request at a time on
-//!   each, and allocates at most `headway_protocol::DECODED_BYTES_MAX` (16 MiB), next to
+//!   each, and allocates at most [`DECODED_BYTES_MAX`] (16 MiB), next to
 //!   the check that every count on the wire is backed by bytes present;
 //! - fetch responses read and not yet written: at most `outbound_bytes_max` in all and
 //!   `connection_outbound_bytes_max` per connection, plus one batch per response (the
@@ -73,6 +73,12 @@ pub const REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT: usize = 128 * 1024 * 1024;
 /// MiB with 10,000 connections). Fetches, metadata, commits and a light producer's
 /// produces fit, so light clients never wait behind a heavy one's large frames.
 pub const REQUEST_SMALL_FRAME_BYTES: usize = 8 * 1024;
+
+/// What decoding one request may allocate: its arrays at their in-memory size (strings
+/// and byte strings share the frame). 16 MiB holds a fetch naming about 180,000
+/// partitions or a metadata request naming about 200,000 topics; a request past it is
+/// refused, as one whose counts are not backed by its bytes is.
+pub const DECODED_BYTES_MAX: usize = 16 * 1024 * 1024;
 
 /// How long a client may take to send a request body once its length has arrived
 /// (`request_body_timeout_ms`), waits for the request budget included. A client that
