@@ -30,7 +30,6 @@ use headway_base::{durable_file, Offset};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
-use std::sync::Arc;
 
 /// What [`crate::Log::open`] found and repaired.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -64,10 +63,9 @@ pub(crate) struct Recovered {
 /// Opens (creating if needed) the directory and recovers its segments.
 pub(crate) fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> Result<Recovered, LogError> {
     create_dir_durably(dir)?;
-    let dir_file = Arc::new(File::open(dir).map_err(LogError::io("open directory", dir))?);
     // Before the segments are listed: a cleaning swap interrupted by a crash is
     // finished, so that the list holds either the old segments or the cleaned one.
-    let swaps = finish_interrupted_swaps(dir, &dir_file)?;
+    let swaps = finish_interrupted_swaps(dir)?;
     let marker = dir.join(CLEAN_SHUTDOWN_FILE);
     let marked = marker
         .try_exists()
@@ -110,9 +108,7 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> Result<Rec
     if !keeps_marker {
         // Makes the marker's removal, new segments and deleted files durable before
         // anything is appended: a crash from now on must be detected as one.
-        dir_file
-            .sync_all()
-            .map_err(LogError::io("sync directory", dir))?;
+        durable_file::sync_dir(dir)?;
     }
     report.segments = segments.len();
     report.log_start_offset = Offset::new(*segments.keys().next().expect("a log has a segment"));
@@ -140,10 +136,7 @@ fn create_dir_durably(dir: &Path) -> Result<(), LogError> {
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        let parent_file = File::open(parent).map_err(LogError::io("open directory", parent))?;
-        parent_file
-            .sync_all()
-            .map_err(LogError::io("sync directory", parent))?;
+        durable_file::sync_dir(parent)?;
     }
     Ok(())
 }

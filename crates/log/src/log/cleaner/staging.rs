@@ -13,7 +13,7 @@
 use crate::file_names::{file_name, parse_file_name};
 use crate::file_names::{INDEX_SUFFIX, LOG_SUFFIX, REPAIR_SUFFIX, TIME_INDEX_SUFFIX};
 use crate::{txn_index, LogError};
-use std::fs::File;
+use headway_base::durable_file;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -91,7 +91,7 @@ pub(super) fn remove_staging(dir: &Path) -> Result<(), LogError> {
 
 /// Deletes the staging directory and finishes every committed swap in `dir` (see the
 /// module doc). Returns how many swaps it finished.
-pub(crate) fn finish_interrupted_swaps(dir: &Path, dir_file: &File) -> Result<usize, LogError> {
+pub(crate) fn finish_interrupted_swaps(dir: &Path) -> Result<usize, LogError> {
     remove_staging(dir)?;
     let mut swaps = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(LogError::io("list", dir))? {
@@ -119,9 +119,7 @@ pub(crate) fn finish_interrupted_swaps(dir: &Path, dir_file: &File) -> Result<us
         crash_point()?;
     }
     if !swaps.is_empty() {
-        dir_file
-            .sync_all()
-            .map_err(LogError::io("sync directory", dir))?;
+        durable_file::sync_dir(dir)?;
     }
     Ok(swaps.len())
 }
