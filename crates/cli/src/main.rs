@@ -5,8 +5,9 @@
 //! (`HEADWAY_<NAME>`), and flags. `headway produce` and `headway consume` are clients
 //! for any Kafka-compatible broker, and `headway topic`, `headway group` and
 //! `headway cluster` manage one (`output.rs` holds what those share), as `headway user`
-//! and `headway acl` manage its security; `headway bench` runs the lab's scenarios (`crates/bench`). Every failure ends the
-//! command with one `error: ...` line on stderr and exit status 1.
+//! and `headway acl` manage its security; `headway bench` runs the lab's scenarios
+//! (`crates/bench`). Every failure ends the command with one `error: ...` line on
+//! stderr and exit status 1.
 
 mod acl;
 mod cleaner;
