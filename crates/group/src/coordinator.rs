@@ -23,6 +23,7 @@ use crate::{GenerationId, GroupError};
 use bytes::Bytes;
 use headway_base::{now_ms, Offset, ProducerId, TopicPartition};
 use headway_broker::{internal_log, BrokerError, FlushPolicy, Partition};
+use headway_log::batch::validate_all;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -308,10 +309,12 @@ impl GroupCoordinator {
     }
 
     fn append_batch(&self, batch: &[u8]) -> Result<headway_broker::Appended, GroupError> {
-        self.log.append(batch, usize::MAX).map_err(|e| {
-            tracing::error!(error = %e, "appending to the offsets log failed");
-            GroupError::CoordinatorNotAvailable
-        })
+        self.log
+            .append(validate_all(batch), usize::MAX)
+            .map_err(|e| {
+                tracing::error!(error = %e, "appending to the offsets log failed");
+                GroupError::CoordinatorNotAvailable
+            })
     }
 
     /// Waits until the offsets log is durable up to `end` (nothing to wait for: `None`).

@@ -172,31 +172,137 @@ pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     Ok(header)
 }
 
-/// Splits `buf` into whole batches and validates each one. Returns the headers in order.
-/// An empty buffer or a trailing partial batch is an error: a produce request carries
-/// whole batches only.
-pub fn validate_all(buf: &[u8]) -> Result<Vec<BatchHeader>, BatchError> {
+/// Whole v2 batches checked by [`validate_all`] (lengths, magic, CRC, record counts),
+/// with the headers read on the way. Only this module builds one, so holding one means
+/// the bytes were walked once and found whole; the log appends it without a second walk.
+/// `B` is the borrowed request buffer (`&[u8]`) or the owned copy the log rewrites
+/// (`Vec<u8>`, see [`Validated::into_owned`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Validated<B> {
+    pub(crate) bytes: B,
+    pub(crate) headers: Vec<BatchHeader>,
+    offset_count: i64,
+    first_transactional: Option<BatchHeader>,
+}
+
+impl<B: AsRef<[u8]>> Validated<B> {
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.as_ref()
+    }
+
+    /// The headers in order; after an append, with the base offsets the log assigned.
+    pub fn headers(&self) -> &[BatchHeader] {
+        &self.headers
+    }
+
+    /// Offsets the batches take: the sum of each batch's last offset delta plus one.
+    pub fn offset_count(&self) -> i64 {
+        self.offset_count
+    }
+
+    /// The first transactional batch's header, if any.
+    pub fn first_transactional(&self) -> Option<&BatchHeader> {
+        self.first_transactional.as_ref()
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes().is_empty()
+    }
+}
+
+impl Validated<&[u8]> {
+    /// Copies the bytes so the log can rewrite their base offsets; the headers move.
+    pub fn into_owned(self) -> Validated<Vec<u8>> {
+        Validated {
+            bytes: self.bytes.to_vec(),
+            headers: self.headers,
+            offset_count: self.offset_count,
+            first_transactional: self.first_transactional,
+        }
+    }
+}
+
+impl Validated<Vec<u8>> {
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+}
+
+/// Why [`validate_all`] refused a buffer, with what a produce still needs to answer in
+/// the right order: the first transactional header found by walking the batch headers
+/// (as far as they split and parse, CRC or not), and the buffer's size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    pub error: BatchError,
+    pub first_transactional: Option<BatchHeader>,
+    pub len: usize,
+}
+
+/// What [`validate_all`] answers.
+pub type Validation<'a> = Result<Validated<&'a [u8]>, Invalid>;
+
+/// Splits `buf` into whole batches and validates each one, keeping the headers in
+/// order. An empty buffer or a trailing partial batch is an error: a produce request
+/// carries whole batches only.
+pub fn validate_all(buf: &[u8]) -> Validation<'_> {
     let mut headers = Vec::new();
+    let mut offset_count = 0i64;
+    let mut first_transactional = None;
     let mut at = 0;
     while at < buf.len() || headers.is_empty() {
         let rest = &buf[at..];
-        let total = declared_total_bytes(rest).ok_or(BatchError::TooShort { len: rest.len() })?;
-        if total > rest.len() {
-            return Err(BatchError::LengthMismatch {
-                declared: total as i64,
-                actual: rest.len(),
-            });
+        let checked = split(rest).and_then(|total| validate(&rest[..total]));
+        let header = match checked {
+            Ok(header) => header,
+            Err(error) => {
+                // The headers past a bad batch may still split and parse; a produce's
+                // transaction check looks at them as if the bytes were whole.
+                let first_transactional = first_transactional.or_else(|| {
+                    BatchIter::new(rest)
+                        .map(|(h, _)| h)
+                        .find(BatchHeader::is_transactional)
+                });
+                return Err(Invalid {
+                    error,
+                    first_transactional,
+                    len: buf.len(),
+                });
+            }
+        };
+        if first_transactional.is_none() && header.is_transactional() {
+            first_transactional = Some(header);
         }
-        headers.push(validate(&rest[..total])?);
-        at += total;
+        offset_count += i64::from(header.last_offset_delta) + 1;
+        headers.push(header);
+        at += header.total_bytes();
     }
-    Ok(headers)
+    Ok(Validated {
+        bytes: buf,
+        headers,
+        offset_count,
+        first_transactional,
+    })
+}
+
+/// Length of the whole batch at the start of `rest`, which must all be present.
+fn split(rest: &[u8]) -> Result<usize, BatchError> {
+    let total = declared_total_bytes(rest).ok_or(BatchError::TooShort { len: rest.len() })?;
+    if total > rest.len() {
+        return Err(BatchError::LengthMismatch {
+            declared: total as i64,
+            actual: rest.len(),
+        });
+    }
+    Ok(total)
 }
 
 /// Splits `buf` into whole batches and parses each header, checking what the log's
 /// own bookkeeping relies on (magic, lengths, offset delta, record count) but not the
-/// CRC: the log uses it on batches the caller already checked with [`validate_all`],
-/// so a second CRC pass over every produced byte would only cost CPU.
+/// CRC: for buffers read back from the log, whose CRCs were checked when they were written.
 pub fn parse_all(buf: &[u8]) -> Result<Vec<BatchHeader>, BatchError> {
     let mut headers = Vec::new();
     let mut at = 0;

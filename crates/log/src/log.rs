@@ -11,7 +11,7 @@
 pub(crate) mod cleaner;
 
 use self::cleaner::checkpoint::CleanerState;
-use crate::batch::{self, BatchHeader};
+use crate::batch::{self, BatchHeader, Validated};
 use crate::config::{APPEND_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};
 use crate::recovery;
 use crate::recovery::RecoveryReport;
@@ -115,29 +115,37 @@ impl Log {
         Ok((log, report))
     }
 
-    /// Appends one or more whole batches that the caller has already validated
-    /// (`batch::validate_all`). Assigns consecutive offsets, rewriting each batch's
-    /// base offset in `batches`, writes them with one write, and updates the indexes.
+    /// Appends one or more whole batches checked by `batch::validate_all`, using the
+    /// headers read then. Assigns consecutive offsets, rewriting each batch's base
+    /// offset in `batches` (bytes and headers), writes them with one write, and updates
+    /// the indexes.
     /// Rolls first when the active segment is full or too old.
     ///
     /// A write that fails (a full disk) is undone and the append fails with
     /// `LogError::WriteRefused`: the log is unchanged and later appends may succeed.
     /// Any other I/O failure poisons the log.
-    pub fn append(&mut self, batches: &mut [u8], now_ms: i64) -> Result<AppendInfo, LogError> {
+    pub fn append(
+        &mut self,
+        validated: &mut Validated<Vec<u8>>,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
         if self.poisoned {
             return Err(LogError::Poisoned {
                 path: self.dir.clone(),
             });
         }
-        let mut headers = batch::parse_all(batches)?;
+        let offset_count = validated.offset_count();
+        let Validated { bytes, headers, .. } = validated;
+        let batches = bytes.as_mut_slice();
+        debug_assert_eq!(
+            headers.iter().map(BatchHeader::total_bytes).sum::<usize>(),
+            batches.len(),
+            "the headers cover the bytes"
+        );
         if self.clean_marker {
             recovery::remove_clean_marker(&self.dir)?;
             self.clean_marker = false;
         }
-        let offset_count: i64 = headers
-            .iter()
-            .map(|h| i64::from(h.last_offset_delta) + 1)
-            .sum();
         if batches.len() > APPEND_BYTES_LIMIT || offset_count > i64::from(u32::MAX) {
             return Err(LogError::AppendTooLarge {
                 size_bytes: batches.len(),
@@ -149,11 +157,9 @@ impl Log {
             self.check_write(rolled)?;
         }
         let base_offset = self.log_end_offset;
-        assign_offsets(batches, &mut headers, base_offset.value());
+        assign_offsets(batches, headers, base_offset.value());
         let interval = self.config.index_interval_bytes;
-        let appended = self
-            .active_mut()
-            .append(batches, &headers, interval, now_ms);
+        let appended = self.active_mut().append(batches, headers, interval, now_ms);
         let written = self.check_write(appended)?;
         if self.refused_appends > 0 {
             tracing::info!(dir = %self.dir.display(), refused_appends = self.refused_appends,

@@ -1,9 +1,11 @@
 //! Test helpers: encoding valid v2 record batches (the log never decodes records,
 //! but the CRC-32C must be right for recovery to keep a batch), keyed batches built and
 //! read back by a third-party codec (for compaction), and a small seeded random number
-//! generator, so randomized tests can print and replay their seed.
+//! generator, so randomized tests can print and replay their seed; and appending
+//! such bytes to a log through `batch::validate_all`, as the broker does.
 
 use crate::batch;
+use crate::{AppendInfo, Log, LogError};
 
 fn put_varint(out: &mut Vec<u8>, value: i64) {
     let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
@@ -160,3 +162,20 @@ pub(crate) const CODECS: [kafka_protocol::records::Compression; 5] = [
     kafka_protocol::records::Compression::Lz4,
     kafka_protocol::records::Compression::Zstd,
 ];
+
+/// Appends batches a test built, validated as the broker validates a produce; the base
+/// offsets the log assigned land back in `bytes`.
+pub(crate) trait AppendBytes {
+    fn append_bytes(&mut self, bytes: &mut Vec<u8>, now_ms: i64) -> Result<AppendInfo, LogError>;
+}
+
+impl AppendBytes for Log {
+    fn append_bytes(&mut self, bytes: &mut Vec<u8>, now_ms: i64) -> Result<AppendInfo, LogError> {
+        let mut validated = batch::validate_all(bytes)
+            .map_err(|invalid| LogError::Batch(invalid.error))?
+            .into_owned();
+        let appended = self.append(&mut validated, now_ms);
+        *bytes = validated.into_bytes();
+        appended
+    }
+}

@@ -46,7 +46,9 @@ fn txn_batch(producer_id: i64, sequence: i32, values: &[&str]) -> Bytes {
 
 /// Appends and waits until durable.
 async fn append(partition: &Partition, records: &[u8]) {
-    let appended = partition.append(records, 1 << 20).unwrap();
+    let appended = partition
+        .append(headway_log::batch::validate_all(records), 1 << 20)
+        .unwrap();
     partition
         .wait_durable(appended.log_end_offset)
         .await

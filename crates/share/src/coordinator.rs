@@ -14,6 +14,7 @@ use crate::partition::{AckError, AcknowledgeType, Acquired, LogBatch, MemberId, 
 use crate::state_log::{encode_batch, StateRecord};
 use headway_base::{now_ms, Offset, TopicPartition};
 use headway_broker::{internal_log, BrokerError, FlushPolicy, Partition};
+use headway_log::batch::validate_all;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -438,10 +439,13 @@ impl ShareCoordinator {
             return Ok(None);
         }
         let batch = encode_batch(records, now_ms());
-        let appended = self.log.append(&batch, usize::MAX).map_err(|e| {
-            tracing::error!(error = %e, "appending to the share state log failed");
-            ShareError::CoordinatorNotAvailable
-        })?;
+        let appended = self
+            .log
+            .append(validate_all(&batch), usize::MAX)
+            .map_err(|e| {
+                tracing::error!(error = %e, "appending to the share state log failed");
+                ShareError::CoordinatorNotAvailable
+            })?;
         Ok(Some(appended.log_end_offset))
     }
 

@@ -20,6 +20,7 @@ use crate::TxnError;
 use headway_base::{now_ms, PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
 use headway_broker::panics::{self, Component};
 use headway_broker::{internal_log, Broker, BrokerError, FlushPolicy, Partition};
+use headway_log::batch::validate_all;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
@@ -182,10 +183,13 @@ impl TxnCoordinator {
     /// Appends one record and waits until it is durable.
     async fn append(&self, record: TxnRecord) -> Result<(), TxnError> {
         let batch = encode_batch(std::slice::from_ref(&record), now_ms());
-        let appended = self.log.append(&batch, usize::MAX).map_err(|e| {
-            tracing::error!(error = %e, "appending to the transaction log failed");
-            TxnError::CoordinatorNotAvailable
-        })?;
+        let appended = self
+            .log
+            .append(validate_all(&batch), usize::MAX)
+            .map_err(|e| {
+                tracing::error!(error = %e, "appending to the transaction log failed");
+                TxnError::CoordinatorNotAvailable
+            })?;
         self.log
             .wait_durable(appended.log_end_offset)
             .await

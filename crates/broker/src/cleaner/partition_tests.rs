@@ -6,6 +6,7 @@ use super::*;
 use crate::{Broker, BrokerConfig};
 use bytes::Bytes;
 use headway_base::{Offset, PartitionIndex};
+use headway_log::batch::validate_all;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -125,7 +126,9 @@ async fn a_round_cleans_compacted_partitions_and_keeps_each_keys_latest_record()
     let mut end = Offset::new(0);
     for i in 0..400 {
         let (key, value) = (format!("key-{}", i % 10), format!("value-{i}"));
-        let appended = p.append(&keyed(&key, &value), 1 << 20).unwrap();
+        let appended = p
+            .append(validate_all(&keyed(&key, &value)), 1 << 20)
+            .unwrap();
         latest.insert(key, (appended.base_offset.value(), value));
         end = appended.log_end_offset;
     }
@@ -200,7 +203,7 @@ async fn a_partition_under_its_dirty_ratio_is_left_alone() {
     let mut end = Offset::new(0);
     for i in 0..50 {
         end = p
-            .append(&keyed("same", &format!("v{i}")), 1 << 20)
+            .append(validate_all(&keyed("same", &format!("v{i}"))), 1 << 20)
             .unwrap()
             .log_end_offset;
     }
@@ -233,7 +236,10 @@ async fn a_log_past_its_max_compaction_lag_is_cleaned_below_its_dirty_ratio() {
     let mut end = Offset::new(0);
     for i in 0..50 {
         let batch = keyed_at("same", &format!("v{i}"), an_hour_ago);
-        end = p.append(&batch, 1 << 20).unwrap().log_end_offset;
+        end = p
+            .append(validate_all(&batch), 1 << 20)
+            .unwrap()
+            .log_end_offset;
     }
     tokio::time::timeout(std::time::Duration::from_secs(30), p.wait_durable(end))
         .await
@@ -263,12 +269,19 @@ async fn a_tombstone_goes_once_its_horizon_passed_even_with_nothing_dirty() {
         .await
         .unwrap();
     let p = broker.partition("deletes", PartitionIndex::new(0)).unwrap();
-    p.append(&keyed("gone", "v"), 1 << 20).unwrap();
-    let deleted_at = p.append(&tombstone("gone"), 1 << 20).unwrap().base_offset;
+    p.append(validate_all(&keyed("gone", "v")), 1 << 20)
+        .unwrap();
+    let deleted_at = p
+        .append(validate_all(&tombstone("gone")), 1 << 20)
+        .unwrap()
+        .base_offset;
     let mut end = Offset::new(0);
     for i in 0..100 {
         let batch = keyed(&format!("key-{i}"), "filler");
-        end = p.append(&batch, 1 << 20).unwrap().log_end_offset;
+        end = p
+            .append(validate_all(&batch), 1 << 20)
+            .unwrap()
+            .log_end_offset;
     }
     tokio::time::timeout(std::time::Duration::from_secs(30), p.wait_durable(end))
         .await

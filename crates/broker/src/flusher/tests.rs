@@ -6,6 +6,7 @@ use super::*;
 use crate::partition::{DeleteRecordsTo, Partition};
 use crate::{Broker, BrokerConfig, BrokerError, FlushPolicy};
 use headway_base::{Clock, PartitionIndex};
+use headway_log::batch::validate_all;
 use headway_log::LogConfig;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -94,10 +95,14 @@ async fn nothing_is_acknowledged_before_the_shared_round_syncs_it() {
     }
     let mut ends = Vec::new();
     for p in &partitions {
-        ends.push(p.append(&batch(5, b"v"), MAX).unwrap().log_end_offset);
+        ends.push(
+            p.append(validate_all(&batch(5, b"v")), MAX)
+                .unwrap()
+                .log_end_offset,
+        );
         // Written, queued once, not synced: the watermark (what acks wait for and
         // consumers see) has not moved.
-        p.append(&batch(2, b"w"), MAX).unwrap();
+        p.append(validate_all(&batch(2, b"w")), MAX).unwrap();
         assert!(p.queued.load(Ordering::Acquire));
         assert_eq!(p.high_watermark(), Offset::new(0));
     }
@@ -124,7 +129,10 @@ async fn produce_to_many_partitions_is_acknowledged(scope: SyncScope) {
     // together, as one produce request with many partitions does.
     for round in 1..=3i64 {
         let waits = topic.partitions().iter().map(|p| {
-            let end = p.append(&batch(4, b"record"), MAX).unwrap().log_end_offset;
+            let end = p
+                .append(validate_all(&batch(4, b"record")), MAX)
+                .unwrap()
+                .log_end_offset;
             assert_eq!(end, Offset::new(4 * round));
             async move { durable(p, end).await }
         });
@@ -173,12 +181,16 @@ async fn a_failed_sync_poisons_its_partition_and_not_the_others() {
     broker.shared_flusher().unwrap().fail_syncs_of("bad");
     let bad_p = &bad.partitions()[0];
     let bad_end = bad_p
-        .append(&batch(3, b"lost"), MAX)
+        .append(validate_all(&batch(3, b"lost")), MAX)
         .unwrap()
         .log_end_offset;
     let mut good_ends = Vec::new();
     for p in good.partitions() {
-        good_ends.push(p.append(&batch(3, b"kept"), MAX).unwrap().log_end_offset);
+        good_ends.push(
+            p.append(validate_all(&batch(3, b"kept")), MAX)
+                .unwrap()
+                .log_end_offset,
+        );
     }
     assert!(durable(bad_p, bad_end).await.is_err());
     for (p, end) in good.partitions().iter().zip(&good_ends) {
@@ -190,12 +202,15 @@ async fn a_failed_sync_poisons_its_partition_and_not_the_others() {
     assert!(bad_p.watch().borrow().failed);
     assert!(bad_p.health().offline, "the failure shows on /metrics");
     assert!(matches!(
-        bad_p.append(&batch(1, b"more"), MAX),
+        bad_p.append(validate_all(&batch(1, b"more")), MAX),
         Err(BrokerError::Storage(_))
     ));
     // The others keep acknowledging in later rounds.
     for p in good.partitions() {
-        let end = p.append(&batch(2, b"again"), MAX).unwrap().log_end_offset;
+        let end = p
+            .append(validate_all(&batch(2, b"again")), MAX)
+            .unwrap()
+            .log_end_offset;
         durable(p, end).await.unwrap();
         assert_eq!(p.high_watermark(), Offset::new(5));
         assert!(!p.watch().borrow().failed);
@@ -214,7 +229,10 @@ async fn partition_scope_keeps_one_flusher_per_partition() {
         .await
         .unwrap();
     for p in topic.partitions() {
-        let end = p.append(&batch(2, b"x"), MAX).unwrap().log_end_offset;
+        let end = p
+            .append(validate_all(&batch(2, b"x")), MAX)
+            .unwrap()
+            .log_end_offset;
         durable(p, end).await.unwrap();
         assert!(p.shared.get().is_none());
         assert!(!p.queued.load(Ordering::Acquire));
@@ -234,7 +252,10 @@ async fn partitions_added_later_join_the_shared_flusher() {
     let topic = broker.topic("grow").unwrap();
     for p in topic.partitions() {
         assert!(p.shared.get().is_some());
-        let end = p.append(&batch(1, b"y"), MAX).unwrap().log_end_offset;
+        let end = p
+            .append(validate_all(&batch(1, b"y")), MAX)
+            .unwrap()
+            .log_end_offset;
         durable(p, end).await.unwrap();
     }
     broker.shutdown().await;
@@ -261,10 +282,10 @@ async fn a_partition_past_its_unsynced_bound_holds_its_producer_until_a_sync_tak
     let one = batch(10, &[7u8; 50]);
     p.bound_unsynced(one.len() as u64 + 1);
     // The flusher is not running yet: appends pile up unsynced.
-    p.append(&one, MAX).unwrap();
+    p.append(validate_all(&one), MAX).unwrap();
     assert_eq!(p.unsynced_bytes(), one.len() as u64);
     assert!(!p.over_unsynced_bound());
-    let end = p.append(&one, MAX).unwrap().log_end_offset;
+    let end = p.append(validate_all(&one), MAX).unwrap().log_end_offset;
     assert_eq!(p.unsynced_bytes(), 2 * one.len() as u64);
     assert!(p.over_unsynced_bound());
     let mut held = Box::pin(p.wait_unsynced_within_bound());
@@ -286,8 +307,8 @@ async fn a_shared_round_takes_a_partitions_unsynced_bytes() {
     let p = lone_partition(&dir, FlushPolicy::Sync);
     let one = batch(10, &[7u8; 50]);
     p.bound_unsynced(one.len() as u64 + 1);
-    p.append(&one, MAX).unwrap();
-    p.append(&one, MAX).unwrap();
+    p.append(validate_all(&one), MAX).unwrap();
+    p.append(validate_all(&one), MAX).unwrap();
     assert!(p.over_unsynced_bound());
     // What a shared flusher's round does (the partition has no flusher of its own).
     let set = p.take_sync_set().into_set().expect("unsynced appends");
@@ -302,7 +323,7 @@ async fn without_a_bound_nothing_holds_producers() {
     let p = lone_partition(&dir, FlushPolicy::Interval(Duration::from_secs(3600)));
     p.bound_unsynced(1);
     for _ in 0..3 {
-        p.append(&batch(10, b"v"), MAX).unwrap();
+        p.append(validate_all(&batch(10, b"v")), MAX).unwrap();
     }
     assert!(p.unsynced_bytes() > 1);
     assert!(
@@ -321,7 +342,10 @@ async fn each_broker_counts_its_own_syncs() {
             .await
             .unwrap();
         for p in topic.partitions() {
-            let end = p.append(&batch(3, b"c"), MAX).unwrap().log_end_offset;
+            let end = p
+                .append(validate_all(&batch(3, b"c")), MAX)
+                .unwrap()
+                .log_end_offset;
             durable(p, end).await.unwrap();
         }
         let (rounds, syncs) = a.sync_counters().snapshot();
@@ -344,7 +368,10 @@ async fn delete_records_at_once_leave_the_largest_start_on_disk() {
     let dir = tempfile::tempdir().unwrap();
     let p = lone_partition(&dir, FlushPolicy::Sync);
     p.start_flusher();
-    let end = p.append(&batch(200, b"v"), MAX).unwrap().log_end_offset;
+    let end = p
+        .append(validate_all(&batch(200, b"v")), MAX)
+        .unwrap()
+        .log_end_offset;
     durable(&p, end).await.unwrap();
     // Calls on threads of their own, in every order: the side file must end with the
     // largest start, which is what the partition serves.

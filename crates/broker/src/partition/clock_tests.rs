@@ -5,6 +5,7 @@
 
 use super::txn_tests::plain_batch;
 use super::*;
+use headway_log::batch::validate_all;
 
 const START_MS: i64 = 1_700_000_000_000;
 
@@ -29,15 +30,21 @@ fn a_segment_rolls_by_age_when_the_partitions_clock_says_so() {
         clock.clone(),
     )
     .unwrap();
-    partition.append(&plain_batch(), 1 << 20).unwrap();
+    partition
+        .append(validate_all(&plain_batch()), 1 << 20)
+        .unwrap();
     clock.advance_ms(59_999);
-    partition.append(&plain_batch(), 1 << 20).unwrap();
+    partition
+        .append(validate_all(&plain_batch()), 1 << 20)
+        .unwrap();
     assert_eq!(
         segments(&partition),
         1,
         "younger than segment_ms_max: no roll"
     );
     clock.advance_ms(1);
-    partition.append(&plain_batch(), 1 << 20).unwrap();
+    partition
+        .append(validate_all(&plain_batch()), 1 << 20)
+        .unwrap();
     assert_eq!(segments(&partition), 2, "a minute old by the clock: rolled");
 }

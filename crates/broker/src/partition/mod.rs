@@ -96,7 +96,8 @@ use headway_base::{limits, Clock, Offset, PartitionIndex, ProducerEpoch, Produce
 use headway_log::control::{Marker, MarkerKind};
 use headway_log::records::{self, Keyless};
 use headway_log::{
-    batch, AbortedTxn, BatchHeader, CleanReport, CleanerConfig, CleaningPlan, CorruptBatch, Log,
+    batch::{self, Validated},
+    AbortedTxn, BatchHeader, CleanReport, CleanerConfig, CleaningPlan, CorruptBatch, Log,
     LogConfig, LogError, ReadSlice, RecoveryReport, StagedCleaning,
 };
 use side_files::{
@@ -513,22 +514,30 @@ impl Partition {
         self.with_slot(|slot| f(&mut slot.log).map_err(BrokerError::from_log))
     }
 
-    /// Validates and appends the batches of one produce request for this partition.
-    /// Offsets are assigned here, under the mutex; the data is durable once
-    /// [`Partition::wait_durable`] for `log_end_offset` returns. A retried batch of an
-    /// idempotent producer is not appended again: the answer describes the original.
+    /// Appends the batches of one produce request for this partition, as
+    /// `batch::validate_all` found them: the size limit answers first, then a
+    /// validation error, then the checks on the headers (control, transactional,
+    /// idempotent, keys). Offsets are assigned here, under the mutex; the data is
+    /// durable once [`Partition::wait_durable`] for `log_end_offset` returns. A retried
+    /// batch of an idempotent producer is not appended again: the answer describes the
+    /// original.
     pub fn append(
         &self,
-        records: &[u8],
+        validation: batch::Validation<'_>,
         max_message_bytes: usize,
     ) -> Result<Appended, BrokerError> {
-        if records.len() > max_message_bytes {
+        let size = match &validation {
+            Ok(validated) => validated.len(),
+            Err(invalid) => invalid.len,
+        };
+        if size > max_message_bytes {
             return Err(BrokerError::MessageTooLarge {
-                size: records.len(),
+                size,
                 limit: max_message_bytes,
             });
         }
-        let headers = batch::validate_all(records).map_err(BrokerError::Batch)?;
+        let validated = validation.map_err(|invalid| BrokerError::Batch(invalid.error))?;
+        let (records, headers) = (validated.bytes(), validated.headers());
         if headers.iter().any(|h| h.is_control()) {
             return Err(BrokerError::InvalidRequest(
                 "control batches are written by the transaction coordinator, not produced".into(),
@@ -543,7 +552,7 @@ impl Partition {
             ));
         }
         if self.keys_required.load(Ordering::Relaxed) {
-            self.require_keys(records, &headers)?;
+            self.require_keys(records, headers)?;
         }
         let idempotent = headers.first().filter(|h| is_idempotent(h)).copied();
         if idempotent.is_some() && headers.len() != 1 {
@@ -552,7 +561,7 @@ impl Partition {
             ));
         }
         // The log rewrites base offsets in place; the request buffer is shared, so copy.
-        let mut owned = records.to_vec();
+        let mut owned = validated.into_owned();
         let now_ms = self.clock.time_ms();
         let appended = self.with_slot(|slot| {
             let append = || {
@@ -565,7 +574,7 @@ impl Partition {
         })?;
         let (base_offset, log_end_offset, written) = appended;
         if written {
-            self.traffic.took_in(records.len(), &headers);
+            self.traffic.took_in(owned.len(), owned.headers());
             if self.flush == FlushPolicy::Sync {
                 self.request_sync();
             }
@@ -582,7 +591,7 @@ impl Partition {
         &self,
         slot: &mut Slot,
         idempotent: Option<&BatchHeader>,
-        owned: &mut [u8],
+        owned: &mut Validated<Vec<u8>>,
         now_ms: i64,
     ) -> Result<(Offset, Offset, bool), BrokerError> {
         let planned = slot.state.plan_append(idempotent)?;
@@ -661,7 +670,7 @@ impl Partition {
             TransactionResult::Commit => MarkerKind::Commit,
             TransactionResult::Abort => MarkerKind::Abort,
         };
-        let mut bytes = Marker {
+        let bytes = Marker {
             producer_id,
             producer_epoch: epoch,
             kind,
@@ -669,12 +678,15 @@ impl Partition {
             timestamp_ms: now_ms,
         }
         .encode();
+        let mut marker = batch::validate_all(&bytes)
+            .map_err(|invalid| BrokerError::Batch(invalid.error))?
+            .into_owned();
         let offset = self.with_slot(|slot| {
             slot.state
                 .plan_marker(producer_id, epoch, coordinator_epoch)?;
             let info = slot
                 .log
-                .append(&mut bytes, now_ms)
+                .append(&mut marker, now_ms)
                 .map_err(|e| self.append_failed(&slot.log, e))?;
             let completed = slot.state.marker_appended(
                 producer_id,

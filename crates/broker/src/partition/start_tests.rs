@@ -9,6 +9,7 @@
 use super::txn_tests::plain_batch;
 use crate::{Broker, BrokerConfig, BrokerError};
 use headway_base::PartitionIndex;
+use headway_log::batch::validate_all;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
@@ -44,7 +45,7 @@ fn partition_dir(dir: &Path, topic: &str, p: i32) -> std::path::PathBuf {
 /// Appends one batch and waits until it is durable.
 async fn write_one(broker: &Broker, topic: &str, p: i32) -> Result<(), BrokerError> {
     let partition = broker.partition(topic, PartitionIndex::new(p))?;
-    let appended = partition.append(&plain_batch(), MAX)?;
+    let appended = partition.append(validate_all(&plain_batch()), MAX)?;
     partition.wait_durable(appended.log_end_offset).await
 }
 
@@ -69,7 +70,7 @@ async fn a_partition_that_cannot_be_opened_is_offline_and_the_others_are_served(
         );
         let health = bad.health();
         assert!(health.offline && health.unopened, "{p}: {health:?}");
-        match bad.append(&plain_batch(), MAX) {
+        match bad.append(validate_all(&plain_batch()), MAX) {
             Err(BrokerError::Storage(message)) => assert!(message.contains("offline"), "{message}"),
             other => panic!("append to an unopened partition: {other:?}"),
         }
@@ -191,7 +192,7 @@ async fn an_append_that_panics_takes_only_its_partition_offline() {
     let before = crate::panics::caught(crate::panics::Component::Append);
     super::tests_fault::panic_appends_to("doomed");
     let doomed = broker.partition("doomed", PartitionIndex::new(0)).unwrap();
-    let refused = doomed.append(&plain_batch(), MAX);
+    let refused = doomed.append(validate_all(&plain_batch()), MAX);
     assert!(
         matches!(refused, Err(BrokerError::Storage(_))),
         "{refused:?}"
@@ -206,7 +207,7 @@ async fn an_append_that_panics_takes_only_its_partition_offline() {
     // and the mutex the panic happened under still serves.
     assert_eq!(doomed.high_watermark().value(), 1);
     assert!(matches!(
-        doomed.append(&plain_batch(), MAX),
+        doomed.append(validate_all(&plain_batch()), MAX),
         Err(BrokerError::Storage(_))
     ));
     assert_eq!(

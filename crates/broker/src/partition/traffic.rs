@@ -87,8 +87,8 @@ mod tests {
         let traffic = Traffic::default();
         let mut two = batch_of(3);
         two.extend_from_slice(&batch_of(2));
-        let headers = batch::validate_all(&two).unwrap();
-        traffic.took_in(two.len(), &headers);
+        let validated = batch::validate_all(&two).unwrap();
+        traffic.took_in(two.len(), validated.headers());
         traffic.gave_out(&two);
         // A read that ends inside a batch: its bytes go out, its records are not whole.
         traffic.gave_out(&two[..two.len() - 1]);

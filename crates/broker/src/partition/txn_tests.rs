@@ -12,6 +12,7 @@ use super::*;
 use crate::BrokerError;
 use bytes::BytesMut;
 use headway_base::{ProducerEpoch, ProducerId};
+use headway_log::batch::validate_all;
 use headway_log::LogConfig;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -112,9 +113,9 @@ fn lso(p: &Partition) -> i64 {
 fn open_and_aborted_transactions_survive_every_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let p = open(dir.path(), FlushPolicy::None);
-    p.append(&txn_batch(1, 0, 0, 2), MAX).unwrap(); // 0..2
-    p.append(&plain_batch(), MAX).unwrap(); // 2
-    p.append(&txn_batch(2, 0, 0, 2), MAX).unwrap(); // 3..5
+    p.append(validate_all(&txn_batch(1, 0, 0, 2)), MAX).unwrap(); // 0..2
+    p.append(validate_all(&plain_batch()), MAX).unwrap(); // 2
+    p.append(validate_all(&txn_batch(2, 0, 0, 2)), MAX).unwrap(); // 3..5
     assert_eq!(p.high_watermark(), Offset::new(5));
     assert_eq!(lso(&p), 0);
     let (id, first, _) = p.oldest_ongoing_transaction().unwrap();
@@ -151,7 +152,7 @@ fn open_and_aborted_transactions_survive_every_reopen() {
     p.close().unwrap();
     let p = open(dir.path(), FlushPolicy::None);
     assert!(matches!(
-        p.append(&txn_batch(2, 2, 0, 1), MAX),
+        p.append(validate_all(&txn_batch(2, 2, 0, 1)), MAX),
         Err(BrokerError::Sequence(
             crate::producer_state::SequenceError::InvalidProducerEpoch { .. }
         ))
@@ -164,7 +165,7 @@ fn a_marker_written_but_not_synced_is_kept_or_lost_whole() {
     let dir = tempfile::tempdir().unwrap();
     // `sync` without a flusher: nothing becomes durable until the reopen.
     let p = open(dir.path(), FlushPolicy::Sync);
-    p.append(&txn_batch(3, 0, 0, 2), MAX).unwrap(); // 0..2
+    p.append(validate_all(&txn_batch(3, 0, 0, 2)), MAX).unwrap(); // 0..2
     assert_eq!(lso(&p), 0, "nothing durable yet");
     assert_eq!(marker(&p, 3, TransactionResult::Abort), Offset::new(2));
     assert_eq!(aborted(&p), [(3, 0, 2)]);
@@ -218,11 +219,11 @@ fn control_batches_and_transactional_batches_without_a_producer_are_refused() {
     }
     .encode();
     assert!(matches!(
-        p.append(&marker, MAX),
+        p.append(validate_all(&marker), MAX),
         Err(BrokerError::InvalidRequest(_))
     ));
     assert!(matches!(
-        p.append(&txn_batch(-1, -1, -1, 1), MAX),
+        p.append(validate_all(&txn_batch(-1, -1, -1, 1)), MAX),
         Err(BrokerError::InvalidRequest(_))
     ));
 }
@@ -235,7 +236,7 @@ async fn a_read_committed_read_is_shortened_until_its_aborted_transactions_fit()
     let p = open(dir.path(), FlushPolicy::None);
     let most = limits::ABORTED_TRANSACTIONS_PER_FETCH_MAX;
     for i in 0..=most as i32 {
-        p.append(&txn_batch(1, 0, i, 1), MAX).unwrap();
+        p.append(validate_all(&txn_batch(1, 0, i, 1)), MAX).unwrap();
         marker(&p, 1, TransactionResult::Abort);
     }
     let budget = crate::BrokerConfig::default().bulk_budget();

@@ -271,16 +271,20 @@ fn append(
     }
     let partition = broker.partition(name, index)?;
     let records = records.ok_or(BrokerError::MissingRecords)?;
-    let transactional = headway_log::batch::BatchIter::new(records)
-        .map(|(h, _)| h)
-        .find(BatchHeader::is_transactional);
+    // Malformed bytes still answer the transaction check first, with the first
+    // transactional header their batches show.
+    let validation = headway_log::batch::validate_all(records);
+    let transactional = match &validation {
+        Ok(validated) => validated.first_transactional(),
+        Err(invalid) => invalid.first_transactional.as_ref(),
+    };
     if let Some(header) = transactional {
-        transaction.check(&header, name, index)?;
+        transaction.check(header, name, index)?;
     }
     // Below `disk_free_bytes_min` the produce is refused (retriable) before it is
     // written, so the broker's own small writes keep finding room.
     broker.disk_space().reserve(records.len())?;
-    let appended = partition.append(records, max_message_bytes)?;
+    let appended = partition.append(validation, max_message_bytes)?;
     Ok((partition, appended))
 }
 

@@ -16,7 +16,9 @@ fn abort_marker(log: &mut Log, producer_id: i64) -> Offset {
         timestamp_ms: NOW_MS,
     }
     .encode();
-    log.append(&mut bytes, NOW_MS).expect("append").base_offset
+    log.append_bytes(&mut bytes, NOW_MS)
+        .expect("append")
+        .base_offset
 }
 
 fn txn(producer_id: i64, first: Offset, last: Offset) -> AbortedTxn {

@@ -12,6 +12,7 @@
 use super::*;
 use crate::batch::BatchIter;
 use crate::config::SEALED_INDEX_THINNING;
+use crate::testutil::AppendBytes;
 use crate::testutil::{batch, seed, Rng};
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -46,7 +47,7 @@ fn open(dir: &TempDir, config: LogConfig) -> (Log, RecoveryReport) {
 fn append_one(log: &mut Log, records: usize, value_bytes: usize, timestamp_ms: i64) -> Vec<u8> {
     let mut bytes = batch(records, value_bytes, timestamp_ms, records as u8);
     let end_before = log.log_end_offset();
-    let info = log.append(&mut bytes, NOW_MS).expect("append");
+    let info = log.append_bytes(&mut bytes, NOW_MS).expect("append");
     assert_eq!(info.base_offset, end_before);
     assert_eq!(
         info.last_offset.value(),

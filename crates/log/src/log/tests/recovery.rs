@@ -358,7 +358,7 @@ fn randomized_appends_rolls_and_reopens() {
                     )
                 })
                 .collect();
-            log.append(&mut bytes, NOW_MS).unwrap();
+            log.append_bytes(&mut bytes, NOW_MS).unwrap();
             model.extend(BatchIter::new(&bytes).map(|(_, b)| b.to_vec()));
         }
         check_against_model(&log, &model, &mut rng);

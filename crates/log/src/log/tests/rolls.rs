@@ -73,15 +73,15 @@ fn roll_by_age() {
         },
     );
     let mut bytes = batch(1, 10, NOW_MS, 0);
-    log.append(&mut bytes, NOW_MS).unwrap();
-    log.append(&mut bytes, NOW_MS + 999).unwrap();
+    log.append_bytes(&mut bytes, NOW_MS).unwrap();
+    log.append_bytes(&mut bytes, NOW_MS + 999).unwrap();
     assert_eq!(log.segment_count(), 1);
-    log.append(&mut bytes, NOW_MS + 1000).unwrap();
+    log.append_bytes(&mut bytes, NOW_MS + 1000).unwrap();
     assert_eq!(log.segment_count(), 2);
     // The new segment's age counts from its first append.
-    log.append(&mut bytes, NOW_MS + 1999).unwrap();
+    log.append_bytes(&mut bytes, NOW_MS + 1999).unwrap();
     assert_eq!(log.segment_count(), 2);
-    log.append(&mut bytes, NOW_MS + 2000).unwrap();
+    log.append_bytes(&mut bytes, NOW_MS + 2000).unwrap();
     assert_eq!(log.segment_count(), 3);
     assert_eq!(
         batch_offsets(&read_all(&log, 0)),
@@ -122,15 +122,17 @@ fn roll_before_relative_offsets_overflow() {
     let dir = TempDir::new().unwrap();
     let (mut log, _) = open(&dir, config());
     let wide = sparse_batch(i32::MAX - 1);
-    log.append(&mut wide.clone(), NOW_MS).unwrap();
+    log.append_bytes(&mut wide.clone(), NOW_MS).unwrap();
     assert_eq!(log.log_end_offset().value(), i64::from(i32::MAX));
-    log.append(&mut batch(1, 10, NOW_MS, 0), NOW_MS).unwrap();
+    log.append_bytes(&mut batch(1, 10, NOW_MS, 0), NOW_MS)
+        .unwrap();
     assert_eq!(
         log.segment_count(),
         1,
         "relative offset i32::MAX still fits"
     );
-    log.append(&mut batch(1, 10, NOW_MS, 0), NOW_MS).unwrap();
+    log.append_bytes(&mut batch(1, 10, NOW_MS, 0), NOW_MS)
+        .unwrap();
     assert_eq!(log.segment_count(), 2);
     assert_eq!(
         *log.segments.keys().next_back().unwrap(),
@@ -138,7 +140,7 @@ fn roll_before_relative_offsets_overflow() {
     );
     let too_wide = [wide.clone(), wide.clone(), wide].concat();
     assert!(matches!(
-        log.append(&mut too_wide.clone(), NOW_MS),
+        log.append_bytes(&mut too_wide.clone(), NOW_MS),
         Err(LogError::AppendTooLarge { .. })
     ));
     assert!(!log.is_poisoned());

@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 /// Appends a one-record batch stamped `i`; returns it as stored.
 fn append(log: &mut Log, i: usize) -> Result<Vec<u8>, LogError> {
     let mut bytes = batch(1, 40, i as i64, i as u8);
-    log.append(&mut bytes, NOW_MS).map(|_| bytes)
+    log.append_bytes(&mut bytes, NOW_MS).map(|_| bytes)
 }
 
 fn read_from(log: &Log, offset: i64) -> std::io::Result<bytes::Bytes> {

@@ -56,7 +56,7 @@ fn a_poisoned_log_refuses_appends() {
     assert!(log.is_poisoned());
     let mut bytes = batch(1, 10, NOW_MS, 0);
     assert!(matches!(
-        log.append(&mut bytes, NOW_MS),
+        log.append_bytes(&mut bytes, NOW_MS),
         Err(LogError::Poisoned { .. })
     ));
     assert_eq!(log.log_end_offset(), Offset::new(1));

@@ -27,7 +27,10 @@ fn log_with_aborts(dir: &Path) -> (Log, Vec<AbortedTxn>) {
                 timestamp_ms: 1_000 + i,
             }
             .encode();
-            let at = log.append(&mut marker, NOW_MS).expect("marker").base_offset;
+            let at = log
+                .append_bytes(&mut marker, NOW_MS)
+                .expect("marker")
+                .base_offset;
             let entry = AbortedTxn {
                 producer_id: ProducerId::new(i),
                 first_offset: Offset::new(base),

@@ -144,7 +144,7 @@ fn child(dir: &Path, seed: u64) {
                 .map(|i| record_at(seed, base + i))
                 .collect();
             let mut batch = keyed_batch(Compression::None, &records, base, None);
-            log.append(&mut batch, NOW_MS).expect("child: append");
+            log.append_bytes(&mut batch, NOW_MS).expect("child: append");
         }
         sync(&mut log);
         let now_ms = log.log_end_offset().value();

@@ -9,6 +9,7 @@
 
 use super::*;
 use crate::batch::BatchIter;
+use crate::testutil::AppendBytes;
 use crate::testutil::{decoded, encoded_batch, TestRecord, CODECS};
 use crate::LogConfig;
 use headway_base::Offset;
@@ -70,7 +71,7 @@ fn keyed_batch(
 /// Appends one batch; returns its base offset.
 fn append(log: &mut Log, compression: Compression, records: &[Kv], timestamp_ms: i64) -> i64 {
     let mut batch = keyed_batch(compression, records, timestamp_ms, None);
-    log.append(&mut batch, NOW_MS)
+    log.append_bytes(&mut batch, NOW_MS)
         .expect("append")
         .base_offset
         .value()

@@ -180,7 +180,7 @@ fn append_random(
     let with_producer = producer.zip(first_sequence);
     let mut batch = keyed_batch(codec, &records, clock_ms, with_producer);
     let base = log
-        .append(&mut batch, NOW_MS)
+        .append_bytes(&mut batch, NOW_MS)
         .expect("append")
         .base_offset
         .value();

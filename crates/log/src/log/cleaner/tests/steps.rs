@@ -313,7 +313,7 @@ fn a_producers_last_batch_stays_even_when_its_records_go() {
             1_000,
             Some((7, sequence)),
         );
-        log.append(&mut batch, NOW_MS)
+        log.append_bytes(&mut batch, NOW_MS)
             .expect("append")
             .base_offset
             .value()
