@@ -368,3 +368,6 @@ impl<'a> Iterator for BatchIter<'a> {
         Some((header, &rest[..total]))
     }
 }
+
+#[cfg(test)]
+mod tests;
