@@ -25,12 +25,14 @@
 //! any answer.
 
 use crate::bulk_send::BulkLane;
-use crate::handlers::{self, Arrival, Ctx, HandlerError, Outgoing, Reply, ReplyTiming};
-use crate::listener::ListenerInfo;
+use crate::call::{
+    self, Arrival, Connection, Ctx, HandlerError, ListenerInfo, Outgoing, Reply, ReplyTiming,
+    ServerStats,
+};
+use crate::handlers;
 use crate::request_budget::Reserved;
 use crate::requests::Caller;
 use crate::sasl;
-use crate::stats::{Connection, ServerStats};
 use crate::tls;
 use bytes::Bytes;
 use headway_broker::bulk_budget::BulkWork;
@@ -137,7 +139,7 @@ async fn read_requests<R, W>(
             conn.reader_paused.store(true, Ordering::Relaxed);
             tokio::select! {
                 _ = conn.long_polls_within(limits::LONG_POLL_BYTES_PER_CONNECTION_MAX) => {}
-                _ = handlers::shutting_down(&mut shutdown) => break,
+                _ = call::shutting_down(&mut shutdown) => break,
             }
             conn.reader_paused.store(false, Ordering::Relaxed);
         }
@@ -147,7 +149,7 @@ async fn read_requests<R, W>(
         }
         let next = tokio::select! {
             next = next_request(&mut reader, &mut client, ctx) => next,
-            _ = handlers::shutting_down(&mut shutdown) => break,
+            _ = call::shutting_down(&mut shutdown) => break,
         };
         let Some((request, reserved, arrival)) = next else {
             break;

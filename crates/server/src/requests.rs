@@ -1,8 +1,8 @@
 //! Requests per API: how many were handled, how long each took until its response was
 //! ready to write, and the error codes the responses carried (`docs/metrics.md`).
 //!
-//! One [`RequestMetrics`] per server, part of its [`crate::stats::ServerStats`]. Every
-//! served API ([`crate::handlers::APIS`]) has a slot made when the server starts, so
+//! One [`RequestMetrics`] per server, part of its `ServerStats` (`crate::call`). Every
+//! served API (the registry's, `crate::handlers::APIS`) has a slot made when the server starts, so
 //! counting a request takes no lock and allocates nothing; the label sets are the served
 //! APIs and Kafka's error codes, a fixed, bounded list. The connection's reader counts a
 //! request and its response ([`RequestMetrics::answered`]) around `dispatch`; a reply
@@ -17,7 +17,6 @@
 //! authorization codes) is also logged, one line naming the API, the code, the client's
 //! id and its address, at most [`limits::FAILURE_LOG_LINES_PER_SECOND`] lines a second.
 
-use crate::handlers::APIS;
 use crate::log_limit::LineLimiter;
 use bytes::Bytes;
 use headway_broker::limits;
@@ -86,22 +85,18 @@ pub struct RequestMetrics {
     failure_lines: LineLimiter,
 }
 
-impl Default for RequestMetrics {
-    fn default() -> RequestMetrics {
-        RequestMetrics::new()
-    }
-}
-
 impl RequestMetrics {
-    pub fn new() -> RequestMetrics {
+    /// Counters for the APIs of `served`.
+    pub fn new(served: impl IntoIterator<Item = ApiKey>) -> RequestMetrics {
         let requests = Family::<Labels, Counter>::default();
         let latency = Latencies::new_with_constructor(new_histogram as fn() -> Histogram);
-        let keys = APIS.iter().map(|h| h.key as usize + 1).max().unwrap_or(0);
+        let served: Vec<ApiKey> = served.into_iter().collect();
+        let keys = served.iter().map(|k| *k as usize + 1).max().unwrap_or(0);
         let mut slots: Vec<Option<Slot>> = (0..keys).map(|_| None).collect();
-        for handler in APIS {
-            let name = format!("{:?}", handler.key);
+        for key in served {
+            let name = format!("{key:?}");
             let labels = vec![("api", name.clone())];
-            slots[handler.key as usize] = Some(Slot {
+            slots[key as usize] = Some(Slot {
                 requests: requests.get_or_create(&labels).clone(),
                 latency: latency.get_or_create(&labels).clone(),
                 codes: (0..=ERROR_CODES).map(|_| AtomicU64::new(0)).collect(),
@@ -379,7 +374,7 @@ mod tests {
 
     #[test]
     fn partition_codes_and_top_level_codes_are_counted_by_api() {
-        let metrics = RequestMetrics::new();
+        let metrics = RequestMetrics::new([ApiKey::Produce, ApiKey::Heartbeat]);
         let partition = |code| PartitionProduceResponse::default().with_error_code(code);
         let produce =
             ProduceResponse::default().with_responses(vec![TopicProduceResponse::default()
@@ -405,7 +400,7 @@ mod tests {
 
     #[test]
     fn a_frame_that_does_not_decode_counts_as_an_unknown_server_error() {
-        let metrics = RequestMetrics::new();
+        let metrics = RequestMetrics::new([ApiKey::Produce, ApiKey::Heartbeat]);
         let frame = Bytes::from_static(&[0, 0, 0, 2, 1]);
         metrics.answered(ApiKey::Produce, 9, Instant::now(), &frame, &caller());
         assert!(scrape(&metrics).contains(

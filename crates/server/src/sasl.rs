@@ -24,14 +24,13 @@
 //! [`reauth_handshake`] and [`reauth_token`]: the same mechanism and principal as
 //! before, or the connection is closed after the refusal.
 
-use crate::handlers::{self, Arrival, Ctx, Reply};
-use crate::log_limit::LineLimiter;
-use crate::stats::Connection;
+use crate::call::{self, Arrival, Connection, Ctx, Reply};
+use crate::handlers;
+use crate::sasl_settings::Sasl;
 use bytes::Bytes;
-use headway_auth::oauth::{OAuthSettings, OAuthValidator};
 use headway_auth::sasl::{Exchange, SaslMechanism, Step, TokenError};
 use headway_auth::AuthError;
-use headway_broker::{limits, BrokerConfig};
+use headway_broker::limits;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
     SaslHandshakeResponse,
@@ -39,228 +38,16 @@ use headway_protocol::kafka_protocol::messages::{
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::kafka_protocol::ResponseError;
 use headway_protocol::{decode_body, encode_response, parse_request, read_frame_size, Request};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::registry::Registry;
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::{timeout_at, Duration, Instant};
-
-/// Failures of one address further apart than this start its delay over.
-const FAILURE_MEMORY_MS: i64 = 60_000;
-
-/// The failure counter of connections that failed before choosing a mechanism.
-const NO_MECHANISM: usize = SaslMechanism::ALL.len();
-
-/// The broker's SASL settings and counters.
-pub struct Sasl {
-    enabled: Vec<SaslMechanism>,
-    failure_delay_ms: u64,
-    /// Checks OAUTHBEARER tokens (`sasl_oauthbearer_jwks_file`).
-    oauth: Option<Arc<OAuthValidator>>,
-    /// Successes by mechanism (index of [`SaslMechanism::ALL`]).
-    successes: [AtomicU64; 4],
-    /// Failures by mechanism; the last is for connections that failed before choosing
-    /// one (a request before authentication, a timeout, an unsupported mechanism).
-    failures: [AtomicU64; 5],
-    failure_lines: LineLimiter,
-    recent: Mutex<RecentFailures>,
-    /// `connections_max_reauth_ms`; 0: sessions do not expire.
-    reauth_ms: u64,
-    /// Re-authentications that succeeded.
-    reauthentications: AtomicU64,
-    /// Connections closed because their session ended before they re-authenticated.
-    expired_closed: AtomicU64,
-}
-
-/// A connection's SASL session: how it authenticated, and a re-authentication under
-/// way (`Connection::sasl`).
-#[derive(Debug, Default)]
-pub struct Session {
-    /// The mechanism of the authentication; `None` until one succeeded.
-    mechanism: Option<SaslMechanism>,
-    /// The exchange of a re-authentication, from its SaslHandshake to its end.
-    reauth: Option<Exchange>,
-}
-
-impl Sasl {
-    /// The settings of `config`; fails when the OAUTHBEARER key set cannot be read.
-    pub fn new(config: &BrokerConfig) -> Result<Sasl, String> {
-        let oauth = match &config.sasl_oauthbearer_jwks_file {
-            None => None,
-            Some(path) => {
-                let settings = OAuthSettings {
-                    expected_issuer: config.sasl_oauthbearer_expected_issuer.clone(),
-                    expected_audience: config.sasl_oauthbearer_expected_audience.clone(),
-                    ..OAuthSettings::default()
-                };
-                let validator = OAuthValidator::from_jwks_file(path, settings)
-                    .map_err(|e| format!("sasl_oauthbearer_jwks_file: {e}"))?;
-                Some(Arc::new(validator))
-            }
-        };
-        Ok(Sasl {
-            oauth,
-            enabled: config
-                .sasl_enabled_mechanisms
-                .iter()
-                .filter_map(|name| SaslMechanism::from_name(name))
-                .collect(),
-            failure_delay_ms: config.sasl_failed_authentication_delay_ms,
-            successes: Default::default(),
-            failures: Default::default(),
-            failure_lines: LineLimiter::new(limits::FAILURE_LOG_LINES_PER_SECOND),
-            recent: Mutex::new(RecentFailures::default()),
-            reauth_ms: config.connections_max_reauth_ms,
-            reauthentications: AtomicU64::new(0),
-            expired_closed: AtomicU64::new(0),
-        })
-    }
-
-    /// Authentications that succeeded, by mechanism.
-    pub fn successes(&self, mechanism: SaslMechanism) -> u64 {
-        self.successes[mechanism.index()].load(Ordering::Relaxed)
-    }
-
-    /// Registers `headway_sasl_authentication_{successes,failures}_total` by mechanism.
-    pub fn register(&self, r: &mut Registry) {
-        let successes = Family::<Vec<(String, String)>, Counter>::default();
-        let failures = Family::<Vec<(String, String)>, Counter>::default();
-        let label = |name: &str| vec![("mechanism".to_string(), name.to_string())];
-        for mechanism in SaslMechanism::ALL {
-            let i = mechanism.index();
-            successes
-                .get_or_create(&label(mechanism.name()))
-                .inc_by(self.successes[i].load(Ordering::Relaxed));
-            failures
-                .get_or_create(&label(mechanism.name()))
-                .inc_by(self.failures[i].load(Ordering::Relaxed));
-        }
-        failures
-            .get_or_create(&label("none"))
-            .inc_by(self.failures[NO_MECHANISM].load(Ordering::Relaxed));
-        r.register(
-            "sasl_authentication_successes",
-            "SASL authentications that succeeded, by mechanism",
-            successes,
-        );
-        r.register(
-            "sasl_authentication_failures",
-            "SASL authentications that failed or timed out, by mechanism (none: before one was chosen)",
-            failures,
-        );
-        let counter = |n: &AtomicU64| {
-            let c = Counter::<u64>::default();
-            c.inc_by(n.load(Ordering::Relaxed));
-            c
-        };
-        r.register(
-            "sasl_reauthentications",
-            "SASL re-authentications that succeeded (also counted in the successes)",
-            counter(&self.reauthentications),
-        );
-        r.register(
-            "sasl_expired_sessions_closed",
-            "Connections closed because their SASL session ended before they re-authenticated",
-            counter(&self.expired_closed),
-        );
-    }
-
-    /// How long a session that starts now lasts, in ms (0: no end), for a credential
-    /// that expires at `expires_at_ms` (ms since the epoch), if it does: the least of
-    /// `connections_max_reauth_ms` and the credential's remaining life, as Kafka
-    /// answers it; without the setting, sessions do not end.
-    fn session_lifetime_ms(&self, expires_at_ms: Option<i64>) -> i64 {
-        if self.reauth_ms == 0 {
-            return 0;
-        }
-        let setting = i64::try_from(self.reauth_ms).unwrap_or(i64::MAX);
-        match expires_at_ms {
-            Some(at) => setting.min(at.saturating_sub(now_ms())).max(1),
-            None => setting,
-        }
-    }
-
-    /// Counts and logs a failure; returns how long to wait before answering it.
-    fn failed(
-        &self,
-        peer: SocketAddr,
-        mechanism: Option<SaslMechanism>,
-        user: Option<&str>,
-        reason: &str,
-    ) -> Duration {
-        self.failures[mechanism.map_or(NO_MECHANISM, SaslMechanism::index)]
-            .fetch_add(1, Ordering::Relaxed);
-        if let Some(lines_left_out) = self.failure_lines.admit_now() {
-            let principal = user.map(|u| format!("User:{u}"));
-            tracing::warn!(
-                %peer,
-                principal = principal.as_deref().unwrap_or("unknown"),
-                mechanism = mechanism.map_or("none", SaslMechanism::name),
-                reason,
-                lines_left_out,
-                "closing connection: SASL authentication failed"
-            );
-        }
-        let failures = self
-            .recent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .failed(peer.ip(), now_ms());
-        Duration::from_millis(failure_delay(self.failure_delay_ms, failures))
-    }
-}
 
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// The delay before answering a failure that is its address's `failures`th recent one:
-/// `base_ms` doubled for each earlier one, at most `limits::SASL_FAILURE_DELAY_MAX_MS`.
-fn failure_delay(base_ms: u64, failures: u32) -> u64 {
-    let doublings = failures.saturating_sub(1).min(16);
-    base_ms
-        .saturating_mul(1 << doublings)
-        .min(limits::SASL_FAILURE_DELAY_MAX_MS)
-}
-
-/// Recent failures per client address, bounded by `limits::SASL_FAILURE_ADDRESSES_MAX`
-/// (when full, the address whose last failure is oldest is forgotten).
-#[derive(Default)]
-struct RecentFailures {
-    /// Address: failures in a row no more than `FAILURE_MEMORY_MS` apart, the last one.
-    by_address: HashMap<IpAddr, (u32, i64)>,
-}
-
-impl RecentFailures {
-    /// Records a failure of `address` at `now_ms`; returns its count of recent ones.
-    fn failed(&mut self, address: IpAddr, now_ms: i64) -> u32 {
-        if !self.by_address.contains_key(&address)
-            && self.by_address.len() >= limits::SASL_FAILURE_ADDRESSES_MAX
-        {
-            let oldest = self
-                .by_address
-                .iter()
-                .min_by_key(|(_, (_, last))| *last)
-                .map(|(a, _)| *a);
-            if let Some(oldest) = oldest {
-                self.by_address.remove(&oldest);
-            }
-        }
-        let (count, last) = self.by_address.entry(address).or_insert((0, now_ms));
-        if now_ms - *last > FAILURE_MEMORY_MS {
-            *count = 0;
-        }
-        *count = count.saturating_add(1);
-        *last = now_ms;
-        *count
-    }
 }
 
 /// How the authentication phase ended.
@@ -283,7 +70,7 @@ where
     W: AsyncWrite + Unpin,
 {
     let sasl = &ctx.sasl;
-    let mut exchange = Exchange::new(sasl.enabled.clone()).with_oauth(sasl.oauth.clone());
+    let mut exchange = sasl.exchange();
     let deadline = Instant::now() + Duration::from_millis(limits::SASL_AUTHENTICATION_TIMEOUT_MS);
     let mut shutdown = ctx.shutdown.clone();
     let run = timeout_at(
@@ -292,7 +79,7 @@ where
     );
     let outcome = tokio::select! {
         outcome = run => outcome,
-        _ = handlers::shutting_down(&mut shutdown) => return false,
+        _ = call::shutting_down(&mut shutdown) => return false,
     };
     match outcome {
         Ok(Outcome::Authenticated) => true,
@@ -306,6 +93,7 @@ where
                     "not authenticated within {} ms",
                     limits::SASL_AUTHENTICATION_TIMEOUT_MS
                 ),
+                now_ms(),
             );
             false
         }
@@ -333,7 +121,13 @@ where
             Ok(Some(frame)) => frame,
             Ok(None) => return Outcome::Closed,
             Err(reason) => {
-                sasl.failed(peer, exchange.mechanism(), exchange.user(), &reason);
+                sasl.failed(
+                    peer,
+                    exchange.mechanism(),
+                    exchange.user(),
+                    &reason,
+                    now_ms(),
+                );
                 return Outcome::Closed;
             }
         };
@@ -362,7 +156,8 @@ where
                 }
                 Err(e) => {
                     // Kafka closes the connection without an answer in this mode.
-                    let delay = sasl.failed(peer, mechanism, exchange.user(), &e.to_string());
+                    let delay =
+                        sasl.failed(peer, mechanism, exchange.user(), &e.to_string(), now_ms());
                     tokio::time::sleep(delay).await;
                     return Outcome::Closed;
                 }
@@ -372,7 +167,7 @@ where
         let request = match parse_request(frame) {
             Ok(request) => request,
             Err(e) => {
-                sasl.failed(peer, exchange.mechanism(), None, &e.to_string());
+                sasl.failed(peer, exchange.mechanism(), None, &e.to_string(), now_ms());
                 return Outcome::Closed;
             }
         };
@@ -397,7 +192,7 @@ where
                     return Outcome::Closed;
                 };
                 if let Some(reason) = error {
-                    let delay = sasl.failed(peer, None, None, &reason);
+                    let delay = sasl.failed(peer, None, None, &reason, now_ms());
                     tokio::time::sleep(delay).await;
                     let _ = write(writer, &frame).await;
                     return Outcome::Closed;
@@ -412,7 +207,7 @@ where
                 let body: SaslAuthenticateRequest = match decode_body(&request) {
                     Ok(body) => body,
                     Err(e) => {
-                        sasl.failed(peer, mechanism, None, &e.to_string());
+                        sasl.failed(peer, mechanism, None, &e.to_string(), now_ms());
                         return Outcome::Closed;
                     }
                 };
@@ -452,7 +247,8 @@ where
                             TokenError::Auth(_) => ResponseError::SaslAuthenticationFailed,
                         };
                         let message = failure_message(&e);
-                        let delay = sasl.failed(peer, mechanism, exchange.user(), &message);
+                        let delay =
+                            sasl.failed(peer, mechanism, exchange.user(), &message, now_ms());
                         let response = response
                             .with_error_code(code.code())
                             .with_error_message(Some(StrBytes::from_string(message)));
@@ -470,6 +266,7 @@ where
                     exchange.mechanism(),
                     None,
                     &format!("{other:?} request before authentication"),
+                    now_ms(),
                 );
                 return Outcome::Closed;
             }
@@ -496,9 +293,9 @@ fn succeeded(
     user: &str,
     expires_at_ms: Option<i64>,
 ) -> i64 {
-    sasl.successes[mechanism.index()].fetch_add(1, Ordering::Relaxed);
+    sasl.succeeded(mechanism);
     conn.set_principal(&format!("User:{user}"));
-    let lifetime_ms = sasl.session_lifetime_ms(expires_at_ms);
+    let lifetime_ms = sasl.session_lifetime_ms(expires_at_ms, now_ms());
     let ends_at_ms = match lifetime_ms {
         0 => 0,
         ms => now_ms().saturating_add(ms),
@@ -524,8 +321,7 @@ pub fn expired(conn: &Connection, ctx: &Ctx, api: ApiKey) -> bool {
         return false;
     }
     let sasl = &ctx.sasl;
-    sasl.expired_closed.fetch_add(1, Ordering::Relaxed);
-    if let Some(lines_left_out) = sasl.failure_lines.admit_now() {
+    if let Some(lines_left_out) = sasl.expired_session_closed() {
         tracing::warn!(
             peer = %conn.peer,
             principal = %conn.principal(),
@@ -557,7 +353,7 @@ pub fn reauth_handshake(
     request: &Request,
 ) -> Result<Bytes, headway_protocol::EncodeError> {
     let sasl = &ctx.sasl;
-    let mut exchange = Exchange::new(sasl.enabled.clone()).with_oauth(sasl.oauth.clone());
+    let mut exchange = sasl.exchange();
     let (mut response, mut error) = handshake(&mut exchange, request);
     let mut session = conn.sasl.lock().unwrap_or_else(|e| e.into_inner());
     if error.is_none() {
@@ -578,7 +374,7 @@ pub fn reauth_handshake(
         None => session.reauth = Some(exchange),
         Some(reason) => {
             session.reauth = None;
-            sasl.failed(conn.peer, None, None, reason);
+            sasl.failed(conn.peer, None, None, reason, now_ms());
             conn.close_after_reply.store(true, Ordering::Relaxed);
         }
     }
@@ -604,7 +400,7 @@ pub fn reauth_token(
         .take();
     let response = SaslAuthenticateResponse::default();
     let refuse = |code: ResponseError, mechanism, user: Option<&str>, message: String| {
-        let delay = sasl.failed(conn.peer, mechanism, user, &message);
+        let delay = sasl.failed(conn.peer, mechanism, user, &message, now_ms());
         conn.close_after_reply.store(true, Ordering::Relaxed);
         let response = SaslAuthenticateResponse::default()
             .with_error_code(code.code())
@@ -640,7 +436,7 @@ pub fn reauth_token(
                 );
             };
             let lifetime_ms = succeeded(sasl, conn, mechanism, &user, expires_at_ms);
-            sasl.reauthentications.fetch_add(1, Ordering::Relaxed);
+            sasl.reauthenticated();
             let response = response.with_auth_bytes(Bytes::from(reply));
             Ok((
                 with_lifetime(response, request, lifetime_ms),
@@ -740,57 +536,5 @@ async fn read_small_frame<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Option
     match reader.read_exact(&mut body).await {
         Ok(_) => Ok(Some(Bytes::from(body))),
         Err(e) => Err(format!("before authentication: {e}")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn failures_of_one_address_wait_longer_each_time_up_to_the_bound() {
-        let mut recent = RecentFailures::default();
-        let a: IpAddr = "10.0.0.1".parse().unwrap();
-        let b: IpAddr = "10.0.0.2".parse().unwrap();
-        let counts: Vec<u32> = (0..3).map(|i| recent.failed(a, 1_000 + i)).collect();
-        assert_eq!(counts, [1, 2, 3]);
-        assert_eq!(recent.failed(b, 1_010), 1);
-        // Long after, the count starts over.
-        assert_eq!(recent.failed(a, 1_010 + FAILURE_MEMORY_MS + 1), 1);
-        assert_eq!(failure_delay(100, 1), 100);
-        assert_eq!(failure_delay(100, 3), 400);
-        assert_eq!(failure_delay(100, 1_000), limits::SASL_FAILURE_DELAY_MAX_MS);
-        assert_eq!(failure_delay(0, 5), 0);
-    }
-
-    /// Goal: a session lasts `connections_max_reauth_ms`, no longer than its token, and
-    /// forever without the setting, as Kafka answers `session_lifetime_ms`.
-    #[test]
-    fn a_session_lasts_the_setting_and_no_longer_than_its_token() {
-        let mut config = BrokerConfig::default();
-        let off = Sasl::new(&config).unwrap();
-        assert_eq!(off.session_lifetime_ms(None), 0);
-        assert_eq!(off.session_lifetime_ms(Some(now_ms() + 1_000)), 0);
-        config.connections_max_reauth_ms = 60_000;
-        let on = Sasl::new(&config).unwrap();
-        assert_eq!(on.session_lifetime_ms(None), 60_000);
-        let token = on.session_lifetime_ms(Some(now_ms() + 10_000));
-        assert!((9_000..=10_000).contains(&token), "{token}");
-        assert_eq!(on.session_lifetime_ms(Some(now_ms() + 600_000)), 60_000);
-        // A token at its end (valid within the clock skew) still gets a session.
-        assert_eq!(on.session_lifetime_ms(Some(now_ms() - 5_000)), 1);
-    }
-
-    #[test]
-    fn the_addresses_remembered_are_bounded() {
-        let mut recent = RecentFailures::default();
-        for i in 0..limits::SASL_FAILURE_ADDRESSES_MAX as u32 + 10 {
-            recent.failed(IpAddr::from(i.to_be_bytes()), i64::from(i));
-        }
-        assert_eq!(recent.by_address.len(), limits::SASL_FAILURE_ADDRESSES_MAX);
-        // The oldest were forgotten.
-        assert!(!recent
-            .by_address
-            .contains_key(&IpAddr::from(0u32.to_be_bytes())));
     }
 }

@@ -4,8 +4,8 @@
 //! its offsets are committed or dropped with the transaction's markers. Needs Write on
 //! the transactional id and Read on the group.
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_code;
 use headway_auth::acl::Operation;
 use headway_broker::{ProducerEpoch, ProducerId};

@@ -14,8 +14,8 @@
 //! looked for, and the rest OPERATION_NOT_ATTEMPTED); v4+, a broker's form, needs
 //! ClusterAction on the cluster (CLUSTER_AUTHORIZATION_FAILED for the whole request).
 
-use super::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
 use headway_auth::acl::Operation;
 use headway_broker::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};

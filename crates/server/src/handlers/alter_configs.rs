@@ -3,7 +3,7 @@
 //! Topics and groups; authorized as IncrementalAlterConfigs is.
 
 use super::incremental_alter_configs::{alter_group, alterable, refusals, response};
-use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::group_configs::RESOURCE_GROUP;
 use headway_protocol::kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use headway_protocol::kafka_protocol::messages::{

@@ -11,8 +11,8 @@
 //! RESOURCE_NOT_FOUND. The other users' changes are written in one durable write, and
 //! the next authentication of a changed user uses its new credentials.
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use headway_auth::acl::Operation;
 use headway_auth::scram::{Mechanism, ScramCredential, ITERATIONS_MAX, ITERATIONS_MIN};
 use headway_auth::store::CredentialChange;

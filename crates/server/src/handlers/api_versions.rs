@@ -10,7 +10,7 @@
 //! clients 4.x run transactions version 2 (KIP-890: `docs/transactions.md`), and
 //! `share.version` supported 0..=1 and finalized at 1, so share groups are on.
 
-use super::{ready, Call, Handler, HandlerError, Reply, APIS};
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use headway_protocol::decode_body;
 use headway_protocol::kafka_protocol::messages::api_versions_response::{
     ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
@@ -67,8 +67,10 @@ const FINALIZED_FEATURES_EPOCH: i64 = 1;
 /// clients of that age refuse a range starting at 0.
 const FEATURES_FROM_LEVEL_0_MIN_VERSION: i16 = 4;
 
-pub(super) fn api_list() -> Vec<ApiVersion> {
-    APIS.iter()
+/// The answer's list of APIs: every one the registry serves, with its versions.
+pub fn api_list(served: &[Handler]) -> Vec<ApiVersion> {
+    served
+        .iter()
         .map(|a| {
             ApiVersion::default()
                 .with_api_key(a.key as i16)
@@ -78,12 +80,12 @@ pub(super) fn api_list() -> Vec<ApiVersion> {
         .collect()
 }
 
-pub fn handle(_call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let version = request.api_version();
     if !(HANDLER.min_version..=HANDLER.max_version).contains(&version) {
         let body = ApiVersionsResponse::default()
             .with_error_code(ResponseError::UnsupportedVersion.code())
-            .with_api_keys(api_list());
+            .with_api_keys(api_list(call.served));
         let frame = encode_response(0, request.correlation_id(), &body)?;
         return Ok(Reply::Ready(frame));
     }
@@ -96,7 +98,7 @@ pub fn handle(_call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerE
     };
     let body = ApiVersionsResponse::default()
         .with_error_code(error_code)
-        .with_api_keys(api_list())
+        .with_api_keys(api_list(call.served))
         .with_supported_features(
             FEATURES
                 .iter()

@@ -6,8 +6,8 @@
 //! TOPIC_AUTHORIZATION_FAILED without its members, as Kafka does.
 
 use super::consumer_group_heartbeat::{topics_hidden, topics_view};
-use super::{ready, Call, Handler, HandlerError, Reply};
-use crate::authorize::{self, Subject};
+use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::group_error_code;
 use headway_auth::acl::Operation;
 use headway_group::consumer::{Assignment, TopicsView};
@@ -56,7 +56,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let ctx = call.ctx;
     let body: ConsumerGroupDescribeRequest = decode_body(request)?;
     let topics = topics_view(ctx);
-    let subject = Subject::of(call);
+    let subject = authorize::subject(call);
     let groups = body
         .group_ids
         .into_iter()

@@ -2,8 +2,8 @@
 //! creation succeeds or fails on its own (INVALID_REQUEST for a bad ACL or one past
 //! `limits::ACLS_MAX`).
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::authorize::{self, WireAcl};
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::create_acls_response::AclCreationResult;
 use headway_protocol::kafka_protocol::messages::{ApiKey, CreateAclsRequest, CreateAclsResponse};

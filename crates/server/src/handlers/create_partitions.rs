@@ -1,8 +1,8 @@
 //! CreatePartitions: grow a topic's partition count. Manual replica assignments are
 //! refused (one broker holds every partition). Each topic needs Alter on it.
 
-use super::{pending, Call, Handler, HandlerError, Reply};
-use crate::authorize::{self, Subject};
+use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
 use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::BrokerError;
@@ -24,7 +24,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let ctx = call.ctx;
     let body: CreatePartitionsRequest = decode_body(request)?;
     let ctx = Arc::clone(ctx);
-    let subject = Subject::of(call);
+    let subject = authorize::subject(call);
     pending(request, async move {
         let mut results = Vec::with_capacity(body.topics.len());
         for t in body.topics {

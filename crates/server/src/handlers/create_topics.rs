@@ -3,8 +3,8 @@
 //! default) is refused, and a manual replica assignment is accepted when it places
 //! every partition on this broker alone.
 
-use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
 use headway_auth::acl::Operation;
 use headway_broker::{BrokerError, Topic, TopicConfig};

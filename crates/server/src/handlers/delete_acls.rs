@@ -2,8 +2,8 @@
 //! Alter on the cluster; the answer lists what each filter removed. The next request
 //! is checked without them.
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::authorize::{self, WireAcl};
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::delete_acls_response::{
     DeleteAclsFilterResult, DeleteAclsMatchingAcl,

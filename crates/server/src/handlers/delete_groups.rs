@@ -2,8 +2,8 @@
 //! group without members goes with its share-partition state. Each group needs Delete
 //! on it (GROUP_AUTHORIZATION_FAILED otherwise).
 
-use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::{group_code, share_error_code};
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::delete_groups_response::DeletableGroupResult;

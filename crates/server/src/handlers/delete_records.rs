@@ -2,8 +2,8 @@
 //! start are no longer served; whole segments below it are deleted from disk. Each
 //! topic needs Delete on it (TOPIC_AUTHORIZATION_FAILED per partition otherwise).
 
-use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::error_code;
 use headway_auth::acl::Operation;
 use headway_broker::partition::DeleteRecordsTo;

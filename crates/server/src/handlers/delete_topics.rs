@@ -2,8 +2,8 @@
 //! on it; a topic named by id also Describe, so that an id the principal may not
 //! describe is not named in the answer (TOPIC_AUTHORIZATION_FAILED), as Kafka does.
 
-use super::{pending, Call, Handler, HandlerError, Reply};
-use crate::authorize::{self, Subject};
+use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
 use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::BrokerError;
@@ -34,7 +34,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         .collect();
     targets.extend(body.topics.into_iter().map(|t| (t.name, t.topic_id)));
     let ctx = Arc::clone(ctx);
-    let subject = Subject::of(call);
+    let subject = authorize::subject(call);
     pending(request, async move {
         let mut responses = Vec::with_capacity(targets.len());
         for (name, id) in targets {

@@ -2,8 +2,8 @@
 //! every principal, as in Kafka; the cluster's authorized operations, when asked for,
 //! are 0 for a principal without Describe on the cluster.
 
-use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use headway_protocol::kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, BrokerId, DescribeClusterRequest, DescribeClusterResponse,

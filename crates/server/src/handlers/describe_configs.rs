@@ -3,8 +3,8 @@
 //! group DescribeConfigs on the group, the broker DescribeConfigs on the cluster.
 
 use super::create_topics::{SOURCE_DEFAULT, SOURCE_TOPIC};
-use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
 use crate::group_configs::{RESOURCE_GROUP, SOURCE_GROUP};
 use headway_auth::acl::Operation;

@@ -2,8 +2,8 @@
 //! An unknown group is described as Dead with no members, as Kafka does. Each group
 //! needs Describe on it (GROUP_AUTHORIZATION_FAILED, nothing else described).
 
-use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::describe_groups_response::{
     DescribedGroup, DescribedGroupMember,

@@ -3,8 +3,8 @@
 //! cluster, as Kafka answers it: RESOURCE_NOT_FOUND for a user without credentials,
 //! DUPLICATE_RESOURCE for a user named twice. Salts and keys are never sent.
 
-use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use headway_auth::acl::Operation;
 use headway_auth::scram::Mechanism;
 use headway_protocol::kafka_protocol::messages::describe_user_scram_credentials_response::{

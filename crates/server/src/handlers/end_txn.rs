@@ -7,8 +7,8 @@
 //!
 //! Needs Write on the transactional id.
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
 use headway_auth::acl::Operation;
 use headway_broker::{ProducerEpoch, ProducerId};

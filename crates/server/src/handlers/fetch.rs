@@ -20,11 +20,11 @@
 //! clients to send full fetch requests.
 //! v13+ names topics by id; earlier versions by name.
 
-use super::{pending_with, Call, Ctx, Handler, HandlerError, Reply, ReplyTiming};
 use crate::authorize;
+use crate::call::Connection;
+use crate::call::{pending_with, Call, Ctx, Handler, HandlerError, Reply, ReplyTiming};
 use crate::errors::error_code;
 use crate::outbound::Reservation;
-use crate::stats::Connection;
 use bytes::Bytes;
 use headway_auth::acl::Operation;
 use headway_broker::timings;

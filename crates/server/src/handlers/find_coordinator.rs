@@ -1,8 +1,8 @@
 //! FindCoordinator: this broker coordinates every group (and, for clients that ask,
 //! every transactional id). v4+ asks for several keys at once.
 
-use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::find_coordinator_response::Coordinator;
 use headway_protocol::kafka_protocol::messages::{

@@ -1,8 +1,8 @@
 //! Heartbeat: keeps a member's session alive and tells it when to rejoin
 //! (REBALANCE_IN_PROGRESS).
 
-use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
 use headway_auth::acl::Operation;
 use headway_group::GenerationId;

@@ -4,8 +4,8 @@
 //! AlterConfigs on the group; a broker resource AlterConfigs on the cluster before it
 //! is refused as unalterable.
 
-use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
 use crate::group_configs::{self, Settings, RESOURCE_GROUP};
 use headway_auth::acl::Operation;

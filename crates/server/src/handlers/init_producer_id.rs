@@ -9,8 +9,8 @@
 //! the producer's current id and epoch (KIP-360), so a producer recovers from an
 //! abortable error without being fenced.
 
-use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::{error_code, txn_error_code};
 use headway_auth::acl::Operation;
 use headway_broker::{BrokerError, ProducerEpoch};

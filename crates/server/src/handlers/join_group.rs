@@ -2,8 +2,8 @@
 //! completes (every member rejoined, or the rebalance timeout passed). From v4 a new
 //! member first gets MEMBER_ID_REQUIRED with its id and joins again with it.
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
 use headway_auth::acl::Operation;
 use headway_group::{GenerationId, JoinRequest};

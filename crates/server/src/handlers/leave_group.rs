@@ -1,8 +1,8 @@
 //! LeaveGroup: members leave at once instead of waiting for their session to expire.
 //! v3+ names several members, by member id or group.instance.id.
 
-use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::{group_code, group_error_code};
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::leave_group_response::MemberResponse;

@@ -4,8 +4,8 @@
 //! record is at or after the timestamp (time index, then batch headers), then decodes
 //! that one batch to find the record.
 
-use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::error_code;
 use headway_auth::acl::Operation;
 use headway_broker::{BrokerError, Isolation, Offset, Partition, PartitionIndex};

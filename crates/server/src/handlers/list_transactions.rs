@@ -3,8 +3,8 @@
 //! `unknown_state_filters` and match nothing, as Kafka answers. Only the ids the
 //! principal may describe are listed.
 
-use super::{ready, Call, Handler, HandlerError, Reply};
-use crate::authorize::Subject;
+use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
 use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::ProducerId;
@@ -46,7 +46,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         // Every state named is unknown: nothing can match.
         ListTransactionsResponse::default().with_unknown_state_filters(unknown)
     } else {
-        let subject = Subject::of(call);
+        let subject = authorize::subject(call);
         let describable =
             |id: &str| subject.visible(Operation::Describe, ResourceType::TransactionalId, id);
         match call.ctx.txns.list(&filter) {

@@ -6,8 +6,8 @@
 //! the consumer protocol (v9+) the generation field carries the member epoch, checked
 //! against the member's (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID).
 
-use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::{error_code, group_code, group_error_code};
 use headway_auth::acl::Operation;
 use headway_broker::{BrokerError, Offset, PartitionIndex, TopicPartition};

@@ -10,8 +10,8 @@
 //! describe answers TOPIC_AUTHORIZATION_FAILED, and a request for all of the group's
 //! offsets leaves such topics out, as Kafka does.
 
-use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::group_error_code;
 use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::{PartitionIndex, TopicPartition};
@@ -101,7 +101,7 @@ fn authorized(call: &Call<'_>, found: Found, named: bool) -> Found {
     if !call.ctx.authorizer.enabled() {
         return found;
     }
-    let subject = authorize::Subject::of(call);
+    let subject = authorize::subject(call);
     let describe = |topic: &str| match named {
         true => subject.allowed(Operation::Describe, ResourceType::Topic, topic),
         false => subject.visible(Operation::Describe, ResourceType::Topic, topic),

@@ -23,8 +23,8 @@
 //! partition is in its open transaction (or, with v12+, adds it, durably). The reader
 //! waits for that check, so the produces of one connection stay in order.
 
-use super::{pending_with, Call, Handler, HandlerError, Reply, ReplyTiming};
 use crate::authorize;
+use crate::call::{pending_with, Call, Handler, HandlerError, Reply, ReplyTiming};
 use crate::errors::{code_and_message, txn_error_code};
 use headway_auth::acl::Operation;
 use headway_broker::timings::{self, ProduceStages, Timings};

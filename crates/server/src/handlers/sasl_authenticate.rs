@@ -4,7 +4,7 @@
 //! ILLEGAL_SASL_STATE. The first authentication is served before the connection's
 //! requests reach the handlers (`crate::sasl`).
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::sasl;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse,

@@ -3,7 +3,7 @@
 //! without SASL, Kafka's ILLEGAL_SASL_STATE. The first authentication is served before
 //! the connection's requests reach the handlers (`crate::sasl`).
 
-use super::{ready, Call, Handler, HandlerError, Reply};
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::sasl;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, SaslHandshakeRequest, SaslHandshakeResponse,

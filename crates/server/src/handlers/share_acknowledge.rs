@@ -11,8 +11,8 @@
 //! renewals.
 
 use super::share_fetch::{ack_batch, acknowledge, named, refuse_acks, unreadable, Acks};
-use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::share_error_code;
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::share_acknowledge_response::{

@@ -7,7 +7,7 @@
 //! Needs Read on the group and Describe on each topic of the subscription, as a
 //! consumer group's heartbeat does.
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::share_error_code;
 use headway_broker::TopicPartition;
 use headway_protocol::kafka_protocol::messages::share_group_heartbeat_response::{
@@ -132,7 +132,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
 /// The topics (id and partition count) the member subscribes to, from the request
 /// or, for a heartbeat without a subscription, from the member's last one.
 fn known_topics(
-    ctx: &super::Ctx,
+    ctx: &crate::call::Ctx,
     shares: &headway_share::ShareCoordinator,
     group_id: &str,
     hb: &Heartbeat,

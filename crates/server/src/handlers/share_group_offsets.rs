@@ -14,8 +14,8 @@
 //! watermark, less those in flight already acknowledged or archived; -1 where it has
 //! no state.
 
-use super::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::share_error_code;
 use bytes::Bytes;
 use headway_auth::acl::Operation;

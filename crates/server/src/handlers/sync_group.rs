@@ -1,8 +1,8 @@
 //! SyncGroup: the leader hands out assignments; every member receives its own. A
 //! follower's answer waits for the leader's SyncGroup.
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
 use headway_auth::acl::Operation;
 use headway_group::{GenerationId, SyncRequest};

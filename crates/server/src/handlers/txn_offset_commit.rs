@@ -8,7 +8,7 @@
 //! UNKNOWN_TOPIC_OR_PARTITION, as in OffsetCommit.
 
 use super::offset_commit::{partition_codes, Asked};
-use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
 use headway_broker::{ProducerEpoch, ProducerId};
 use headway_group::GenerationId;

@@ -1,68 +1,17 @@
-//! What a handler is given and what it gives back: the broker-wide [`Ctx`], the one
-//! request's [`Call`], and the [`Reply`] the connection's writer sends, with helpers
-//! that encode it ([`ready`], [`pending`], [`pending_with`]).
-//!
-//! A `Ctx` lives as long as the server and is shared by every connection (all of it is
-//! thread-safe); a `Call` lives for one handler's synchronous part, on the connection's
-//! reader (or a bulk thread, for a large produce).
+//! What a handler gives back: the [`Reply`] the connection's writer sends, the helpers
+//! that encode it ([`ready`], [`pending`], [`pending_with`]), and the
+//! [`HandlerError`]s that close a connection instead.
 
-use super::HandlerError;
 use crate::outbound::Reservation;
-use crate::stats::{Connection, ServerStats};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use headway_broker::panics::{self, Component, Panicked};
 use headway_broker::timings::{self, Histogram};
-use headway_broker::{Broker, Partition};
-use headway_group::GroupCoordinator;
+use headway_protocol::kafka_protocol::messages::ApiKey;
 use headway_protocol::kafka_protocol::protocol::{Encodable, HeaderVersion};
-use headway_protocol::{encode_response, EncodeError, Request};
-use headway_share::ShareCoordinator;
-use headway_txn::TxnCoordinator;
+use headway_protocol::{encode_response, EncodeError, ProtocolError, Request};
 use std::future::Future;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tokio::sync::watch;
-
-/// What every handler can reach: the broker, the group and transaction coordinators,
-/// and how clients reach this broker.
-pub struct Ctx {
-    pub broker: Arc<Broker>,
-    pub groups: Arc<GroupCoordinator>,
-    pub txns: Arc<TxnCoordinator>,
-    /// Share groups: membership, share sessions and share-partition state.
-    pub shares: Arc<ShareCoordinator>,
-    /// Groups' own settings (the GROUP config resource), kept durably.
-    pub group_configs: Arc<crate::group_configs::GroupConfigStore>,
-    /// Becomes true when the broker shuts down; long polls end early.
-    pub shutdown: watch::Receiver<bool>,
-    /// Budgets and the open connections' state.
-    pub stats: Arc<ServerStats>,
-    /// ACLs and the checks of every request ([`crate::authorize`]).
-    pub authorizer: Arc<crate::authorize::Authorizer>,
-    /// SCRAM credentials and ACLs (`<data_dir>/security/`).
-    pub security: Arc<headway_auth::store::SecurityStore>,
-    /// SASL listeners' settings and counters.
-    pub sasl: crate::sasl::Sasl,
-}
-
-impl Ctx {
-    pub fn stats(&self) -> Arc<ServerStats> {
-        Arc::clone(&self.stats)
-    }
-}
-
-/// One request's handling: where it came from and when, besides the [`Ctx`].
-pub struct Call<'a> {
-    pub ctx: &'a Arc<Ctx>,
-    /// The connection the request arrived on.
-    pub conn: &'a Arc<Connection>,
-    pub arrival: Arrival,
-    /// Partitions a produce left past their unsynced bound: the connection reads
-    /// nothing more until their syncs caught up
-    /// ([`Partition::wait_unsynced_within_bound`]).
-    pub hold: &'a mut Vec<Arc<Partition>>,
-}
+use std::time::Instant;
 
 /// A handler's answer.
 pub enum Reply {
@@ -94,14 +43,6 @@ pub struct Outgoing {
     pub reserved: Option<Reservation>,
     /// Stage histograms the writer completes once the frame is on the socket.
     pub timing: Option<ReplyTiming>,
-}
-
-/// When a request arrived: its length prefix was read at `started`, its last byte
-/// `read` later.
-#[derive(Clone, Copy, Debug)]
-pub struct Arrival {
-    pub started: Instant,
-    pub read: Duration,
 }
 
 /// What the writer records for a timed reply ([`headway_broker::timings`]): the
@@ -163,8 +104,25 @@ where
     })))
 }
 
-/// Resolves once the broker starts shutting down.
-pub async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
-    // The guard `wait_for` returns is not `Send`; drop it here, not in the caller.
-    let _ = shutdown.wait_for(|down| *down).await;
+/// Why a connection must be closed. Kafka closes the connection on these rather than
+/// answering, because it cannot know how the client would parse an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    #[error("{api_key:?} v{version} is not supported (served: {min}..={max})")]
+    UnsupportedVersion {
+        api_key: ApiKey,
+        version: i16,
+        min: i16,
+        max: i16,
+    },
+    #[error("API {0:?} is not served by this broker")]
+    UnsupportedApi(ApiKey),
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    /// The handler panicked: this request fails alone, its connection closes
+    /// ([`headway_broker::panics`]).
+    #[error("the {api_key:?} handler {panicked}")]
+    Panicked { api_key: ApiKey, panicked: Panicked },
 }
