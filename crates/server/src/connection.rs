@@ -24,6 +24,7 @@
 //! queued have been written; that is what Kafka does, since the client could not parse
 //! any answer.
 
+use crate::authentication;
 use crate::bulk_send::BulkLane;
 use crate::call::{
     self, Arrival, Connection, Ctx, HandlerError, ListenerInfo, Outgoing, Reply, ReplyTiming,
@@ -108,9 +109,10 @@ async fn read_requests<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    // A SASL listener's client authenticates first, one request at a time (`crate::sasl`).
+    // A SASL listener's client authenticates first, one request at a time
+    // (`crate::authentication`).
     if conn.listener.protocol.sasl()
-        && !sasl::authenticate(&mut reader, &mut writer, conn, ctx).await
+        && !authentication::authenticate(&mut reader, &mut writer, conn, ctx).await
     {
         return;
     }
@@ -155,7 +157,10 @@ async fn read_requests<R, W>(
             break;
         };
         conn.requests_read.fetch_add(1, Ordering::Relaxed);
-        if conn.listener.protocol.sasl() && sasl::expired(conn, ctx, request.api_key) {
+        if conn.listener.protocol.sasl()
+            && !handlers::authenticates(request.api_key)
+            && sasl::expired(conn, ctx, request.api_key)
+        {
             break;
         }
         if let Some(id) = &client.client_id {

@@ -35,6 +35,7 @@
 //! back. Below `call` are the services it bundles ([`authorizer`], [`sasl_settings`],
 //! [`group_configs`], [`requests`]) and the budgets ([`outbound`], [`request_budget`]).
 
+pub mod authentication;
 pub mod authorize;
 pub mod authorizer;
 pub mod bulk_send;

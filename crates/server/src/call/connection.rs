@@ -39,14 +39,17 @@ impl ListenerInfo {
     }
 }
 
-/// A connection's SASL session (`Connection::sasl`): how it authenticated, and a
-/// re-authentication under way (`crate::sasl`).
+/// A connection's SASL session (`Connection::sasl`): how it authenticated, and an
+/// authentication under way (`crate::sasl`).
 #[derive(Debug, Default)]
 pub struct SaslSession {
     /// The mechanism of the authentication; `None` until one succeeded.
     pub mechanism: Option<SaslMechanism>,
-    /// The exchange of a re-authentication, from its SaslHandshake to its end.
-    pub reauth: Option<Exchange>,
+    /// The exchange under way: the first authentication's from the connection's start,
+    /// a re-authentication's from its SaslHandshake; `None` once it ended.
+    pub exchange: Option<Exchange>,
+    /// The first authentication's tokens come as bare frames (after SaslHandshake v0).
+    pub bare_tokens: bool,
 }
 
 /// One connection's state.

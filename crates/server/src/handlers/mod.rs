@@ -107,6 +107,29 @@ pub const APIS: &[Handler] = &[
     sasl_authenticate::HANDLER,
 ];
 
+/// The APIs a SASL listener's connection may use before it authenticated, as Kafka
+/// serves them: it learns the versions, chooses a mechanism and authenticates.
+const BEFORE_AUTHENTICATION: [ApiKey; 3] = [
+    ApiKey::ApiVersions,
+    ApiKey::SaslHandshake,
+    ApiKey::SaslAuthenticate,
+];
+
+/// The APIs that authenticate: a connection whose SASL session ended may still use
+/// them, to re-authenticate.
+const AUTHENTICATING: [ApiKey; 2] = [ApiKey::SaslHandshake, ApiKey::SaslAuthenticate];
+
+/// Whether a SASL listener's connection may send a request of `key` before it
+/// authenticated.
+pub fn served_before_authentication(key: ApiKey) -> bool {
+    BEFORE_AUTHENTICATION.contains(&key)
+}
+
+/// Whether a request of `key` authenticates (it is served after a SASL session ended).
+pub fn authenticates(key: ApiKey) -> bool {
+    AUTHENTICATING.contains(&key)
+}
+
 /// One past the largest API key in [`APIS`]: the length of the dispatch table.
 const KEYS: usize = {
     let (mut keys, mut i) = (0, 0);
