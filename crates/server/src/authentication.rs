@@ -140,7 +140,7 @@ where
 /// delay); `None` when there is none to write.
 async fn answer(reply: Result<Reply, call::HandlerError>) -> Option<Bytes> {
     match reply.ok()? {
-        Reply::Ready(frame) => Some(frame),
+        Reply::Ready(frame, _) => Some(frame),
         Reply::Pending(future) => future.await.ok().map(|outgoing| outgoing.frame),
         Reply::Silent => None,
     }

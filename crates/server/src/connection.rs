@@ -166,7 +166,7 @@ async fn read_requests<R, W>(
         if let Some(id) = &client.client_id {
             conn.set_client_id(id);
         }
-        let (api, version) = (request.api_key, request.api_version());
+        let api = request.api_key;
         let handled_from = std::time::Instant::now();
         ctx.stats.requests.read(api);
         // A large produce is bulk work: it waits for the bulk budget, which shrinks
@@ -190,8 +190,7 @@ async fn read_requests<R, W>(
         if let Some(bytes) = bulk {
             ctx.broker.bulk_budget().charge(BulkWork::Write, bytes);
         }
-        let outcome =
-            outcome.map(|reply| counted(&ctx.stats, &client, api, version, handled_from, reply));
+        let outcome = outcome.map(|reply| counted(&ctx.stats, &client, api, handled_from, reply));
         // Handled: the request's bytes are free (a reply keeps what it needs).
         drop(reserved);
         match outcome {
@@ -236,16 +235,13 @@ fn counted(
     stats: &Arc<ServerStats>,
     caller: &Caller,
     api: ApiKey,
-    version: i16,
     started: std::time::Instant,
     reply: Reply,
 ) -> Reply {
     match reply {
-        Reply::Ready(frame) => {
-            stats
-                .requests
-                .answered(api, version, started, &frame, caller);
-            Reply::Ready(frame)
+        Reply::Ready(frame, codes) => {
+            stats.requests.answered(api, started, &codes, caller);
+            Reply::Ready(frame, codes)
         }
         Reply::Pending(future) => {
             let stats = Arc::clone(stats);
@@ -255,7 +251,7 @@ fn counted(
                 if let Ok(outgoing) = &outgoing {
                     stats
                         .requests
-                        .answered(api, version, started, &outgoing.frame, &caller);
+                        .answered(api, started, &outgoing.codes, &caller);
                 }
                 outgoing
             }))
@@ -455,11 +451,13 @@ async fn write_replies<W: AsyncWrite + Unpin>(
             frame,
             reserved,
             timing,
+            codes: _,
         } = match reply {
-            Reply::Ready(frame) => Outgoing {
+            Reply::Ready(frame, codes) => Outgoing {
                 frame,
                 reserved: None,
                 timing: None,
+                codes,
             },
             Reply::Pending(mut future) => {
                 let outgoing = match futures::poll!(&mut future) {

@@ -21,6 +21,6 @@ pub use connection::{
 };
 pub use context::{shutting_down, Arrival, Call, Ctx, Handle, Handler};
 pub use reply::{
-    pending, pending_with, ready, HandlerError, Outgoing, Reply, ReplyFailed, ReplyTiming,
+    pending, pending_with, ready, ready_at, HandlerError, Outgoing, Reply, ReplyFailed, ReplyTiming,
 };
 pub use stats::{Registration, ServerStats, StatsSnapshot};

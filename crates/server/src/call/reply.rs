@@ -1,8 +1,12 @@
 //! What a handler gives back: the [`Reply`] the connection's writer sends, the helpers
 //! that encode it ([`ready`], [`pending`], [`pending_with`]), and the
 //! [`HandlerError`]s that close a connection instead.
+//!
+//! The helpers take the typed response: before encoding it they take its error codes
+//! ([`ErrorCodes`]), which the reply carries to the per-API metrics.
 
 use crate::outbound::Reservation;
+use crate::requests::{Codes, ErrorCodes};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use headway_broker::panics::{self, Component, Panicked};
@@ -15,8 +19,8 @@ use std::time::Instant;
 
 /// A handler's answer.
 pub enum Reply {
-    /// An encoded response frame, ready to write.
-    Ready(Bytes),
+    /// An encoded response frame, ready to write, and the error codes it carries.
+    Ready(Bytes, Codes),
     /// A response that needs waiting (an fsync, a long poll). The connection's writer
     /// awaits it in request order while the reader goes on reading.
     Pending(BoxFuture<'static, Result<Outgoing, ReplyFailed>>),
@@ -43,6 +47,8 @@ pub struct Outgoing {
     pub reserved: Option<Reservation>,
     /// Stage histograms the writer completes once the frame is on the socket.
     pub timing: Option<ReplyTiming>,
+    /// The error codes the response carries.
+    pub codes: Codes,
 }
 
 /// What the writer records for a timed reply ([`headway_broker::timings`]): the
@@ -65,21 +71,28 @@ impl ReplyTiming {
 }
 
 /// Encodes a response to `request` now.
-pub fn ready<R: Encodable + HeaderVersion>(
+pub fn ready<R: Encodable + HeaderVersion + ErrorCodes>(
     request: &Request,
     body: &R,
 ) -> Result<Reply, HandlerError> {
-    Ok(Reply::Ready(encode_response(
-        request.api_version(),
-        request.correlation_id(),
-        body,
-    )?))
+    ready_at(request.api_version(), request, body)
+}
+
+/// Encodes a response to `request` now, at `version` (ApiVersions answers a version it
+/// does not know at version 0).
+pub fn ready_at<R: Encodable + HeaderVersion + ErrorCodes>(
+    version: i16,
+    request: &Request,
+    body: &R,
+) -> Result<Reply, HandlerError> {
+    let frame = encode_response(version, request.correlation_id(), body)?;
+    Ok(Reply::Ready(frame, Codes::of(body)))
 }
 
 /// Encodes the response that `future` produces, once it is ready.
 pub fn pending<R, F>(request: &Request, future: F) -> Result<Reply, HandlerError>
 where
-    R: Encodable + HeaderVersion,
+    R: Encodable + HeaderVersion + ErrorCodes,
     F: Future<Output = R> + Send + 'static,
 {
     pending_with(request, async move { (future.await, None, None) })
@@ -89,17 +102,19 @@ where
 /// may be timed ([`ReplyTiming`]).
 pub fn pending_with<R, F>(request: &Request, future: F) -> Result<Reply, HandlerError>
 where
-    R: Encodable + HeaderVersion,
+    R: Encodable + HeaderVersion + ErrorCodes,
     F: Future<Output = (R, Option<Reservation>, Option<ReplyTiming>)> + Send + 'static,
 {
     let (version, correlation_id) = (request.api_version(), request.correlation_id());
     Ok(Reply::Pending(Box::pin(async move {
         let (body, reserved, timing) = panics::supervise(Component::Connection, future).await?;
+        let codes = Codes::of(&body);
         let frame = encode_response(version, correlation_id, &body)?;
         Ok(Outgoing {
             frame,
             reserved,
             timing,
+            codes,
         })
     })))
 }

@@ -7,6 +7,7 @@
 use crate::authorize;
 use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_code;
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_broker::{ProducerEpoch, ProducerId};
 use headway_protocol::kafka_protocol::messages::{
@@ -47,3 +48,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         AddOffsetsToTxnResponse::default().with_error_code(txn_code(&result))
     })
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for AddOffsetsToTxnResponse {}

@@ -17,6 +17,7 @@
 use crate::authorize;
 use crate::call::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_broker::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
 use headway_protocol::kafka_protocol::messages::add_partitions_to_txn_request::{
@@ -190,3 +191,6 @@ async fn add_one(
         })
         .collect()
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for AddPartitionsToTxnResponse {}

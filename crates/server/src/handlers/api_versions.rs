@@ -10,7 +10,8 @@
 //! clients 4.x run transactions version 2 (KIP-890: `docs/transactions.md`), and
 //! `share.version` supported 0..=1 and finalized at 1, so share groups are on.
 
-use crate::call::{ready, Call, Handler, HandlerError, Reply};
+use crate::call::{ready, ready_at, Call, Handler, HandlerError, Reply};
+use crate::requests::{Codes, ErrorCodes};
 use headway_protocol::decode_body;
 use headway_protocol::kafka_protocol::messages::api_versions_response::{
     ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
@@ -18,7 +19,7 @@ use headway_protocol::kafka_protocol::messages::api_versions_response::{
 use headway_protocol::kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::kafka_protocol::ResponseError;
-use headway_protocol::{encode_response, Request};
+use headway_protocol::Request;
 
 pub const HANDLER: Handler = Handler {
     key: ApiKey::ApiVersions,
@@ -86,8 +87,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         let body = ApiVersionsResponse::default()
             .with_error_code(ResponseError::UnsupportedVersion.code())
             .with_api_keys(api_list(call.served));
-        let frame = encode_response(0, request.correlation_id(), &body)?;
-        return Ok(Reply::Ready(frame));
+        return ready_at(0, request, &body);
     }
     let error_code = match decode_body::<ApiVersionsRequest>(request) {
         Ok(_) => 0,
@@ -124,4 +124,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                 .collect(),
         );
     ready(request, &body)
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for ApiVersionsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        codes.add(self.error_code);
+    }
 }

@@ -9,6 +9,7 @@ use super::consumer_group_heartbeat::{topics_hidden, topics_view};
 use crate::authorize;
 use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::group_error_code;
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_group::consumer::{Assignment, TopicsView};
 use headway_group::GroupError;
@@ -133,3 +134,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         &ConsumerGroupDescribeResponse::default().with_groups(groups),
     )
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for ConsumerGroupDescribeResponse {}

@@ -12,6 +12,7 @@ use super::join_group::{client_host, client_id};
 use crate::authorize;
 use crate::call::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::group_error_code;
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_group::consumer::{
     Assignment, HeartbeatAnswer, HeartbeatRequest, MemberEpochIn, TopicInfo, TopicsView,
@@ -201,3 +202,6 @@ fn encode(
             })),
     }
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for ConsumerGroupHeartbeatResponse {}

@@ -4,6 +4,7 @@
 use crate::authorize;
 use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -48,4 +49,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         }
         CreatePartitionsResponse::default().with_results(results)
     })
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for CreatePartitionsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.results.iter().for_each(|t| codes.add(t.error_code));
+    }
 }

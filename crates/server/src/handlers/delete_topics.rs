@@ -5,6 +5,7 @@
 use crate::authorize;
 use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
@@ -73,4 +74,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         }
         DeleteTopicsResponse::default().with_responses(responses)
     })
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for DeleteTopicsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.responses.iter().for_each(|t| codes.add(t.error_code));
+    }
 }

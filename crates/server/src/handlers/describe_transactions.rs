@@ -7,6 +7,7 @@ use crate::authorize;
 use crate::authorizer::Subject;
 use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
+use crate::requests::ErrorCodes;
 use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::{ProducerEpoch, ProducerId};
 use headway_protocol::kafka_protocol::messages::describe_transactions_response::{
@@ -96,3 +97,6 @@ fn state(meta: &TxnMetadata, subject: &Subject) -> TransactionState {
                 .collect(),
         )
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for DescribeTransactionsResponse {}

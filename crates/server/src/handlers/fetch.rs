@@ -25,6 +25,7 @@ use crate::call::Connection;
 use crate::call::{pending_with, Call, Ctx, Handler, HandlerError, Reply, ReplyTiming};
 use crate::errors::error_code;
 use crate::outbound::Reservation;
+use crate::requests::{Codes, ErrorCodes};
 use bytes::Bytes;
 use headway_auth::acl::Operation;
 use headway_broker::timings;
@@ -385,4 +386,15 @@ fn error_data(base: PartitionData, error: &BrokerError) -> PartitionData {
         .with_last_stable_offset(-1)
         .with_log_start_offset(-1)
         .with_records(Some(Bytes::new()))
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for FetchResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        codes.add(self.error_code);
+        self.responses
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| codes.add(p.error_code));
+    }
 }

@@ -12,6 +12,7 @@
 use crate::authorize;
 use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::{error_code, txn_error_code};
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_broker::{BrokerError, ProducerEpoch};
 use headway_protocol::kafka_protocol::messages::{
@@ -78,4 +79,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .with_producer_id(ProducerId(headway_broker::ProducerId::to_wire(id)))
             .with_producer_epoch(ProducerEpoch::to_wire(epoch))
     })
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for InitProducerIdResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        codes.add(self.error_code);
+    }
 }

@@ -5,6 +5,7 @@
 
 use crate::authorize;
 use crate::call::{ready, Call, Handler, HandlerError, Reply};
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::{Operation, ResourceType};
 use headway_protocol::kafka_protocol::messages::list_groups_response::ListedGroup;
 use headway_protocol::kafka_protocol::messages::{
@@ -60,4 +61,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         groups.extend(shares.map(|g| listed(g.group_id, SHARE.to_string(), g.state, SHARE)));
     }
     ready(request, &ListGroupsResponse::default().with_groups(groups))
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for ListGroupsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        codes.add(self.error_code);
+    }
 }

@@ -6,6 +6,7 @@
 use crate::authorize;
 use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
+use crate::requests::ErrorCodes;
 use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::ProducerId;
 use headway_protocol::kafka_protocol::messages::list_transactions_response::TransactionState;
@@ -74,3 +75,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     };
     ready(request, &response)
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for ListTransactionsResponse {}

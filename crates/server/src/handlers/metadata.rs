@@ -6,6 +6,7 @@ use crate::authorize;
 use crate::authorizer::Subject;
 use crate::call::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::error_code;
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::{BrokerError, Topic};
 use headway_protocol::kafka_protocol::messages::metadata_response::{
@@ -209,4 +210,14 @@ fn described(
         .with_topic_id(id)
         .with_partitions(partitions)
         .with_topic_authorized_operations(OPERATIONS_OMITTED)
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for MetadataResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        for t in &self.topics {
+            codes.add(t.error_code);
+            t.partitions.iter().for_each(|p| codes.add(p.error_code));
+        }
+    }
 }

@@ -9,6 +9,7 @@
 use crate::authorize;
 use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::{error_code, group_code, group_error_code};
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_broker::{BrokerError, Offset, PartitionIndex, TopicPartition};
 use headway_group::state::leader_epoch_from_wire;
@@ -182,4 +183,14 @@ pub(super) fn partition_codes(
         })
         .collect();
     codes.into_iter()
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for OffsetCommitResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| codes.add(p.error_code));
+    }
 }

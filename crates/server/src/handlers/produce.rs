@@ -26,6 +26,7 @@
 use crate::authorize;
 use crate::call::{pending_with, Call, Handler, HandlerError, Reply, ReplyTiming};
 use crate::errors::{code_and_message, txn_error_code};
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_broker::timings::{self, ProduceStages, Timings};
 use headway_broker::{
@@ -353,4 +354,14 @@ fn record_errors(error: &BrokerError) -> Vec<BatchIndexAndErrorMessage> {
                 .with_batch_index_error_message(Some(message.clone()))
         })
         .collect()
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for ProduceResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.responses
+            .iter()
+            .flat_map(|t| &t.partition_responses)
+            .for_each(|p| codes.add(p.error_code));
+    }
 }

@@ -4,6 +4,7 @@
 //! on a listener without SASL, Kafka's ILLEGAL_SASL_STATE.
 
 use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
+use crate::requests::ErrorCodes;
 use crate::sasl;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse,
@@ -44,3 +45,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             ))),
     )
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for SaslAuthenticateResponse {}

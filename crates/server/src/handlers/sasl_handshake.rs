@@ -5,6 +5,7 @@
 //! ILLEGAL_SASL_STATE.
 
 use crate::call::{ready, Call, Handler, HandlerError, Reply};
+use crate::requests::ErrorCodes;
 use crate::sasl;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, SaslHandshakeRequest, SaslHandshakeResponse,
@@ -33,3 +34,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         &SaslHandshakeResponse::default().with_error_code(ResponseError::IllegalSaslState.code()),
     )
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for SaslHandshakeResponse {}

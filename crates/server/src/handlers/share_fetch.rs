@@ -38,6 +38,7 @@ use crate::call::Connection;
 use crate::call::{pending, pending_with, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::{ack_failure_code, error_code, share_error_code};
 use crate::outbound::Reservation;
+use crate::requests::ErrorCodes;
 use bytes::Bytes;
 use futures::future::{select_all, BoxFuture, FutureExt};
 use headway_auth::acl::Operation;
@@ -583,6 +584,9 @@ fn response(
             .collect(),
     )
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for ShareFetchAnswer {}
 
 #[cfg(test)]
 mod tests {

@@ -5,6 +5,7 @@
 use super::consumer_group_heartbeat::topics_hidden;
 use crate::authorize;
 use crate::call::{ready, Call, Handler, HandlerError, Reply};
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::share_group_describe_response::{
     Assignment, DescribedGroup, Member, TopicPartitions,
@@ -102,3 +103,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         &ShareGroupDescribeResponse::default().with_groups(groups),
     )
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for ShareGroupDescribeResponse {}

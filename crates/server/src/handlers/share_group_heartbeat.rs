@@ -9,6 +9,7 @@
 
 use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::share_error_code;
+use crate::requests::ErrorCodes;
 use headway_broker::TopicPartition;
 use headway_protocol::kafka_protocol::messages::share_group_heartbeat_response::{
     Assignment, TopicPartitions,
@@ -153,3 +154,6 @@ fn known_topics(
         })
         .collect()
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for ShareGroupHeartbeatResponse {}
