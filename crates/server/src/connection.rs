@@ -173,7 +173,8 @@ async fn read_requests<R, W>(
         // while light work is slow (`docs/sync.md`), and is charged with its size.
         large = reserved.is_some();
         let heavy = request.body.len() > limits::BULK_PRODUCE_BYTES_MIN;
-        let bulk = (heavy && request.api_key == ApiKey::Produce).then(|| request.body.len());
+        let bulk =
+            (heavy && handlers::bulk_when_large(request.api_key)).then(|| request.body.len());
         let outcome = match bulk {
             None => handlers::dispatch(ctx, conn, request, arrival, &mut hold),
             Some(_) => {

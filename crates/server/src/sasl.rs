@@ -145,7 +145,7 @@ pub fn first_handshake(
 ) -> Result<Reply, HandlerError> {
     let mut session = session(conn);
     let Some(exchange) = session.exchange.as_mut() else {
-        return Err(HandlerError::UnsupportedApi(ApiKey::SaslHandshake));
+        return Err(HandlerError::UnsupportedApi(request.api_key));
     };
     let (response, error) = handshake(exchange, request);
     match error {

@@ -130,6 +130,15 @@ pub fn authenticates(key: ApiKey) -> bool {
     AUTHENTICATING.contains(&key)
 }
 
+/// The APIs whose large requests (over `limits::BULK_PRODUCE_BYTES_MIN`) are bulk work:
+/// handled on a bulk thread, after the bulk budget admits them (`docs/sync.md`).
+const BULK_WHEN_LARGE: [ApiKey; 1] = [ApiKey::Produce];
+
+/// Whether a large request of `key` is bulk work ([`BULK_WHEN_LARGE`]).
+pub fn bulk_when_large(key: ApiKey) -> bool {
+    BULK_WHEN_LARGE.contains(&key)
+}
+
 /// One past the largest API key in [`APIS`]: the length of the dispatch table.
 const KEYS: usize = {
     let (mut keys, mut i) = (0, 0);
