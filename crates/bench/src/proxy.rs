@@ -26,6 +26,7 @@
 //! consumer groups.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use headway_protocol::FrameError;
 use kafka_protocol::messages::{ApiKey, MetadataResponse, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use std::collections::HashMap;
@@ -227,17 +228,23 @@ async fn read_chunk(from: &mut OwnedReadHalf) -> Option<Bytes> {
     }
 }
 
-/// One whole Kafka frame, size prefix included.
+/// One whole Kafka frame, size prefix included (the pipe forwards it as it came).
 async fn read_frame(from: &mut OwnedReadHalf) -> Option<Bytes> {
-    let size = from.read_i32().await.ok()?;
-    if size < 0 || size as usize > FRAME_BYTES_MAX {
-        tracing::warn!(size, "proxy: invalid frame size; closing");
-        return None;
-    }
-    let mut frame = BytesMut::zeroed(4 + size as usize);
-    frame[..4].copy_from_slice(&size.to_be_bytes());
-    from.read_exact(&mut frame[4..]).await.ok()?;
+    let body = match headway_protocol::read_frame(from, FRAME_BYTES_MAX).await {
+        Ok(body) => body?,
+        Err(FrameError::InvalidLength { size }) => return invalid_size(size.into()),
+        Err(FrameError::TooLarge { size, .. }) => return invalid_size(size),
+        Err(_) => return None,
+    };
+    let mut frame = BytesMut::with_capacity(4 + body.len());
+    frame.put_u32(body.len() as u32);
+    frame.put_slice(&body);
     Some(frame.freeze())
+}
+
+fn invalid_size(size: i64) -> Option<Bytes> {
+    tracing::warn!(size, "proxy: invalid frame size; closing");
+    None
 }
 
 /// Request header: size (4), api key (2), api version (2), correlation id (4).

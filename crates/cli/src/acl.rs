@@ -8,8 +8,8 @@
 //! of it that match the principals, operations and hosts given (all of them when none
 //! is given).
 
+use crate::output::row;
 use crate::output::{self, table, AdminArgs, Format};
-use crate::row;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use headway_auth::acl::{Operation, PatternType, Permission, ResourceType};

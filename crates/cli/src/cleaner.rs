@@ -2,8 +2,8 @@
 //! to each compacted partition, read from the broker's `/metrics` (the cleaner is
 //! headway's own, so the Kafka protocol does not carry it).
 
+use crate::output::row;
 use crate::output::{self, or_dash, table, Format};
-use crate::row;
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;

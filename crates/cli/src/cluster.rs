@@ -1,8 +1,8 @@
 //! `headway cluster info|config`: the brokers of any Kafka-compatible cluster and a
 //! broker's settings.
 
+use crate::output::row;
 use crate::output::{self, configs_table, or_dash, table, AdminArgs, Format};
-use crate::row;
 use clap::{Args, Subcommand};
 use headway_client::{Cluster, ConfigEntry, ConfigResource};
 use serde::Serialize;

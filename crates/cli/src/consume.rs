@@ -147,7 +147,7 @@ const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
 
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     // First, so that a signal sent while the consumer starts ends it cleanly too.
-    let stop = crate::Signals::install()?.stop_flag();
+    let stop = crate::signals::Signals::install()?.stop_flag();
     let pieces = parse_format(&args.format)?;
     let cluster = Cluster::connect(&args.bootstrap, args.security.client_config()?)
         .await
@@ -232,7 +232,7 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         Ok(())
     }
     .await;
-    crate::ignore_closed_stdout(ended)?;
+    crate::output::ignore_closed_stdout(ended)?;
     if let Source::Group(group) = source {
         group
             .close()

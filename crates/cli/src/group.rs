@@ -4,8 +4,8 @@
 //! committed from outside the group. `config` shows or changes a group's own settings
 //! (Kafka 4's GROUP config resource, as `kafka-configs.sh --entity-type groups`).
 
+use crate::output::row;
 use crate::output::{self, configs_table, or_dash, table, AdminArgs, Format};
-use crate::row;
 use clap::{Args, Subcommand};
 use headway_client::{
     Cluster, ConfigChange, ConfigEntry, ConfigResource, ConsumerGroupDescription, GroupDescription,

@@ -5,8 +5,9 @@
 //! (`HEADWAY_<NAME>`), and flags. `headway produce` and `headway consume` are clients
 //! for any Kafka-compatible broker, and `headway topic`, `headway group` and
 //! `headway cluster` manage one (`output.rs` holds what those share), as `headway user`
-//! and `headway acl` manage its security; `headway bench` runs the lab's scenarios (`crates/bench`). Every failure ends the
-//! command with one `error: ...` line on stderr and exit status 1.
+//! and `headway acl` manage its security; `headway bench` runs the lab's scenarios
+//! (`crates/bench`). Every failure ends the command with one `error: ...` line on
+//! stderr and exit status 1.
 
 mod acl;
 mod cleaner;
@@ -16,7 +17,9 @@ mod group;
 mod output;
 mod produce;
 mod progress;
+mod runtime;
 mod security_args;
+mod signals;
 mod topic;
 mod user;
 
@@ -24,6 +27,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use headway_broker::{limits, Broker, BrokerConfig, FlushPolicy, SyncScope};
 use headway_server::Server;
+use signals::Signals;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -435,29 +439,12 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         // stdout closed by its reader (`headway ... | head`): the reader has what it
         // wanted, so this is a normal end.
-        Err(e) if closed_stdout(&e) => std::process::ExitCode::SUCCESS,
+        Err(e) if output::closed_stdout(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // `{:#}` prints the chain of causes on one line, without a backtrace.
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
-    }
-}
-
-/// True when `e` comes from writing to a stdout whose reader went away.
-fn closed_stdout(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
-/// Turns a write error from a closed stdout into a normal end.
-pub(crate) fn ignore_closed_stdout(written: std::io::Result<()>) -> std::io::Result<()> {
-    match written {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
     }
 }
 
@@ -482,22 +469,16 @@ fn run() -> anyhow::Result<()> {
     headway_broker::panics::install_hook();
     match cli.command {
         Command::Serve(args) => serve((*args).into_config()?),
-        Command::Produce(args) => client_runtime()?.block_on(produce::run(args)),
-        Command::Consume(args) => client_runtime()?.block_on(consume::run(args)),
-        Command::Topic(args) => client_runtime()?.block_on(topic::run(args)),
-        Command::Group(args) => client_runtime()?.block_on(group::run(args)),
-        Command::Cluster(args) => client_runtime()?.block_on(cluster::run(args)),
+        Command::Produce(args) => runtime::client_runtime()?.block_on(produce::run(args)),
+        Command::Consume(args) => runtime::client_runtime()?.block_on(consume::run(args)),
+        Command::Topic(args) => runtime::client_runtime()?.block_on(topic::run(args)),
+        Command::Group(args) => runtime::client_runtime()?.block_on(group::run(args)),
+        Command::Cluster(args) => runtime::client_runtime()?.block_on(cluster::run(args)),
         Command::Cleaner(args) => cleaner::run(args),
         Command::Bench(args) => headway_bench::run(args),
         Command::User(args) => user::run(args),
-        Command::Acl(args) => client_runtime()?.block_on(acl::run(args)),
+        Command::Acl(args) => runtime::client_runtime()?.block_on(acl::run(args)),
     }
-}
-
-fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
 }
 
 fn serve(config: BrokerConfig) -> anyhow::Result<()> {
@@ -562,66 +543,4 @@ fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         server.run().await;
         anyhow::Ok(())
     })
-}
-
-/// SIGTERM and SIGINT (Ctrl-C) both start a clean shutdown.
-pub(crate) struct Signals {
-    terminate: tokio::signal::unix::Signal,
-    interrupt: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    pub(crate) fn install() -> std::io::Result<Signals> {
-        use tokio::signal::unix::{signal, SignalKind};
-        Ok(Signals {
-            terminate: signal(SignalKind::terminate())?,
-            interrupt: signal(SignalKind::interrupt())?,
-        })
-    }
-
-    async fn wait(mut self) {
-        tokio::select! {
-            _ = self.terminate.recv() => {}
-            _ = self.interrupt.recv() => {}
-        }
-    }
-}
-
-impl Signals {
-    /// A flag raised by the first signal, for loops that check it between records.
-    pub(crate) fn stop_flag(self) -> StopFlag {
-        let flag = StopFlag::default();
-        let raise = flag.clone();
-        tokio::spawn(async move {
-            self.wait().await;
-            raise
-                .raised
-                .store(true, std::sync::atomic::Ordering::Release);
-            raise.notify.notify_waiters();
-        });
-        flag
-    }
-}
-
-#[derive(Clone, Default)]
-pub(crate) struct StopFlag {
-    raised: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    notify: std::sync::Arc<tokio::sync::Notify>,
-}
-
-impl StopFlag {
-    pub(crate) fn raised(&self) -> bool {
-        self.raised.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Resolves once the flag is raised.
-    pub(crate) async fn wait(&self) {
-        loop {
-            let notified = self.notify.notified();
-            if self.raised() {
-                return;
-            }
-            notified.await;
-        }
-    }
 }

@@ -4,6 +4,9 @@
 //! Tables are for people: left-aligned columns under a header row. `--format json` prints
 //! one JSON document per command, with field names that stay stable across releases, for
 //! scripts.
+//!
+//! A stdout closed by its reader (`headway ... | head`) is a normal end for every
+//! command: the reader has what it wanted.
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
@@ -44,6 +47,23 @@ impl AdminArgs {
     }
 }
 
+/// True when `e` comes from writing to a stdout whose reader went away.
+pub(crate) fn closed_stdout(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Turns a write error from a closed stdout into a normal end.
+pub(crate) fn ignore_closed_stdout(written: std::io::Result<()>) -> std::io::Result<()> {
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 /// Prints `value` as JSON, or as text written by `table` for people.
 pub fn print<T: Serialize>(
     format: Format,
@@ -57,7 +77,7 @@ pub fn print<T: Serialize>(
             .and_then(|()| writeln!(out)),
         Format::Table => table(&mut out),
     };
-    crate::ignore_closed_stdout(written.and_then(|()| out.flush()))?;
+    ignore_closed_stdout(written.and_then(|()| out.flush()))?;
     Ok(())
 }
 
@@ -79,12 +99,12 @@ pub fn table(out: &mut dyn Write, rows: &[Vec<String>]) -> std::io::Result<()> {
 }
 
 /// Builds a row of cells from anything printable.
-#[macro_export]
 macro_rules! row {
     ($($cell:expr),* $(,)?) => {
         vec![$($cell.to_string()),*]
     };
 }
+pub(crate) use row;
 
 /// `-` for a missing value.
 pub fn or_dash<T: ToString>(value: Option<T>) -> String {

@@ -1,8 +1,8 @@
 //! `headway topic create|list|describe|delete|alter-config|add-partitions`: topics of any
 //! Kafka-compatible broker, through the admin requests of `headway_client::admin`.
 
+use crate::output::row;
 use crate::output::{self, configs_table, ids, or_dash, table, AdminArgs};
-use crate::row;
 use clap::{Args, Subcommand};
 use headway_client::{
     Cluster, ConfigChange, ConfigEntry, ConfigResource, NewTopic, PartitionDescription, EARLIEST,

@@ -107,7 +107,7 @@ pub fn run(args: UserArgs) -> anyhow::Result<()> {
     match args.bootstrap {
         Some(bootstrap) => {
             let config = args.security.client_config()?;
-            crate::client_runtime()?.block_on(remote(&bootstrap, config, args.command))
+            crate::runtime::client_runtime()?.block_on(remote(&bootstrap, config, args.command))
         }
         None => local(
             &args

@@ -269,39 +269,6 @@ impl Cluster {
         self.topics.lock().expect("topics lock").remove(topic);
     }
 
-    /// Creates a topic; `Ok(false)` when it already existed.
-    pub async fn create_topic(
-        &self,
-        name: &str,
-        partitions: i32,
-        configs: &[(&str, &str)],
-    ) -> Result<bool, ClientError> {
-        let topic = crate::admin::NewTopic {
-            name: name.to_string(),
-            partitions,
-            replication_factor: -1,
-            configs: configs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        };
-        let (_, result) = self
-            .create_topics(std::slice::from_ref(&topic))
-            .await?
-            .into_iter()
-            .next()
-            .ok_or_else(|| ClientError::Protocol("empty CreateTopics answer".into()))?;
-        match result {
-            Ok(_) => Ok(true),
-            Err(ClientError::Broker { code, .. })
-                if code == ResponseError::TopicAlreadyExists.code() =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
     /// The offset for `timestamp` ([`EARLIEST`], [`LATEST`] or milliseconds).
     pub async fn list_offset(
         &self,

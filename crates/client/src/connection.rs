@@ -13,6 +13,7 @@
 use crate::error::ClientError;
 use crate::transport::{SaslMechanism, SaslStep, Security};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use headway_protocol::read_frame;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
     SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
@@ -22,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
@@ -62,8 +63,6 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
 
 /// Largest answer accepted; a larger length means a corrupt stream.
 const RESPONSE_BYTES_MAX: usize = 256 * 1024 * 1024;
-/// What a response's buffer starts with; it grows as the bytes arrive.
-const FRAME_FIRST_ALLOCATION_BYTES: usize = 64 * 1024;
 
 type Reply = oneshot::Sender<Result<Bytes, ClientError>>;
 
@@ -390,27 +389,17 @@ async fn read_loop<R: AsyncRead + Unpin>(
     closed: Arc<AtomicBool>,
 ) {
     let failure = loop {
-        let size = match reader.read_i32().await {
-            Ok(size) if size >= 0 && (size as usize) <= RESPONSE_BYTES_MAX => size as usize,
-            Ok(size) => break format!("invalid response length {size}"),
+        // The length is the peer's word: the reader's memory grows with the bytes that
+        // arrive, never with what the prefix claims.
+        let frame = match read_frame(&mut reader, RESPONSE_BYTES_MAX).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break "connection closed by the broker".into(),
             Err(e) => break e.to_string(),
         };
-        // The length is the peer's word: memory grows with the bytes that arrive, never
-        // with what the prefix claims.
-        let mut frame = Vec::with_capacity(size.min(FRAME_FIRST_ALLOCATION_BYTES));
-        match (&mut reader)
-            .take(size as u64)
-            .read_to_end(&mut frame)
-            .await
-        {
-            Ok(read) if read == size => {}
-            Ok(read) => break format!("connection closed after {read} of a {size}-byte response"),
-            Err(e) => break e.to_string(),
-        }
         let Some((correlation_id, reply)) = pending.recv().await else {
             break "unexpected response".into();
         };
-        let mut frame = Bytes::from(frame);
+        let mut frame = frame.freeze();
         if frame.len() < 4 || (&frame[..4]).get_i32() != correlation_id {
             let _ = reply.send(Err(ClientError::Protocol(format!(
                 "answer out of order: expected correlation id {correlation_id}"

@@ -17,10 +17,8 @@ use crate::consumer::classic::{encode_assignment, encode_subscription};
 use crate::consumer::durable::{self, GroupRecord, Recovery, Written};
 use crate::consumer::{ConsumerGroup, HeartbeatAnswer, HeartbeatRequest, TopicsView};
 use crate::offsets::{encode_batch, OffsetRecord};
-use crate::state::{
-    CommittedOffset, ConsumerOverrides, GroupConfig, Groups, JoinRequest, JoinResult, OffsetCommit,
-    SyncRequest, SyncResult,
-};
+use crate::requests::{JoinRequest, JoinResult, SyncRequest, SyncResult};
+use crate::state::{CommittedOffset, ConsumerOverrides, GroupConfig, Groups, OffsetCommit};
 use crate::{GenerationId, GroupError};
 use bytes::Bytes;
 use headway_broker::{
@@ -460,7 +458,7 @@ impl GroupCoordinator {
 
     /// Where the broker's topics are read when a classic member of a consumer group
     /// joins or heartbeats (online conversion, `docs/groups.md`).
-    pub fn set_topics_source(&self, source: crate::state::TopicsSource) {
+    pub fn set_topics_source(&self, source: crate::consumer::TopicsSource) {
         self.groups().topics = source;
     }
 

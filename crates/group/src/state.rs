@@ -17,18 +17,19 @@
 //! Dead is not kept: a deleted or expired group is removed from the map.
 
 use crate::consumer::state::ConsumerConfig;
+use crate::consumer::topics::TopicsSource;
 use crate::consumer::{
     ConsumerGroup, HeartbeatAnswer, HeartbeatRequest, MemberEpochIn, TopicsView,
 };
+use crate::migration::MigrationPolicy;
+use crate::requests::{JoinRequest, JoinResult, JoinedMember, SyncRequest, SyncResult};
 use crate::{GenerationId, GroupError};
 use bytes::Bytes;
 use headway_broker::{Offset, ProducerId, TopicPartition};
 use std::collections::{BTreeMap, HashMap};
 use tokio::sync::oneshot;
 
-#[path = "convert.rs"]
 mod convert;
-pub use convert::{MigrationPolicy, TopicsSource};
 
 /// Bounds and timings of the coordinator, with Kafka's defaults.
 #[derive(Debug, Clone)]
@@ -97,83 +98,6 @@ impl GroupState {
             GroupState::PreparingRebalance => "PreparingRebalance",
             GroupState::CompletingRebalance => "CompletingRebalance",
             GroupState::Stable => "Stable",
-        }
-    }
-}
-
-#[derive(Debug)]
-pub struct JoinRequest {
-    pub group_id: String,
-    pub member_id: String,
-    pub group_instance_id: Option<String>,
-    pub client_id: String,
-    pub client_host: String,
-    pub session_timeout_ms: i32,
-    pub rebalance_timeout_ms: i32,
-    pub protocol_type: String,
-    /// (name, metadata), in the member's order of preference.
-    pub protocols: Vec<(String, Bytes)>,
-    /// JoinGroup v4+: a new member must first learn its id (MEMBER_ID_REQUIRED).
-    pub require_known_member_id: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JoinedMember {
-    pub member_id: String,
-    pub group_instance_id: Option<String>,
-    pub metadata: Bytes,
-}
-
-/// A JoinGroup answer. On error only `member_id` may be set (MEMBER_ID_REQUIRED).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct JoinResult {
-    pub error: Option<GroupError>,
-    /// `None` on error (the wire's -1).
-    pub generation_id: Option<GenerationId>,
-    pub protocol_type: Option<String>,
-    pub protocol_name: Option<String>,
-    pub leader: String,
-    pub member_id: String,
-    /// Filled for the leader only.
-    pub members: Vec<JoinedMember>,
-}
-
-impl JoinResult {
-    fn error(error: GroupError, member_id: &str) -> JoinResult {
-        JoinResult {
-            error: Some(error),
-            generation_id: None,
-            member_id: member_id.to_string(),
-            ..JoinResult::default()
-        }
-    }
-}
-
-#[derive(Debug)]
-pub struct SyncRequest {
-    pub group_id: String,
-    /// `None` skips the generation check (the wire's -1).
-    pub generation_id: Option<GenerationId>,
-    pub member_id: String,
-    pub group_instance_id: Option<String>,
-    pub protocol_type: Option<String>,
-    pub protocol_name: Option<String>,
-    pub assignments: Vec<(String, Bytes)>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SyncResult {
-    pub error: Option<GroupError>,
-    pub protocol_type: Option<String>,
-    pub protocol_name: Option<String>,
-    pub assignment: Bytes,
-}
-
-impl SyncResult {
-    fn error(error: GroupError) -> SyncResult {
-        SyncResult {
-            error: Some(error),
-            ..SyncResult::default()
         }
     }
 }
@@ -1889,7 +1813,7 @@ mod tests {
 
     #[test]
     fn classic_and_consumer_groups_share_one_namespace_and_switch_when_empty() {
-        // Without online conversion (`convert_tests` has it).
+        // Without online conversion (`convert`'s tests have it).
         let mut groups = Groups::new(GroupConfig {
             migration_policy: MigrationPolicy::Disabled,
             ..config()

@@ -25,76 +25,12 @@
 //! Bytes after the last field are allowed, as the decoder allows them (see
 //! [`crate::decode_body`]).
 
-use crate::shapes::MESSAGES;
+use crate::shapes::{Elem, Kind, Struct, MESSAGES};
 use kafka_protocol::messages::ApiKey;
 
 /// The largest size of one unknown tagged field held by the decoder (its tag and a
 /// `Bytes` handle in a `BTreeMap` node, amortised), charged per tagged field.
 const UNKNOWN_TAG_BYTES: usize = 64;
-
-/// How a request body is laid out, for the versions `kafka-protocol` decodes.
-pub(crate) struct Message {
-    pub api_key: ApiKey,
-    /// The oldest version `kafka-protocol` decodes (older ones have other layouts).
-    pub min_version: i16,
-    /// First version with flexible encoding (compact strings and arrays, tagged fields).
-    pub flexible_min: i16,
-    pub root: &'static Struct,
-}
-
-/// A struct: its fields in wire order and its known tagged fields.
-pub(crate) struct Struct {
-    /// In-memory size of the decoded struct (an array element's cost).
-    pub size: usize,
-    pub fields: &'static [Field],
-    pub tags: &'static [Tag],
-}
-
-/// A field present at versions `min..=max`.
-pub(crate) struct Field {
-    pub min: i16,
-    pub max: i16,
-    pub kind: Kind,
-}
-
-/// A known tagged field, valid at versions `min..=max`.
-pub(crate) struct Tag {
-    pub tag: u32,
-    pub min: i16,
-    pub max: i16,
-    pub kind: Kind,
-}
-
-pub(crate) enum Kind {
-    /// A fixed-width value (integers, booleans, UUIDs) of this many bytes.
-    Fixed(usize),
-    /// A string, nullable or not (the walk does not distinguish).
-    Str,
-    /// A byte string (records, protocol metadata, assignments).
-    Bytes,
-    Array(Elem),
-    Struct(&'static Struct),
-}
-
-pub(crate) enum Elem {
-    /// Fixed-width elements: wire bytes, in-memory bytes.
-    Fixed(usize, usize),
-    Str,
-    Struct(&'static Struct),
-}
-
-pub(crate) const fn field(min: i16, max: i16, kind: Kind) -> Field {
-    Field { min, max, kind }
-}
-
-pub(crate) const fn tag(tag: u32, min: i16, max: i16, kind: Kind) -> Tag {
-    Tag {
-        tag,
-        min,
-        max,
-        kind,
-    }
-}
 
 /// What a checked request body costs once decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -372,5 +308,4 @@ impl Walk<'_> {
 const STR_BYTES: usize = std::mem::size_of::<kafka_protocol::protocol::StrBytes>();
 
 #[cfg(test)]
-#[path = "shape_tests.rs"]
 mod tests;

@@ -6,12 +6,75 @@
 //! 0.18 decodes them (versions beyond what the broker serves are included where the
 //! crate decodes them). Each struct's in-memory size is taken from the crate's type,
 //! so the walk charges exactly what the decoder allocates per array element. When the
-//! crate is upgraded, `shape_tests` generates bodies from these tables and checks that
+//! crate is upgraded, `shape`'s tests generate bodies from these tables and check that
 //! the crate decodes each to the last byte; a field added or moved upstream fails there.
 
-use crate::shape::{field, tag, Elem, Kind, Message, Struct};
 use kafka_protocol::messages::*;
 use std::mem::size_of;
+
+/// How a request body is laid out, for the versions `kafka-protocol` decodes.
+pub(crate) struct Message {
+    pub api_key: ApiKey,
+    /// The oldest version `kafka-protocol` decodes (older ones have other layouts).
+    pub min_version: i16,
+    /// First version with flexible encoding (compact strings and arrays, tagged fields).
+    pub flexible_min: i16,
+    pub root: &'static Struct,
+}
+
+/// A struct: its fields in wire order and its known tagged fields.
+pub(crate) struct Struct {
+    /// In-memory size of the decoded struct (an array element's cost).
+    pub size: usize,
+    pub fields: &'static [Field],
+    pub tags: &'static [Tag],
+}
+
+/// A field present at versions `min..=max`.
+pub(crate) struct Field {
+    pub min: i16,
+    pub max: i16,
+    pub kind: Kind,
+}
+
+/// A known tagged field, valid at versions `min..=max`.
+pub(crate) struct Tag {
+    pub tag: u32,
+    pub min: i16,
+    pub max: i16,
+    pub kind: Kind,
+}
+
+pub(crate) enum Kind {
+    /// A fixed-width value (integers, booleans, UUIDs) of this many bytes.
+    Fixed(usize),
+    /// A string, nullable or not (the walk does not distinguish).
+    Str,
+    /// A byte string (records, protocol metadata, assignments).
+    Bytes,
+    Array(Elem),
+    Struct(&'static Struct),
+}
+
+pub(crate) enum Elem {
+    /// Fixed-width elements: wire bytes, in-memory bytes.
+    Fixed(usize, usize),
+    Str,
+    Struct(&'static Struct),
+}
+
+pub(crate) const fn field(min: i16, max: i16, kind: Kind) -> Field {
+    Field { min, max, kind }
+}
+
+pub(crate) const fn tag(tag: u32, min: i16, max: i16, kind: Kind) -> Tag {
+    Tag {
+        tag,
+        min,
+        max,
+        kind,
+    }
+}
 
 pub(crate) static MESSAGES: &[Message] = &[
     Message {

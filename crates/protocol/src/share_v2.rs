@@ -239,5 +239,4 @@ impl HeaderVersion for ShareAcknowledgeAnswer {
 }
 
 #[cfg(test)]
-#[path = "share_v2_tests.rs"]
 mod tests;

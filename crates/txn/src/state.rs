@@ -874,5 +874,4 @@ impl Transactions {
 }
 
 #[cfg(test)]
-#[path = "state_tests.rs"]
 mod tests;

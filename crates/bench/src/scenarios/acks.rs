@@ -15,10 +15,11 @@
 //! (128 connections, like the 128 clients of the seed). One consumer reads every
 //! partition from the end, for the consume rate and end-to-end latency.
 
+use super::context::{Common, Ctx};
 use super::heavy_writer::HeavyWriter;
 use super::{measure, without_lag, ConsumerSpec};
 use crate::load::{self, Load, Reading, Run, Work};
-use crate::{Ctx, Report};
+use crate::report::Report;
 use clap::Args;
 use headway_client::{ConsumerConfig, ProducerConfig, StartOffset};
 use serde_json::json;
@@ -27,7 +28,7 @@ use std::time::Duration;
 #[derive(Args, Debug, Clone)]
 pub struct AcksArgs {
     #[command(flatten)]
-    pub common: crate::Common,
+    pub common: Common,
     /// Messages per second in all during the paced runs.
     #[arg(long, default_value_t = 2000.0)]
     pub rate: f64,

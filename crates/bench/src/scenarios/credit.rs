@@ -22,11 +22,12 @@
 //! point of the amortization sweep, and the stall sweep's last point has the same
 //! proportions, so the plot shows whether they sit on the plateau.
 
+use super::context::{Common, Ctx};
 use crate::latency::Recorder;
 use crate::load::{self};
 use crate::proxy::{Proxy, ProxyConfig};
+use crate::report::Report;
 use crate::report::{Rate, RunReport};
-use crate::{Ctx, Report};
 use clap::Args;
 use headway_client::{ConsumerConfig, ProducerConfig, StartOffset, WindowState};
 use serde_json::json;
@@ -35,7 +36,7 @@ use std::time::{Duration, Instant};
 #[derive(Args, Debug, Clone)]
 pub struct CreditArgs {
     #[command(flatten)]
-    pub common: crate::Common,
+    pub common: Common,
     /// Message size in bytes (the seed used about 50 B payloads).
     #[arg(long, default_value_t = 100)]
     pub size: usize,

@@ -1,8 +1,10 @@
-//! The scenarios, one module each, and [`measure`], the run loop most of them share:
-//! start the consumers, then the producers, print progress until the deadline, let the
-//! measured consumers drain, and hand back every consumer's recorder.
+//! The scenarios, one module each, the [`context`] every one is handed, and
+//! [`measure`], the run loop most of them share: start the consumers, then the
+//! producers, print progress until the deadline, let the measured consumers drain, and
+//! hand back every consumer's recorder.
 
 pub mod acks;
+pub mod context;
 pub mod credit;
 pub mod heavy_writer;
 pub mod noisy_neighbour;
@@ -16,6 +18,7 @@ use crate::evict::Evicted;
 use crate::latency::Recorder;
 use crate::load::{consume, produce, ConsumerMeter, Load, Run, Work, DRAIN_MAX};
 use crate::proxy::{Proxy, ProxyConfig};
+use context::Ctx;
 use headway_client::{Consumer, ConsumerConfig, Producer, StartOffset};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -114,7 +117,7 @@ impl ReaderArgs {
 
     /// The directories to drop from the page cache for a cold backlog: `--evict-dir`,
     /// plus the data directory of a broker the scenario started.
-    pub fn evict_dirs(&self, ctx: &crate::Ctx) -> Vec<PathBuf> {
+    pub fn evict_dirs(&self, ctx: &Ctx) -> Vec<PathBuf> {
         let mut dirs = self.evict_dir.clone();
         dirs.extend(ctx.target.data_dir());
         dirs

@@ -35,6 +35,7 @@
 //! `bench/librdkafka_probe.py` (confluent-kafka, one process per client) run with the
 //! repository's `.venv`; the disturbers stay this process's.
 
+use super::context::{Common, Ctx};
 use super::heavy_writer::HeavyWriter;
 use super::stuck_consumer::{connect_stuck, spawn_stuck};
 use super::{
@@ -45,8 +46,8 @@ use crate::latency::LatencySummary;
 use crate::latency::Recorder;
 use crate::load::ConsumerMeter;
 use crate::load::{self, Load, Reading, Run, STAMP_BYTES};
+use crate::report::Report;
 use crate::report::{ConsumerReport, Fairness, Rate, RunReport, SeriesPoint};
-use crate::{Ctx, Report};
 use anyhow::Context;
 use clap::Args;
 use headway_client::StartOffset;
@@ -62,7 +63,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 #[derive(Args, Debug, Clone)]
 pub struct NoisyNeighbourArgs {
     #[command(flatten)]
-    pub common: crate::Common,
+    pub common: Common,
     /// Fast consumers reading the light topic from its end.
     #[arg(long, default_value_t = 3)]
     pub fast: usize,

@@ -16,10 +16,11 @@
 //! Reported: time to drain (first send to last message processed) and the end-to-end
 //! latency percentiles, which include the processing.
 
+use super::context::{Common, Ctx};
 use super::{measure, without_lag, ConsumerSpec, Measured};
 use crate::load::{self, Load, Reading, Run, Work};
+use crate::report::Report;
 use crate::report::RunReport;
-use crate::{Ctx, Report};
 use clap::Args;
 use headway_client::{ConsumerConfig, StartOffset};
 use serde_json::json;
@@ -29,7 +30,7 @@ use std::time::Duration;
 #[derive(Args, Debug, Clone)]
 pub struct ParallelismArgs {
     #[command(flatten)]
-    pub common: crate::Common,
+    pub common: Common,
     /// Messages in the spike [default: 5000; with --quick 300].
     #[arg(long)]
     pub messages: Option<u64>,

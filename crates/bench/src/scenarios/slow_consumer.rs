@@ -19,14 +19,15 @@
 //! The figure that matters: the fast consumers' end-to-end p99 in run 2 divided by run
 //! 1 (1.0 means the slow ones cost the others nothing), and the producer's rate in both.
 
+use super::context::{Common, Ctx};
 use super::{
     caught_up, disturber, evict_backlog, fast_consumers, measure, replay_seconds, with_lag,
 };
 use crate::evict::Evicted;
 use crate::load::{self, Load, Reading, Run};
 use crate::proxy::Proxy;
+use crate::report::Report;
 use crate::report::RunReport;
-use crate::{Ctx, Report};
 use clap::{ArgAction, Args};
 use headway_client::StartOffset;
 use serde_json::json;
@@ -38,7 +39,7 @@ use std::time::Duration;
 #[derive(Args, Debug, Clone)]
 pub struct SlowConsumerArgs {
     #[command(flatten)]
-    pub common: crate::Common,
+    pub common: Common,
     /// Fast consumers.
     #[arg(long, default_value_t = 3)]
     pub fast: usize,

@@ -8,10 +8,11 @@
 //! waits and time the producer spent on it: with deflection off the slow lane paces
 //! every batch; with it on the other lanes take the load.
 
+use super::context::{Common, Ctx};
 use super::{measure, without_lag, ConsumerSpec, Measured};
 use crate::load::{self, Load, Reading, Run, Work};
+use crate::report::Report;
 use crate::report::RunReport;
-use crate::{Ctx, Report};
 use clap::Args;
 use headway_client::{ConsumerConfig, Producer, ProducerConfig, StartOffset};
 use serde_json::json;
@@ -21,7 +22,7 @@ use std::time::Duration;
 #[derive(Args, Debug, Clone)]
 pub struct SlowLaneArgs {
     #[command(flatten)]
-    pub common: crate::Common,
+    pub common: Common,
     /// Lanes of the producer.
     #[arg(long, default_value_t = 12)]
     pub lanes: usize,

@@ -20,10 +20,11 @@
 //! The figures that matter: the fast consumers' end-to-end p99 with over without, the
 //! producer's rate with over without, and the broker's peak resident memory in run 2.
 
+use super::context::{Common, Ctx};
 use super::{fast_consumers, measure, without_lag};
 use crate::load::{self, Load, Reading, Run};
+use crate::report::Report;
 use crate::report::RunReport;
-use crate::{Ctx, Report};
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Args;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -40,7 +41,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 #[derive(Args, Debug, Clone)]
 pub struct StuckConsumerArgs {
     #[command(flatten)]
-    pub common: crate::Common,
+    pub common: Common,
     /// Fast consumers, reading from the end.
     #[arg(long, default_value_t = 3)]
     pub fast: usize,

@@ -16,11 +16,12 @@
 //! Within each case the scopes run one after another, so that a shared machine's drift
 //! spreads over all of them rather than favouring one.
 
+use super::context::{Common, Ctx};
 use super::measure;
 use crate::load::{self, Load, Reading, Run};
+use crate::report::Report;
 use crate::report::RunReport;
 use crate::target::Target;
-use crate::{Common, Ctx, Report};
 use clap::Args;
 use headway_client::ProducerConfig;
 use serde_json::{json, Value};

@@ -21,7 +21,8 @@
 //! batch carries the producer id and its sequence numbers, so a retry of a batch the
 //! broker already stored is recognised as a duplicate and not stored twice.
 
-use super::{encode_batch, Counters, Outcome, ProducerConfig};
+use super::batch::{encode_batch, Counters, SealedBatch};
+use super::config::ProducerConfig;
 use crate::cluster::Cluster;
 use crate::connection::Connection;
 use crate::error::{check, ClientError};
@@ -32,22 +33,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 /// Least time between two WARN lines about one cause of retries or failures.
 pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
-
-pub(crate) struct SealedBatch {
-    pub topic: Arc<str>,
-    pub partition: i32,
-    pub records: Vec<kafka_protocol::records::Record>,
-    pub bytes: usize,
-    /// Key and value bytes of its records, as counted in the summary.
-    pub payload_bytes: u64,
-    /// When the batch was opened: its delivery deadline counts from here.
-    pub created: Instant,
-    pub outcome: watch::Sender<Outcome>,
-}
 
 /// What one lane did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -19,19 +19,21 @@
 //! Failures: retriable errors and lost connections are retried with backoff until
 //! `delivery_timeout` after the batch was opened (see [`lanes`]).
 
+mod batch;
+mod config;
 mod lanes;
 
 use crate::cluster::Cluster;
 use crate::error::ClientError;
 use crate::partitioner::partition_for_key;
-use bytes::{Bytes, BytesMut};
+use batch::{Counters, Outcome, SealedBatch};
+use bytes::Bytes;
+pub use config::ProducerConfig;
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::TimestampType;
+use lanes::LaneSet;
 pub use lanes::LaneStats;
-use lanes::{LaneSet, SealedBatch};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -49,57 +51,6 @@ pub struct Record {
     /// An explicit partition; `None` hashes the key, or rotates for keyless records.
     pub partition: Option<i32>,
 }
-
-#[derive(Debug, Clone)]
-pub struct ProducerConfig {
-    /// 0, 1 or -1 (all).
-    pub acks: i16,
-    /// How long an open batch may wait for more records.
-    pub linger: Duration,
-    /// Seal a batch once its records reach this many bytes.
-    pub batch_bytes_max: usize,
-    pub compression: Compression,
-    /// Lanes per partition leader, each a connection with its own in-flight window.
-    pub lanes: usize,
-    /// Batches in flight per lane; a lane with this many is full.
-    pub lane_in_flight_max: usize,
-    /// Send a batch whose lane is full to the next lane with room.
-    pub deflect: bool,
-    /// Keep each partition on one lane (and turn deflection off).
-    pub ordered: bool,
-    /// Bytes of records buffered or in flight; `send` waits beyond it.
-    pub buffer_bytes_max: usize,
-    /// Producer id and sequence numbers on every batch, so the broker stores a batch
-    /// sent twice once. Needs acks=all (ignored otherwise); implies per-partition order.
-    pub idempotent: bool,
-    /// How long a batch may take, retries included, before it fails.
-    pub delivery_timeout: Duration,
-    /// Lab and test hook: lane `i` sleeps `lane_delays[i]` before sending each batch,
-    /// holding its in-flight slot, like a slow link.
-    pub lane_delays: Vec<Duration>,
-}
-
-impl Default for ProducerConfig {
-    fn default() -> Self {
-        ProducerConfig {
-            acks: -1,
-            linger: Duration::from_millis(5),
-            batch_bytes_max: 128 * 1024,
-            compression: Compression::None,
-            lanes: 4,
-            lane_in_flight_max: 4,
-            deflect: true,
-            ordered: false,
-            buffer_bytes_max: 64 * 1024 * 1024,
-            idempotent: true,
-            delivery_timeout: Duration::from_secs(120),
-            lane_delays: Vec::new(),
-        }
-    }
-}
-
-/// Where a batch ended: its base offset, or why it failed.
-type Outcome = Option<Result<i64, ClientError>>;
 
 /// Resolves when the record's batch is acknowledged.
 pub struct Delivery {
@@ -142,17 +93,6 @@ struct OpenBatch {
     payload_bytes: u64,
     created: Instant,
     outcome: watch::Sender<Outcome>,
-}
-
-pub(crate) struct Counters {
-    records_acked: AtomicU64,
-    bytes_acked: AtomicU64,
-    records_failed: AtomicU64,
-    batches: AtomicU64,
-    buffer_full_events: AtomicU64,
-    /// Sealed batches not yet answered; `flush` waits for zero.
-    outstanding: AtomicUsize,
-    idle: Notify,
 }
 
 struct Inner {
@@ -432,19 +372,4 @@ async fn linger_loop(inner: std::sync::Weak<Inner>) {
         drop(inner);
         tokio::time::sleep((linger / 2).max(Duration::from_millis(1))).await;
     }
-}
-
-/// Encodes a sealed batch's records as one v2 record batch.
-pub(crate) fn encode_batch(
-    records: &[kafka_protocol::records::Record],
-    compression: Compression,
-) -> Result<Bytes, ClientError> {
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression,
-    };
-    RecordBatchEncoder::encode(&mut buf, records, &options)
-        .map_err(|e| ClientError::Protocol(e.to_string()))?;
-    Ok(buf.freeze())
 }

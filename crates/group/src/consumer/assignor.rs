@@ -6,7 +6,7 @@
 //! of a topic that at least one member subscribes to is given to exactly one of those
 //! members; which member, and how the counts balance, is the assignor's choice.
 
-use super::{Assignment, TopicsView};
+use super::topics::{Assignment, TopicsView};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The assignors this broker serves.
@@ -176,7 +176,7 @@ fn give(target: &mut BTreeMap<String, Assignment>, member_id: &str, topic: &str,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::consumer::TopicInfo;
+    use crate::consumer::topics::TopicInfo;
 
     fn topics(list: &[(&str, i32)]) -> TopicsView {
         list.iter()

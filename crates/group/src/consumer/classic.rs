@@ -19,7 +19,7 @@
 //! Its session is its own `session.timeout.ms`; commits are checked against its member
 //! epoch exactly (ILLEGAL_GENERATION otherwise), as a classic generation is.
 
-use super::Assignment;
+use super::topics::Assignment;
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{ConsumerProtocolAssignment, ConsumerProtocolSubscription};
 use kafka_protocol::protocol::{Encodable, StrBytes};
@@ -33,6 +33,18 @@ pub struct ClassicMember {
     /// The protocol (client-side assignor name) it was told to use.
     pub protocol: String,
     pub session_timeout_ms: i32,
+}
+
+/// A classic member as the conversion of a classic group brings it in.
+pub struct Converted {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: i32,
+    pub classic: ClassicMember,
+    pub topics: Vec<String>,
+    pub assigned: Assignment,
 }
 
 /// A consumer protocol subscription decoded from a JoinGroup's metadata.

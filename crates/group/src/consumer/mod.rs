@@ -5,6 +5,7 @@
 //! - [`assignor`]: the server-side assignors, `uniform` and `range`.
 //! - [`classic`]: classic members of a consumer group (online conversion).
 //! - [`durable`]: the groups' records in the offsets log, and their recovery.
+//! - [`topics`]: the broker's topics and assignments as the steps see them.
 //!
 //! Partitions are named by topic name inside; the wire's topic ids are converted by
 //! the handlers with the [`TopicsView`] they pass in.
@@ -12,21 +13,7 @@
 pub mod assignor;
 pub mod classic;
 pub mod state;
-
-use std::collections::{BTreeMap, BTreeSet};
-
-/// What the broker knows of a topic, as the assignors need it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TopicInfo {
-    pub id: uuid::Uuid,
-    pub partitions: i32,
-}
-
-/// The broker's topics by name, as given to a heartbeat.
-pub type TopicsView = BTreeMap<String, TopicInfo>;
-
-/// Partitions by topic name.
-pub type Assignment = BTreeMap<String, BTreeSet<i32>>;
+pub mod topics;
 
 pub use assignor::Assignor;
 pub use state::durable;
@@ -34,3 +21,4 @@ pub use state::{
     ConsumerGroup, ConsumerGroupState, ConsumerMember, HeartbeatAnswer, HeartbeatRequest,
     MemberEpochIn, MemberState,
 };
+pub use topics::{Assignment, TopicInfo, TopicsSource, TopicsView};

@@ -25,7 +25,7 @@
 
 use super::assignor::{Assignor, AssignorMember};
 use super::classic::ClassicMember;
-use super::{Assignment, TopicsView};
+use super::topics::{Assignment, TopicsView};
 use crate::GroupError;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -780,15 +780,11 @@ impl ConsumerGroup {
     }
 }
 
-#[path = "classic_members.rs"]
 mod classic_members;
-pub use classic_members::Converted;
 
 /// The durable form of these groups: a child module, so it reads and rebuilds the
 /// fields the steps keep private.
-#[path = "durable.rs"]
 pub mod durable;
 
 #[cfg(test)]
-#[path = "state_tests.rs"]
 mod tests;

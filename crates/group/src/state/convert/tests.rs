@@ -3,12 +3,14 @@
 //! last consumer-protocol member leaves.
 
 use super::super::tests::{consumer_join, join, sync};
-use super::super::{Groups, JoinRequest, OffsetCommit};
-use super::{MigrationPolicy, TopicsSource};
+use super::super::{Groups, OffsetCommit};
 use crate::consumer::classic::{decode_assignment, encode_assignment};
+use crate::consumer::TopicsSource;
 use crate::consumer::{
     Assignment, HeartbeatAnswer, HeartbeatRequest, MemberEpochIn, TopicInfo, TopicsView,
 };
+use crate::migration::MigrationPolicy;
+use crate::requests::JoinRequest;
 use crate::{GenerationId, GroupConfig, GroupError, GroupState};
 use bytes::{BufMut, Bytes, BytesMut};
 use headway_broker::{Offset, PartitionIndex, TopicPartition};

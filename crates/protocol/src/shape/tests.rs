@@ -9,7 +9,7 @@
 //! which must stay within the footprint. Seeds are printed; `SHAPE_SEED` replays one.
 
 use super::*;
-use crate::shapes::MESSAGES;
+use crate::shapes::{Elem, Kind, Message, Struct, Tag, MESSAGES};
 use fastrand::Rng;
 use kafka_protocol::messages::*;
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -48,7 +48,8 @@
 //! after start-up.
 
 use super::{compile_regex, ConsumerGroup, ConsumerMember, MemberState};
-use crate::consumer::{Assignment, Assignor};
+use crate::consumer::assignor::Assignor;
+use crate::consumer::topics::Assignment;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use headway_broker::internal_log::put_str;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -872,5 +873,4 @@ impl Written {
 }
 
 #[cfg(test)]
-#[path = "durable_tests.rs"]
 mod tests;

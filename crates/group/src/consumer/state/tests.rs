@@ -5,7 +5,7 @@
 //! assignment it is given at once and reports what it owns in its next heartbeat.
 
 use super::*;
-use crate::consumer::TopicInfo;
+use crate::consumer::topics::TopicInfo;
 
 const CONFIG: ConsumerConfig = ConsumerConfig {
     session_timeout_ms: 45_000,

@@ -15,91 +15,13 @@
 //! Committed offsets live under the group id in `Groups::groups` throughout.
 //! A child of `state`, so it sees the classic group's internals.
 
-use super::{Group, GroupState, Groups, JoinRequest, JoinResult, Member, SyncRequest, SyncResult};
-use crate::consumer::classic::ClassicMember;
+use super::{Group, GroupState, Groups, Member};
 use crate::consumer::classic::{decode_assignment, decode_subscription, encode_assignment};
-use crate::consumer::state::Converted;
+use crate::consumer::classic::{ClassicMember, Converted};
 use crate::consumer::{ConsumerGroup, HeartbeatRequest, MemberEpochIn, TopicsView};
+use crate::migration::MigrationPolicy;
+use crate::requests::{JoinRequest, JoinResult, SyncRequest, SyncResult};
 use crate::{GenerationId, GroupError};
-use std::sync::Arc;
-
-/// Kafka's `group.consumer.migration.policy`: which online conversions are served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MigrationPolicy {
-    /// Both ways (Kafka's default).
-    #[default]
-    Bidirectional,
-    /// Classic to consumer only.
-    Upgrade,
-    /// Consumer to classic only.
-    Downgrade,
-    /// Neither: a group changes type only when empty.
-    Disabled,
-}
-
-impl MigrationPolicy {
-    pub const NAMES: [&'static str; 4] = ["bidirectional", "upgrade", "downgrade", "disabled"];
-
-    pub fn parse(name: &str) -> Option<MigrationPolicy> {
-        match name.to_ascii_lowercase().as_str() {
-            "bidirectional" => Some(MigrationPolicy::Bidirectional),
-            "upgrade" => Some(MigrationPolicy::Upgrade),
-            "downgrade" => Some(MigrationPolicy::Downgrade),
-            "disabled" => Some(MigrationPolicy::Disabled),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            MigrationPolicy::Bidirectional => "bidirectional",
-            MigrationPolicy::Upgrade => "upgrade",
-            MigrationPolicy::Downgrade => "downgrade",
-            MigrationPolicy::Disabled => "disabled",
-        }
-    }
-
-    fn upgrades(self) -> bool {
-        matches!(
-            self,
-            MigrationPolicy::Bidirectional | MigrationPolicy::Upgrade
-        )
-    }
-
-    fn downgrades(self) -> bool {
-        matches!(
-            self,
-            MigrationPolicy::Bidirectional | MigrationPolicy::Downgrade
-        )
-    }
-}
-
-/// The broker's topics now, as the assignor needs them for a classic member's join or
-/// heartbeat in a consumer group (read only then).
-#[derive(Clone)]
-pub struct TopicsSource(Arc<dyn Fn() -> TopicsView + Send + Sync>);
-
-impl TopicsSource {
-    pub fn new(f: impl Fn() -> TopicsView + Send + Sync + 'static) -> TopicsSource {
-        TopicsSource(Arc::new(f))
-    }
-
-    fn get(&self) -> TopicsView {
-        (self.0)()
-    }
-}
-
-impl Default for TopicsSource {
-    fn default() -> Self {
-        TopicsSource::new(TopicsView::new)
-    }
-}
-
-impl std::fmt::Debug for TopicsSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TopicsSource")
-    }
-}
 
 impl Groups {
     /// Whether a classic request for this group is served by its consumer group: it
@@ -321,5 +243,4 @@ impl Groups {
 }
 
 #[cfg(test)]
-#[path = "convert_tests.rs"]
 mod tests;

@@ -3,24 +3,12 @@
 //! with the consumer protocol's state. A child of `state`, so it sees the group's
 //! internals.
 
-use super::super::classic::{decode_subscription, encode_assignment, ClassicMember};
 use super::{ConsumerGroup, ConsumerMember, MemberState};
-use crate::consumer::{Assignment, TopicsView};
-use crate::state::{JoinRequest, JoinResult};
+use crate::consumer::classic::{decode_subscription, encode_assignment, ClassicMember, Converted};
+use crate::consumer::topics::TopicsView;
+use crate::requests::{JoinRequest, JoinResult};
 use crate::{GenerationId, GroupError};
 use bytes::Bytes;
-
-/// A classic member as the conversion of a classic group brings it in.
-pub struct Converted {
-    pub member_id: String,
-    pub instance_id: Option<String>,
-    pub client_id: String,
-    pub client_host: String,
-    pub rebalance_timeout_ms: i32,
-    pub classic: ClassicMember,
-    pub topics: Vec<String>,
-    pub assigned: Assignment,
-}
 
 impl ConsumerGroup {
     /// Whether a member of the consumer protocol is left (classic members aside).
