@@ -40,7 +40,7 @@ use headway_broker::bulk_budget::BulkWork;
 use headway_broker::read_pool::PoolError;
 use headway_broker::{limits, Partition};
 use headway_protocol::kafka_protocol::messages::ApiKey;
-use headway_protocol::{parse_request, read_frame_size, FrameError, Request};
+use headway_protocol::{parse_request, read_frame_body_into, read_frame_size, FrameError, Request};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -391,16 +391,8 @@ async fn read_body<R: AsyncRead + Unpin>(
         return Ok((Bytes::from(body), None));
     }
     let reserved = ctx.stats.request_bytes.reserve(size).await;
-    while body.len() < size {
-        if body.len() == body.capacity() {
-            body.reserve_exact(size.min(body.len() * 2) - body.len());
-        }
-        // Straight into the spare capacity (no zeroing), never past the frame's end.
-        let left = (size - body.len()) as u64;
-        if (&mut *reader).take(left).read_buf(&mut body).await? == 0 {
-            return Err(FrameError::Truncated);
-        }
-    }
+    // Straight into the spare capacity (no zeroing), never past the frame's end.
+    read_frame_body_into(reader, &mut body, size).await?;
     Ok((Bytes::from(body), Some(reserved)))
 }
 
