@@ -7,6 +7,7 @@ use crate::oauth::{ClientFirst, OAuthValidator};
 use crate::scram::{Mechanism, ScramCredential, ScramExchange, ScramServer};
 use crate::store::SecurityStore;
 use crate::{oauth, plain, AuthError};
+use headway_base::now_ms;
 use std::sync::Arc;
 
 /// A SASL mechanism the broker serves.
@@ -215,12 +216,6 @@ impl Exchange {
             _ => None,
         }
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Why a token was refused.

@@ -1,6 +1,6 @@
 //! The durable security state of a broker: SCRAM credentials per user and the ACLs,
 //! each in one JSON file under `<data_dir>/security/`, replaced whole and durably on
-//! every change (`headway_broker::durable_file::replace`: temporary file, fsync,
+//! every change (`headway_base::durable_file::replace`: temporary file, fsync,
 //! rename, fsync of the directory), so a change that was acknowledged survives a crash
 //! and a crash mid-write leaves the previous file.
 //!
@@ -239,8 +239,9 @@ impl SecurityStore {
 
     fn write<T: serde::Serialize>(&self, name: &str, value: &T) -> Result<(), AuthError> {
         let bytes = serde_json::to_vec_pretty(value).expect("security state serializes");
-        headway_broker::durable_file::replace(&self.dir.join(name), &bytes)
-            .map_err(|e| AuthError::Storage(e.to_string()))
+        // The same words as when the broker's writer reported this failure.
+        headway_base::durable_file::replace(&self.dir.join(name), &bytes)
+            .map_err(|e| AuthError::Storage(format!("storage error: {e}")))
     }
 
     /// Reads the ACLs under their lock (authorization checks).

@@ -11,14 +11,15 @@
 //!
 //! The cleaner stays out of the way of light work: every byte it reads or writes passes
 //! the broker's adaptive bulk budget (shared with catch-up reads and heavy produces,
-//! cut while small syncs slow down, [`crate::bulk_budget`]) and an optional fixed cap
+//! cut while small syncs slow down, [`crate::io::bulk_budget`]) and an optional fixed cap
 //! (`log_cleaner_io_bytes_per_sec`); its key map is bounded by
 //! `log_cleaner_dedupe_buffer_bytes`; a pass takes at most
 //! [`limits::LOG_CLEANER_PASS_DIRTY_BYTES_MAX`] of dirty data.
 
-use crate::bulk_budget::{BulkBudget, BulkWork};
-use crate::priority::BulkPriority;
-use crate::{limits, BrokerConfig, Partition, TopicConfig};
+use crate::io::bulk_budget::{BulkBudget, BulkWork};
+use crate::io::priority::BulkPriority;
+use crate::{BrokerConfig, Partition, TopicConfig};
+use headway_base::limits;
 use headway_log::{CleanReport, CleanerConfig};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
@@ -224,7 +225,7 @@ impl LogCleaner {
     /// to clean. Whether a pass ran.
     pub fn round(&self, candidates: &[Cleanable]) -> bool {
         self.forget_all_but(candidates);
-        let now_ms = crate::now_ms();
+        let now_ms = headway_base::now_ms();
         let measured: Vec<Dirtiness> = candidates
             .iter()
             .map(|c| {
@@ -274,7 +275,7 @@ impl LogCleaner {
     /// One pass over `c`; whether it ran (false: nothing to plan, or it failed).
     fn pass(&self, c: &Cleanable) -> bool {
         let index = c.partition.index().value();
-        let now_ms = crate::now_ms();
+        let now_ms = headway_base::now_ms();
         let plan = match c.partition.plan_cleaning(&c.config, now_ms) {
             Ok(Some(plan)) => plan,
             Ok(None) | Err(_) => return false,
@@ -303,7 +304,7 @@ impl LogCleaner {
                     dirty_ratio_before = report.dirty_ratio_before,
                     dirty_ratio_after = report.dirty_ratio_after,
                     ms = started.elapsed().as_millis() as u64, "cleaned");
-                self.with_stats(c, |s| s.add(&report, crate::now_ms()));
+                self.with_stats(c, |s| s.add(&report, headway_base::now_ms()));
                 true
             }
             Err(error) => {
@@ -315,8 +316,7 @@ impl LogCleaner {
 }
 
 #[cfg(test)]
-#[path = "cleaner_tests.rs"]
-mod cleaner_tests;
+mod partition_tests;
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,9 @@
 //! names (`retention.ms`, `segment.bytes`, ...) so that admin tools work unchanged;
 //! their defaults come from the broker's `[log]` table.
 
-use crate::{limits, BrokerError};
+use crate::listeners::{self, ListenerSettings, ListenerSpec};
+use crate::BrokerError;
+use headway_base::limits;
 use headway_log::LogConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -508,16 +510,16 @@ impl Default for BrokerConfig {
 
 impl BrokerConfig {
     /// How the threads of bulk work are lowered.
-    pub fn bulk_priority(&self) -> crate::priority::BulkPriority {
-        crate::priority::BulkPriority {
+    pub fn bulk_priority(&self) -> crate::io::priority::BulkPriority {
+        crate::io::priority::BulkPriority {
             nice: self.read_threads_nice,
             io_idle: self.bulk_io_idle,
         }
     }
 
     /// The bulk budget's settings.
-    pub fn bulk_budget(&self) -> crate::bulk_budget::BudgetConfig {
-        crate::bulk_budget::BudgetConfig {
+    pub fn bulk_budget(&self) -> crate::io::bulk_budget::BudgetConfig {
+        crate::io::bulk_budget::BudgetConfig {
             min_bytes_per_sec: self.bulk_bytes_per_sec_min as f64,
             max_bytes_per_sec: self.bulk_bytes_per_sec_max as f64,
             read_max_bytes_per_sec: self.bulk_read_bytes_per_sec_max as f64,
@@ -527,9 +529,21 @@ impl BrokerConfig {
         }
     }
 
+    /// The listeners these settings ask for, in order (`crate::listeners`); the first
+    /// is the one the broker's start-up line names.
+    pub fn listener_specs(&self) -> Result<Vec<ListenerSpec>, String> {
+        listeners::specs(ListenerSettings {
+            listeners: &self.listeners,
+            advertised_listeners: &self.advertised_listeners,
+            listener_security_protocol_map: &self.listener_security_protocol_map,
+            listen: &self.listen,
+            advertised_listener: self.advertised_listener.as_deref(),
+        })
+    }
+
     /// Checks relations between settings that serde cannot.
     pub fn validate(&self) -> Result<(), String> {
-        let listeners = crate::listeners::specs(self)?;
+        let listeners = self.listener_specs()?;
         let ssl = listeners.iter().any(|l| l.protocol.tls());
         if ssl && (self.ssl_certificate_file.is_none() || self.ssl_key_file.is_none()) {
             return Err("an SSL listener needs ssl_certificate_file and ssl_key_file".to_string());

@@ -11,11 +11,11 @@
 //!
 //! Thread-safe: shared by every connection as part of the [`crate::Broker`].
 
-use crate::limits::DISK_CHECK_INTERVAL_MS;
 use crate::BrokerError;
+use headway_base::limits::DISK_CHECK_INTERVAL_MS;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Weak;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub struct DiskSpace {
@@ -115,14 +115,14 @@ impl DiskSpace {
 }
 
 /// Measures the broker's disk every [`DISK_CHECK_INTERVAL_MS`] until the broker is
-/// dropped. A failed measurement keeps the previous figure and is logged once.
-pub(crate) async fn run_disk_checks(broker: Weak<crate::Broker>) {
+/// dropped: `disk` hands out the broker's `DiskSpace` while the broker lives (the
+/// loop holds no reference to the broker between rounds). A failed measurement keeps
+/// the previous figure and is logged once.
+pub(crate) async fn run_disk_checks(disk: impl Fn() -> Option<Arc<DiskSpace>>) {
     let mut failing = false;
     loop {
         tokio::time::sleep(Duration::from_millis(DISK_CHECK_INTERVAL_MS)).await;
-        let Some(b) = broker.upgrade() else { return };
-        let disk = std::sync::Arc::clone(b.disk_space());
-        drop(b);
+        let Some(disk) = disk() else { return };
         let Ok(measured) = tokio::task::spawn_blocking(move || disk.measure()).await else {
             return;
         };

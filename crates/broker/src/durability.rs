@@ -15,10 +15,11 @@
 //! [`SyncCounters`] belong to one broker instance ([`crate::Broker::sync_counters`]);
 //! every flusher of that broker counts its rounds and sync calls there.
 
-use crate::priority::BulkPriority;
-use crate::timings::{Timings, SMALL_SYNC_BYTES};
+use crate::io::priority::BulkPriority;
+use crate::io::timings::{Timings, SMALL_SYNC_BYTES};
 use crate::FlushPolicy;
-use headway_log::{Offset, SyncSet};
+use headway_base::Offset;
+use headway_log::SyncSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};

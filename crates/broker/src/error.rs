@@ -1,5 +1,5 @@
-use crate::PartitionIndex;
-use headway_log::{BatchError, LogError, Offset};
+use headway_base::{durable_file::DurableFileError, Offset, PartitionIndex};
+use headway_log::{BatchError, LogError};
 
 /// Expected failures of broker operations. The server maps each variant to a Kafka
 /// error code in exactly one place (`headway_server::errors`).
@@ -103,6 +103,12 @@ pub enum BrokerError {
     /// *_AUTHORIZATION_FAILED code for the resource's type.
     #[error("not authorized to access {resource}")]
     AuthorizationFailed { code: i16, resource: String },
+}
+
+impl From<DurableFileError> for BrokerError {
+    fn from(e: DurableFileError) -> BrokerError {
+        BrokerError::Storage(e.to_string())
+    }
 }
 
 impl BrokerError {

@@ -18,7 +18,8 @@
 
 use crate::durability::{SyncMeters, SyncTarget};
 use crate::SyncScope;
-use headway_log::{Offset, SyncSet};
+use headway_base::Offset;
+use headway_log::SyncSet;
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -199,5 +200,4 @@ impl SharedFlusher {
 }
 
 #[cfg(test)]
-#[path = "flusher_tests.rs"]
 mod tests;

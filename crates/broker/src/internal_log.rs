@@ -4,8 +4,9 @@
 //! keeps each key's latest), replayed in order at start-up. Each owner defines its
 //! key and value formats; this module holds what they share.
 
-use crate::{BrokerError, FlushPolicy, Offset, Partition, PartitionIndex};
+use crate::{BrokerError, FlushPolicy, Partition};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use headway_base::{Clock, Offset, PartitionIndex};
 use headway_log::LogConfig;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -34,7 +35,8 @@ pub async fn open(
     let topic: Arc<str> = Arc::from(topic);
     let name = Arc::clone(&topic);
     let (log, _) = tokio::task::spawn_blocking(move || {
-        Partition::open(dir, topic, PartitionIndex::new(0), config, flush)
+        let clock = Clock::system();
+        Partition::open(dir, topic, PartitionIndex::new(0), config, flush, clock)
     })
     .await
     .map_err(|e| BrokerError::Storage(format!("open {name}: {e}")))??;

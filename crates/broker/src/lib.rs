@@ -7,7 +7,7 @@
 //!   partition's single writer: offsets are assigned there and nowhere else, by the
 //!   plain bookkeeping of [`partition::state`] (offsets, idempotent producers, high
 //!   watermark, log start offset; unit-tested over values). Side files are written
-//!   with one helper (`durable_file`).
+//!   with one helper (`headway_base::durable_file`).
 //! - Group commit (`durability`): a flusher task per partition, or with
 //!   `sync_scope = broker` (or `syncfs`) one for every partition of the broker in
 //!   shared rounds (`flusher`; `docs/sync.md` has the measurements). Every append that
@@ -20,58 +20,43 @@
 //!   hands out producer ids that stay unique across restarts.
 //! - [`internal_log`] opens, writes and replays the logs the broker keeps for itself
 //!   (committed offsets, transaction state).
-//! - [`read_pool`] runs reads that may wait for the disk on threads of their own, one
-//!   read per connection at a time; reads of cached data skip it (`read_route`
-//!   decides which way a fetch's read goes).
-//! - `ids`: [`PartitionIndex`], [`TopicPartition`], [`ProducerId`] and
-//!   [`ProducerEpoch`], with their wire integers behind named conversions.
+//! - [`io`] schedules the broker's I/O: `io::read_pool` runs reads that may wait for
+//!   the disk on threads of their own, one read per connection at a time; reads of
+//!   cached data skip it (`io::read_route` decides which way a fetch's read goes);
+//!   `io::bulk_budget` and `io::priority` keep bulk work from delaying light work,
+//!   and `io::timings` measures where the time goes.
 //! - [`panics`] keeps a panic in one job from taking anything else with it, and
 //!   counts it.
 //! - [`DiskSpace`] measures the data directory's free space and refuses produces
 //!   below `disk_free_bytes_min`.
-//! - [`config`] is every setting with its default; [`limits`] is every hard bound.
+//! - [`config`] is every setting with its default; `headway_base::limits` is every
+//!   hard bound.
 //!
 //! Everything here is thread-safe and shared as `Arc`s by the server's connections.
 
-pub mod bulk_budget;
 pub mod cleaner;
 pub mod config;
 mod disk;
 mod durability;
-pub mod durable_file;
 mod error;
 mod flusher;
-mod ids;
 pub mod internal_log;
-pub mod limits;
+pub mod io;
 pub mod listeners;
 pub mod open_files;
 pub mod panics;
 pub mod partition;
-pub mod priority;
 pub mod producer_ids;
 pub mod producer_state;
-pub mod read_pool;
-mod read_route;
 mod registry;
-pub mod timings;
 mod topic;
 
 pub use config::{BrokerConfig, FlushPolicy, SyncScope, TopicConfig};
 pub use disk::{DiskSnapshot, DiskSpace};
 pub use durability::SyncCounters;
 pub use error::BrokerError;
-pub use headway_log::{AbortedTxn, BatchError, BatchHeader, Offset};
-pub use ids::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
+pub use headway_log::{AbortedTxn, BatchError, BatchHeader};
 pub use partition::{Appended, Isolation, Partition, PartitionHealth, ReadResult, TrafficCounts};
 pub use producer_state::TransactionResult;
 pub use registry::Broker;
 pub use topic::{validate_topic_name, Topic};
-
-/// Milliseconds since the Unix epoch, the unit of every Kafka timestamp.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}

@@ -4,10 +4,19 @@
 //! that are not a protocol). Without `listeners`, the broker has one PLAINTEXT listener
 //! on `listen`, advertised as `advertised_listener`.
 //!
-//! Plain parsing, checked at start-up by [`crate::BrokerConfig::validate`]: a bad
-//! listener stops the start with a message naming it.
+//! Plain parsing over the settings' strings ([`ListenerSettings`]), checked at start-up
+//! by `BrokerConfig::validate` and reached through `BrokerConfig::listener_specs`: a
+//! bad listener stops the start with a message naming it.
 
-use crate::BrokerConfig;
+/// The settings that name the listeners, borrowed from the broker's configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct ListenerSettings<'a> {
+    pub listeners: &'a [String],
+    pub advertised_listeners: &'a [String],
+    pub listener_security_protocol_map: &'a [String],
+    pub listen: &'a str,
+    pub advertised_listener: Option<&'a str>,
+}
 
 /// How a listener's connections are secured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +101,7 @@ fn split(entry: &str) -> Result<(String, String), String> {
 
 /// The listeners `config` asks for, in order; the first is the one the broker's
 /// start-up line names.
-pub fn specs(config: &BrokerConfig) -> Result<Vec<ListenerSpec>, String> {
+pub fn specs(config: ListenerSettings<'_>) -> Result<Vec<ListenerSpec>, String> {
     if config.listeners.is_empty() {
         if !config.advertised_listeners.is_empty() {
             return Err("advertised_listeners needs listeners".to_string());
@@ -100,12 +109,12 @@ pub fn specs(config: &BrokerConfig) -> Result<Vec<ListenerSpec>, String> {
         return Ok(vec![ListenerSpec {
             name: "PLAINTEXT".to_string(),
             protocol: SecurityProtocol::Plaintext,
-            bind: config.listen.clone(),
-            advertised: config.advertised_listener.clone(),
+            bind: config.listen.to_string(),
+            advertised: config.advertised_listener.map(str::to_string),
         }]);
     }
     let mut map = Vec::new();
-    for entry in &config.listener_security_protocol_map {
+    for entry in config.listener_security_protocol_map {
         let (name, protocol) = entry
             .split_once(':')
             .ok_or_else(|| format!("protocol map entry {entry:?} is not NAME:PROTOCOL"))?;
@@ -115,7 +124,7 @@ pub fn specs(config: &BrokerConfig) -> Result<Vec<ListenerSpec>, String> {
         ));
     }
     let mut specs: Vec<ListenerSpec> = Vec::new();
-    for entry in &config.listeners {
+    for entry in config.listeners {
         let (name, bind) = split(entry)?;
         if specs.iter().any(|s| s.name == name) {
             return Err(format!("listener {name} is named twice"));
@@ -133,7 +142,7 @@ pub fn specs(config: &BrokerConfig) -> Result<Vec<ListenerSpec>, String> {
             advertised: None,
         });
     }
-    for entry in &config.advertised_listeners {
+    for entry in config.advertised_listeners {
         let (name, address) = split(entry)?;
         let spec = specs
             .iter_mut()
@@ -147,6 +156,7 @@ pub fn specs(config: &BrokerConfig) -> Result<Vec<ListenerSpec>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::BrokerConfig;
 
     fn config(listeners: &[&str], advertised: &[&str], map: &[&str]) -> BrokerConfig {
         let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
@@ -164,13 +174,13 @@ mod tests {
             advertised_listener: Some("broker:9092".into()),
             ..BrokerConfig::default()
         };
-        let only = specs(&c).unwrap();
+        let only = c.listener_specs().unwrap();
         assert_eq!(only.len(), 1);
         assert_eq!(only[0].protocol, SecurityProtocol::Plaintext);
         assert_eq!(only[0].bind, c.listen);
         assert_eq!(only[0].advertised.as_deref(), Some("broker:9092"));
         c.advertised_listeners = vec!["PLAINTEXT://x:1".into()];
-        assert!(specs(&c).is_err());
+        assert!(c.listener_specs().is_err());
     }
 
     #[test]
@@ -180,7 +190,7 @@ mod tests {
             &[],
             &["EXT:SASL_SSL"],
         );
-        let got = specs(&c).unwrap();
+        let got = c.listener_specs().unwrap();
         assert_eq!(got[0].protocol, SecurityProtocol::SaslSsl);
         assert_eq!(got[1].protocol, SecurityProtocol::SaslPlaintext);
         assert_eq!(got[2].protocol, SecurityProtocol::SaslSsl);
@@ -196,7 +206,7 @@ mod tests {
             &["EXTERNAL://broker.example:9093"],
             &["EXTERNAL:SSL"],
         );
-        let got = specs(&c).unwrap();
+        let got = c.listener_specs().unwrap();
         assert_eq!(got[0].protocol, SecurityProtocol::Plaintext);
         assert_eq!(got[0].advertised, None);
         assert_eq!(got[1].name, "EXTERNAL");
@@ -231,7 +241,9 @@ mod tests {
             ),
             (&["A://h:1"], &[], &["A:TLS"], "unknown security protocol"),
         ] {
-            let error = specs(&config(listeners, advertised, map)).unwrap_err();
+            let error = config(listeners, advertised, map)
+                .listener_specs()
+                .unwrap_err();
             assert!(error.contains(says), "{listeners:?}: {error}");
         }
         let ssl_without_key = config(&["SSL://127.0.0.1:0"], &[], &[]);

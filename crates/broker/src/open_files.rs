@@ -19,7 +19,8 @@
 //! held open outside it, at least [`limits::FILE_CACHE_CAPACITY_MIN`]; the broker sets
 //! it at start-up and after every change to the set of partitions.
 
-use crate::{limits, BrokerError};
+use crate::BrokerError;
+use headway_base::limits;
 use headway_log::FileCache;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 

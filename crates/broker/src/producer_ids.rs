@@ -5,7 +5,8 @@
 //! after any restart or crash allocation resumes past every id that may have been
 //! given out. The file holds one big-endian i64.
 
-use crate::{BrokerError, ProducerId};
+use crate::BrokerError;
+use headway_base::ProducerId;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -56,7 +57,10 @@ impl ProducerIds {
     }
 
     fn persist(&self, end: i64) -> Result<(), BrokerError> {
-        crate::durable_file::replace(&self.path, &end.to_be_bytes())
+        Ok(headway_base::durable_file::replace(
+            &self.path,
+            &end.to_be_bytes(),
+        )?)
     }
 }
 

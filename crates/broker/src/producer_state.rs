@@ -21,8 +21,8 @@
 //! with the append, so checking and assigning offsets is one step. It is rebuilt at
 //! start-up from a snapshot written at clean shutdown plus the batches after it.
 
-use crate::{limits, ProducerEpoch, ProducerId};
-use headway_log::{BatchHeader, Offset};
+use headway_base::{limits, Offset, ProducerEpoch, ProducerId};
+use headway_log::BatchHeader;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 /// Batches remembered per producer and partition.

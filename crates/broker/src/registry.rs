@@ -4,20 +4,23 @@
 //! Creations and deletions are serialized by an async mutex and do their disk work on
 //! blocking threads, so an admin request never blocks a connection's reader.
 
-use crate::bulk_budget::BulkBudget;
 use crate::cleaner::{Cleanable, LogCleaner};
 use crate::config::{BrokerConfig, SyncScope, TopicConfig};
 use crate::disk::{run_disk_checks, DiskSpace};
 use crate::durability::{SyncCounters, SyncMeters};
-use crate::durable_file::{self, sync_dir};
 use crate::flusher::SharedFlusher;
+use crate::io::bulk_budget::BulkBudget;
+use crate::io::read_pool::ReadPool;
+use crate::io::timings::Timings;
 use crate::open_files::{self, OpenFiles};
 use crate::partition::Partition;
 use crate::producer_ids::ProducerIds;
-use crate::read_pool::ReadPool;
-use crate::timings::Timings;
 use crate::topic::{validate_topic_name, Topic};
-use crate::{limits, BrokerError, FlushPolicy, PartitionIndex};
+use crate::{BrokerError, FlushPolicy};
+use headway_base::{
+    durable_file::{self, sync_dir},
+    limits, Clock, PartitionIndex,
+};
 use headway_log::{FileCache, FileCacheStats};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -40,7 +43,7 @@ pub struct Broker {
     admin: tokio::sync::Mutex<()>,
     closed: AtomicBool,
     producer_ids: ProducerIds,
-    /// Threads for reads that may wait for the disk (see [`crate::read_pool`]).
+    /// Threads for reads that may wait for the disk (see [`crate::io::read_pool`]).
     read_pool: Arc<ReadPool>,
     /// The rate catch-up reads and large produces may take together.
     bulk: Arc<BulkBudget>,
@@ -60,6 +63,8 @@ pub struct Broker {
     disk: Arc<DiskSpace>,
     /// The open files new partitions may take (`None`: no limit known).
     open_files: Option<OpenFiles>,
+    /// Where the partitions read the time: the system clock.
+    clock: Clock,
     /// Held for the broker's lifetime: an exclusive lock on `<data_dir>/.lock`, so two
     /// brokers never write the same logs.
     _dir_lock: fs::File,
@@ -91,7 +96,7 @@ impl Broker {
                 .iter()
                 .for_each(|p| broker.start_flusher(p));
         }
-        crate::timings::spawn_wake_probe(&broker.timings, tokio::runtime::Handle::current())
+        crate::io::timings::spawn_wake_probe(&broker.timings, tokio::runtime::Handle::current())
             .map_err(|e| BrokerError::Storage(format!("start the wake probe: {e}")))?;
         let weak = Arc::downgrade(&broker);
         let background = crate::panics::Component::Background;
@@ -101,7 +106,10 @@ impl Broker {
         });
         crate::panics::spawn_restarting(background, "disk checks", {
             let weak = weak.clone();
-            move || run_disk_checks(weak.clone())
+            move || {
+                let weak = weak.clone();
+                run_disk_checks(move || weak.upgrade().map(|b| Arc::clone(b.disk_space())))
+            }
         });
         crate::panics::spawn_restarting(background, "closing unused files", move || {
             close_unused_files(weak.clone())
@@ -119,6 +127,7 @@ impl Broker {
     }
 
     fn load(config: BrokerConfig) -> Result<Broker, BrokerError> {
+        let clock = Clock::system();
         let data_dir = config.data_dir.clone();
         let topics_dir = data_dir.join("topics");
         fs::create_dir_all(&topics_dir).map_err(|e| storage("create", &topics_dir, e))?;
@@ -165,15 +174,16 @@ impl Broker {
                     .map_err(|e| storage("remove", &entry.path(), e))?;
                 continue;
             }
-            let (topic, reports) = match Topic::load(entry.path(), &config.log, config.flush) {
-                Ok(loaded) => loaded,
-                Err(error) => {
-                    // One damaged topic keeps none of the others from being served.
-                    tracing::error!(topic = %name, dir = %entry.path().display(), %error,
+            let (topic, reports) =
+                match Topic::load(entry.path(), &config.log, config.flush, &clock) {
+                    Ok(loaded) => loaded,
+                    Err(error) => {
+                        // One damaged topic keeps none of the others from being served.
+                        tracing::error!(topic = %name, dir = %entry.path().display(), %error,
                         "topic could not be loaded; it is not served");
-                    continue;
-                }
-            };
+                        continue;
+                    }
+                };
             for (p, r) in reports.iter().map(|(p, r)| (p.value(), r)) {
                 // Cutting a torn tail is worth a warning; a recovery that kept every
                 // byte (after a crash, or with indexes rebuilt) is routine.
@@ -214,6 +224,7 @@ impl Broker {
             shared_flusher,
             disk: Arc::new(disk),
             open_files,
+            clock,
             _dir_lock: dir_lock,
         })
     }
@@ -251,7 +262,7 @@ impl Broker {
         &self.disk
     }
 
-    /// The budget of bulk work ([`crate::bulk_budget`]): catch-up reads and large
+    /// The budget of bulk work ([`crate::io::bulk_budget`]): catch-up reads and large
     /// produces.
     pub fn bulk_budget(&self) -> &Arc<BulkBudget> {
         &self.bulk
@@ -362,7 +373,7 @@ impl Broker {
         &self.sync_meters.counters
     }
 
-    /// The stage histograms ([`crate::timings`]).
+    /// The stage histograms ([`crate::io::timings`]).
     pub fn timings(&self) -> &Arc<Timings> {
         &self.timings
     }
@@ -448,8 +459,9 @@ impl Broker {
         let (partitions, config) = self.plan_topic(name, partitions, &configs)?;
         let (dir, flush, owned_name) =
             (self.topics_dir.clone(), self.config.flush, name.to_string());
+        let clock = self.clock.clone();
         let topic = tokio::task::spawn_blocking(move || {
-            Topic::create(&dir, &owned_name, partitions, config, flush)
+            Topic::create(&dir, &owned_name, partitions, config, flush, &clock)
         })
         .await
         .map_err(|e| BrokerError::Storage(format!("create task failed: {e}")))??;
@@ -681,7 +693,7 @@ async fn run_retention(broker: Weak<Broker>) {
         let producer_idle_ms = b.config.producer_id_expiration_ms;
         drop(b);
         let _ = tokio::task::spawn_blocking(move || {
-            let now = crate::now_ms();
+            let now = headway_base::now_ms();
             for topic in topics {
                 // A partition that could not be opened has nothing to expire or delete.
                 let opened = topic

@@ -7,10 +7,12 @@
 //! hidden `.deleted-*` directory first. Hidden leftovers are removed at start-up.
 
 use crate::config::{LogDefaults, TopicConfig};
-use crate::durable_file::{self, sync_dir};
 use crate::partition::Partition;
-use crate::PartitionIndex;
-use crate::{limits, BrokerError, FlushPolicy};
+use crate::{BrokerError, FlushPolicy};
+use headway_base::{
+    durable_file::{self, sync_dir},
+    limits, Clock, PartitionIndex,
+};
 use headway_log::RecoveryReport;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -35,6 +37,8 @@ pub struct Topic {
     dir: PathBuf,
     partitions: Vec<Arc<Partition>>,
     config: RwLock<TopicConfig>,
+    /// Handed to the partitions this topic opens (the broker's clock).
+    clock: Clock,
 }
 
 /// Kafka's rules: 1 to 249 characters from `[a-zA-Z0-9._-]`, and not `.` or `..`.
@@ -157,6 +161,7 @@ impl Topic {
             dir: self.dir.clone(),
             partitions,
             config: RwLock::new(config),
+            clock: self.clock.clone(),
         }))
     }
 
@@ -172,6 +177,7 @@ impl Topic {
             PartitionIndex::new(p),
             config.log_config(),
             flush,
+            self.clock.clone(),
         )?;
         partition.set_keys_required(config.cleanup_policy.compact);
         Ok(partition)
@@ -187,6 +193,7 @@ impl Topic {
         partitions: i32,
         config: TopicConfig,
         flush: FlushPolicy,
+        clock: &Clock,
     ) -> Result<Arc<Topic>, BrokerError> {
         let staging = topics_dir.join(format!(".creating-{}", Uuid::new_v4().simple()));
         fs::create_dir_all(&staging).map_err(|e| io_error("create", &staging, e))?;
@@ -204,7 +211,7 @@ impl Topic {
         let dir = topics_dir.join(name);
         fs::rename(&staging, &dir).map_err(|e| io_error("rename into place", &dir, e))?;
         sync_dir(topics_dir)?;
-        match Topic::open(dir.clone(), meta, config, flush, Opening::Created) {
+        match Topic::open(dir.clone(), meta, config, flush, clock, Opening::Created) {
             Ok((topic, _)) => Ok(topic),
             Err(e) => {
                 remove_new_partitions(topics_dir, [dir]);
@@ -222,6 +229,7 @@ impl Topic {
         dir: PathBuf,
         defaults: &LogDefaults,
         flush: FlushPolicy,
+        clock: &Clock,
     ) -> Result<Loaded, BrokerError> {
         let path = dir.join(META_FILE);
         let text = fs::read_to_string(&path).map_err(|e| io_error("read", &path, e))?;
@@ -236,7 +244,7 @@ impl Topic {
         }
         remove_unfinished_partitions(&dir, meta.partitions)?;
         let config = TopicConfig::from_overrides(&meta.configs, defaults)?;
-        Topic::open(dir, meta, config, flush, Opening::Loaded)
+        Topic::open(dir, meta, config, flush, clock, Opening::Loaded)
     }
 
     fn open(
@@ -244,6 +252,7 @@ impl Topic {
         meta: TopicMeta,
         config: TopicConfig,
         flush: FlushPolicy,
+        clock: &Clock,
         opening: Opening,
     ) -> Result<Loaded, BrokerError> {
         let name: Arc<str> = meta.name.into();
@@ -263,6 +272,7 @@ impl Topic {
                     index,
                     config.log_config(),
                     flush,
+                    clock.clone(),
                 ),
             };
             let partition = match (opened, opening) {
@@ -277,7 +287,14 @@ impl Topic {
                 (Err(e), Opening::Loaded) => {
                     tracing::error!(topic = %name, partition = p, dir = %path.display(), error = %e,
                         "partition could not be opened; it is offline, the others are served");
-                    Partition::unopened(path, Arc::clone(&name), index, flush, e.to_string())
+                    Partition::unopened(
+                        path,
+                        Arc::clone(&name),
+                        index,
+                        flush,
+                        clock.clone(),
+                        e.to_string(),
+                    )
                 }
             };
             partition.set_keys_required(config.cleanup_policy.compact);
@@ -289,6 +306,7 @@ impl Topic {
             dir,
             partitions,
             config: RwLock::new(config),
+            clock: clock.clone(),
         };
         Ok((Arc::new(topic), reports))
     }
@@ -320,7 +338,7 @@ fn remove_new_partitions(parent: &Path, dirs: impl IntoIterator<Item = PathBuf>)
         let grave = parent.join(format!(".deleted-{}", Uuid::new_v4().simple()));
         let removed = fs::rename(&dir, &grave)
             .map_err(|e| io_error("rename", &dir, e))
-            .and_then(|()| sync_dir(parent))
+            .and_then(|()| Ok(sync_dir(parent)?))
             .and_then(|()| fs::remove_dir_all(&grave).map_err(|e| io_error("remove", &grave, e)));
         if let Err(error) = removed {
             tracing::warn!(%error, "removing an undone creation");
@@ -365,7 +383,7 @@ fn remove_unfinished_partitions(dir: &Path, count: i32) -> Result<(), BrokerErro
         }
     }
     match removed {
-        true => sync_dir(dir),
+        true => Ok(sync_dir(dir)?),
         false => Ok(()),
     }
 }
@@ -373,7 +391,10 @@ fn remove_unfinished_partitions(dir: &Path, count: i32) -> Result<(), BrokerErro
 /// Writes `topic.json` durably ([`durable_file::replace`]), its directory synced.
 fn write_meta(dir: &Path, meta: &TopicMeta) -> Result<(), BrokerError> {
     let text = serde_json::to_string_pretty(meta).expect("topic metadata serializes");
-    durable_file::replace(&dir.join(META_FILE), text.as_bytes())
+    Ok(durable_file::replace(
+        &dir.join(META_FILE),
+        text.as_bytes(),
+    )?)
 }
 
 #[cfg(test)]

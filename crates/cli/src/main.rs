@@ -25,7 +25,8 @@ mod user;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use headway_broker::{limits, Broker, BrokerConfig, FlushPolicy, SyncScope};
+use headway_base::limits;
+use headway_broker::{Broker, BrokerConfig, FlushPolicy, SyncScope};
 use headway_server::Server;
 use signals::Signals;
 use std::io::Write;
@@ -489,7 +490,7 @@ fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     runtime.block_on(async move {
         tracing::info!(data_dir = %config.data_dir.display(), flush = %config.flush,
             sync_scope = %config.sync_scope, "starting");
-        let specs = headway_broker::listeners::specs(&config).map_err(anyhow::Error::msg)?;
+        let specs = config.listener_specs().map_err(anyhow::Error::msg)?;
         let listen = specs[0].bind.clone();
         // Tried before the data directory is opened (and created), so that a busy or
         // wrong address leaves nothing behind. The trial listeners are closed at once;

@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use headway_auth::scram::{Mechanism, ScramCredential, ITERATIONS_MIN};
 use headway_auth::store::{SecurityStore, StoreLimits};
-use headway_broker::limits;
+use headway_base::limits;
 use headway_client::{ClientConfig, Cluster, ScramAlteration};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};

@@ -21,9 +21,8 @@ use crate::requests::{JoinRequest, JoinResult, SyncRequest, SyncResult};
 use crate::state::{CommittedOffset, ConsumerOverrides, GroupConfig, Groups, OffsetCommit};
 use crate::{GenerationId, GroupError};
 use bytes::Bytes;
-use headway_broker::{
-    internal_log, BrokerError, FlushPolicy, Offset, Partition, ProducerId, TopicPartition,
-};
+use headway_base::{now_ms, Offset, ProducerId, TopicPartition};
+use headway_broker::{internal_log, BrokerError, FlushPolicy, Partition};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -73,10 +72,6 @@ pub struct GroupCoordinator {
     written: Mutex<Written>,
     log: Arc<Partition>,
     closed: AtomicBool,
-}
-
-fn now_ms() -> i64 {
-    headway_broker::now_ms()
 }
 
 impl GroupCoordinator {
@@ -736,7 +731,7 @@ fn at_offsets(records: Vec<OffsetRecord>, base: Offset) -> Vec<(TopicPartition, 
 mod tests {
     use super::*;
     use crate::consumer::{Assignment, MemberEpochIn};
-    use headway_broker::PartitionIndex;
+    use headway_base::PartitionIndex;
 
     fn entry(topic: &str, partition: i32, offset: i64) -> CommitEntry {
         CommitEntry {

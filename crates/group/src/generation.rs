@@ -2,7 +2,7 @@
 //! handlers convert at the wire, where -1 means "no generation" (a member not yet in
 //! one, or a commit from outside the group), which the coordinator holds as `None`.
 
-headway_broker::id_type!(
+headway_base::id_type!(
     /// A group's generation: it starts at 0 and each completed rebalance (or a group
     /// emptied) moves it to the next.
     GenerationId(i32),

@@ -32,8 +32,9 @@
 
 use crate::state::{leader_epoch_from_wire, leader_epoch_to_wire, OffsetCommit};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use headway_base::{Offset, PartitionIndex, ProducerId, TopicPartition};
+use headway_broker::internal_log;
 use headway_broker::internal_log::{get_str, put_str};
-use headway_broker::{internal_log, Offset, PartitionIndex, ProducerId, TopicPartition};
 
 const FORMAT_VERSION: u8 = 0;
 /// The key's version byte of an offset pending in a transaction.

@@ -25,7 +25,7 @@ use crate::migration::MigrationPolicy;
 use crate::requests::{JoinRequest, JoinResult, JoinedMember, SyncRequest, SyncResult};
 use crate::{GenerationId, GroupError};
 use bytes::Bytes;
-use headway_broker::{Offset, ProducerId, TopicPartition};
+use headway_base::{Offset, ProducerId, TopicPartition};
 use std::collections::{BTreeMap, HashMap};
 use tokio::sync::oneshot;
 
@@ -1287,7 +1287,7 @@ fn join_known_member(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use headway_broker::PartitionIndex;
+    use headway_base::PartitionIndex;
 
     /// The generation a request names, as the handlers convert it (-1 is none).
     fn generation(value: i32) -> Option<GenerationId> {

@@ -10,6 +10,7 @@
 
 use crate::batch::{BatchHeader, BATCH_HEADER_BYTES};
 use crate::records::record_refs;
+use headway_base::{ProducerEpoch, ProducerId};
 
 /// Attributes of a marker batch: transactional (bit 4) and control (bit 5).
 const MARKER_ATTRIBUTES: i16 = 0x30;
@@ -34,8 +35,8 @@ impl MarkerKind {
 /// What a marker batch says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Marker {
-    pub producer_id: i64,
-    pub producer_epoch: i16,
+    pub producer_id: ProducerId,
+    pub producer_epoch: ProducerEpoch,
     pub kind: MarkerKind,
     pub coordinator_epoch: i32,
     pub timestamp_ms: i64,
@@ -84,8 +85,8 @@ impl Marker {
         out.extend_from_slice(&0i32.to_be_bytes()); // last offset delta
         out.extend_from_slice(&self.timestamp_ms.to_be_bytes());
         out.extend_from_slice(&self.timestamp_ms.to_be_bytes());
-        out.extend_from_slice(&self.producer_id.to_be_bytes());
-        out.extend_from_slice(&self.producer_epoch.to_be_bytes());
+        out.extend_from_slice(&self.producer_id.value().to_be_bytes());
+        out.extend_from_slice(&self.producer_epoch.value().to_be_bytes());
         out.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
         out.extend_from_slice(&1i32.to_be_bytes()); // records
         out.extend_from_slice(&record);
@@ -138,8 +139,8 @@ mod tests {
     fn markers_are_valid_batches_that_read_back_and_decode_in_kafka_protocol() {
         for kind in [MarkerKind::Abort, MarkerKind::Commit] {
             let marker = Marker {
-                producer_id: 42,
-                producer_epoch: 3,
+                producer_id: ProducerId::new(42),
+                producer_epoch: ProducerEpoch::new(3),
                 kind,
                 coordinator_epoch: 7,
                 timestamp_ms: 1_700_000_000_000,

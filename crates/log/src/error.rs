@@ -1,5 +1,6 @@
 //! The log's expected failures, as values.
-use crate::{BatchError, Offset};
+use crate::BatchError;
+use headway_base::{durable_file::DurableFileError, Offset};
 use std::path::{Path, PathBuf};
 
 /// Expected failures of the log. The broker maps each to a Kafka error code in one place.
@@ -54,12 +55,12 @@ pub enum LogError {
 #[error("corrupt record batch at byte {position} of segment {segment_base_offset} (offsets {base_offset}..={last_offset}): {error}")]
 pub struct CorruptBatch {
     /// Base offset of the segment holding the batch (its file name).
-    pub segment_base_offset: i64,
+    pub segment_base_offset: Offset,
     /// Byte position of the batch in the segment's `.log`.
     pub position: u64,
     /// The offsets the batch header claims (untrusted: the header may be the damage).
-    pub base_offset: i64,
-    pub last_offset: i64,
+    pub base_offset: Offset,
+    pub last_offset: Offset,
     pub error: BatchError,
 }
 
@@ -71,6 +72,16 @@ impl CorruptBatch {
 
     pub(crate) fn into_io(self) -> std::io::Error {
         std::io::Error::new(std::io::ErrorKind::InvalidData, self)
+    }
+}
+
+impl From<DurableFileError> for LogError {
+    fn from(e: DurableFileError) -> LogError {
+        LogError::Io {
+            context: e.context,
+            path: e.path,
+            source: e.source,
+        }
     }
 }
 

@@ -25,17 +25,18 @@
 //! Modules, from the top down:
 //! - `log`: the [`Log`]: offset assignment, rolls, sync bookkeeping, reads across
 //!   segments, timestamp lookups, retention, close; with `log/cleaner`, the cleaner
-//!   of compacted topics (one pass: plan, stage cleaned segments, swap them in).
+//!   of compacted topics (one pass: plan, stage cleaned segments, swap them in), whose
+//!   `checkpoint` and `staging` the log and recovery use without the cleaner itself.
 //! - `recovery`: opening a directory, the clean-shutdown marker, crash repair.
-//! - `segment` (with `segment_load`): one segment's files and state; adopting or
+//! - `segment` (with `segment/load`): one segment's files and state; adopting or
 //!   rebuilding its indexes at open.
+//! - `file_names`: the names of a partition directory's files.
 //! - `index`, `time_index`: the two sparse index formats, as plain values.
 //! - `indexing`: the cadence that decides which batches get index entries.
 //! - `scan`: chunked walks over a segment's batches (recovery, timestamp lookups).
 //! - `read`: [`ReadSlice`], the lock-free fetch read.
 //! - `sync`: [`SyncSet`] and the record of what awaits a sync.
 //! - `file_cache`: [`FileCache`], the bounded set of sealed segments' open files.
-//! - `offset`: [`Offset`], whose integer is reached only through named conversions.
 //! - `txn_index`: the aborted-transaction index per segment (Kafka's `.txnindex`);
 //!   `control`: transaction markers (control batches), written and read.
 //! - `batch`: the v2 batch header; `config`: settings and size limits; `error`.
@@ -46,11 +47,11 @@ mod config;
 pub mod control;
 mod error;
 pub mod file_cache;
+mod file_names;
 mod index;
 mod indexing;
 #[allow(clippy::module_inception)]
 mod log;
-mod offset;
 mod read;
 pub mod records;
 mod recovery;
@@ -66,11 +67,9 @@ pub use batch::{BatchError, BatchHeader};
 pub use config::{LogConfig, APPEND_BYTES_LIMIT, SEGMENT_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};
 pub use error::{CorruptBatch, LogError};
 pub use file_cache::{FileCache, FileCacheStats};
-pub use log::{
-    AppendInfo, CleanReport, CleanedPass, CleanerConfig, CleaningPlan, Log, RecoveryReport,
-    RetentionReport, StagedCleaning,
-};
-pub use offset::Offset;
+pub use log::cleaner::{CleanReport, CleanedPass, CleanerConfig, CleaningPlan, StagedCleaning};
+pub use log::{AppendInfo, Log, RetentionReport};
 pub use read::ReadSlice;
+pub use recovery::RecoveryReport;
 pub use sync::SyncSet;
 pub use txn_index::AbortedTxn;

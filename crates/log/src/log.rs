@@ -8,18 +8,18 @@
 //! interval, or a broker that never syncs). Recovery after a crash relies on it to
 //! scan only the last two segments.
 
-#[path = "cleaner/mod.rs"]
 pub(crate) mod cleaner;
 
-pub use cleaner::{CleanReport, CleanedPass, CleanerConfig, CleaningPlan, StagedCleaning};
-
+use self::cleaner::checkpoint::CleanerState;
 use crate::batch::{self, BatchHeader};
 use crate::config::{APPEND_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};
 use crate::recovery;
+use crate::recovery::RecoveryReport;
 use crate::segment::Segment;
 use crate::sync::{Pending, SealedFiles};
 use crate::txn_index::{self, AbortedTxn};
-use crate::{LogConfig, LogError, Offset, ReadSlice, SyncSet};
+use crate::{LogConfig, LogError, ReadSlice, SyncSet};
+use headway_base::Offset;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -33,22 +33,6 @@ pub struct AppendInfo {
     /// Offset of the last record of the last batch.
     pub last_offset: Offset,
     /// Log end offset after the append (`last_offset + 1`).
-    pub log_end_offset: Offset,
-}
-
-/// What [`Log::open`] found and repaired.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RecoveryReport {
-    pub segments: usize,
-    /// False when the clean-shutdown marker was missing and the tail was scanned.
-    pub clean_shutdown: bool,
-    /// Bytes cut from torn or corrupt tails.
-    pub truncated_bytes: u64,
-    /// Index files (offset or time) that were missing or damaged and rebuilt.
-    pub rebuilt_indexes: usize,
-    /// Segments marked for repair (`Log::mark_for_repair`) that were scanned in full.
-    pub repaired_segments: usize,
-    pub log_start_offset: Offset,
     pub log_end_offset: Offset,
 }
 
@@ -67,7 +51,7 @@ pub struct Log {
     config: LogConfig,
     /// By base offset; never empty, the last one is the active segment.
     segments: BTreeMap<i64, Segment>,
-    log_end_offset: i64,
+    log_end_offset: Offset,
     size_bytes: u64,
     pending: Pending,
     /// The most recently sealed segment's files, until a sync made them durable.
@@ -79,7 +63,7 @@ pub struct Log {
     repair: BTreeSet<i64>,
     /// Where the log cleaner's next pass starts reading keys, and when the offsets
     /// before it were first cleaned (`cleaner/checkpoint.rs`).
-    cleaner: cleaner::CleanerState,
+    cleaner: CleanerState,
     /// Set while a cleaning pass is planned and not yet installed or dropped.
     cleaner_busy: Arc<AtomicBool>,
     /// The aborted-transaction index of each segment that has one, by base offset,
@@ -108,7 +92,7 @@ impl Log {
             .filter(|(base, _)| Some(**base) != active)
             .for_each(|(_, segment)| segment.thin_indexes());
         tracing::debug!(dir = %dir.display(), ?report, "log opened");
-        let cleaner = cleaner::state_at_open(dir, &segments, report.log_start_offset.value());
+        let cleaner = CleanerState::at_open(dir, &segments, report.log_start_offset.value());
         let ends = segments.iter().map(|(base, s)| (*base, s.end_offset()));
         let aborted = txn_index::load(dir, ends)?;
         let log = Log {
@@ -117,7 +101,7 @@ impl Log {
             config,
             size_bytes: segments.values().map(Segment::size_bytes).sum(),
             segments,
-            log_end_offset: report.log_end_offset.value(),
+            log_end_offset: report.log_end_offset,
             pending: Pending::default(),
             last_sealed: None,
             poisoned: false,
@@ -165,7 +149,7 @@ impl Log {
             self.check_write(rolled)?;
         }
         let base_offset = self.log_end_offset;
-        assign_offsets(batches, &mut headers, base_offset);
+        assign_offsets(batches, &mut headers, base_offset.value());
         let interval = self.config.index_interval_bytes;
         let appended = self
             .active_mut()
@@ -176,15 +160,15 @@ impl Log {
                 "appends succeed again");
             self.refused_appends = 0;
         }
-        self.log_end_offset = base_offset + offset_count;
+        self.log_end_offset = base_offset.plus(offset_count);
         self.size_bytes += batches.len() as u64;
         let path = self.active().paths().log.clone();
         self.pending
             .wrote_active(batches.len() as u64, (written, path));
         Ok(AppendInfo {
-            base_offset: Offset::new(base_offset),
-            last_offset: Offset::new(self.log_end_offset - 1),
-            log_end_offset: Offset::new(self.log_end_offset),
+            base_offset,
+            last_offset: self.log_end_offset.plus(-1),
+            log_end_offset: self.log_end_offset,
         })
     }
 
@@ -193,7 +177,7 @@ impl Log {
     }
 
     pub fn log_end_offset(&self) -> Offset {
-        Offset::new(self.log_end_offset)
+        self.log_end_offset
     }
 
     /// Total bytes of all segment `.log` files.
@@ -230,7 +214,7 @@ impl Log {
     /// `SyncSet::log_end_offset` durable.
     pub fn sync_set(&mut self) -> SyncSet {
         let dir = self.dir.as_path();
-        self.pending.take(dir, Offset::new(self.log_end_offset))
+        self.pending.take(dir, self.log_end_offset)
     }
 
     /// True when nothing changed since the clean close this log was opened after: its
@@ -259,7 +243,8 @@ impl Log {
     /// found a batch in it that fails its CRC): the next open scans it in full and
     /// truncates it before the damage (`docs/storage-errors.md`). The marker is durable
     /// when this returns. Returns false when the segment was marked already, or is gone.
-    pub fn mark_for_repair(&mut self, segment_base_offset: i64) -> Result<bool, LogError> {
+    pub fn mark_for_repair(&mut self, segment_base_offset: Offset) -> Result<bool, LogError> {
+        let segment_base_offset = segment_base_offset.value();
         let Some(segment) = self.segments.get(&segment_base_offset) else {
             return Ok(false);
         };
@@ -278,16 +263,16 @@ impl Log {
     }
 
     /// The `.log` file of the segment with this base offset (for error reports).
-    pub fn segment_path(&self, segment_base_offset: i64) -> PathBuf {
-        self.dir
-            .join(crate::segment::file_name(segment_base_offset, "log"))
+    pub fn segment_path(&self, segment_base_offset: Offset) -> PathBuf {
+        let name = crate::file_names::file_name(segment_base_offset.value(), "log");
+        self.dir.join(name)
     }
 
     /// Finds where a read at `offset` starts. `log_start_offset <= offset <= log_end_offset`,
     /// otherwise `OffsetOutOfRange`. At the log end offset the slice is empty.
     pub fn locate(&self, offset: Offset) -> Result<ReadSlice, LogError> {
         let log_start_offset = self.log_start_offset();
-        if offset < log_start_offset || offset.value() > self.log_end_offset {
+        if offset < log_start_offset || offset > self.log_end_offset {
             return Err(LogError::OffsetOutOfRange {
                 offset,
                 log_start_offset,
@@ -472,7 +457,7 @@ impl Log {
         self.sync_aborted()?;
         self.sync_dir()?;
         recovery::write_clean_marker(&self.dir)?;
-        tracing::debug!(dir = %self.dir.display(), log_end_offset = self.log_end_offset, "log closed cleanly");
+        tracing::debug!(dir = %self.dir.display(), log_end_offset = self.log_end_offset.value(), "log closed cleanly");
         Ok(())
     }
 
@@ -516,7 +501,8 @@ impl Log {
         }
         let full = active.size_bytes() + size_bytes > self.config.segment_bytes_max;
         let old = active.age_ms(now_ms) >= self.config.segment_ms_max_i64();
-        let last_relative_offset = self.log_end_offset + offset_count - 1 - active.base_offset();
+        let last_relative_offset =
+            self.log_end_offset.value() + offset_count - 1 - active.base_offset();
         full || old || last_relative_offset > SEGMENT_OFFSETS_LIMIT
     }
 
@@ -528,7 +514,7 @@ impl Log {
             // Keeps the durability invariant: at most one sealed segment is unsynced.
             previous.sync_now(&self.dir)?;
         }
-        let segment = Segment::create(&self.dir, self.log_end_offset)?;
+        let segment = Segment::create(&self.dir, self.log_end_offset.value())?;
         let sealed = match self.active_mut().seal() {
             Ok(sealed) => sealed,
             Err(e) => {
@@ -536,8 +522,8 @@ impl Log {
                 return Err(e);
             }
         };
-        tracing::debug!(dir = %self.dir.display(), base_offset = self.log_end_offset, "rolled to a new segment");
-        self.segments.insert(self.log_end_offset, segment);
+        tracing::debug!(dir = %self.dir.display(), base_offset = self.log_end_offset.value(), "rolled to a new segment");
+        self.segments.insert(self.log_end_offset.value(), segment);
         self.pending.sealed(sealed.clone());
         self.last_sealed = Some(sealed);
         Ok(())
@@ -558,6 +544,11 @@ impl Log {
             .retention_cutoff_ms(now_ms)
             .is_some_and(|cutoff| oldest.retention_timestamp_ms() < cutoff);
         (over_size || expired).then_some(oldest.base_offset())
+    }
+
+    /// Syncs the partition directory (files created, renamed or removed in it).
+    pub(crate) fn sync_dir(&self) -> Result<(), LogError> {
+        Ok(headway_base::durable_file::sync_dir(&self.dir)?)
     }
 }
 

@@ -24,8 +24,9 @@
 use crate::batch::{self, BatchError, BatchHeader};
 use crate::batch::{declared_total_bytes, BatchIter, LOG_OVERHEAD_BYTES};
 use crate::config::{DISK_READ_BYTES_MAX, READ_SLACK_BYTES};
-use crate::{CorruptBatch, Offset};
+use crate::CorruptBatch;
 use bytes::Bytes;
+use headway_base::Offset;
 use rustix::io::{Errno, ReadWriteFlags};
 use std::fs::File;
 use std::io;
@@ -326,10 +327,10 @@ impl ReadSlice {
     /// `offsets`: the first and last offset the batch's header claims (-1: unknown).
     fn corrupt_batch(&self, position: u64, offsets: (i64, i64), error: BatchError) -> io::Error {
         CorruptBatch {
-            segment_base_offset: self.segment_base_offset,
+            segment_base_offset: Offset::new(self.segment_base_offset),
             position,
-            base_offset: offsets.0,
-            last_offset: offsets.1,
+            base_offset: Offset::new(offsets.0),
+            last_offset: Offset::new(offsets.1),
             error,
         }
         .into_io()

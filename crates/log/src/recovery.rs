@@ -17,19 +17,35 @@
 //! before its first invalid batch, its indexes are rebuilt, and the marker is removed.
 //!
 //! First of all, a swap of cleaned segments that a crash interrupted is finished or
-//! forgotten (`log/cleaner/swap.rs`): the cleaner's staging directory is deleted, and
+//! forgotten (`log/cleaner/staging.rs`): the cleaner's staging directory is deleted, and
 //! each committed `.swap` file replaces the segments it covers.
 
-use crate::segment::{
-    self, LoadOptions, Segment, SegmentPaths, INDEX_SUFFIX, LOG_SUFFIX, REPAIR_SUFFIX,
-    TIME_INDEX_SUFFIX,
-};
-use crate::txn_index::TXN_INDEX_SUFFIX;
-use crate::{LogConfig, LogError, Offset, RecoveryReport};
+use crate::file_names::{parse_file_name, INDEX_SUFFIX, LOG_SUFFIX, REPAIR_SUFFIX};
+use crate::file_names::{TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX};
+use crate::log::cleaner::staging::finish_interrupted_swaps;
+use crate::segment::load::LoadOptions;
+use crate::segment::{Segment, SegmentPaths};
+use crate::{LogConfig, LogError};
+use headway_base::{durable_file, Offset};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
-use std::sync::Arc;
+
+/// What [`crate::Log::open`] found and repaired.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    /// False when the clean-shutdown marker was missing and the tail was scanned.
+    pub clean_shutdown: bool,
+    /// Bytes cut from torn or corrupt tails.
+    pub truncated_bytes: u64,
+    /// Index files (offset or time) that were missing or damaged and rebuilt.
+    pub rebuilt_indexes: usize,
+    /// Segments marked for repair (`Log::mark_for_repair`) that were scanned in full.
+    pub repaired_segments: usize,
+    pub log_start_offset: Offset,
+    pub log_end_offset: Offset,
+}
 
 /// Written by `Log::close` after everything was synced; removed by the next open.
 pub(crate) const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
@@ -47,10 +63,9 @@ pub(crate) struct Recovered {
 /// Opens (creating if needed) the directory and recovers its segments.
 pub(crate) fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> Result<Recovered, LogError> {
     create_dir_durably(dir)?;
-    let dir_file = Arc::new(File::open(dir).map_err(LogError::io("open directory", dir))?);
     // Before the segments are listed: a cleaning swap interrupted by a crash is
     // finished, so that the list holds either the old segments or the cleaned one.
-    let swaps = crate::log::cleaner::finish_interrupted_swaps(dir, &dir_file)?;
+    let swaps = finish_interrupted_swaps(dir)?;
     let marker = dir.join(CLEAN_SHUTDOWN_FILE);
     let marked = marker
         .try_exists()
@@ -93,9 +108,7 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> Result<Rec
     if !keeps_marker {
         // Makes the marker's removal, new segments and deleted files durable before
         // anything is appended: a crash from now on must be detected as one.
-        dir_file
-            .sync_all()
-            .map_err(LogError::io("sync directory", dir))?;
+        durable_file::sync_dir(dir)?;
     }
     report.segments = segments.len();
     report.log_start_offset = Offset::new(*segments.keys().next().expect("a log has a segment"));
@@ -123,10 +136,7 @@ fn create_dir_durably(dir: &Path) -> Result<(), LogError> {
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        let parent_file = File::open(parent).map_err(LogError::io("open directory", parent))?;
-        parent_file
-            .sync_all()
-            .map_err(LogError::io("sync directory", parent))?;
+        durable_file::sync_dir(parent)?;
     }
     Ok(())
 }
@@ -231,22 +241,12 @@ fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
     Ok(logs)
 }
 
-/// `<20 digits>.<suffix>` into the base offset and suffix.
-pub(crate) fn parse_file_name(name: &str) -> Option<(i64, &str)> {
-    let (stem, suffix) = name.split_once('.')?;
-    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let base = stem.parse::<i64>().ok()?;
-    (segment::file_name(base, suffix) == name).then_some((base, suffix))
-}
-
 /// Removes the clean-shutdown marker before the first write after an open that kept
 /// it, and makes the removal durable: from now on a crash must be seen as one.
 pub(crate) fn remove_clean_marker(dir: &Path) -> Result<(), LogError> {
     let marker = dir.join(CLEAN_SHUTDOWN_FILE);
     std::fs::remove_file(&marker).map_err(LogError::io("remove", &marker))?;
-    crate::sync::sync_dir(dir)
+    Ok(durable_file::sync_dir(dir)?)
 }
 
 /// Writes the clean-shutdown marker and syncs it and the directory.
@@ -254,26 +254,5 @@ pub(crate) fn write_clean_marker(dir: &Path) -> Result<(), LogError> {
     let marker = dir.join(CLEAN_SHUTDOWN_FILE);
     let file = File::create(&marker).map_err(LogError::io("create", &marker))?;
     file.sync_all().map_err(LogError::io("sync", &marker))?;
-    crate::sync::sync_dir(dir)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn file_names_parse_only_in_kafka_form() {
-        assert_eq!(
-            parse_file_name("00000000000000000042.log"),
-            Some((42, "log"))
-        );
-        assert_eq!(
-            parse_file_name("00000000000000000042.timeindex"),
-            Some((42, "timeindex"))
-        );
-        assert_eq!(parse_file_name("42.log"), None);
-        assert_eq!(parse_file_name("0000000000000000004x.log"), None);
-        assert_eq!(parse_file_name("99999999999999999999.log"), None);
-        assert_eq!(parse_file_name(".clean_shutdown"), None);
-    }
+    Ok(durable_file::sync_dir(dir)?)
 }

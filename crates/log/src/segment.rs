@@ -19,37 +19,24 @@
 //! in-memory state changes only after every write succeeded. Only when the undo itself
 //! fails is the error a plain `LogError::Io`, on which the log poisons itself.
 
-#[path = "segment_load.rs"]
-mod load;
-
-pub(crate) use load::LoadOptions;
+pub(crate) mod load;
 
 use crate::batch::BatchHeader;
 use crate::config::{SEALED_INDEX_THINNING, SHORT_WALK_CHUNK_BYTES};
-use crate::file_cache::{self, FileCache, FileKind};
+use crate::file_cache::{self, without_readahead, FileCache, FileKind};
+use crate::file_names::{file_name, INDEX_SUFFIX, LOG_SUFFIX, REPAIR_SUFFIX, TIME_INDEX_SUFFIX};
 use crate::index::{self, OffsetIndex};
 use crate::indexing::{BatchPlace, IndexCursor, NewEntries};
 use crate::scan::{self, WalkOptions};
 use crate::sync::SealedFiles;
 use crate::time_index::{self, TimeIndex};
-use crate::{LogError, Offset, ReadSlice};
+use crate::{LogError, ReadSlice};
+use headway_base::Offset;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-pub(crate) const LOG_SUFFIX: &str = "log";
-pub(crate) const INDEX_SUFFIX: &str = "index";
-pub(crate) const TIME_INDEX_SUFFIX: &str = "timeindex";
-/// An empty file next to a segment: the segment holds a damaged batch and the next
-/// open must scan it in full (and truncate it there) before adopting it.
-pub(crate) const REPAIR_SUFFIX: &str = "repair";
-
-/// `<base offset, 20 digits>.<suffix>`, as Kafka names segment files.
-pub(crate) fn file_name(base_offset: i64, suffix: &str) -> String {
-    format!("{base_offset:020}.{suffix}")
-}
 
 /// The three files of a segment.
 #[derive(Debug, Clone)]
@@ -123,19 +110,6 @@ fn open_for_append(path: &Path, create: bool) -> Result<Arc<File>, LogError> {
         .open(path)
         .map_err(LogError::io("open", path))?;
     Ok(Arc::new(file))
-}
-
-/// Turns the kernel's readahead off for `file`'s reads (`POSIX_FADV_RANDOM`).
-///
-/// A fetch asks for what it reads (about a megabyte at a time), and the read threads
-/// read it in one call. Readahead would add up to `read_ahead_kb` (often several MiB)
-/// of reads the fetch did not ask for, queued on the disk in front of the flushers'
-/// syncs: measured on a virtio disk, a cold 1 GiB sequential read raised the p99 of a
-/// 4 KiB append plus `fdatasync` beside it from 0.4 ms to 5.5-6.0 ms with readahead,
-/// and to 1.6-2.2 ms without, while reading three times faster
-/// (`bench/results/disk-contention.md`). Advice only: a failure is ignored.
-pub(crate) fn without_readahead(file: &File) {
-    let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::Random);
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 //! the previous one. A failed sync must never be retried (the kernel may have
 //! dropped the dirty pages): the owner poisons the log instead.
 
-use crate::{LogError, Offset};
+use crate::LogError;
+use headway_base::{durable_file, Offset};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,7 +28,7 @@ pub struct SyncSet {
     pub bytes: u64,
     /// Each file with its path, which a failure names.
     files: Vec<(Arc<File>, PathBuf)>,
-    /// The directory, opened when synced (see [`sync_dir`]).
+    /// The directory, opened when synced (see [`durable_file::sync_dir`]).
     dir: Option<PathBuf>,
     sealed: Vec<Arc<AtomicBool>>,
 }
@@ -45,7 +46,7 @@ impl SyncSet {
             file.sync_data().map_err(LogError::io("fdatasync", path))?;
         }
         if let Some(dir) = &self.dir {
-            sync_dir(dir)?;
+            durable_file::sync_dir(dir)?;
         }
         for durable in &self.sealed {
             durable.store(true, Ordering::Release);
@@ -66,16 +67,6 @@ impl SyncSet {
     pub fn file_count(&self) -> usize {
         self.files.len() + usize::from(self.dir.is_some())
     }
-}
-
-/// fsyncs a directory, opened for the purpose: a log holds no descriptor of its
-/// directory between syncs (they are rare: files created or deleted), which saves one
-/// open file per partition. A directory's entries are metadata the filesystem
-/// journals, so a sync through a new descriptor covers every change made before it.
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), LogError> {
-    File::open(dir)
-        .and_then(|file| file.sync_all())
-        .map_err(LogError::io("fsync directory", dir))
 }
 
 /// The files of a segment sealed by a roll, and whether a sync of them completed.
@@ -102,7 +93,7 @@ impl SealedFiles {
         for (file, path) in &self.files {
             file.sync_data().map_err(LogError::io("fdatasync", path))?;
         }
-        sync_dir(dir)?;
+        durable_file::sync_dir(dir)?;
         self.durable.store(true, Ordering::Release);
         Ok(())
     }

@@ -18,21 +18,21 @@
 //! rebuilds from the markers it replays at open ([`crate::Log::add_aborted`] takes a
 //! known entry again without a second copy).
 
-use crate::segment::file_name;
-use crate::{LogError, Offset};
+use crate::file_names::{file_name, parse_file_name, TXN_INDEX_SUFFIX};
+use crate::LogError;
+use headway_base::{durable_file, Offset, ProducerId};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub(crate) const TXN_INDEX_SUFFIX: &str = "txnindex";
 /// Bytes per entry on disk.
 pub(crate) const ENTRY_BYTES: usize = 28;
 
 /// One aborted transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AbortedTxn {
-    pub producer_id: i64,
+    pub producer_id: ProducerId,
     /// The offset of the transaction's first batch in this partition.
     pub first_offset: Offset,
     /// The offset of its abort marker.
@@ -42,7 +42,7 @@ pub struct AbortedTxn {
 impl AbortedTxn {
     fn encode(&self) -> [u8; ENTRY_BYTES] {
         let mut out = [0u8; ENTRY_BYTES];
-        out[0..8].copy_from_slice(&self.producer_id.to_be_bytes());
+        out[0..8].copy_from_slice(&self.producer_id.value().to_be_bytes());
         out[8..16].copy_from_slice(&self.first_offset.value().to_be_bytes());
         out[16..24].copy_from_slice(&self.last_offset.value().to_be_bytes());
         let crc = crc32c::crc32c(&out[..24]);
@@ -58,7 +58,7 @@ impl AbortedTxn {
         }
         let i64_at = |at: usize| i64::from_be_bytes(bytes[at..at + 8].try_into().expect("8"));
         let entry = AbortedTxn {
-            producer_id: i64_at(0),
+            producer_id: ProducerId::new(i64_at(0)),
             first_offset: Offset::new(i64_at(8)),
             last_offset: Offset::new(i64_at(16)),
         };
@@ -90,7 +90,7 @@ fn read_entries(path: &Path) -> Result<Vec<AbortedTxn>, LogError> {
     }
 }
 
-/// Replaces the file with `entries` (temporary file, sync, rename): used at open and
+/// Replaces the file with `entries` (`<name>.tmp`, sync, rename): used at open and
 /// by the cleaner, rarely. The caller syncs the directory.
 fn rewrite(path: &Path, entries: &[AbortedTxn]) -> Result<(), LogError> {
     if entries.is_empty() {
@@ -101,12 +101,10 @@ fn rewrite(path: &Path, entries: &[AbortedTxn]) -> Result<(), LogError> {
             _ => Ok(()),
         };
     }
-    let tmp = path.with_extension("txnindex.tmp");
-    let mut file = File::create(&tmp).map_err(LogError::io("create", &tmp))?;
-    file.write_all(&encode_all(entries))
-        .and_then(|_| file.sync_all())
-        .map_err(LogError::io("write", &tmp))?;
-    std::fs::rename(&tmp, path).map_err(LogError::io("rename", &tmp))
+    Ok(durable_file::replace_leaving_dir_unsynced(
+        path,
+        &encode_all(entries),
+    )?)
 }
 
 /// Appends one entry to the file of the segment at `base_offset` (not synced).
@@ -197,9 +195,7 @@ pub(crate) fn files_in(dir: &Path, bases: std::ops::Range<i64>) -> Result<Vec<i6
     for entry in std::fs::read_dir(dir).map_err(LogError::io("list", dir))? {
         let entry = entry.map_err(LogError::io("list", dir))?;
         let name = entry.file_name();
-        if let Some((base, TXN_INDEX_SUFFIX)) =
-            name.to_str().and_then(crate::recovery::parse_file_name)
-        {
+        if let Some((base, TXN_INDEX_SUFFIX)) = name.to_str().and_then(parse_file_name) {
             if bases.contains(&base) {
                 found.push(base);
             }
@@ -215,7 +211,7 @@ mod tests {
 
     fn txn(producer_id: i64, first: i64, last: i64) -> AbortedTxn {
         AbortedTxn {
-            producer_id,
+            producer_id: ProducerId::new(producer_id),
             first_offset: Offset::new(first),
             last_offset: Offset::new(last),
         }

@@ -30,6 +30,6 @@ pub mod share_v2;
 
 pub use frame::{read_frame, read_frame_body_into, read_frame_size, FrameError};
 pub use kafka_protocol;
-pub use request::{decode_body, parse_request, ProtocolError, Request, DECODED_BYTES_MAX};
+pub use request::{decode_body, parse_request, ProtocolError, Request};
 pub use response::{encode_response, EncodeError};
 pub use shape::{check_body, Footprint, ShapeError};

@@ -1,5 +1,6 @@
 use crate::shape::{check_body, Footprint, ShapeError};
 use bytes::Bytes;
+use headway_base::limits::DECODED_BYTES_MAX;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::Decodable;
 
@@ -18,12 +19,6 @@ pub enum ProtocolError {
         error: ShapeError,
     },
 }
-
-/// What decoding one request may allocate: its arrays at their in-memory size (strings
-/// and byte strings share the frame). 16 MiB holds a fetch naming about 180,000
-/// partitions or a metadata request naming about 200,000 topics; a request past it is
-/// refused, as one whose counts are not backed by its bytes is.
-pub const DECODED_BYTES_MAX: usize = 16 * 1024 * 1024;
 
 /// A request whose header has been decoded and whose body is still raw.
 #[derive(Debug)]

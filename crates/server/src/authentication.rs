@@ -14,7 +14,7 @@
 use crate::call::{self, Arrival, Connection, Ctx, Reply};
 use crate::{handlers, sasl};
 use bytes::Bytes;
-use headway_broker::limits;
+use headway_base::limits;
 use headway_protocol::{parse_request, read_frame};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

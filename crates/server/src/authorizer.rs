@@ -14,7 +14,8 @@ use headway_auth::acl::{
 };
 use headway_auth::store::SecurityStore;
 use headway_auth::AuthError;
-use headway_broker::{limits, BrokerConfig};
+use headway_base::limits;
+use headway_broker::BrokerConfig;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;

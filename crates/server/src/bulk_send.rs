@@ -11,10 +11,10 @@
 //!
 //! With `bulk_send_threads` set (it is 0 by default: measured without a gain,
 //! `docs/sync.md`), plain TCP connections hand every answer of at least
-//! [`headway_broker::limits::BULK_SEND_BYTES_MIN`] to this pool, whose threads run in the `SCHED_IDLE` class: the kernel runs them only
+//! [`headway_base::limits::BULK_SEND_BYTES_MIN`] to this pool, whose threads run in the `SCHED_IDLE` class: the kernel runs them only
 //! when no normal thread wants the CPU, and a normal thread that wakes takes the CPU
 //! from them at once. Catching up then uses the CPU light work leaves, as its reads
-//! already use the disk time it leaves ([`headway_broker::bulk_budget`]).
+//! already use the disk time it leaves ([`headway_broker::io::bulk_budget`]).
 //!
 //! A thread writes with non-blocking `send` until the answer is out or the socket is
 //! full; it never waits for a socket. A full socket (a slow or stuck reader) goes back
@@ -82,7 +82,7 @@ impl BulkSender {
             let spawned = std::thread::Builder::new()
                 .name(format!("headway-send-{i}"))
                 .spawn(move || {
-                    headway_broker::priority::idle_cpu_this_thread();
+                    headway_broker::io::priority::idle_cpu_this_thread();
                     loop {
                         let job = queue.lock().expect("bulk send queue").recv();
                         let Ok(job) = job else { return };

@@ -13,7 +13,8 @@
 use crate::call::Ctx;
 use crate::metrics::{self, Reply};
 use bytes::Bytes;
-use headway_broker::{limits, TrafficCounts};
+use headway_base::limits;
+use headway_broker::TrafficCounts;
 use headway_group::MemberSummary;
 use serde::Serialize;
 use std::net::SocketAddr;
@@ -260,7 +261,7 @@ pub fn state(ctx: &Ctx) -> State {
             .iter()
             .any(|g| g.members_omitted > 0 || g.offsets_omitted > 0);
     State {
-        now_ms: headway_broker::now_ms(),
+        now_ms: headway_base::now_ms(),
         node_id: broker.config().node_id,
         totals: totals.into(),
         topics,

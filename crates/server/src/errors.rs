@@ -183,8 +183,8 @@ mod tests {
         };
         let corrupt = BrokerError::CorruptData {
             topic: "t".into(),
-            partition: headway_broker::PartitionIndex::new(0),
-            offset: headway_broker::Offset::new(7),
+            partition: headway_base::PartitionIndex::new(0),
+            offset: headway_base::Offset::new(7),
             detail: "crc".into(),
         };
         assert_eq!(error_code(&full), 56);

@@ -16,7 +16,7 @@
 //! wrong name or value is INVALID_CONFIG.
 //!
 //! The settings of every group are kept in `<data_dir>/group-configs.json`, replaced
-//! durably on each change ([`headway_broker::durable_file::replace`]) before the change
+//! durably on each change ([`headway_base::durable_file::replace`]) before the change
 //! is answered or applied, and read back at start-up.
 
 use headway_broker::{BrokerConfig, BrokerError};
@@ -262,7 +262,7 @@ impl GroupConfigStore {
         Self::open_bounded(
             data_dir,
             definitions,
-            headway_broker::limits::GROUP_CONFIG_GROUPS_MAX,
+            headway_base::limits::GROUP_CONFIG_GROUPS_MAX,
         )
     }
 
@@ -349,7 +349,7 @@ impl GroupConfigStore {
         let bytes = serde_json::to_vec_pretty(&all)
             .map_err(|e| BrokerError::Storage(format!("encoding group configs: {e}")))?;
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || headway_broker::durable_file::replace(&path, &bytes))
+        tokio::task::spawn_blocking(move || headway_base::durable_file::replace(&path, &bytes))
             .await
             .map_err(|e| BrokerError::Storage(format!("writing group configs: {e}")))??;
         *self.groups() = all;

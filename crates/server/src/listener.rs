@@ -11,7 +11,7 @@ use crate::requests::RequestMetrics;
 use crate::tls::ReloadableTls;
 use crate::txn_markers::PartitionMarkers;
 use crate::{connection, console, metrics};
-use headway_broker::limits;
+use headway_base::limits;
 use headway_broker::listeners::{ListenerSpec, SecurityProtocol};
 use headway_broker::Broker;
 use headway_group::{GroupConfig, GroupCoordinator, MigrationPolicy};
@@ -186,7 +186,7 @@ impl Server {
     pub async fn bind(broker: Arc<Broker>) -> std::io::Result<Server> {
         let config = broker.config();
         let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
-        let specs = headway_broker::listeners::specs(config).map_err(invalid)?;
+        let specs = config.listener_specs().map_err(invalid)?;
         let tls = match specs.iter().any(|s| s.protocol.tls()) {
             true => Some(ReloadableTls::load(config).map_err(invalid)?),
             false => None,

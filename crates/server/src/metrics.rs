@@ -16,8 +16,9 @@
 //! request head larger than 8 KiB or slower than 5 s closes the connection.
 
 use crate::call::{Ctx, ServerStats};
+use headway_base::limits;
 use headway_broker::panics::{self, Component};
-use headway_broker::{limits, Broker, Partition, PartitionHealth, TrafficCounts};
+use headway_broker::{Broker, Partition, PartitionHealth, TrafficCounts};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -630,7 +631,7 @@ fn register_partitions(r: &mut Registry, broker: &Broker) {
         Labelled::default(),
     );
     let (last_stable, open_txn_age) = (Labelled::default(), Labelled::default());
-    let now_ms = headway_broker::now_ms();
+    let now_ms = headway_base::now_ms();
     let mut totals = PartitionHealth::default();
     let (mut offline_count, mut seen, mut size_total) = (0u64, 0usize, 0u64);
     let mut unopened_count = 0u64;

@@ -19,7 +19,7 @@
 //! `headway_connection_outbound_budget_*` for all connections' own budgets together).
 
 use crate::probe::BudgetProbe;
-use headway_broker::limits;
+use headway_base::limits;
 use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 

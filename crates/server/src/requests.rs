@@ -19,7 +19,7 @@
 //! id and its address, at most [`limits::FAILURE_LOG_LINES_PER_SECOND`] lines a second.
 
 use crate::log_limit::LineLimiter;
-use headway_broker::limits;
+use headway_base::limits;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
 use prometheus_client::metrics::counter::Counter;

@@ -29,6 +29,7 @@ use crate::sasl_settings::Sasl;
 use bytes::Bytes;
 use headway_auth::sasl::{Exchange, SaslMechanism, Step, TokenError};
 use headway_auth::AuthError;
+use headway_base::now_ms;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
     SaslHandshakeResponse,
@@ -37,13 +38,7 @@ use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::kafka_protocol::ResponseError;
 use headway_protocol::{decode_body, ProtocolError, Request};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+use std::time::Duration;
 
 /// What a client is told about a failed token: Kafka's words for a wrong password or
 /// unknown user, the reason for a malformed message.

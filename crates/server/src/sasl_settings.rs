@@ -7,7 +7,8 @@
 use crate::log_limit::LineLimiter;
 use headway_auth::oauth::{OAuthSettings, OAuthValidator};
 use headway_auth::sasl::{Exchange, SaslMechanism};
-use headway_broker::{limits, BrokerConfig};
+use headway_base::limits;
+use headway_broker::BrokerConfig;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;

@@ -11,7 +11,8 @@
 //! connection slot. A failed handshake is counted and logged with the client's address.
 
 use crate::call::ServerStats;
-use headway_broker::{limits, BrokerConfig};
+use headway_base::limits;
+use headway_broker::BrokerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;

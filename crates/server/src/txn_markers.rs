@@ -8,9 +8,8 @@
 //! the second time. A partition whose topic was deleted meanwhile has nothing left to
 //! mark and is skipped.
 
-use headway_broker::{
-    Broker, BrokerError, Offset, Partition, ProducerEpoch, ProducerId, TopicPartition,
-};
+use headway_base::{Offset, ProducerEpoch, ProducerId, TopicPartition};
+use headway_broker::{Broker, BrokerError, Partition};
 use headway_group::GroupCoordinator;
 use headway_txn::{MarkerFuture, MarkerWriter, TransactionResult, TxnError, OFFSETS_TOPIC};
 use std::sync::{Arc, Weak};

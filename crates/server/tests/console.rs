@@ -218,7 +218,7 @@ async fn off_by_default() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_list_is_bounded_and_says_what_it_left_out() {
-    use headway_broker::limits::{
+    use headway_base::limits::{
         CONSOLE_CONNECTIONS_MAX, CONSOLE_GROUPS_MAX, CONSOLE_PARTITIONS_MAX,
     };
     let broker = TestBroker::start_with(|c| c.console_listen = Some("127.0.0.1:0".into())).await;

@@ -470,7 +470,7 @@ async fn pipelined_long_polls_naming_a_partition_many_times_are_bounded() {
         .map(|id| request_frame(12, id, &request))
         .collect();
     // One request's bookkeeping, at most: what the reader may take in past the bound.
-    let bound = headway_broker::limits::LONG_POLL_BYTES_PER_CONNECTION_MAX;
+    let bound = headway_base::limits::LONG_POLL_BYTES_PER_CONNECTION_MAX;
     let one_request = frames[0].len() * 8;
     let mut stream = tokio::net::TcpStream::connect(broker.addr).await.unwrap();
     let (mut reader, mut writer) = stream.split();

@@ -88,7 +88,7 @@ async fn a_client_that_never_reads_holds_at_most_its_outbound_budget() {
         }
     });
 
-    let window = headway_broker::limits::REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX;
+    let window = headway_base::limits::REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX;
     wait_for(&broker, "the stuck connection's reader to stop", |s| {
         // The window, plus the reply in the writer and the one waiting for room.
         connection(s, stuck_peer).is_some_and(|c| c.reader_paused && c.in_flight >= window)

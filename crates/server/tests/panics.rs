@@ -13,8 +13,8 @@
 mod common;
 
 use common::*;
+use headway_broker::io::read_pool::PoolError;
 use headway_broker::panics::{self, Component};
-use headway_broker::read_pool::PoolError;
 
 /// The value of `headway_panics_total{component="..."}` in a scrape.
 fn panics_of(scrape: &str, component: &str) -> u64 {

@@ -189,7 +189,7 @@ async fn a_partition_taken_offline_is_not_advertised_as_led() {
     create_topic(&mut client, TOPIC, 2).await;
     let partition = {
         let b = broker.server.broker.upgrade().unwrap();
-        b.partition(TOPIC, headway_broker::PartitionIndex::new(1))
+        b.partition(TOPIC, headway_base::PartitionIndex::new(1))
             .unwrap()
     };
     partition.take_offline("a failed fsync, as the flusher reports it");

@@ -12,10 +12,8 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use headway_broker::{
-    Broker, BrokerConfig, Offset, Partition, PartitionIndex, ProducerEpoch, ProducerId,
-    TransactionResult,
-};
+use headway_base::{Offset, PartitionIndex, ProducerEpoch, ProducerId};
+use headway_broker::{Broker, BrokerConfig, Partition, TransactionResult};
 use headway_protocol::kafka_protocol::messages::*;
 use headway_protocol::kafka_protocol::records::{Record, RecordBatchDecoder, TimestampType};
 use headway_server::Server;

@@ -12,7 +12,8 @@ use crate::group::{
 };
 use crate::partition::{AckError, AcknowledgeType, Acquired, LogBatch, MemberId, SharePartition};
 use crate::state_log::{encode_batch, StateRecord};
-use headway_broker::{internal_log, BrokerError, FlushPolicy, Offset, Partition, TopicPartition};
+use headway_base::{now_ms, Offset, TopicPartition};
+use headway_broker::{internal_log, BrokerError, FlushPolicy, Partition};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -91,10 +92,6 @@ pub struct ShareCoordinator {
     /// Notified when records become available again (a lock expired, a release), so
     /// waiting fetches look again.
     released: Notify,
-}
-
-fn now_ms() -> i64 {
-    headway_broker::now_ms()
 }
 
 impl ShareCoordinator {

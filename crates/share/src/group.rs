@@ -10,7 +10,7 @@
 //! member's epoch becomes the group epoch when it is sent its assignment.
 
 use crate::partition::{MemberId, SharePartition, SharePartitionConfig};
-use headway_broker::{Offset, PartitionIndex, TopicPartition};
+use headway_base::{Offset, PartitionIndex, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -388,7 +388,7 @@ impl ShareGroups {
         }
         let members_max = self.config.members_max;
         if !self.groups.contains_key(&hb.group_id)
-            && self.groups.len() >= headway_broker::limits::SHARE_GROUPS_MAX
+            && self.groups.len() >= headway_base::limits::SHARE_GROUPS_MAX
         {
             return Err(ShareError::CoordinatorNotAvailable);
         }
@@ -744,7 +744,7 @@ mod tests {
     #[test]
     fn a_new_group_past_the_bound_is_refused_and_known_ones_go_on() {
         let mut groups = ShareGroups::new(ShareConfig::default());
-        for i in 0..headway_broker::limits::SHARE_GROUPS_MAX {
+        for i in 0..headway_base::limits::SHARE_GROUPS_MAX {
             join_group(&mut groups, &format!("g{i}"), "m", 1).unwrap();
         }
         let refused = join_group(&mut groups, "one-more", "m", 1).unwrap_err();

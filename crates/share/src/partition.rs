@@ -16,7 +16,7 @@
 //! lock expired) or Archived (reject, a gap, or released with its delivery count at the
 //! limit). Acknowledged and Archived records at the start let the SPSO move on.
 
-use headway_broker::Offset;
+use headway_base::Offset;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

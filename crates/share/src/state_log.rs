@@ -25,8 +25,9 @@
 
 use crate::partition::{DurableRun, DurableState, Snapshot};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use headway_base::{Offset, PartitionIndex, TopicPartition};
+use headway_broker::internal_log;
 use headway_broker::internal_log::{get_str, put_str};
-use headway_broker::{internal_log, Offset, PartitionIndex, TopicPartition};
 
 const FORMAT_VERSION: u8 = 0;
 const RUN_BYTES: usize = 19;

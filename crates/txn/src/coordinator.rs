@@ -17,11 +17,9 @@ use crate::state::{
     TxnMetadata, TxnState,
 };
 use crate::TxnError;
+use headway_base::{now_ms, PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
 use headway_broker::panics::{self, Component};
-use headway_broker::{
-    internal_log, Broker, BrokerError, FlushPolicy, Partition, PartitionIndex, ProducerEpoch,
-    ProducerId, TopicPartition,
-};
+use headway_broker::{internal_log, Broker, BrokerError, FlushPolicy, Partition};
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
@@ -99,10 +97,6 @@ pub struct TxnCoordinator {
     check_interval: Duration,
     shutdown: watch::Sender<bool>,
     loaded: watch::Sender<bool>,
-}
-
-fn now_ms() -> i64 {
-    headway_broker::now_ms()
 }
 
 impl TxnCoordinator {

@@ -34,8 +34,8 @@
 
 use crate::state::{TxnMetadata, TxnState};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use headway_base::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
 use headway_broker::internal_log::{self, get_str, put_str};
-use headway_broker::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
 use std::collections::BTreeSet;
 
 const FORMAT_VERSION: u8 = 0;

@@ -16,7 +16,7 @@
 //! transactions version 2 every EndTxn bumps it and returns the new one.
 
 use crate::TxnError;
-use headway_broker::{ProducerEpoch, ProducerId, TopicPartition};
+use headway_base::{ProducerEpoch, ProducerId, TopicPartition};
 use std::collections::{BTreeSet, HashMap};
 
 /// The largest epoch. An epoch at or past [`EPOCH_EXHAUSTED`] is not bumped further:
@@ -25,8 +25,8 @@ pub const EPOCH_MAX: i16 = i16::MAX;
 /// Kafka's `isEpochExhausted`: one bump must stay possible for a fence.
 pub const EPOCH_EXHAUSTED: i16 = i16::MAX - 1;
 /// Longest transactional id or group id, in bytes
-/// (`headway_broker::limits::TRANSACTION_ID_BYTES_MAX`).
-pub const ID_BYTES_MAX: usize = headway_broker::limits::TRANSACTION_ID_BYTES_MAX;
+/// (`headway_base::limits::TRANSACTION_ID_BYTES_MAX`).
+pub const ID_BYTES_MAX: usize = headway_base::limits::TRANSACTION_ID_BYTES_MAX;
 
 fn check_id(transactional_id: &str) -> Result<(), TxnError> {
     if transactional_id.is_empty() || transactional_id.len() > ID_BYTES_MAX {
@@ -166,7 +166,7 @@ pub struct TxnConfig {
 
 impl Default for TxnConfig {
     fn default() -> Self {
-        use headway_broker::limits;
+        use headway_base::limits;
         TxnConfig {
             transaction_max_timeout_ms: 900_000,
             transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,

@@ -9,7 +9,8 @@
 //! coordinator opens the same directory and must finish what the first left, as its
 //! records and the markers it writes show.
 
-use headway_broker::{FlushPolicy, PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
+use headway_base::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
+use headway_broker::FlushPolicy;
 use headway_txn::{
     MarkerFuture, MarkerWriter, ProducerIdSource, TransactionResult, TxnConfig, TxnCoordinator,
     TxnError, TxnState,

@@ -23,7 +23,7 @@
 //!
 //! Fetch path: [`Partition::read_via`] locates the data under the mutex, bounded by the
 //! high watermark, so consumers only ever see synced data, and hands the located slice
-//! to `crate::read_route`, which decides between the page cache on the caller's thread
+//! to `crate::io::read_route`, which decides between the page cache on the caller's thread
 //! and the read threads.
 //!
 //! The high watermark and the log start offset live in the state, under the mutex, and
@@ -48,7 +48,13 @@
 //! the next start. [`Partition::health`] shows all three. A partition whose log
 //! cannot be opened at start-up is registered offline without a log
 //! ([`Partition::unopened`]), so that the broker serves the others.
+//!
+//! Time: the partition reads it from the [`Clock`] it was opened with (the broker's,
+//! the system clock in production): an append's and a marker's time, a roll by segment
+//! age, an idempotent producer's last append. Tests hand it a manual clock.
 
+#[cfg(test)]
+mod clock_tests;
 mod side_files;
 #[cfg(test)]
 mod start_tests;
@@ -81,16 +87,17 @@ pub(crate) mod tests_fault {
 
 use crate::durability::{OwnFlusher, SyncMeters, SyncTake, SyncTarget};
 use crate::flusher::SharedFlusher;
+use crate::io::read_pool::ReadVia;
+use crate::io::read_route;
 use crate::producer_state::{is_idempotent, TransactionResult};
-use crate::read_pool::ReadVia;
-use crate::read_route;
-use crate::{limits, BrokerError, FlushPolicy, PartitionIndex, ProducerEpoch, ProducerId};
+use crate::{BrokerError, FlushPolicy};
 use bytes::Bytes;
+use headway_base::{limits, Clock, Offset, PartitionIndex, ProducerEpoch, ProducerId};
 use headway_log::control::{Marker, MarkerKind};
 use headway_log::records::{self, Keyless};
 use headway_log::{
     batch, AbortedTxn, BatchHeader, CleanReport, CleanerConfig, CleaningPlan, CorruptBatch, Log,
-    LogConfig, LogError, Offset, ReadSlice, RecoveryReport, StagedCleaning,
+    LogConfig, LogError, ReadSlice, RecoveryReport, StagedCleaning,
 };
 use side_files::{
     load_producer_states, read_log_start_offset, write_log_start_offset, write_producer_snapshot,
@@ -280,6 +287,9 @@ pub struct Partition {
     /// The topic is compacted: every record must have a key.
     keys_required: AtomicBool,
     traffic: Traffic,
+    /// Where appends and markers read the time (their timestamps, a roll by age, an
+    /// idempotent producer's last append): the system clock in production.
+    clock: Clock,
 }
 
 impl Partition {
@@ -290,9 +300,10 @@ impl Partition {
         index: PartitionIndex,
         config: LogConfig,
         flush: FlushPolicy,
+        clock: Clock,
     ) -> Result<(Arc<Partition>, RecoveryReport), BrokerError> {
         let (mut log, report) =
-            Log::open(&dir, config, crate::now_ms()).map_err(BrokerError::from_log)?;
+            Log::open(&dir, config, clock.time_ms()).map_err(BrokerError::from_log)?;
         let producers = load_producer_states(&dir, &mut log)?;
         let segments_to_repair = log.segments_to_repair();
         let state = PartitionState::recovered(
@@ -308,8 +319,8 @@ impl Partition {
             segments_to_repair,
             unopened: None,
         };
-        let partition =
-            Partition::assemble(dir, topic, index, flush, Some(Slot { log, state }), shell);
+        let slot = Some(Slot { log, state });
+        let partition = Partition::assemble(dir, topic, index, flush, clock, slot, shell);
         Ok((partition, report))
     }
 
@@ -323,6 +334,7 @@ impl Partition {
         topic: Arc<str>,
         index: PartitionIndex,
         flush: FlushPolicy,
+        clock: Clock,
         cause: String,
     ) -> Arc<Partition> {
         let shell = Shell {
@@ -332,7 +344,7 @@ impl Partition {
             segments_to_repair: 0,
             unopened: Some(cause),
         };
-        Partition::assemble(dir, topic, index, flush, None, shell)
+        Partition::assemble(dir, topic, index, flush, clock, None, shell)
     }
 
     fn assemble(
@@ -340,6 +352,7 @@ impl Partition {
         topic: Arc<str>,
         index: PartitionIndex,
         flush: FlushPolicy,
+        clock: Clock,
         slot: Option<Slot>,
         shell: Shell,
     ) -> Arc<Partition> {
@@ -373,6 +386,7 @@ impl Partition {
             unsynced_max: AtomicU64::new(u64::MAX),
             keys_required: AtomicBool::new(false),
             traffic: Traffic::default(),
+            clock,
         })
     }
 
@@ -539,7 +553,7 @@ impl Partition {
         }
         // The log rewrites base offsets in place; the request buffer is shared, so copy.
         let mut owned = records.to_vec();
-        let now_ms = crate::now_ms();
+        let now_ms = self.clock.time_ms();
         let appended = self.with_slot(|slot| {
             let append = || {
                 #[cfg(test)]
@@ -642,14 +656,14 @@ impl Partition {
         result: TransactionResult,
         coordinator_epoch: i32,
     ) -> Result<Offset, BrokerError> {
-        let now_ms = crate::now_ms();
+        let now_ms = self.clock.time_ms();
         let kind = match result {
             TransactionResult::Commit => MarkerKind::Commit,
             TransactionResult::Abort => MarkerKind::Abort,
         };
         let mut bytes = Marker {
-            producer_id: producer_id.value(),
-            producer_epoch: epoch.value(),
+            producer_id,
+            producer_epoch: epoch,
             kind,
             coordinator_epoch,
             timestamp_ms: now_ms,
@@ -671,7 +685,7 @@ impl Partition {
             );
             if let (TransactionResult::Abort, Some(txn)) = (result, completed) {
                 let aborted = AbortedTxn {
-                    producer_id: producer_id.value(),
+                    producer_id,
                     first_offset: txn.first_offset,
                     last_offset: info.base_offset,
                 };
@@ -875,7 +889,7 @@ impl Partition {
     }
 
     /// [`Partition::read`] for a fetch: the page cache on this thread or the read
-    /// threads, as `crate::read_route` decides for `via`. With
+    /// threads, as `crate::io::read_route` decides for `via`. With
     /// [`Isolation::ReadCommitted`] the read stops at the last stable offset and the
     /// answer names the aborted transactions its records overlap (at most
     /// [`limits::ABORTED_TRANSACTIONS_PER_FETCH_MAX`]: past it the read is shortened

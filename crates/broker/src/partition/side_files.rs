@@ -2,14 +2,13 @@
 //! the producers' snapshot (idempotence and open transactions), written at a clean
 //! shutdown, and the log start
 //! offset set by DeleteRecords when it lies inside the first segment. Both are written
-//! with [`crate::durable_file::replace`]. Blocking.
+//! with [`headway_base::durable_file::replace`]. Blocking.
 
-use crate::durable_file;
 use crate::producer_state::ProducerStates;
 use crate::BrokerError;
-use crate::{ProducerEpoch, ProducerId};
+use headway_base::{durable_file, Offset, ProducerEpoch, ProducerId};
 use headway_log::control::{marker_coordinator_epoch, marker_kind, MarkerKind};
-use headway_log::{batch, AbortedTxn, BatchHeader, CorruptBatch, Log, Offset};
+use headway_log::{batch, AbortedTxn, BatchHeader, CorruptBatch, Log};
 use std::path::Path;
 
 /// The producer-state snapshot in a partition directory.
@@ -91,7 +90,7 @@ fn replay(
     let completed = states.complete(producer_id, epoch, coordinator_epoch, header.max_timestamp);
     if let (MarkerKind::Abort, Some(txn)) = (kind, completed) {
         let aborted = AbortedTxn {
-            producer_id: producer_id.value(),
+            producer_id,
             first_offset: txn.first_offset,
             last_offset: base_offset,
         };
@@ -107,7 +106,7 @@ pub(super) fn write_producer_snapshot(
     log_end_offset: Offset,
 ) -> Result<(), BrokerError> {
     let bytes = states.encode(log_end_offset);
-    durable_file::replace(&dir.join(PRODUCER_SNAPSHOT), &bytes)
+    Ok(durable_file::replace(&dir.join(PRODUCER_SNAPSHOT), &bytes)?)
 }
 
 /// The DeleteRecords start offset, if one was written (a big-endian i64).
@@ -119,8 +118,8 @@ pub(super) fn read_log_start_offset(dir: &Path) -> Option<Offset> {
 
 /// Writes the DeleteRecords start offset.
 pub(super) fn write_log_start_offset(dir: &Path, offset: Offset) -> Result<(), BrokerError> {
-    durable_file::replace(
+    Ok(durable_file::replace(
         &dir.join(LOG_START_OFFSET_FILE),
         &offset.value().to_be_bytes(),
-    )
+    )?)
 }

@@ -7,7 +7,8 @@
 //! broker again and check what it serves, refuses and reports.
 
 use super::txn_tests::plain_batch;
-use crate::{Broker, BrokerConfig, BrokerError, PartitionIndex};
+use crate::{Broker, BrokerConfig, BrokerError};
+use headway_base::PartitionIndex;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
@@ -72,13 +73,13 @@ async fn a_partition_that_cannot_be_opened_is_offline_and_the_others_are_served(
             Err(BrokerError::Storage(message)) => assert!(message.contains("offline"), "{message}"),
             other => panic!("append to an unopened partition: {other:?}"),
         }
-        let via = crate::read_pool::ReadVia {
+        let via = crate::io::read_pool::ReadVia {
             pool: Arc::clone(broker.read_pool()),
             cache_first: true,
             tail_bytes: u64::MAX,
         };
         match bad
-            .read_via(headway_log::Offset::ZERO, MAX, &via, Default::default())
+            .read_via(headway_base::Offset::ZERO, MAX, &via, Default::default())
             .await
         {
             Err(BrokerError::Storage(message)) => assert!(message.contains("offline"), "{message}"),

@@ -21,8 +21,8 @@
 
 use crate::producer_state::{CompletedTxn, ProducerStates, SequenceCheck, SequenceError};
 use crate::BrokerError;
-use crate::{ProducerEpoch, ProducerId};
-use headway_log::{BatchHeader, Offset};
+use headway_base::{Offset, ProducerEpoch, ProducerId};
+use headway_log::BatchHeader;
 
 /// A partition's offsets and its idempotent producers. Lives under the partition's
 /// mutex, next to the log.
@@ -298,9 +298,7 @@ pub fn last_stable_offset(first_unstable: Option<Offset>, high_watermark: Offset
 }
 
 #[cfg(test)]
-#[path = "state_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "txn_state_tests.rs"]
 mod txn_tests;

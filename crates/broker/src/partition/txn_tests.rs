@@ -9,8 +9,9 @@
 //! marker, so recovery scans the tail and the producers' state is replayed.
 
 use super::*;
-use crate::{BrokerError, ProducerEpoch, ProducerId};
+use crate::BrokerError;
 use bytes::BytesMut;
+use headway_base::{ProducerEpoch, ProducerId};
 use headway_log::LogConfig;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -73,6 +74,7 @@ fn open(dir: &Path, flush: FlushPolicy) -> Arc<Partition> {
         PartitionIndex::new(0),
         LogConfig::default(),
         flush,
+        Clock::system(),
     )
     .unwrap()
     .0
@@ -92,7 +94,13 @@ fn aborted(p: &Partition) -> Vec<(i64, i64, i64)> {
     p.aborted_transactions(Offset::ZERO, Offset::new(i64::MAX), 100)
         .unwrap()
         .iter()
-        .map(|t| (t.producer_id, t.first_offset.value(), t.last_offset.value()))
+        .map(|t| {
+            (
+                t.producer_id.value(),
+                t.first_offset.value(),
+                t.last_offset.value(),
+            )
+        })
         .collect()
 }
 
@@ -172,8 +180,8 @@ fn a_marker_written_but_not_synced_is_kept_or_lost_whole() {
     let log = dir.path().join(format!("{:020}.log", 0));
     let len = std::fs::metadata(&log).unwrap().len();
     let marker_bytes = headway_log::control::Marker {
-        producer_id: 3,
-        producer_epoch: 0,
+        producer_id: ProducerId::new(3),
+        producer_epoch: ProducerEpoch::FIRST,
         kind: headway_log::control::MarkerKind::Abort,
         coordinator_epoch: 0,
         timestamp_ms: 0,
@@ -202,8 +210,8 @@ fn control_batches_and_transactional_batches_without_a_producer_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let p = open(dir.path(), FlushPolicy::None);
     let marker = headway_log::control::Marker {
-        producer_id: 1,
-        producer_epoch: 0,
+        producer_id: ProducerId::new(1),
+        producer_epoch: ProducerEpoch::FIRST,
         kind: headway_log::control::MarkerKind::Commit,
         coordinator_epoch: 0,
         timestamp_ms: 0,
@@ -221,8 +229,8 @@ fn control_batches_and_transactional_batches_without_a_producer_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_committed_read_is_shortened_until_its_aborted_transactions_fit() {
-    use crate::bulk_budget::BulkBudget;
-    use crate::read_pool::{ReadPool, ReadVia};
+    use crate::io::bulk_budget::BulkBudget;
+    use crate::io::read_pool::{ReadPool, ReadVia};
     let dir = tempfile::tempdir().unwrap();
     let p = open(dir.path(), FlushPolicy::None);
     let most = limits::ABORTED_TRANSACTIONS_PER_FETCH_MAX;
@@ -234,7 +242,7 @@ async fn a_read_committed_read_is_shortened_until_its_aborted_transactions_fit()
     let via = ReadVia {
         pool: ReadPool::new(
             1,
-            crate::priority::BulkPriority::UNCHANGED,
+            crate::io::priority::BulkPriority::UNCHANGED,
             Arc::new(BulkBudget::new(budget, Arc::default())),
         ),
         cache_first: true,

@@ -29,6 +29,7 @@ use crate::partitioner::partition_for_key;
 use batch::{Counters, Outcome, SealedBatch};
 use bytes::Bytes;
 pub use config::ProducerConfig;
+use headway_base::now_ms;
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::TimestampType;
@@ -314,12 +315,6 @@ fn to_wire(record: Record, offset_delta: i64) -> kafka_protocol::records::Record
         value: record.value,
         headers,
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Takes a batch out of the open ones. Keyless records then move on to the next

@@ -9,9 +9,9 @@
 use crate::outbound::ConnectionBudget;
 use crate::probe::BudgetProbe;
 use headway_auth::sasl::{Exchange, SaslMechanism};
-use headway_broker::limits;
+use headway_base::limits;
+use headway_broker::io::read_pool::ReadVia;
 use headway_broker::listeners::SecurityProtocol;
-use headway_broker::read_pool::ReadVia;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};

@@ -9,8 +9,8 @@ use crate::outbound::Reservation;
 use crate::requests::{Codes, ErrorCodes};
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use headway_broker::io::timings::{self, Histogram};
 use headway_broker::panics::{self, Component, Panicked};
-use headway_broker::timings::{self, Histogram};
 use headway_protocol::kafka_protocol::messages::ApiKey;
 use headway_protocol::kafka_protocol::protocol::{Encodable, HeaderVersion};
 use headway_protocol::{encode_response, EncodeError, ProtocolError, Request};
@@ -51,7 +51,7 @@ pub struct Outgoing {
     pub codes: Codes,
 }
 
-/// What the writer records for a timed reply ([`headway_broker::timings`]): the
+/// What the writer records for a timed reply ([`headway_broker::io::timings`]): the
 /// `reply` stage from `ready` (the response's data was there) to the frame written,
 /// and the `total` from the request's arrival.
 pub struct ReplyTiming {

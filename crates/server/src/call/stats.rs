@@ -14,8 +14,9 @@ use crate::outbound::{ConnectionBudget, OutboundBudget};
 use crate::probe::BudgetProbe;
 use crate::request_budget::RequestBudget;
 use crate::requests::RequestMetrics;
-use headway_broker::read_pool::{ReadPool, ReadStatsSnapshot, ReadVia};
-use headway_broker::{limits, BrokerConfig};
+use headway_base::limits;
+use headway_broker::io::read_pool::{ReadPool, ReadStatsSnapshot, ReadVia};
+use headway_broker::BrokerConfig;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -217,8 +218,8 @@ impl Drop for Registration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use headway_broker::bulk_budget::BulkBudget;
-    use headway_broker::timings::Timings;
+    use headway_broker::io::bulk_budget::BulkBudget;
+    use headway_broker::io::timings::Timings;
 
     fn stats(adjust: impl FnOnce(&mut BrokerConfig)) -> Arc<ServerStats> {
         let mut config = BrokerConfig::default();
@@ -229,7 +230,11 @@ mod tests {
         ));
         ServerStats::new(
             &config,
-            ReadPool::new(1, headway_broker::priority::BulkPriority::UNCHANGED, bulk),
+            ReadPool::new(
+                1,
+                headway_broker::io::priority::BulkPriority::UNCHANGED,
+                bulk,
+            ),
             RequestMetrics::new([]),
         )
     }

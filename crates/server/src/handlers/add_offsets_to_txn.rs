@@ -9,7 +9,7 @@ use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_code;
 use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
-use headway_broker::{ProducerEpoch, ProducerId};
+use headway_base::{ProducerEpoch, ProducerId};
 use headway_protocol::kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, ApiKey,
 };

@@ -19,7 +19,7 @@ use crate::call::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
 use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
-use headway_broker::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
+use headway_base::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
 use headway_protocol::kafka_protocol::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
 };

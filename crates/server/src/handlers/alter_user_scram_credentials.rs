@@ -18,7 +18,7 @@ use headway_auth::acl::Operation;
 use headway_auth::scram::{Mechanism, ScramCredential, ITERATIONS_MAX, ITERATIONS_MIN};
 use headway_auth::store::CredentialChange;
 use headway_auth::AuthError;
-use headway_broker::limits;
+use headway_base::limits;
 use headway_protocol::kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use headway_protocol::kafka_protocol::messages::{
     AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, ApiKey,

@@ -7,8 +7,9 @@ use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::error_code;
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
+use headway_base::PartitionIndex;
 use headway_broker::partition::DeleteRecordsTo;
-use headway_broker::{BrokerError, PartitionIndex};
+use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };

@@ -9,7 +9,7 @@ use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
 use crate::requests::ErrorCodes;
 use headway_auth::acl::{Operation, ResourceType};
-use headway_broker::{ProducerEpoch, ProducerId};
+use headway_base::{ProducerEpoch, ProducerId};
 use headway_protocol::kafka_protocol::messages::describe_transactions_response::{
     TopicData, TransactionState,
 };

@@ -12,7 +12,7 @@ use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
 use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
-use headway_broker::{ProducerEpoch, ProducerId};
+use headway_base::{ProducerEpoch, ProducerId};
 use headway_protocol::kafka_protocol::messages::{self, ApiKey, EndTxnRequest, EndTxnResponse};
 use headway_protocol::{decode_body, Request};
 use headway_txn::TransactionResult;

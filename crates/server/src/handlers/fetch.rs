@@ -28,10 +28,9 @@ use crate::outbound::Reservation;
 use crate::requests::{Codes, ErrorCodes};
 use bytes::Bytes;
 use headway_auth::acl::Operation;
-use headway_broker::timings;
-use headway_broker::{
-    limits, BatchHeader, BrokerError, Isolation, Offset, Partition, PartitionIndex,
-};
+use headway_base::{limits, Offset, PartitionIndex};
+use headway_broker::io::timings;
+use headway_broker::{BatchHeader, BrokerError, Isolation, Partition};
 use headway_protocol::kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
@@ -335,7 +334,7 @@ async fn read_one(
                     .iter()
                     .map(|t| {
                         AbortedTransaction::default()
-                            .with_producer_id(ProducerId(t.producer_id))
+                            .with_producer_id(ProducerId(t.producer_id.value()))
                             .with_first_offset(t.first_offset.value())
                     })
                     .collect()

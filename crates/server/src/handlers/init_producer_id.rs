@@ -14,7 +14,8 @@ use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::{error_code, txn_error_code};
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
-use headway_broker::{BrokerError, ProducerEpoch};
+use headway_base::ProducerEpoch;
+use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId,
 };
@@ -37,7 +38,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let ctx = call.ctx;
     let body: InitProducerIdRequest = decode_body(request)?;
     let expected = if request.api_version() >= EXPECTED_PRODUCER_MIN_VERSION {
-        headway_broker::ProducerId::from_wire(body.producer_id.0).map(|producer_id| {
+        headway_base::ProducerId::from_wire(body.producer_id.0).map(|producer_id| {
             ExpectedProducer {
                 producer_id,
                 producer_epoch: ProducerEpoch::from_wire(body.producer_epoch),
@@ -76,7 +77,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         };
         InitProducerIdResponse::default()
             .with_error_code(code)
-            .with_producer_id(ProducerId(headway_broker::ProducerId::to_wire(id)))
+            .with_producer_id(ProducerId(headway_base::ProducerId::to_wire(id)))
             .with_producer_epoch(ProducerEpoch::to_wire(epoch))
     })
 }

@@ -9,7 +9,8 @@ use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::error_code;
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
-use headway_broker::{BrokerError, Isolation, Offset, Partition, PartitionIndex};
+use headway_base::{Offset, PartitionIndex};
+use headway_broker::{BrokerError, Isolation, Partition};
 use headway_log::records;
 use headway_protocol::kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,

@@ -8,7 +8,7 @@ use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
 use crate::requests::ErrorCodes;
 use headway_auth::acl::{Operation, ResourceType};
-use headway_broker::ProducerId;
+use headway_base::ProducerId;
 use headway_protocol::kafka_protocol::messages::list_transactions_response::TransactionState;
 use headway_protocol::kafka_protocol::messages::{
     self, ApiKey, ListTransactionsRequest, ListTransactionsResponse, TransactionalId,

@@ -11,7 +11,8 @@ use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::{error_code, group_code, group_error_code};
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
-use headway_broker::{BrokerError, Offset, PartitionIndex, TopicPartition};
+use headway_base::{Offset, PartitionIndex, TopicPartition};
+use headway_broker::BrokerError;
 use headway_group::state::leader_epoch_from_wire;
 use headway_group::{CommitEntry, GenerationId, GroupError};
 use headway_protocol::kafka_protocol::messages::offset_commit_response::{

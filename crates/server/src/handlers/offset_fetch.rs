@@ -15,7 +15,7 @@ use crate::call::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::group_error_code;
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::{Operation, ResourceType};
-use headway_broker::{PartitionIndex, TopicPartition};
+use headway_base::{PartitionIndex, TopicPartition};
 use headway_group::state::leader_epoch_to_wire;
 use headway_group::CommittedOffset;
 use headway_protocol::kafka_protocol::messages::offset_fetch_response::{

@@ -28,11 +28,9 @@ use crate::call::{pending_with, Call, Handler, HandlerError, Reply, ReplyTiming}
 use crate::errors::{code_and_message, txn_error_code};
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
-use headway_broker::timings::{self, ProduceStages, Timings};
-use headway_broker::{
-    Appended, Broker, BrokerError, Partition, PartitionIndex, ProducerEpoch, ProducerId,
-    TopicPartition,
-};
+use headway_base::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
+use headway_broker::io::timings::{self, ProduceStages, Timings};
+use headway_broker::{Appended, Broker, BrokerError, Partition};
 use headway_log::BatchHeader;
 use headway_protocol::kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,

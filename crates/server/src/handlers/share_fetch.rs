@@ -42,9 +42,8 @@ use crate::requests::ErrorCodes;
 use bytes::Bytes;
 use futures::future::{select_all, BoxFuture, FutureExt};
 use headway_auth::acl::Operation;
-use headway_broker::{
-    limits, BatchHeader, Isolation, Offset, Partition, PartitionIndex, TopicPartition,
-};
+use headway_base::{limits, Offset, PartitionIndex, TopicPartition};
+use headway_broker::{BatchHeader, Isolation, Partition};
 use headway_protocol::kafka_protocol::messages::share_fetch_response::{
     AcquiredRecords, LeaderIdAndEpoch, PartitionData, ShareFetchableTopicResponse,
 };

@@ -10,7 +10,7 @@
 use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::share_error_code;
 use crate::requests::ErrorCodes;
-use headway_broker::TopicPartition;
+use headway_base::TopicPartition;
 use headway_protocol::kafka_protocol::messages::share_group_heartbeat_response::{
     Assignment, TopicPartitions,
 };
@@ -100,7 +100,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     continue;
                 };
                 for &i in indexes {
-                    if let Some(p) = t.partition(headway_broker::PartitionIndex::new(i)) {
+                    if let Some(p) = t.partition(headway_base::PartitionIndex::new(i)) {
                         partitions.push((
                             TopicPartition::new(topic.as_str(), p.index()),
                             p.log_start_offset(),

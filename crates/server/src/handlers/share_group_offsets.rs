@@ -20,7 +20,7 @@ use crate::errors::share_error_code;
 use crate::requests::ErrorCodes;
 use bytes::Bytes;
 use headway_auth::acl::Operation;
-use headway_broker::{Offset, PartitionIndex, TopicPartition};
+use headway_base::{Offset, PartitionIndex, TopicPartition};
 use headway_protocol::kafka_protocol::messages::alter_share_group_offsets_response::{
     AlterShareGroupOffsetsResponsePartition, AlterShareGroupOffsetsResponseTopic,
 };

@@ -11,7 +11,7 @@ use super::offset_commit::{partition_codes, Asked};
 use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
 use crate::requests::ErrorCodes;
-use headway_broker::{ProducerEpoch, ProducerId};
+use headway_base::{ProducerEpoch, ProducerId};
 use headway_group::GenerationId;
 use headway_protocol::kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,

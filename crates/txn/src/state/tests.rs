@@ -2,7 +2,7 @@
 //! does once its record is durable.
 
 use super::*;
-use headway_broker::PartitionIndex;
+use headway_base::PartitionIndex;
 
 const T: &str = "txn";
 

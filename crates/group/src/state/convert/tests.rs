@@ -13,7 +13,7 @@ use crate::migration::MigrationPolicy;
 use crate::requests::JoinRequest;
 use crate::{GenerationId, GroupConfig, GroupError, GroupState};
 use bytes::{BufMut, Bytes, BytesMut};
-use headway_broker::{Offset, PartitionIndex, TopicPartition};
+use headway_base::{Offset, PartitionIndex, TopicPartition};
 use kafka_protocol::messages::consumer_protocol_subscription::TopicPartition as Owned;
 use kafka_protocol::messages::{ConsumerProtocolSubscription, TopicName};
 use kafka_protocol::protocol::{Encodable, StrBytes};

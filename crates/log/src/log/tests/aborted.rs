@@ -4,12 +4,13 @@
 
 use super::*;
 use crate::control::{Marker, MarkerKind};
+use headway_base::{ProducerEpoch, ProducerId};
 
 /// Appends an abort marker for `producer_id`; returns its offset.
 fn abort_marker(log: &mut Log, producer_id: i64) -> Offset {
     let mut bytes = Marker {
-        producer_id,
-        producer_epoch: 0,
+        producer_id: ProducerId::new(producer_id),
+        producer_epoch: ProducerEpoch::FIRST,
         kind: MarkerKind::Abort,
         coordinator_epoch: 0,
         timestamp_ms: NOW_MS,
@@ -20,7 +21,7 @@ fn abort_marker(log: &mut Log, producer_id: i64) -> Offset {
 
 fn txn(producer_id: i64, first: Offset, last: Offset) -> AbortedTxn {
     AbortedTxn {
-        producer_id,
+        producer_id: ProducerId::new(producer_id),
         first_offset: first,
         last_offset: last,
     }

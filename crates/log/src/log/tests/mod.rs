@@ -84,7 +84,7 @@ fn batch_offsets(bytes: &[u8]) -> Vec<(i64, i64)> {
 
 fn segment_path(dir: &TempDir, base_offset: i64, suffix: &str) -> PathBuf {
     dir.path()
-        .join(crate::segment::file_name(base_offset, suffix))
+        .join(crate::file_names::file_name(base_offset, suffix))
 }
 
 fn append_garbage(path: &Path, bytes: &[u8]) {

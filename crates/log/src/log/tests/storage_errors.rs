@@ -82,7 +82,7 @@ fn refused_then_resumed(segment_bytes_max: u64, written: usize, space_left_bytes
     // created; a roll that succeeded before the append's own write failed leaves the
     // new, empty active segment, which the next append uses.
     let empty_next = |(name, size): &(String, u64)| {
-        *size == 0 && name.starts_with(&crate::segment::file_name(end_before.value(), ""))
+        *size == 0 && name.starts_with(&crate::file_names::file_name(end_before.value(), ""))
     };
     let mut files_after = file_sizes(&dir);
     files_after.retain(|f| files_before.contains(f) || !empty_next(f));
@@ -200,7 +200,7 @@ fn log_with_a_damaged_batch(dir: &TempDir, damaged: usize) -> (Log, Vec<Vec<u8>>
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .open(log.segment_path(0))
+        .open(log.segment_path(Offset::ZERO))
         .unwrap();
     let position = damaged as u64 * batch_bytes + batch_bytes - 1;
     let mut byte = [0u8];
@@ -219,10 +219,10 @@ fn a_damaged_batch_in_a_sealed_segment_is_never_served() {
     // A read at the damaged batch fails, naming it.
     let error = read_from(&log, damaged).unwrap_err();
     let corrupt = CorruptBatch::find(&error).expect("a CorruptBatch");
-    assert_eq!(corrupt.segment_base_offset, 0);
+    assert_eq!(corrupt.segment_base_offset, Offset::ZERO);
     assert_eq!(
         (corrupt.base_offset, corrupt.last_offset),
-        (damaged, damaged)
+        (Offset::new(damaged), Offset::new(damaged))
     );
     assert_eq!(corrupt.position, 2 * stored[0].len() as u64);
     assert!(matches!(
@@ -241,11 +241,14 @@ fn a_damaged_batch_in_a_sealed_segment_is_never_served() {
 fn a_segment_marked_for_repair_is_truncated_before_the_damage_at_the_next_open() {
     let dir = tempfile::tempdir().unwrap();
     let (mut log, stored, damaged) = log_with_a_damaged_batch(&dir, 2);
-    assert!(log.mark_for_repair(0).unwrap());
-    assert!(!log.mark_for_repair(0).unwrap(), "marked once");
-    assert!(!log.mark_for_repair(12_345).unwrap(), "no such segment");
+    assert!(log.mark_for_repair(Offset::ZERO).unwrap());
+    assert!(!log.mark_for_repair(Offset::ZERO).unwrap(), "marked once");
+    assert!(
+        !log.mark_for_repair(Offset::new(12_345)).unwrap(),
+        "no such segment"
+    );
     assert_eq!(log.segments_to_repair(), 1);
-    let marker = dir.path().join(crate::segment::file_name(0, "repair"));
+    let marker = dir.path().join(crate::file_names::file_name(0, "repair"));
     assert!(marker.exists());
     log.close().unwrap();
 

@@ -11,9 +11,10 @@
 //! segment's in-memory indexes (24 bytes per `index_interval_bytes` written, about
 //! 6 MiB for a 1 GiB segment at 4 KiB), freed when it is sealed.
 
+use super::checkpoint::CleanerState;
 use super::StagedCleaning;
-use super::{earliest, groups, CleanReport, CleanerConfig, CleanerState, CleaningPlan, Planned};
-use super::{swap, StagedGroup};
+use super::{earliest, groups, CleanReport, CleanerConfig, CleaningPlan, Planned};
+use super::{staging, StagedGroup};
 use crate::batch::BatchHeader;
 use crate::compaction::{emptied, retain_records, OffsetMap, Retained, OFFSET_MAP_ENTRY_BYTES};
 use crate::config::{CLEANER_WRITE_BUFFER_BYTES, SCAN_CHUNK_BYTES};
@@ -90,7 +91,7 @@ impl CleaningPlan {
         now_ms: i64,
         throttle: &mut dyn FnMut(u64),
     ) -> Result<StagedCleaning, LogError> {
-        let staging = swap::create_staging(&self.dir)?;
+        let staging = staging::create_staging(&self.dir)?;
         let mut report = CleanReport {
             dirty_ratio_before: self.dirty_ratio_before,
             ..CleanReport::default()

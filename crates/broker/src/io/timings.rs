@@ -39,7 +39,7 @@ use std::time::Duration;
 
 /// A produce request partition of at most this many bytes counts as small: the bulk
 /// threshold.
-pub const SMALL_REQUEST_BYTES: usize = crate::limits::BULK_PRODUCE_BYTES_MIN;
+pub const SMALL_REQUEST_BYTES: usize = headway_base::limits::BULK_PRODUCE_BYTES_MIN;
 /// A sync carrying at most this many bytes counts as small.
 pub const SMALL_SYNC_BYTES: u64 = 256 * 1024;
 

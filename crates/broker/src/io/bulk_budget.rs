@@ -5,7 +5,7 @@
 //! requests larger than 64 KiB (heavy writers) and the log cleaner pass token buckets
 //! whose rates adapt to the latency of the work that must stay fast, the way a
 //! congestion controller adapts a sending rate. The broker notes that latency in the
-//! [`LatencySignal`](crate::timings::LatencySignal) of its stage timings
+//! [`LatencySignal`](crate::io::timings::LatencySignal) of its stage timings
 //! (`Timings::light_latency`): every small sync, and every small produce's wait from its
 //! append to its data being durable. Every `interval` the controllers look at the
 //! slowest of the interval: above `target` the rates halve (never below `min`),
@@ -26,7 +26,7 @@
 //! of its maximum), back from a cut in about a second rather than five: measured, cold
 //! replays ran 1.4x faster with the tail beside them unchanged (`docs/sync.md`).
 //! Each has its own maximum: a replay's cost to the light clients grows with its rate,
-//! so reading stops lower (`bulk_read_bytes_per_sec_max`, `crate::limits`).
+//! so reading stops lower (`bulk_read_bytes_per_sec_max`, `headway_base::limits`).
 //!
 //! The bucket allows a debt: a read is admitted once the bucket is not in debt and is
 //! charged with what it read afterwards, so a large read is never starved by small
@@ -34,7 +34,7 @@
 //! over the time it is given ([`Controller`]); [`BulkBudget`] is the shell that reads
 //! the clock and sleeps.
 
-use crate::timings::Timings;
+use crate::io::timings::Timings;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -78,7 +78,7 @@ pub struct BudgetConfig {
     /// How often the rate is adjusted.
     pub interval: Duration,
     /// How long a catch-up read waits, before each disk read, for small syncs in
-    /// progress to end (`crate::timings::SyncGate`); zero: never.
+    /// progress to end (`crate::io::timings::SyncGate`); zero: never.
     pub read_sync_wait: Duration,
 }
 

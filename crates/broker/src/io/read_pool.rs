@@ -12,7 +12,7 @@
 //!
 //! Reads of the tail (a consumer less than `read_tail_bytes` behind the log's end) do
 //! not come here when their data is in the page cache, which it nearly always is:
-//! `crate::read_route` first tries a read that only succeeds from the cache
+//! `crate::io::read_route` first tries a read that only succeeds from the cache
 //! (`RWF_NOWAIT`) on the caller's thread. Reads further behind always come here, cached
 //! or not.
 //!
@@ -23,16 +23,16 @@
 //! catching up runs at full speed.
 //!
 //! Bulk work: catch-up reads pass the broker's bulk budget first ([`ReadPool::run_bulk`],
-//! `crate::bulk_budget`). The server also runs produce requests larger than 64 KiB here
+//! `crate::io::bulk_budget`). The server also runs produce requests larger than 64 KiB here
 //! (decoding, CRC checks, the append), so that heavy writers take the CPU light
 //! connections leave, like catching up does. A connection's reader waits for its large
 //! produce as its writer waits for its fetch's read, so the queue holds at most two jobs
 //! per connection.
 
-use crate::bulk_budget::{BulkBudget, BulkWork};
+use crate::io::bulk_budget::{BulkBudget, BulkWork};
+use crate::io::priority::BulkPriority;
+use crate::io::timings::Histogram;
 use crate::panics::{self, Component, Panicked, ThreadsAlive};
-use crate::priority::BulkPriority;
-use crate::timings::Histogram;
 use prometheus_client::metrics::histogram::exponential_buckets;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -50,7 +50,7 @@ pub struct ReadPool {
     /// caught and its thread goes on), for `/readyz`.
     alive: Arc<ThreadsAlive>,
     stats: Arc<ReadStats>,
-    /// The rate bulk work may take ([`crate::bulk_budget`]), shared with large produces.
+    /// The rate bulk work may take ([`crate::io::bulk_budget`]), shared with large produces.
     budget: Arc<BulkBudget>,
 }
 

@@ -9,7 +9,8 @@
 //! 2. [`CleaningPlan::stage`], without the lock (`stage.rs`): reads the dirty segments'
 //!    keys into an [`OffsetMap`](crate::compaction::OffsetMap), then writes the cleaned
 //!    segments, grouped, into `<partition dir>/.cleaning/`.
-//! 3. [`Log::install_next_group`], under the lock, once per group (`swap.rs`): swaps
+//! 3. [`Log::install_next_group`], under the lock, once per group (`swap.rs`; the
+//!    staging directory and what a crash leaves are `staging.rs`'s): swaps
 //!    the group's cleaned segment in, crash-safely, if the group's segments are still
 //!    the ones planned; then [`Log::finish_cleaning`], under the lock, and
 //!    [`CleanedPass::remove_leftovers`] without it, which deletes the replaced files.
@@ -24,18 +25,19 @@
 //!
 //! One pass at a time per log: a plan taken while another is pending is refused.
 
-mod checkpoint;
+pub(crate) mod checkpoint;
 mod stage;
+pub(crate) mod staging;
 mod swap;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use checkpoint::CleanerState;
-pub(crate) use swap::finish_interrupted_swaps;
+use checkpoint::CleanerState;
 
-use super::Log;
 use crate::config::SEGMENT_OFFSETS_LIMIT;
-use crate::{LogError, Offset};
+use crate::log::Log;
+use crate::LogError;
+use headway_base::Offset;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -216,7 +218,7 @@ impl CleanedPass {
         if let Some(state) = &self.checkpoint {
             state.store(&self.dir)?;
         }
-        swap::remove_staging(&self.dir)?;
+        staging::remove_staging(&self.dir)?;
         Ok(self.report)
     }
 }
@@ -486,28 +488,4 @@ fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
-}
-
-/// The cleaner's state of a log being opened: its checkpoint, with the first dirty
-/// offset moved down to a segment boundary at or below the log's end, so that every
-/// record past it is in a segment the next pass reads keys from.
-pub(crate) fn state_at_open(
-    dir: &std::path::Path,
-    segments: &std::collections::BTreeMap<i64, crate::segment::Segment>,
-    log_start_offset: i64,
-) -> CleanerState {
-    let Some(mut state) = CleanerState::load(dir) else {
-        return CleanerState::new(log_start_offset);
-    };
-    let active = segments.keys().next_back().copied().unwrap_or(0);
-    let log_end = segments.values().next_back().map_or(0, |s| s.end_offset());
-    let target = state.first_dirty_offset.min(log_end);
-    if let Some((base, segment)) = segments.range(..=target).next_back() {
-        if target > *base && (target < segment.end_offset() || *base == active) {
-            state.dirty_from(*base);
-        }
-    }
-    state.dirty_from(target);
-    state.forget_below(log_start_offset);
-    state
 }

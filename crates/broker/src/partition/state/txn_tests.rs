@@ -3,9 +3,9 @@
 //! clean restart.
 
 use super::*;
-use crate::limits;
 use crate::producer_state::tests::header;
 use crate::producer_state::CompletedTxn;
+use headway_base::limits;
 
 fn empty() -> PartitionState {
     PartitionState::recovered(Offset::ZERO, Offset::ZERO, None, ProducerStates::default())

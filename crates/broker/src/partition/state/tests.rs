@@ -5,7 +5,7 @@
 use super::*;
 use crate::producer_state::tests::header;
 use crate::producer_state::BATCHES_PER_PRODUCER;
-use crate::ProducerId;
+use headway_base::ProducerId;
 use std::collections::{BTreeMap, VecDeque};
 
 fn empty() -> PartitionState {

@@ -19,6 +19,7 @@
 use super::{relative, Segment, SegmentPaths};
 use crate::batch::BatchHeader;
 use crate::config::{SCAN_CHUNK_BYTES, SHORT_WALK_CHUNK_BYTES};
+use crate::file_cache::without_readahead;
 use crate::index::{IndexDamage, OffsetIndex};
 use crate::indexing::{BatchPlace, IndexCursor};
 use crate::scan::{self, WalkEnd, WalkOptions};
@@ -120,13 +121,13 @@ impl Segment {
         let adoptable = !options.full_scan && segment.size_bytes <= u64::from(u32::MAX);
         if let (true, Some(oi), Some(ti)) = (adoptable, &offset_index, &time_index) {
             if segment.adopt(oi.clone(), ti.clone())? {
-                super::without_readahead(segment.held_log());
+                without_readahead(segment.held_log());
                 return Ok((segment, LoadReport::default()));
             }
         }
         let report = segment.rebuild(offset_index, time_index, options)?;
         // Scanned with the kernel's readahead; served without it.
-        super::without_readahead(segment.held_log());
+        without_readahead(segment.held_log());
         Ok((segment, report))
     }
 

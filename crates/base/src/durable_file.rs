@@ -1,6 +1,8 @@
-//! The one way the broker replaces a small side file: the producer-state snapshot and
-//! the `log-start-offset` file of a partition, a topic's `topic.json`, the data
-//! directory's `meta.json` and `producer-ids`.
+//! The one way headway replaces a file durably, and the one directory sync. Its users:
+//! the broker's side files (a partition's producer-state snapshot and
+//! `log-start-offset`, a topic's `topic.json`, the data directory's `meta.json` and
+//! `producer-ids`), the security store and group settings, the log cleaner's checkpoint
+//! and the log's aborted-transaction indexes.
 //!
 //! [`replace`] writes the new contents to `<name>.tmp` next to the file, syncs it,
 //! renames it over the file and syncs the directory. A crash at any step leaves either
@@ -8,30 +10,53 @@
 //! once the new contents are on disk. The directory sync makes the rename itself
 //! durable, so a file that was acknowledged (a DeleteRecords start, a reserved block of
 //! producer ids) is still there after a power loss. A failed write removes the
-//! temporary file and leaves the old file as it was.
+//! temporary file and leaves the old file as it was. [`replace_leaving_dir_unsynced`]
+//! is the same without the directory sync, for a caller that replaces several files of
+//! one directory and syncs it once after the last.
 //!
-//! Every directory sync of the broker goes through [`sync_dir`], so a failure to sync
-//! one reads the same everywhere. Blocking: call from a blocking thread.
+//! Every directory sync goes through [`sync_dir`], so a failure to sync one reads the
+//! same everywhere. Failures are [`DurableFileError`]s naming the step and the file.
+//! Blocking: call from a blocking thread.
 
-use crate::BrokerError;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// A durable write that failed: which step (`write`, `sync directory`), on which path,
+/// and the I/O error. After a failed [`replace`] the file keeps its old contents.
+#[derive(Debug, thiserror::Error)]
+#[error("{context} {path}: {source}")]
+pub struct DurableFileError {
+    pub context: &'static str,
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
 
 /// Replaces `path` with `bytes` durably (temporary file, fsync, rename, fsync of the
 /// directory). Calls that replace the same file must not overlap: they share its
 /// temporary file, and their renames would land in either order (the partition's
 /// DeleteRecords lock is one such caller's order).
-pub fn replace(path: &Path, bytes: &[u8]) -> Result<(), BrokerError> {
+pub fn replace(path: &Path, bytes: &[u8]) -> Result<(), DurableFileError> {
+    replace_with(path, |file| file.write_all(bytes))?;
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => sync_dir(dir),
+        _ => sync_dir(Path::new(".")),
+    }
+}
+
+/// [`replace`] without the directory sync: the new contents are on disk, but the
+/// rename becomes durable only when the caller syncs the directory.
+pub fn replace_leaving_dir_unsynced(path: &Path, bytes: &[u8]) -> Result<(), DurableFileError> {
     replace_with(path, |file| file.write_all(bytes))
 }
 
-/// [`replace`] with the contents written by `write`. When `write` fails, the
-/// temporary file is removed and `path` keeps its old contents.
+/// Writes, syncs and renames the temporary file, with the contents written by `write`.
+/// When a step fails, the temporary file is removed and `path` keeps its old contents.
 fn replace_with(
     path: &Path,
     write: impl FnOnce(&mut File) -> std::io::Result<()>,
-) -> Result<(), BrokerError> {
+) -> Result<(), DurableFileError> {
     let tmp = temporary(path);
     let written = File::create(&tmp).and_then(|mut file| {
         write(&mut file)?;
@@ -43,15 +68,15 @@ fn replace_with(
         let _ = fs::remove_file(&tmp);
         return Err(storage("write", path, e));
     }
-    match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => sync_dir(dir),
-        _ => sync_dir(Path::new(".")),
-    }
+    Ok(())
 }
 
 /// Syncs a directory, so that files created, renamed or removed in it stay so after a
-/// crash.
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), BrokerError> {
+/// crash. The directory is opened for the purpose: no one holds a descriptor of a
+/// directory between syncs (they are rare: files created or deleted), which saves one
+/// open file per partition. A directory's entries are metadata the filesystem
+/// journals, so a sync through a new descriptor covers every change made before it.
+pub fn sync_dir(dir: &Path) -> Result<(), DurableFileError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| storage("sync directory", dir, e))
@@ -64,8 +89,12 @@ fn temporary(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-fn storage(context: &str, path: &Path, e: std::io::Error) -> BrokerError {
-    BrokerError::Storage(format!("{context} {}: {e}", path.display()))
+fn storage(context: &'static str, path: &Path, source: std::io::Error) -> DurableFileError {
+    DurableFileError {
+        context,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 #[cfg(test)]
@@ -97,7 +126,7 @@ mod tests {
             file.write_all(b"half of the new")?;
             Err(std::io::Error::other("disk full"))
         });
-        assert!(matches!(failed, Err(BrokerError::Storage(ref m)) if m.contains("disk full")));
+        assert!(matches!(failed, Err(ref e) if e.to_string().contains("disk full")));
         assert_eq!(fs::read(&path).unwrap(), b"old");
         assert!(
             !dir.path().join("side-file.tmp").exists(),
@@ -114,6 +143,18 @@ mod tests {
         fs::create_dir(dir.path().join("side-file.tmp")).unwrap();
         assert!(replace(&path, b"new").is_err());
         assert_eq!(fs::read(&path).unwrap(), b"old");
+    }
+
+    #[test]
+    fn a_replace_leaving_the_directory_unsynced_writes_the_same_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.txnindex");
+        replace_leaving_dir_unsynced(&path, b"entries").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"entries");
+        assert!(!dir
+            .path()
+            .join("00000000000000000000.txnindex.tmp")
+            .exists());
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! kept beside the log, and the batches stay as clients wrote them).
 //!
 //! The state is written to `cleaner-checkpoint` in the partition directory after every
-//! pass that changed it (temporary file, sync, rename, directory sync), without the
+//! pass that changed it (`headway_base::durable_file::replace`), without the
 //! log's lock. It only ever lags the log: a crash before it is written leaves the older
 //! state, whose first dirty offset is lower (the next pass reads more keys) and whose
 //! spans are fewer (tombstones wait longer). A missing or unreadable file reads as a
@@ -22,10 +22,11 @@
 //! [`SPANS_MAX`] the two neighbours with the closest horizons merge, keeping the later
 //! horizon (their tombstones wait a little longer, never less).
 
+use crate::segment::Segment;
 use crate::LogError;
-use std::fs::File;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use headway_base::durable_file;
+use std::collections::BTreeMap;
+use std::path::Path;
 
 /// The file's name in the partition directory.
 pub(crate) const CHECKPOINT_FILE: &str = "cleaner-checkpoint";
@@ -55,6 +56,30 @@ pub(crate) struct CleanerState {
 }
 
 impl CleanerState {
+    /// The cleaner's state of a log being opened: its checkpoint, with the first dirty
+    /// offset moved down to a segment boundary at or below the log's end, so that every
+    /// record past it is in a segment the next pass reads keys from.
+    pub fn at_open(
+        dir: &Path,
+        segments: &BTreeMap<i64, Segment>,
+        log_start_offset: i64,
+    ) -> CleanerState {
+        let Some(mut state) = CleanerState::load(dir) else {
+            return CleanerState::new(log_start_offset);
+        };
+        let active = segments.keys().next_back().copied().unwrap_or(0);
+        let log_end = segments.values().next_back().map_or(0, |s| s.end_offset());
+        let target = state.first_dirty_offset.min(log_end);
+        if let Some((base, segment)) = segments.range(..=target).next_back() {
+            if target > *base && (target < segment.end_offset() || *base == active) {
+                state.dirty_from(*base);
+            }
+        }
+        state.dirty_from(target);
+        state.forget_below(log_start_offset);
+        state
+    }
+
     /// A log never cleaned, starting at `log_start_offset`.
     pub fn new(log_start_offset: i64) -> CleanerState {
         CleanerState {
@@ -210,18 +235,11 @@ impl CleanerState {
     /// Replaces the stored state in `dir` durably. Blocking: call it without the log's
     /// lock, one pass at a time (the log's busy flag orders the passes).
     pub fn store(&self, dir: &Path) -> Result<(), LogError> {
-        let path = dir.join(CHECKPOINT_FILE);
-        let tmp: PathBuf = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
-        File::create(&tmp)
-            .and_then(|mut file| {
-                file.write_all(self.encode().as_bytes())?;
-                file.sync_all()
-            })
-            .map_err(LogError::io("write", &tmp))?;
-        std::fs::rename(&tmp, &path).map_err(LogError::io("rename", &tmp))?;
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(LogError::io("sync directory", dir))
+        let bytes = self.encode();
+        Ok(durable_file::replace(
+            &dir.join(CHECKPOINT_FILE),
+            bytes.as_bytes(),
+        )?)
     }
 }
 

@@ -4,7 +4,8 @@
 
 use super::*;
 use crate::partition::{DeleteRecordsTo, Partition};
-use crate::{Broker, BrokerConfig, BrokerError, FlushPolicy, PartitionIndex};
+use crate::{Broker, BrokerConfig, BrokerError, FlushPolicy};
+use headway_base::{Clock, PartitionIndex};
 use headway_log::LogConfig;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -34,7 +35,7 @@ fn batch(records: usize, value: &[u8]) -> Vec<u8> {
         varint(&mut body, r.len() as i64);
         body.extend(r);
     }
-    let now = crate::now_ms();
+    let now = headway_base::now_ms();
     let mut out = Vec::new();
     out.extend(0i64.to_be_bytes()); // base offset
     out.extend(((49 + body.len()) as i32).to_be_bytes()); // batch length
@@ -85,6 +86,7 @@ async fn nothing_is_acknowledged_before_the_shared_round_syncs_it() {
             PartitionIndex::new(i),
             LogConfig::default(),
             FlushPolicy::Sync,
+            Clock::system(),
         )
         .unwrap();
         p.join_shared_flusher(&flusher);
@@ -246,6 +248,7 @@ fn lone_partition(dir: &tempfile::TempDir, flush: FlushPolicy) -> Arc<Partition>
         PartitionIndex::new(0),
         LogConfig::default(),
         flush,
+        Clock::system(),
     )
     .unwrap();
     p

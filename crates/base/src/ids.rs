@@ -1,5 +1,5 @@
-//! The broker's ids, each its own type: a partition's index, a topic partition, an
-//! idempotent producer's id and epoch. Their integers are private: the request
+//! The workspace's ids, each its own type: a partition's index, a topic partition, an
+//! idempotent producer's id and epoch ([`crate::Offset`] has a module of its own). Their integers are private: the request
 //! handlers and the side-file codecs build them from wire or disk integers with
 //! `new` and read them back with `value`; everything in between passes the types.
 //! Where the wire says "none" with -1, the broker holds an `Option` and the encoder
@@ -63,7 +63,7 @@ id_type!(
 );
 
 id_type!(
-    /// An idempotent producer's id, handed out by [`crate::producer_ids`]. The wire's
+    /// An idempotent producer's id, handed out by `headway_broker::producer_ids`. The wire's
     /// "no producer" (-1) never becomes one: [`ProducerId::from_wire`] says `None`.
     ProducerId(i64),
     none = -1

@@ -9,7 +9,7 @@
 //! is printed; `HEADWAY_TEST_SEED=<seed>` replays the same records and kill delays.
 
 use super::*;
-use crate::log::cleaner::swap::STAGING_DIR;
+use crate::log::cleaner::staging::STAGING_DIR;
 use crate::testutil::{seed, Rng};
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -184,7 +184,7 @@ fn check(dir: &Path, seed: u64, context: &str) {
     check_cleaned(&log, &written, |_, t| t < horizon_ms, context);
     let checkpoint = dir.join("cleaner-checkpoint");
     assert_eq!(
-        crate::log::cleaner::CleanerState::load(dir).is_some(),
+        crate::log::cleaner::checkpoint::CleanerState::load(dir).is_some(),
         checkpoint.exists(),
         "{context}: the cleaner's checkpoint is whole when present"
     );

@@ -4,8 +4,9 @@
 
 use super::*;
 use crate::control::{Marker, MarkerKind};
-use crate::log::cleaner::swap::STEPS_LEFT;
+use crate::log::cleaner::staging::STEPS_LEFT;
 use crate::AbortedTxn;
+use headway_base::{ProducerEpoch, ProducerId};
 
 const SEGMENT_BYTES: u64 = 1024;
 
@@ -19,8 +20,8 @@ fn log_with_aborts(dir: &Path) -> (Log, Vec<AbortedTxn>) {
         let base = append(&mut log, Compression::None, &records, 1_000 + i);
         if i % 5 == 4 {
             let mut marker = Marker {
-                producer_id: i,
-                producer_epoch: 0,
+                producer_id: ProducerId::new(i),
+                producer_epoch: ProducerEpoch::FIRST,
                 kind: MarkerKind::Abort,
                 coordinator_epoch: 0,
                 timestamp_ms: 1_000 + i,
@@ -28,7 +29,7 @@ fn log_with_aborts(dir: &Path) -> (Log, Vec<AbortedTxn>) {
             .encode();
             let at = log.append(&mut marker, NOW_MS).expect("marker").base_offset;
             let entry = AbortedTxn {
-                producer_id: i,
+                producer_id: ProducerId::new(i),
                 first_offset: Offset::new(base),
                 last_offset: at,
             };

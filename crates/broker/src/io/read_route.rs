@@ -1,5 +1,5 @@
 //! How a fetch's read reaches the disk: from the page cache on the caller's thread, or
-//! on the read threads of [`crate::read_pool`].
+//! on the read threads of [`crate::io::read_pool`].
 //!
 //! A tail read (less than [`ReadVia::tail_bytes`] behind the log's end) is served from
 //! the page cache on the caller's thread when every byte is there
@@ -11,10 +11,11 @@
 //! locates the data and hands over the slice ([`crate::Partition::read_via`]); this
 //! module never sees the partition or its mutex.
 
-use crate::read_pool::ReadVia;
+use crate::io::read_pool::ReadVia;
 use crate::BrokerError;
 use bytes::Bytes;
-use headway_log::{Offset, ReadSlice};
+use headway_base::Offset;
+use headway_log::ReadSlice;
 use std::sync::atomic::Ordering;
 
 /// Reads whole batches of `slice`, at most about `max_bytes`, never at or past

@@ -10,7 +10,8 @@
 use super::*;
 use crate::batch::BatchIter;
 use crate::testutil::{decoded, encoded_batch, TestRecord, CODECS};
-use crate::{LogConfig, Offset};
+use crate::LogConfig;
+use headway_base::Offset;
 use kafka_protocol::records::Compression;
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! Each step of a cleaning pass, on small deterministic logs.
 
 use super::*;
-use crate::log::cleaner::swap::{STAGING_DIR, STEPS_LEFT};
+use crate::log::cleaner::staging::{STAGING_DIR, STEPS_LEFT};
 use tempfile::TempDir;
 
 const SEGMENT_BYTES: u64 = 1024;

@@ -3,8 +3,9 @@
 //! have generous bounds and never decide an outcome by how long something took.
 
 use super::*;
-use crate::{Broker, BrokerConfig, Offset, PartitionIndex};
+use crate::{Broker, BrokerConfig};
 use bytes::Bytes;
+use headway_base::{Offset, PartitionIndex};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -12,7 +13,7 @@ use std::collections::BTreeMap;
 
 /// One batch of one record, written now.
 fn keyed(key: &str, value: &str) -> Vec<u8> {
-    keyed_at(key, value, crate::now_ms())
+    keyed_at(key, value, headway_base::now_ms())
 }
 
 /// One batch of one record with this timestamp.
@@ -22,7 +23,7 @@ fn keyed_at(key: &str, value: &str, timestamp: i64) -> Vec<u8> {
 
 /// One batch of one record deleting `key`, written now.
 fn tombstone(key: &str) -> Vec<u8> {
-    batch_of(key, None, crate::now_ms())
+    batch_of(key, None, headway_base::now_ms())
 }
 
 fn batch_of(key: &str, value: Option<&str>, timestamp: i64) -> Vec<u8> {
@@ -228,7 +229,7 @@ async fn a_log_past_its_max_compaction_lag_is_cleaned_below_its_dirty_ratio() {
     broker.create_topic("late", Some(1), config).await.unwrap();
     let p = broker.partition("late", PartitionIndex::new(0)).unwrap();
     // Written an hour ago (by their timestamps): past the lag of a minute.
-    let an_hour_ago = crate::now_ms() - 3_600_000;
+    let an_hour_ago = headway_base::now_ms() - 3_600_000;
     let mut end = Offset::new(0);
     for i in 0..50 {
         let batch = keyed_at("same", &format!("v{i}"), an_hour_ago);
@@ -294,7 +295,7 @@ async fn a_tombstone_goes_once_its_horizon_passed_even_with_nothing_dirty() {
     let due = p.tombstones_due_ms().unwrap().expect("a tombstone is due");
     assert!(p.dirty_ratio().unwrap() < 0.5);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while crate::now_ms() <= due {
+    while headway_base::now_ms() <= due {
         assert!(
             std::time::Instant::now() < deadline,
             "the clock passes {due}"

@@ -1,8 +1,8 @@
 //! Every hard bound of the broker, in one place, with why it holds and what happens
 //! when it is reached. (The group coordinator's bounds, members per group and groups,
 //! are in `headway_group::GroupConfig`, next to the state they bound.) Settings a user
-//! may want to change live in [`crate::config`] with these as defaults; the rest are
-//! constants.
+//! may want to change live in `headway_broker::config` with these as defaults; the
+//! rest are constants. Every crate of the workspace reads its bounds from here.
 //!
 //! # Memory
 //!
@@ -14,7 +14,7 @@
 //!   plus the produce batches being copied to have their offsets rewritten (at most
 //!   the frames they came in);
 //! - decoded requests: decoding runs on the worker threads, one request at a time on
-//!   each, and allocates at most `headway_protocol::DECODED_BYTES_MAX` (16 MiB), next to
+//!   each, and allocates at most [`DECODED_BYTES_MAX`] (16 MiB), next to
 //!   the check that every count on the wire is backed by bytes present;
 //! - fetch responses read and not yet written: at most `outbound_bytes_max` in all and
 //!   `connection_outbound_bytes_max` per connection, plus one batch per response (the
@@ -73,6 +73,12 @@ pub const REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT: usize = 128 * 1024 * 1024;
 /// MiB with 10,000 connections). Fetches, metadata, commits and a light producer's
 /// produces fit, so light clients never wait behind a heavy one's large frames.
 pub const REQUEST_SMALL_FRAME_BYTES: usize = 8 * 1024;
+
+/// What decoding one request may allocate: its arrays at their in-memory size (strings
+/// and byte strings share the frame). 16 MiB holds a fetch naming about 180,000
+/// partitions or a metadata request naming about 200,000 topics; a request past it is
+/// refused, as one whose counts are not backed by its bytes is.
+pub const DECODED_BYTES_MAX: usize = 16 * 1024 * 1024;
 
 /// How long a client may take to send a request body once its length has arrived
 /// (`request_body_timeout_ms`), waits for the request budget included. A client that
@@ -153,7 +159,7 @@ pub const BULK_PRODUCE_BYTES_MIN: usize = 64 * 1024;
 /// `bulk_bytes_per_sec_min`): the highest for writing (produce requests larger than
 /// [`BULK_PRODUCE_BYTES_MIN`], the log cleaner), the lowest for writing and reading.
 /// The rates start at the highest and halve while light work is slower than
-/// [`LIGHT_LATENCY_TARGET_MS_DEFAULT`] (`crate::bulk_budget`); they never drop below
+/// [`LIGHT_LATENCY_TARGET_MS_DEFAULT`] (`headway_broker::io::bulk_budget`); they never drop below
 /// the lowest, so catching up and heavy writing always progress.
 pub const BULK_BYTES_PER_SEC_MAX_DEFAULT: u64 = 1024 * 1024 * 1024;
 pub const BULK_BYTES_PER_SEC_MIN_DEFAULT: u64 = 16 * 1024 * 1024;
@@ -177,7 +183,7 @@ pub const BULK_READ_BYTES_PER_SEC_MAX_DEFAULT: u64 = 256 * 1024 * 1024;
 pub const LIGHT_LATENCY_TARGET_MS_DEFAULT: u64 = 3;
 
 /// How long a catch-up read waits, before each disk read of at most 256 KiB, for the
-/// small syncs in progress to end (`bulk_read_sync_wait_us`; `crate::timings::SyncGate`).
+/// small syncs in progress to end (`bulk_read_sync_wait_us`; `headway_broker::io::timings::SyncGate`).
 /// A small sync then queues behind at most the one read already on the disk; bounded so
 /// that catching up progresses while light partitions sync without pause (with 1,000
 /// µs and 256 KiB reads, at worst 256 KiB per millisecond of waiting). Off by default:
@@ -278,7 +284,7 @@ pub const LOG_CLEANER_IO_BYTES_PER_SEC_DEFAULT: u64 = 64 * 1024 * 1024;
 
 /// Open files kept back from new partitions beside the connections' reserve: syncs of
 /// directories, side files, the metrics listener, a log cleaner's staged segment
-/// (`crate::open_files`).
+/// (`headway_broker::open_files`).
 pub const OPEN_FILES_HEADROOM: u64 = 64;
 
 /// Transactional ids the transaction coordinator holds (`headway_txn`), each with its
@@ -401,7 +407,7 @@ pub const CONSOLE_CONNECTIONS_MAX: usize = 200;
 
 /// Threads that close partitions at once at a clean stop: each close of a written
 /// partition syncs its files, directory and clean-shutdown marker, and overlapping
-/// them lets the disk merge the flushes (`crate::Broker::shutdown`).
+/// them lets the disk merge the flushes (`headway_broker::Broker::shutdown`).
 pub const SHUTDOWN_CLOSE_THREADS: usize = 16;
 
 /// How often the cache of segment files closes the files not used since its previous
