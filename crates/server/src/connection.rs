@@ -24,13 +24,16 @@
 //! queued have been written; that is what Kafka does, since the client could not parse
 //! any answer.
 
+use crate::authentication;
 use crate::bulk_send::BulkLane;
-use crate::handlers::{self, Arrival, Ctx, HandlerError, Outgoing, Reply, ReplyTiming};
-use crate::listener::ListenerInfo;
+use crate::call::{
+    self, Arrival, Connection, Ctx, HandlerError, ListenerInfo, Outgoing, Reply, ReplyTiming,
+    ServerStats,
+};
+use crate::handlers;
 use crate::request_budget::Reserved;
 use crate::requests::Caller;
 use crate::sasl;
-use crate::stats::{Connection, ServerStats};
 use crate::tls;
 use bytes::Bytes;
 use headway_base::limits;
@@ -38,7 +41,7 @@ use headway_broker::io::bulk_budget::BulkWork;
 use headway_broker::io::read_pool::PoolError;
 use headway_broker::Partition;
 use headway_protocol::kafka_protocol::messages::ApiKey;
-use headway_protocol::{parse_request, read_frame_size, FrameError, Request};
+use headway_protocol::{parse_request, read_frame_body_into, read_frame_size, FrameError, Request};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -107,9 +110,10 @@ async fn read_requests<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    // A SASL listener's client authenticates first, one request at a time (`crate::sasl`).
+    // A SASL listener's client authenticates first, one request at a time
+    // (`crate::authentication`).
     if conn.listener.protocol.sasl()
-        && !sasl::authenticate(&mut reader, &mut writer, conn, ctx).await
+        && !authentication::authenticate(&mut reader, &mut writer, conn, ctx).await
     {
         return;
     }
@@ -138,7 +142,7 @@ async fn read_requests<R, W>(
             conn.reader_paused.store(true, Ordering::Relaxed);
             tokio::select! {
                 _ = conn.long_polls_within(limits::LONG_POLL_BYTES_PER_CONNECTION_MAX) => {}
-                _ = handlers::shutting_down(&mut shutdown) => break,
+                _ = call::shutting_down(&mut shutdown) => break,
             }
             conn.reader_paused.store(false, Ordering::Relaxed);
         }
@@ -148,26 +152,30 @@ async fn read_requests<R, W>(
         }
         let next = tokio::select! {
             next = next_request(&mut reader, &mut client, ctx) => next,
-            _ = handlers::shutting_down(&mut shutdown) => break,
+            _ = call::shutting_down(&mut shutdown) => break,
         };
         let Some((request, reserved, arrival)) = next else {
             break;
         };
         conn.requests_read.fetch_add(1, Ordering::Relaxed);
-        if conn.listener.protocol.sasl() && sasl::expired(conn, ctx, request.api_key) {
+        if conn.listener.protocol.sasl()
+            && !handlers::authenticates(request.api_key)
+            && sasl::expired(conn, ctx, request.api_key)
+        {
             break;
         }
         if let Some(id) = &client.client_id {
             conn.set_client_id(id);
         }
-        let (api, version) = (request.api_key, request.api_version());
+        let api = request.api_key;
         let handled_from = std::time::Instant::now();
         ctx.stats.requests.read(api);
         // A large produce is bulk work: it waits for the bulk budget, which shrinks
         // while light work is slow (`docs/sync.md`), and is charged with its size.
         large = reserved.is_some();
         let heavy = request.body.len() > limits::BULK_PRODUCE_BYTES_MIN;
-        let bulk = (heavy && request.api_key == ApiKey::Produce).then(|| request.body.len());
+        let bulk =
+            (heavy && handlers::bulk_when_large(request.api_key)).then(|| request.body.len());
         let outcome = match bulk {
             None => handlers::dispatch(ctx, conn, request, arrival, &mut hold),
             Some(_) => {
@@ -184,8 +192,7 @@ async fn read_requests<R, W>(
         if let Some(bytes) = bulk {
             ctx.broker.bulk_budget().charge(BulkWork::Write, bytes);
         }
-        let outcome =
-            outcome.map(|reply| counted(&ctx.stats, &client, api, version, handled_from, reply));
+        let outcome = outcome.map(|reply| counted(&ctx.stats, &client, api, handled_from, reply));
         // Handled: the request's bytes are free (a reply keeps what it needs).
         drop(reserved);
         match outcome {
@@ -230,16 +237,13 @@ fn counted(
     stats: &Arc<ServerStats>,
     caller: &Caller,
     api: ApiKey,
-    version: i16,
     started: std::time::Instant,
     reply: Reply,
 ) -> Reply {
     match reply {
-        Reply::Ready(frame) => {
-            stats
-                .requests
-                .answered(api, version, started, &frame, caller);
-            Reply::Ready(frame)
+        Reply::Ready(frame, codes) => {
+            stats.requests.answered(api, started, &codes, caller);
+            Reply::Ready(frame, codes)
         }
         Reply::Pending(future) => {
             let stats = Arc::clone(stats);
@@ -249,7 +253,7 @@ fn counted(
                 if let Ok(outgoing) = &outgoing {
                     stats
                         .requests
-                        .answered(api, version, started, &outgoing.frame, &caller);
+                        .answered(api, started, &outgoing.codes, &caller);
                 }
                 outgoing
             }))
@@ -388,16 +392,8 @@ async fn read_body<R: AsyncRead + Unpin>(
         return Ok((Bytes::from(body), None));
     }
     let reserved = ctx.stats.request_bytes.reserve(size).await;
-    while body.len() < size {
-        if body.len() == body.capacity() {
-            body.reserve_exact(size.min(body.len() * 2) - body.len());
-        }
-        // Straight into the spare capacity (no zeroing), never past the frame's end.
-        let left = (size - body.len()) as u64;
-        if (&mut *reader).take(left).read_buf(&mut body).await? == 0 {
-            return Err(FrameError::Truncated);
-        }
-    }
+    // Straight into the spare capacity (no zeroing), never past the frame's end.
+    read_frame_body_into(reader, &mut body, size).await?;
     Ok((Bytes::from(body), Some(reserved)))
 }
 
@@ -449,11 +445,13 @@ async fn write_replies<W: AsyncWrite + Unpin>(
             frame,
             reserved,
             timing,
+            codes: _,
         } = match reply {
-            Reply::Ready(frame) => Outgoing {
+            Reply::Ready(frame, codes) => Outgoing {
                 frame,
                 reserved: None,
                 timing: None,
+                codes,
             },
             Reply::Pending(mut future) => {
                 let outgoing = match futures::poll!(&mut future) {

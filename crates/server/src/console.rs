@@ -10,7 +10,7 @@
 //! for the console. Every list is bounded (`limits::CONSOLE_*`) and counts what it left
 //! out.
 
-use crate::handlers::Ctx;
+use crate::call::Ctx;
 use crate::metrics::{self, Reply};
 use bytes::Bytes;
 use headway_base::limits;

@@ -388,5 +388,4 @@ pub async fn open(
 }
 
 #[cfg(test)]
-#[path = "group_configs_tests.rs"]
 mod tests;

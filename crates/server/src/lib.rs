@@ -11,7 +11,7 @@
 //!    [`handlers::APIS`]. The handler's synchronous part runs right there, in
 //!    request order: a produce is validated and appended (offsets assigned) before the
 //!    next request is read.
-//! 3. The handler returns a [`handlers::Reply`]: bytes ready now, or a future (a
+//! 3. The handler returns a [`call::Reply`]: bytes ready now, or a future (a
 //!    produce waiting for its fsync, a fetch waiting for data). The reply goes into the
 //!    connection's bounded in-flight window.
 //! 4. The writer task takes replies in order, awaits each, and writes it. While a
@@ -20,16 +20,26 @@
 //!
 //! 5. A fetch reserves outbound bytes ([`outbound`]) before it reads, and reads through
 //!    the page cache or the cold-read pool; the reservation is released when the writer
-//!    has written the response. [`stats`] shows what every bounded queue holds,
+//!    has written the response. [`call::stats`] shows what every bounded queue holds,
 //!    [`probe`] how often each budget was found short and how long callers waited, and
 //!    [`requests`] the requests, response codes and latencies per API; [`metrics`]
 //!    serves them with `/healthz` and `/readyz`, and [`console`] shows them, with
 //!    groups and topics, in a read-only web page.
 //!
 //! Kafka error codes are chosen in one place, [`errors`].
+//!
+//! The modules build on each other top-down: [`listener`] on [`connection`] and
+//! [`sasl`], those on the registry [`handlers`], the handlers on [`authorize`] and
+//! [`errors`], and all of them on [`call`]: the context a request is handled with
+//! ([`call::Ctx`], [`call::Call`]), the connection's state and what a handler gives
+//! back. Below `call` are the services it bundles ([`authorizer`], [`sasl_settings`],
+//! [`group_configs`], [`requests`]) and the budgets ([`outbound`], [`request_budget`]).
 
+pub mod authentication;
 pub mod authorize;
+pub mod authorizer;
 pub mod bulk_send;
+pub mod call;
 pub mod connection;
 pub mod console;
 pub mod errors;
@@ -43,7 +53,7 @@ pub mod probe;
 pub mod request_budget;
 pub mod requests;
 pub mod sasl;
-pub mod stats;
+pub mod sasl_settings;
 pub mod tls;
 pub mod txn_markers;
 

@@ -5,8 +5,9 @@
 //! syncs the logs, so produces already appended are acknowledged as durable); give
 //! connections a grace period to write those acknowledgements; return.
 
-use crate::handlers::{self, Ctx};
-use crate::stats::ServerStats;
+use crate::call::{self, Ctx, ListenerInfo, ServerStats};
+use crate::handlers;
+use crate::requests::RequestMetrics;
 use crate::tls::ReloadableTls;
 use crate::txn_markers::PartitionMarkers;
 use crate::{connection, console, metrics};
@@ -39,28 +40,6 @@ pub struct Server {
     console_addr: Option<SocketAddr>,
     /// The SSL listeners' certificates, when there are any.
     tls: Option<Arc<ReloadableTls>>,
-}
-
-/// A listener as its connections see it: Metadata and FindCoordinator answer with its
-/// advertised address, so each client is sent back to the listener it came in on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListenerInfo {
-    pub name: String,
-    pub protocol: SecurityProtocol,
-    pub advertised_host: String,
-    pub advertised_port: i32,
-}
-
-impl ListenerInfo {
-    /// A plaintext listener on 127.0.0.1:9092, for tests of per-connection state.
-    pub fn local() -> Arc<ListenerInfo> {
-        Arc::new(ListenerInfo {
-            name: "PLAINTEXT".into(),
-            protocol: SecurityProtocol::Plaintext,
-            advertised_host: "127.0.0.1".into(),
-            advertised_port: 9092,
-        })
-    }
 }
 
 /// One bound listener.
@@ -234,7 +213,7 @@ impl Server {
             .map_err(|e| std::io::Error::other(format!("opening the group coordinator: {e}")))?;
         let topics_of = Arc::clone(&broker);
         groups.set_topics_source(headway_group::TopicsSource::new(move || {
-            crate::handlers::consumer_group_heartbeat::topics_view_of(&topics_of)
+            handlers::consumer_group_heartbeat::topics_view_of(&topics_of)
         }));
         // Readable as `__consumer_offsets`, and compacted like a topic with the
         // broker's default settings.
@@ -263,7 +242,7 @@ impl Server {
         let group_configs = crate::group_configs::open(config, &groups, &shares).await?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let security = open_security_store(config).await?;
-        let authorizer = Arc::new(crate::authorize::Authorizer::new(
+        let authorizer = Arc::new(crate::authorizer::Authorizer::new(
             config,
             Arc::clone(&security),
         ));
@@ -272,12 +251,16 @@ impl Server {
             txns,
             shares,
             group_configs,
-            stats: ServerStats::new(config, Arc::clone(broker.read_pool())),
+            stats: ServerStats::new(
+                config,
+                Arc::clone(broker.read_pool()),
+                RequestMetrics::new(handlers::APIS.iter().map(|h| h.key)),
+            ),
             broker: Arc::clone(&broker),
             shutdown: shutdown_rx,
             authorizer,
             security,
-            sasl: crate::sasl::Sasl::new(config).map_err(invalid)?,
+            sasl: crate::sasl_settings::Sasl::new(config).map_err(invalid)?,
         });
         let metrics_addr = serve_http(&config.metrics_listen, "metrics", |listen| {
             metrics::start(listen, Arc::clone(&ctx))
@@ -354,7 +337,7 @@ impl Server {
         loop {
             let permit = tokio::select! {
                 slot = self.ctx.stats.connection_slot() => slot,
-                _ = handlers::shutting_down(&mut down) => break,
+                _ = call::shutting_down(&mut down) => break,
             };
             let accepts = self
                 .listeners
@@ -377,7 +360,7 @@ impl Server {
                     }
                 },
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-                _ = handlers::shutting_down(&mut down) => break,
+                _ = call::shutting_down(&mut down) => break,
             }
         }
         self.ctx.stats.accepting.store(false, Ordering::Relaxed);
@@ -427,7 +410,7 @@ async fn open_share_coordinator(
 async fn open_security_store(
     config: &headway_broker::BrokerConfig,
 ) -> std::io::Result<Arc<headway_auth::store::SecurityStore>> {
-    let dir = config.data_dir.join(crate::authorize::SECURITY_DIR);
+    let dir = config.data_dir.join(crate::authorizer::SECURITY_DIR);
     let limits = headway_auth::store::StoreLimits {
         users_max: limits::SCRAM_USERS_MAX,
         acls_max: limits::ACLS_MAX,

@@ -15,8 +15,7 @@
 //! and every partition is online, else 503 with the reasons; anything else 404. A
 //! request head larger than 8 KiB or slower than 5 s closes the connection.
 
-use crate::handlers::Ctx;
-use crate::stats::ServerStats;
+use crate::call::{Ctx, ServerStats};
 use headway_base::limits;
 use headway_broker::panics::{self, Component};
 use headway_broker::{Broker, Partition, PartitionHealth, TrafficCounts};

@@ -1,6 +1,6 @@
 //! How often a budget ran out and how long its callers waited: one [`BudgetProbe`] per
 //! budget (request bytes, outbound bytes broker-wide and per connection, the read share,
-//! connection slots), owned by the server's [`crate::stats::ServerStats`], so each
+//! connection slots), owned by the server's [`crate::call::ServerStats`], so each
 //! broker instance counts its own. `/metrics` shows each as
 //! `headway_<budget>_exhausted_total` and the histogram `headway_<budget>_wait_seconds`
 //! (`docs/isolation.md`).

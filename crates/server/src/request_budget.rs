@@ -13,7 +13,7 @@
 //! How often a frame found the budget short and how long it waited is counted by its
 //! [`BudgetProbe`] (`headway_request_budget_*` on `/metrics`).
 //!
-//! Thread-safe; shared by every connection through [`crate::stats::ServerStats`].
+//! Thread-safe; shared by every connection through [`crate::call::ServerStats`].
 
 use crate::probe::BudgetProbe;
 use std::sync::Arc;

@@ -1,28 +1,26 @@
 //! Requests per API: how many were handled, how long each took until its response was
 //! ready to write, and the error codes the responses carried (`docs/metrics.md`).
 //!
-//! One [`RequestMetrics`] per server, part of its [`crate::stats::ServerStats`]. Every
-//! served API ([`crate::handlers::APIS`]) has a slot made when the server starts, so
+//! One [`RequestMetrics`] per server, part of its `ServerStats` (`crate::call`). Every
+//! served API (the registry's, `crate::handlers::APIS`) has a slot made when the server starts, so
 //! counting a request takes no lock and allocates nothing; the label sets are the served
 //! APIs and Kafka's error codes, a fixed, bounded list. The connection's reader counts a
 //! request and its response ([`RequestMetrics::answered`]) around `dispatch`; a reply
 //! that must wait (a produce's sync, a fetch's long poll) is counted when it is ready.
 //!
-//! Error codes are read back from the encoded response (decoded with `kafka-protocol`,
-//! records stay shared bytes): every code a response carries is counted once, the
-//! top-level one and each per-item one (partition, topic, group, member, resource).
+//! Error codes come from the typed response, before it is encoded: each response type
+//! says which codes it carries ([`ErrorCodes`], implemented next to its handler), and
+//! every code is counted once, the top-level one and each per-item one (partition,
+//! topic, group, member, resource). A reply carries its [`Codes`] to the reader.
 //!
 //! A response that carries a failure of the broker's own (a storage error, an internal
 //! error) or a refusal of bad input (a corrupt batch, a malformed request, and the
 //! authorization codes) is also logged, one line naming the API, the code, the client's
 //! id and its address, at most [`limits::FAILURE_LOG_LINES_PER_SECOND`] lines a second.
 
-use crate::handlers::APIS;
 use crate::log_limit::LineLimiter;
-use bytes::Bytes;
 use headway_base::limits;
-use kafka_protocol::messages::{self as m, ApiKey, ResponseHeader};
-use kafka_protocol::protocol::Decodable;
+use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -36,6 +34,42 @@ use std::time::Instant;
 /// Error codes counted one by one: Kafka's codes run from -1 to about 130; a code
 /// outside `-1..ERROR_CODES - 1` is counted as `other`.
 const ERROR_CODES: usize = 160;
+
+/// The error codes a response carries, each with how often, in the order first seen.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Codes(Vec<(i16, u32)>);
+
+impl Codes {
+    /// The codes `response` carries.
+    pub fn of<R: ErrorCodes + ?Sized>(response: &R) -> Codes {
+        let mut codes = Codes::default();
+        response.error_codes(&mut codes);
+        codes
+    }
+
+    /// Counts one more `code`.
+    pub fn add(&mut self, code: i16) {
+        match self.0.iter_mut().find(|(c, _)| *c == code) {
+            Some((_, n)) => *n += 1,
+            None => self.0.push((code, 1)),
+        }
+    }
+
+    /// Each code with how often it was added, in the order first added.
+    pub fn iter(&self) -> impl Iterator<Item = (i16, u32)> + '_ {
+        self.0.iter().copied()
+    }
+}
+
+/// A response type's error codes, counted on `/metrics` by API. Each handler
+/// implements it for the responses it answers with, next to the handler.
+pub trait ErrorCodes {
+    /// Adds every code the response carries to `codes`. The default adds none: the
+    /// APIs that keep it have no codes counted.
+    fn error_codes(&self, codes: &mut Codes) {
+        let _ = codes;
+    }
+}
 
 type Labels = Vec<(&'static str, String)>;
 type Latencies = Family<Labels, Histogram, fn() -> Histogram>;
@@ -86,22 +120,18 @@ pub struct RequestMetrics {
     failure_lines: LineLimiter,
 }
 
-impl Default for RequestMetrics {
-    fn default() -> RequestMetrics {
-        RequestMetrics::new()
-    }
-}
-
 impl RequestMetrics {
-    pub fn new() -> RequestMetrics {
+    /// Counters for the APIs of `served`.
+    pub fn new(served: impl IntoIterator<Item = ApiKey>) -> RequestMetrics {
         let requests = Family::<Labels, Counter>::default();
         let latency = Latencies::new_with_constructor(new_histogram as fn() -> Histogram);
-        let keys = APIS.iter().map(|h| h.key as usize + 1).max().unwrap_or(0);
+        let served: Vec<ApiKey> = served.into_iter().collect();
+        let keys = served.iter().map(|k| *k as usize + 1).max().unwrap_or(0);
         let mut slots: Vec<Option<Slot>> = (0..keys).map(|_| None).collect();
-        for handler in APIS {
-            let name = format!("{:?}", handler.key);
+        for key in served {
+            let name = format!("{key:?}");
             let labels = vec![("api", name.clone())];
-            slots[handler.key as usize] = Some(Slot {
+            slots[key as usize] = Some(Slot {
                 requests: requests.get_or_create(&labels).clone(),
                 latency: latency.get_or_create(&labels).clone(),
                 codes: (0..=ERROR_CODES).map(|_| AtomicU64::new(0)).collect(),
@@ -127,34 +157,23 @@ impl RequestMetrics {
         }
     }
 
-    /// The response `frame` (size prefix, header, body) to a request of `api` at
-    /// `version` from `caller`, handled from `started`, is ready to write.
-    pub fn answered(
-        &self,
-        api: ApiKey,
-        version: i16,
-        started: Instant,
-        frame: &Bytes,
-        caller: &Caller,
-    ) {
+    /// The response to a request of `api` from `caller`, handled from `started`, is
+    /// ready to write; it carries `codes`.
+    pub fn answered(&self, api: ApiKey, started: Instant, codes: &Codes, caller: &Caller) {
         let Some(slot) = self.slot(api) else {
             return;
         };
         slot.latency.observe(started.elapsed().as_secs_f64());
         let mut logged = None;
-        let mut count = |code: i16| {
+        for (code, n) in codes.iter() {
             let index = usize::try_from(i32::from(code) + 1)
                 .ok()
                 .filter(|i| *i < ERROR_CODES)
                 .unwrap_or(ERROR_CODES);
-            slot.codes[index].fetch_add(1, Ordering::Relaxed);
+            slot.codes[index].fetch_add(u64::from(n), Ordering::Relaxed);
             if logged.is_none() && LOGGED_CODES.iter().any(|e| e.code() == code) {
                 logged = Some(code);
             }
-        };
-        if error_codes(api, version, frame, &mut count).is_none() {
-            // The broker encoded it, so this does not happen; if it did, it shows.
-            count(ResponseError::UnknownServerError.code());
         }
         if let Some(code) = logged {
             self.log_failure(&slot.name, code, caller);
@@ -231,136 +250,9 @@ fn error_name(code: i16) -> String {
     }
 }
 
-/// Calls `count` with every error code the response in `frame` (to a request of
-/// `api` at `version`) carries; `None` if it does not decode.
-fn error_codes(api: ApiKey, version: i16, frame: &Bytes, mut count: impl FnMut(i16)) -> Option<()> {
-    let mut body = frame.get(4..).map(|_| frame.slice(4..))?;
-    ResponseHeader::decode(&mut body, api.response_header_version(version)).ok()?;
-    let body = &mut body;
-    match api {
-        ApiKey::Produce => decode::<m::ProduceResponse>(body, version)?
-            .responses
-            .iter()
-            .flat_map(|t| &t.partition_responses)
-            .for_each(|p| count(p.error_code)),
-        ApiKey::Fetch => {
-            let r = decode::<m::FetchResponse>(body, version)?;
-            count(r.error_code);
-            r.responses
-                .iter()
-                .flat_map(|t| &t.partitions)
-                .for_each(|p| count(p.error_code));
-        }
-        ApiKey::ListOffsets => decode::<m::ListOffsetsResponse>(body, version)?
-            .topics
-            .iter()
-            .flat_map(|t| &t.partitions)
-            .for_each(|p| count(p.error_code)),
-        ApiKey::Metadata => decode::<m::MetadataResponse>(body, version)?
-            .topics
-            .iter()
-            .for_each(|t| {
-                count(t.error_code);
-                t.partitions.iter().for_each(|p| count(p.error_code));
-            }),
-        ApiKey::OffsetCommit => decode::<m::OffsetCommitResponse>(body, version)?
-            .topics
-            .iter()
-            .flat_map(|t| &t.partitions)
-            .for_each(|p| count(p.error_code)),
-        ApiKey::OffsetFetch => {
-            let r = decode::<m::OffsetFetchResponse>(body, version)?;
-            count(r.error_code);
-            r.topics
-                .iter()
-                .flat_map(|t| &t.partitions)
-                .for_each(|p| count(p.error_code));
-            r.groups.iter().for_each(|g| {
-                count(g.error_code);
-                g.topics
-                    .iter()
-                    .flat_map(|t| &t.partitions)
-                    .for_each(|p| count(p.error_code));
-            });
-        }
-        ApiKey::FindCoordinator => {
-            let r = decode::<m::FindCoordinatorResponse>(body, version)?;
-            count(r.error_code);
-            r.coordinators.iter().for_each(|c| count(c.error_code));
-        }
-        ApiKey::LeaveGroup => {
-            let r = decode::<m::LeaveGroupResponse>(body, version)?;
-            count(r.error_code);
-            r.members.iter().for_each(|m| count(m.error_code));
-        }
-        ApiKey::DescribeGroups => decode::<m::DescribeGroupsResponse>(body, version)?
-            .groups
-            .iter()
-            .for_each(|g| count(g.error_code)),
-        ApiKey::CreateTopics => decode::<m::CreateTopicsResponse>(body, version)?
-            .topics
-            .iter()
-            .for_each(|t| count(t.error_code)),
-        ApiKey::DeleteTopics => decode::<m::DeleteTopicsResponse>(body, version)?
-            .responses
-            .iter()
-            .for_each(|t| count(t.error_code)),
-        ApiKey::DescribeConfigs => decode::<m::DescribeConfigsResponse>(body, version)?
-            .results
-            .iter()
-            .for_each(|c| count(c.error_code)),
-        ApiKey::CreatePartitions => decode::<m::CreatePartitionsResponse>(body, version)?
-            .results
-            .iter()
-            .for_each(|t| count(t.error_code)),
-        ApiKey::IncrementalAlterConfigs => {
-            decode::<m::IncrementalAlterConfigsResponse>(body, version)?
-                .responses
-                .iter()
-                .for_each(|c| count(c.error_code))
-        }
-        ApiKey::AlterConfigs => decode::<m::AlterConfigsResponse>(body, version)?
-            .responses
-            .iter()
-            .for_each(|c| count(c.error_code)),
-        ApiKey::DeleteRecords => decode::<m::DeleteRecordsResponse>(body, version)?
-            .topics
-            .iter()
-            .flat_map(|t| &t.partitions)
-            .for_each(|p| count(p.error_code)),
-        ApiKey::DeleteGroups => decode::<m::DeleteGroupsResponse>(body, version)?
-            .results
-            .iter()
-            .for_each(|g| count(g.error_code)),
-        ApiKey::JoinGroup => count(decode::<m::JoinGroupResponse>(body, version)?.error_code),
-        ApiKey::SyncGroup => count(decode::<m::SyncGroupResponse>(body, version)?.error_code),
-        ApiKey::Heartbeat => count(decode::<m::HeartbeatResponse>(body, version)?.error_code),
-        ApiKey::ListGroups => count(decode::<m::ListGroupsResponse>(body, version)?.error_code),
-        ApiKey::ApiVersions => count(decode::<m::ApiVersionsResponse>(body, version)?.error_code),
-        ApiKey::InitProducerId => {
-            count(decode::<m::InitProducerIdResponse>(body, version)?.error_code)
-        }
-        ApiKey::DescribeCluster => {
-            count(decode::<m::DescribeClusterResponse>(body, version)?.error_code)
-        }
-        // Every served API is listed above; a new one counts no code until it is added.
-        _ => {}
-    }
-    Some(())
-}
-
-fn decode<T: Decodable>(body: &mut Bytes, version: i16) -> Option<T> {
-    T::decode(body, version).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use headway_protocol::encode_response;
-    use kafka_protocol::messages::produce_response::{
-        PartitionProduceResponse, TopicProduceResponse,
-    };
-    use kafka_protocol::messages::{HeartbeatResponse, ProduceResponse};
 
     fn caller() -> Caller {
         Caller {
@@ -377,19 +269,23 @@ mod tests {
         text
     }
 
+    fn codes(list: &[i16]) -> Codes {
+        let mut codes = Codes::default();
+        list.iter().for_each(|c| codes.add(*c));
+        codes
+    }
+
     #[test]
     fn partition_codes_and_top_level_codes_are_counted_by_api() {
-        let metrics = RequestMetrics::new();
-        let partition = |code| PartitionProduceResponse::default().with_error_code(code);
-        let produce =
-            ProduceResponse::default().with_responses(vec![TopicProduceResponse::default()
-                .with_partition_responses(vec![partition(0), partition(3), partition(3)])]);
-        let frame = encode_response(9, 7, &produce).unwrap();
+        let metrics = RequestMetrics::new([ApiKey::Produce, ApiKey::Heartbeat]);
         metrics.read(ApiKey::Produce);
-        metrics.answered(ApiKey::Produce, 9, Instant::now(), &frame, &caller());
-        let heartbeat = HeartbeatResponse::default().with_error_code(27);
-        let frame = encode_response(4, 8, &heartbeat).unwrap();
-        metrics.answered(ApiKey::Heartbeat, 4, Instant::now(), &frame, &caller());
+        metrics.answered(
+            ApiKey::Produce,
+            Instant::now(),
+            &codes(&[0, 3, 3]),
+            &caller(),
+        );
+        metrics.answered(ApiKey::Heartbeat, Instant::now(), &codes(&[27]), &caller());
 
         let text = scrape(&metrics);
         let has = |line: &str| assert!(text.lines().any(|l| l == line), "{line}\n{text}");
@@ -404,12 +300,16 @@ mod tests {
     }
 
     #[test]
-    fn a_frame_that_does_not_decode_counts_as_an_unknown_server_error() {
-        let metrics = RequestMetrics::new();
-        let frame = Bytes::from_static(&[0, 0, 0, 2, 1]);
-        metrics.answered(ApiKey::Produce, 9, Instant::now(), &frame, &caller());
-        assert!(scrape(&metrics).contains(
-            r#"api_response_codes_total{api="Produce",code="-1",error="UnknownServerError"} 1"#
-        ));
+    fn codes_keep_the_order_first_seen_and_count_repeats() {
+        let codes = codes(&[0, 3, 0, -1, 3, 3]);
+        assert_eq!(codes.iter().collect::<Vec<_>>(), [(0, 2), (3, 3), (-1, 1)]);
+    }
+
+    #[test]
+    fn a_code_outside_the_known_range_is_counted_as_other() {
+        let metrics = RequestMetrics::new([ApiKey::Produce]);
+        metrics.answered(ApiKey::Produce, Instant::now(), &codes(&[500]), &caller());
+        assert!(scrape(&metrics)
+            .contains(r#"api_response_codes_total{api="Produce",code="other",error="Unknown"} 1"#));
     }
 }

@@ -10,7 +10,7 @@
 //! `limits::TLS_HANDSHAKE_TIMEOUT_MS`, so a client that stalls in it holds only its
 //! connection slot. A failed handshake is counted and logged with the client's address.
 
-use crate::stats::ServerStats;
+use crate::call::ServerStats;
 use headway_base::limits;
 use headway_broker::BrokerConfig;
 use rustls::pki_types::pem::PemObject;

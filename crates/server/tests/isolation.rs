@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use headway_protocol::kafka_protocol::messages::*;
-use headway_server::stats::{ConnectionSnapshot, StatsSnapshot};
+use headway_server::call::{ConnectionSnapshot, StatsSnapshot};
 use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;

@@ -4,9 +4,10 @@
 //! its offsets are committed or dropped with the transaction's markers. Needs Write on
 //! the transactional id and Read on the group.
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_code;
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_base::{ProducerEpoch, ProducerId};
 use headway_protocol::kafka_protocol::messages::{
@@ -47,3 +48,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         AddOffsetsToTxnResponse::default().with_error_code(txn_code(&result))
     })
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for AddOffsetsToTxnResponse {}

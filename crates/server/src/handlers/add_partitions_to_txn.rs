@@ -14,9 +14,10 @@
 //! looked for, and the rest OPERATION_NOT_ATTEMPTED); v4+, a broker's form, needs
 //! ClusterAction on the cluster (CLUSTER_AUTHORIZATION_FAILED for the whole request).
 
-use super::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_base::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
 use headway_protocol::kafka_protocol::messages::add_partitions_to_txn_request::{
@@ -190,3 +191,6 @@ async fn add_one(
         })
         .collect()
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for AddPartitionsToTxnResponse {}

@@ -3,8 +3,9 @@
 //! Topics and groups; authorized as IncrementalAlterConfigs is.
 
 use super::incremental_alter_configs::{alter_group, alterable, refusals, response};
-use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::group_configs::RESOURCE_GROUP;
+use crate::requests::{Codes, ErrorCodes};
 use headway_protocol::kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use headway_protocol::kafka_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, ApiKey,
@@ -74,4 +75,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         }
         AlterConfigsResponse::default().with_responses(responses)
     })
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for AlterConfigsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.responses.iter().for_each(|c| codes.add(c.error_code));
+    }
 }

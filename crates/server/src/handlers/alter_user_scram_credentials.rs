@@ -11,8 +11,9 @@
 //! RESOURCE_NOT_FOUND. The other users' changes are written in one durable write, and
 //! the next authentication of a changed user uses its new credentials.
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_auth::scram::{Mechanism, ScramCredential, ITERATIONS_MAX, ITERATIONS_MIN};
 use headway_auth::store::CredentialChange;
@@ -206,6 +207,9 @@ fn credential(
     )
     .map_err(|e| (ResponseError::UnacceptableCredential, e.to_string()))
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for AlterUserScramCredentialsResponse {}
 
 #[cfg(test)]
 mod tests {

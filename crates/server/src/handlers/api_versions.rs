@@ -10,7 +10,8 @@
 //! clients 4.x run transactions version 2 (KIP-890: `docs/transactions.md`), and
 //! `share.version` supported 0..=1 and finalized at 1, so share groups are on.
 
-use super::{ready, Call, Handler, HandlerError, Reply, APIS};
+use crate::call::{ready, ready_at, Call, Handler, HandlerError, Reply};
+use crate::requests::{Codes, ErrorCodes};
 use headway_protocol::decode_body;
 use headway_protocol::kafka_protocol::messages::api_versions_response::{
     ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
@@ -18,7 +19,7 @@ use headway_protocol::kafka_protocol::messages::api_versions_response::{
 use headway_protocol::kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::kafka_protocol::ResponseError;
-use headway_protocol::{encode_response, Request};
+use headway_protocol::Request;
 
 pub const HANDLER: Handler = Handler {
     key: ApiKey::ApiVersions,
@@ -67,8 +68,10 @@ const FINALIZED_FEATURES_EPOCH: i64 = 1;
 /// clients of that age refuse a range starting at 0.
 const FEATURES_FROM_LEVEL_0_MIN_VERSION: i16 = 4;
 
-pub(super) fn api_list() -> Vec<ApiVersion> {
-    APIS.iter()
+/// The answer's list of APIs: every one the registry serves, with its versions.
+pub fn api_list(served: &[Handler]) -> Vec<ApiVersion> {
+    served
+        .iter()
         .map(|a| {
             ApiVersion::default()
                 .with_api_key(a.key as i16)
@@ -78,14 +81,13 @@ pub(super) fn api_list() -> Vec<ApiVersion> {
         .collect()
 }
 
-pub fn handle(_call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
+pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let version = request.api_version();
     if !(HANDLER.min_version..=HANDLER.max_version).contains(&version) {
         let body = ApiVersionsResponse::default()
             .with_error_code(ResponseError::UnsupportedVersion.code())
-            .with_api_keys(api_list());
-        let frame = encode_response(0, request.correlation_id(), &body)?;
-        return Ok(Reply::Ready(frame));
+            .with_api_keys(api_list(call.served));
+        return ready_at(0, request, &body);
     }
     let error_code = match decode_body::<ApiVersionsRequest>(request) {
         Ok(_) => 0,
@@ -96,7 +98,7 @@ pub fn handle(_call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerE
     };
     let body = ApiVersionsResponse::default()
         .with_error_code(error_code)
-        .with_api_keys(api_list())
+        .with_api_keys(api_list(call.served))
         .with_supported_features(
             FEATURES
                 .iter()
@@ -122,4 +124,11 @@ pub fn handle(_call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerE
                 .collect(),
         );
     ready(request, &body)
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for ApiVersionsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        codes.add(self.error_code);
+    }
 }

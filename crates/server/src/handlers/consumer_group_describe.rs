@@ -6,9 +6,10 @@
 //! TOPIC_AUTHORIZATION_FAILED without its members, as Kafka does.
 
 use super::consumer_group_heartbeat::{topics_hidden, topics_view};
-use super::{ready, Call, Handler, HandlerError, Reply};
-use crate::authorize::{self, Subject};
+use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::group_error_code;
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_group::consumer::{Assignment, TopicsView};
 use headway_group::GroupError;
@@ -56,7 +57,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let ctx = call.ctx;
     let body: ConsumerGroupDescribeRequest = decode_body(request)?;
     let topics = topics_view(ctx);
-    let subject = Subject::of(call);
+    let subject = authorize::subject(call);
     let groups = body
         .group_ids
         .into_iter()
@@ -133,3 +134,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         &ConsumerGroupDescribeResponse::default().with_groups(groups),
     )
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for ConsumerGroupDescribeResponse {}

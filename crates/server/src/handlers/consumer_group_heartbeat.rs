@@ -9,9 +9,10 @@
 //! names in its subscription (TOPIC_AUTHORIZATION_FAILED), as Kafka checks it.
 
 use super::join_group::{client_host, client_id};
-use super::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::group_error_code;
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_group::consumer::{
     Assignment, HeartbeatAnswer, HeartbeatRequest, MemberEpochIn, TopicInfo, TopicsView,
@@ -73,7 +74,7 @@ pub(super) fn subscription_refusal<'a>(
 /// subscribe to or are assigned must all be describable, or the group is answered
 /// TOPIC_AUTHORIZATION_FAILED with no members. What is refused is not counted.
 pub(super) fn topics_hidden<'a>(
-    subject: &authorize::Subject,
+    subject: &crate::authorizer::Subject,
     mut topics: impl Iterator<Item = &'a str>,
 ) -> Option<(i16, StrBytes)> {
     use headway_auth::acl::ResourceType;
@@ -201,3 +202,6 @@ fn encode(
             })),
     }
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for ConsumerGroupHeartbeatResponse {}

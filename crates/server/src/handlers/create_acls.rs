@@ -2,8 +2,9 @@
 //! creation succeeds or fails on its own (INVALID_REQUEST for a bad ACL or one past
 //! `limits::ACLS_MAX`).
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::authorize::{self, WireAcl};
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::create_acls_response::AclCreationResult;
 use headway_protocol::kafka_protocol::messages::{ApiKey, CreateAclsRequest, CreateAclsResponse};
@@ -73,3 +74,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         CreateAclsResponse::default().with_results(results)
     })
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for CreateAclsResponse {}

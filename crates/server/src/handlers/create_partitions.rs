@@ -1,9 +1,10 @@
 //! CreatePartitions: grow a topic's partition count. Manual replica assignments are
 //! refused (one broker holds every partition). Each topic needs Alter on it.
 
-use super::{pending, Call, Handler, HandlerError, Reply};
-use crate::authorize::{self, Subject};
+use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -24,7 +25,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let ctx = call.ctx;
     let body: CreatePartitionsRequest = decode_body(request)?;
     let ctx = Arc::clone(ctx);
-    let subject = Subject::of(call);
+    let subject = authorize::subject(call);
     pending(request, async move {
         let mut results = Vec::with_capacity(body.topics.len());
         for t in body.topics {
@@ -48,4 +49,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         }
         CreatePartitionsResponse::default().with_results(results)
     })
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for CreatePartitionsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.results.iter().for_each(|t| codes.add(t.error_code));
+    }
 }

@@ -3,9 +3,10 @@
 //! default) is refused, and a manual replica assignment is accepted when it places
 //! every partition on this broker alone.
 
-use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_broker::{BrokerError, Topic, TopicConfig};
 use headway_protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -158,4 +159,11 @@ fn config_entries(config: &TopicConfig) -> Vec<CreatableTopicConfigs> {
                 })
         })
         .collect()
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for CreateTopicsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.topics.iter().for_each(|t| codes.add(t.error_code));
+    }
 }

@@ -2,8 +2,9 @@
 //! Alter on the cluster; the answer lists what each filter removed. The next request
 //! is checked without them.
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::authorize::{self, WireAcl};
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::delete_acls_response::{
     DeleteAclsFilterResult, DeleteAclsMatchingAcl,
@@ -98,3 +99,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         DeleteAclsResponse::default().with_filter_results(results)
     })
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for DeleteAclsResponse {}

@@ -2,9 +2,10 @@
 //! group without members goes with its share-partition state. Each group needs Delete
 //! on it (GROUP_AUTHORIZATION_FAILED otherwise).
 
-use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::{group_code, share_error_code};
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use headway_protocol::kafka_protocol::messages::{
@@ -48,4 +49,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         }
         DeleteGroupsResponse::default().with_results(results)
     })
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for DeleteGroupsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.results.iter().for_each(|g| codes.add(g.error_code));
+    }
 }

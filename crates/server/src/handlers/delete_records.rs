@@ -2,9 +2,10 @@
 //! start are no longer served; whole segments below it are deleted from disk. Each
 //! topic needs Delete on it (TOPIC_AUTHORIZATION_FAILED per partition otherwise).
 
-use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::error_code;
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_base::PartitionIndex;
 use headway_broker::partition::DeleteRecordsTo;
@@ -67,4 +68,14 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         }
         DeleteRecordsResponse::default().with_topics(topics)
     })
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for DeleteRecordsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| codes.add(p.error_code));
+    }
 }

@@ -2,9 +2,10 @@
 //! on it; a topic named by id also Describe, so that an id the principal may not
 //! describe is not named in the answer (TOPIC_AUTHORIZATION_FAILED), as Kafka does.
 
-use super::{pending, Call, Handler, HandlerError, Reply};
-use crate::authorize::{self, Subject};
+use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
@@ -34,7 +35,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         .collect();
     targets.extend(body.topics.into_iter().map(|t| (t.name, t.topic_id)));
     let ctx = Arc::clone(ctx);
-    let subject = Subject::of(call);
+    let subject = authorize::subject(call);
     pending(request, async move {
         let mut responses = Vec::with_capacity(targets.len());
         for (name, id) in targets {
@@ -73,4 +74,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         }
         DeleteTopicsResponse::default().with_responses(responses)
     })
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for DeleteTopicsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.responses.iter().for_each(|t| codes.add(t.error_code));
+    }
 }

@@ -1,8 +1,9 @@
 //! DescribeAcls: the ACLs a filter matches, grouped by resource pattern, for a
 //! principal with Describe on the cluster.
 
-use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::authorize::{self, WireAcl};
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
+use crate::requests::ErrorCodes;
 use headway_auth::acl::{AclBinding, Operation};
 use headway_protocol::kafka_protocol::messages::describe_acls_response::{
     AclDescription, DescribeAclsResource,
@@ -76,3 +77,6 @@ fn resources(acls: Vec<AclBinding>) -> Vec<DescribeAclsResource> {
     }
     resources
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for DescribeAclsResponse {}

@@ -2,8 +2,9 @@
 //! every principal, as in Kafka; the cluster's authorized operations, when asked for,
 //! are 0 for a principal without Describe on the cluster.
 
-use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
+use crate::requests::{Codes, ErrorCodes};
 use headway_protocol::kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, BrokerId, DescribeClusterRequest, DescribeClusterResponse,
@@ -37,4 +38,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             ))
             .with_port(call.conn.listener.advertised_port)]);
     ready(request, &response)
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for DescribeClusterResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        codes.add(self.error_code);
+    }
 }

@@ -3,10 +3,11 @@
 //! group DescribeConfigs on the group, the broker DescribeConfigs on the cluster.
 
 use super::create_topics::{SOURCE_DEFAULT, SOURCE_TOPIC};
-use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
 use crate::group_configs::{RESOURCE_GROUP, SOURCE_GROUP};
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::describe_configs_response::{
@@ -217,4 +218,11 @@ fn broker_entries(ctx: &Ctx, name: &str) -> Result<Vec<Entry>, BrokerError> {
         .into_iter()
         .map(|(name, value, t)| (name.to_string(), value, SOURCE_STATIC_BROKER, t))
         .collect())
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for DescribeConfigsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.results.iter().for_each(|c| codes.add(c.error_code));
+    }
 }

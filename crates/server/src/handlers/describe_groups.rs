@@ -2,8 +2,9 @@
 //! An unknown group is described as Dead with no members, as Kafka does. Each group
 //! needs Describe on it (GROUP_AUTHORIZATION_FAILED, nothing else described).
 
-use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Ctx, Handler, HandlerError, Reply};
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::describe_groups_response::{
     DescribedGroup, DescribedGroupMember,
@@ -66,5 +67,12 @@ fn describe(ctx: &Ctx, id: GroupId) -> DescribedGroup {
                     })
                     .collect(),
             ),
+    }
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for DescribeGroupsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.groups.iter().for_each(|g| codes.add(g.error_code));
     }
 }

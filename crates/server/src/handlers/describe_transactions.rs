@@ -3,9 +3,11 @@
 //! on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); its partitions of topics the principal
 //! may not describe are left out, as Kafka does.
 
-use super::{ready, Call, Handler, HandlerError, Reply};
-use crate::authorize::{self, Subject};
+use crate::authorize;
+use crate::authorizer::Subject;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
+use crate::requests::ErrorCodes;
 use headway_auth::acl::{Operation, ResourceType};
 use headway_base::{ProducerEpoch, ProducerId};
 use headway_protocol::kafka_protocol::messages::describe_transactions_response::{
@@ -38,7 +40,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         .map(|id| authorize::transactional_id_refusal(call, Operation::Describe, id))
         .collect();
     let described = call.ctx.txns.describe(&ids);
-    let subject = Subject::of(call);
+    let subject = authorize::subject(call);
     let states = body
         .transactional_ids
         .into_iter()
@@ -95,3 +97,6 @@ fn state(meta: &TxnMetadata, subject: &Subject) -> TransactionState {
                 .collect(),
         )
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for DescribeTransactionsResponse {}

@@ -3,8 +3,9 @@
 //! cluster, as Kafka answers it: RESOURCE_NOT_FOUND for a user without credentials,
 //! DUPLICATE_RESOURCE for a user named twice. Salts and keys are never sent.
 
-use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_auth::scram::Mechanism;
 use headway_protocol::kafka_protocol::messages::describe_user_scram_credentials_response::{
@@ -103,6 +104,9 @@ fn failed(user: &str, error: ResponseError, message: &str) -> DescribeUserScramC
         .with_error_code(error.code())
         .with_error_message(Some(StrBytes::from_string(format!("{message}: {user}"))))
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for DescribeUserScramCredentialsResponse {}
 
 #[cfg(test)]
 mod tests {

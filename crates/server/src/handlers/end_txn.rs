@@ -7,9 +7,10 @@
 //!
 //! Needs Write on the transactional id.
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_base::{ProducerEpoch, ProducerId};
 use headway_protocol::kafka_protocol::messages::{self, ApiKey, EndTxnRequest, EndTxnResponse};
@@ -66,3 +67,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .with_producer_epoch(ProducerEpoch::to_wire(epoch))
     })
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for EndTxnResponse {}

@@ -20,11 +20,12 @@
 //! clients to send full fetch requests.
 //! v13+ names topics by id; earlier versions by name.
 
-use super::{pending_with, Call, Ctx, Handler, HandlerError, Reply, ReplyTiming};
 use crate::authorize;
+use crate::call::Connection;
+use crate::call::{pending_with, Call, Ctx, Handler, HandlerError, Reply, ReplyTiming};
 use crate::errors::error_code;
 use crate::outbound::Reservation;
-use crate::stats::Connection;
+use crate::requests::{Codes, ErrorCodes};
 use bytes::Bytes;
 use headway_auth::acl::Operation;
 use headway_base::{limits, Offset, PartitionIndex};
@@ -384,4 +385,15 @@ fn error_data(base: PartitionData, error: &BrokerError) -> PartitionData {
         .with_last_stable_offset(-1)
         .with_log_start_offset(-1)
         .with_records(Some(Bytes::new()))
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for FetchResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        codes.add(self.error_code);
+        self.responses
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| codes.add(p.error_code));
+    }
 }

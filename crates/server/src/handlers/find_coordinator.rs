@@ -1,8 +1,9 @@
 //! FindCoordinator: this broker coordinates every group (and, for clients that ask,
 //! every transactional id). v4+ asks for several keys at once.
 
-use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::find_coordinator_response::Coordinator;
 use headway_protocol::kafka_protocol::messages::{
@@ -60,4 +61,14 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .with_port(call.conn.listener.advertised_port)
     };
     ready(request, &response)
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for FindCoordinatorResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        codes.add(self.error_code);
+        self.coordinators
+            .iter()
+            .for_each(|c| codes.add(c.error_code));
+    }
 }

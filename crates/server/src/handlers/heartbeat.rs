@@ -1,9 +1,10 @@
 //! Heartbeat: keeps a member's session alive and tells it when to rejoin
 //! (REBALANCE_IN_PROGRESS).
 
-use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_group::GenerationId;
 use headway_protocol::kafka_protocol::messages::{ApiKey, HeartbeatRequest, HeartbeatResponse};
@@ -32,4 +33,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         request,
         &HeartbeatResponse::default().with_error_code(group_code(outcome.err())),
     )
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for HeartbeatResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        codes.add(self.error_code);
+    }
 }

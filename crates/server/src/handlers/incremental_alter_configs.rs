@@ -4,10 +4,11 @@
 //! AlterConfigs on the group; a broker resource AlterConfigs on the cluster before it
 //! is refused as unalterable.
 
-use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::code_and_message;
 use crate::group_configs::{self, Settings, RESOURCE_GROUP};
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
@@ -172,5 +173,12 @@ pub(crate) fn response(
             let (code, message) = code_and_message(&e);
             result.with_error_code(code).with_error_message(message)
         }
+    }
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for IncrementalAlterConfigsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.responses.iter().for_each(|c| codes.add(c.error_code));
     }
 }

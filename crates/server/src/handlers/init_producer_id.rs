@@ -9,9 +9,10 @@
 //! the producer's current id and epoch (KIP-360), so a producer recovers from an
 //! abortable error without being fenced.
 
-use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::{error_code, txn_error_code};
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_base::ProducerEpoch;
 use headway_broker::BrokerError;
@@ -79,4 +80,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .with_producer_id(ProducerId(headway_base::ProducerId::to_wire(id)))
             .with_producer_epoch(ProducerEpoch::to_wire(epoch))
     })
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for InitProducerIdResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        codes.add(self.error_code);
+    }
 }

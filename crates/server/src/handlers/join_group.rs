@@ -2,9 +2,10 @@
 //! completes (every member rejoined, or the rebalance timeout passed). From v4 a new
 //! member first gets MEMBER_ID_REQUIRED with its id and joins again with it.
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_group::{GenerationId, JoinRequest};
 use headway_protocol::kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
@@ -93,4 +94,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     .collect(),
             )
     })
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for JoinGroupResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        codes.add(self.error_code);
+    }
 }

@@ -1,9 +1,10 @@
 //! LeaveGroup: members leave at once instead of waiting for their session to expire.
 //! v3+ names several members, by member id or group.instance.id.
 
-use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::{group_code, group_error_code};
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::leave_group_response::MemberResponse;
 use headway_protocol::kafka_protocol::messages::{ApiKey, LeaveGroupRequest, LeaveGroupResponse};
@@ -60,4 +61,12 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         ),
     };
     ready(request, &response)
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for LeaveGroupResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        codes.add(self.error_code);
+        self.members.iter().for_each(|m| codes.add(m.error_code));
+    }
 }

@@ -3,8 +3,9 @@
 //! "share"). Share groups are listed from v5 only, the version that names group types:
 //! older clients list consumer groups and would take a share group for one.
 
-use super::{ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::{Operation, ResourceType};
 use headway_protocol::kafka_protocol::messages::list_groups_response::ListedGroup;
 use headway_protocol::kafka_protocol::messages::{
@@ -42,7 +43,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .with_group_type(StrBytes::from_static_str(kind))
     };
     // Groups the principal may not describe are left out, as Kafka does.
-    let subject = authorize::Subject::of(call);
+    let subject = authorize::subject(call);
     let shown = |id: &str| subject.visible(Operation::Describe, ResourceType::Group, id);
     let mut groups: Vec<ListedGroup> = ctx
         .groups
@@ -60,4 +61,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         groups.extend(shares.map(|g| listed(g.group_id, SHARE.to_string(), g.state, SHARE)));
     }
     ready(request, &ListGroupsResponse::default().with_groups(groups))
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for ListGroupsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        codes.add(self.error_code);
+    }
 }

@@ -4,9 +4,10 @@
 //! record is at or after the timestamp (time index, then batch headers), then decodes
 //! that one batch to find the record.
 
-use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::error_code;
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_base::{Offset, PartitionIndex};
 use headway_broker::{BrokerError, Isolation, Partition};
@@ -185,4 +186,14 @@ async fn first_record_at(
     tokio::task::spawn_blocking(move || records::first_record_at(&batch, timestamp))
         .await
         .map_err(|e| BrokerError::Storage(format!("lookup task failed: {e}")))
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for ListOffsetsResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| codes.add(p.error_code));
+    }
 }

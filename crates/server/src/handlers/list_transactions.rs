@@ -3,9 +3,10 @@
 //! `unknown_state_filters` and match nothing, as Kafka answers. Only the ids the
 //! principal may describe are listed.
 
-use super::{ready, Call, Handler, HandlerError, Reply};
-use crate::authorize::Subject;
+use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
+use crate::requests::ErrorCodes;
 use headway_auth::acl::{Operation, ResourceType};
 use headway_base::ProducerId;
 use headway_protocol::kafka_protocol::messages::list_transactions_response::TransactionState;
@@ -46,7 +47,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         // Every state named is unknown: nothing can match.
         ListTransactionsResponse::default().with_unknown_state_filters(unknown)
     } else {
-        let subject = Subject::of(call);
+        let subject = authorize::subject(call);
         let describable =
             |id: &str| subject.visible(Operation::Describe, ResourceType::TransactionalId, id);
         match call.ctx.txns.list(&filter) {
@@ -74,3 +75,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     };
     ready(request, &response)
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for ListTransactionsResponse {}

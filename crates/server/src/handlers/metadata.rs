@@ -2,9 +2,11 @@
 //! Unknown topics are created with default settings when auto-creation is on and the
 //! client allows it (v4+).
 
-use super::{pending, Call, Ctx, Handler, HandlerError, Reply};
-use crate::authorize::{self, Subject};
+use crate::authorize;
+use crate::authorizer::Subject;
+use crate::call::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::error_code;
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::{BrokerError, Topic};
 use headway_protocol::kafka_protocol::messages::metadata_response::{
@@ -33,7 +35,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let version = request.api_version();
     let ctx = Arc::clone(ctx);
     let listener = Arc::clone(&call.conn.listener);
-    let subject = Subject::of(call);
+    let subject = authorize::subject(call);
     pending(request, async move {
         let allow_create = version < 4 || body.allow_auto_topic_creation;
         let topics = match body.topics {
@@ -110,8 +112,11 @@ async fn requested_topic(
     // Creating a topic needs Create on the cluster or on the topic.
     let allow_create = allow_create
         && ctx.broker.topic(&name).is_none()
-        && (subject.visible(Operation::Create, ResourceType::Cluster, authorize::CLUSTER)
-            || subject.allowed(Operation::Create, ResourceType::Topic, &name));
+        && (subject.visible(
+            Operation::Create,
+            ResourceType::Cluster,
+            crate::authorizer::CLUSTER,
+        ) || subject.allowed(Operation::Create, ResourceType::Topic, &name));
     if ctx.broker.is_internal(&name) {
         return internal_metadata(node_id, &name);
     }
@@ -205,4 +210,14 @@ fn described(
         .with_topic_id(id)
         .with_partitions(partitions)
         .with_topic_authorized_operations(OPERATIONS_OMITTED)
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for MetadataResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        for t in &self.topics {
+            codes.add(t.error_code);
+            t.partitions.iter().for_each(|p| codes.add(p.error_code));
+        }
+    }
 }

@@ -3,9 +3,7 @@
 //! [`APIS`] lists them once. Dispatch (a table indexed by API key, built from the list
 //! when the crate compiles) and the ApiVersions answer both come from that list, so an
 //! advertised version is always one a handler serves and a listed handler is always
-//! reached. What handlers are given and give back is in [`context`].
-
-pub mod context;
+//! reached. What handlers are given and give back is in [`crate::call`].
 
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
@@ -52,36 +50,12 @@ pub mod share_group_offsets;
 pub mod sync_group;
 pub mod txn_offset_commit;
 
-pub use context::{
-    pending, pending_with, ready, shutting_down, Arrival, Call, Ctx, Outgoing, Reply, ReplyFailed,
-    ReplyTiming,
-};
-
-use crate::stats::Connection;
+use crate::call::{Arrival, Call, Connection, Ctx, Handler, HandlerError, Reply};
 use headway_broker::panics::{self, Component};
 use headway_broker::Partition;
 use headway_protocol::kafka_protocol::messages::ApiKey;
-use headway_protocol::{EncodeError, ProtocolError, Request};
+use headway_protocol::Request;
 use std::sync::Arc;
-
-/// A served API: its key, the versions served, and the function that handles it.
-#[derive(Debug, Clone, Copy)]
-pub struct Handler {
-    pub key: ApiKey,
-    pub min_version: i16,
-    pub max_version: i16,
-    pub handle: Handle,
-}
-
-/// A handler's synchronous part: it runs on the connection's reader, in request order,
-/// and returns the reply (or a future of it).
-pub type Handle = fn(&mut Call<'_>, &Request) -> Result<Reply, HandlerError>;
-
-impl Handler {
-    pub fn serves(&self, version: i16) -> bool {
-        (self.min_version..=self.max_version).contains(&version)
-    }
-}
 
 /// The registry: every served API, once.
 pub const APIS: &[Handler] = &[
@@ -133,6 +107,38 @@ pub const APIS: &[Handler] = &[
     sasl_authenticate::HANDLER,
 ];
 
+/// The APIs a SASL listener's connection may use before it authenticated, as Kafka
+/// serves them: it learns the versions, chooses a mechanism and authenticates.
+const BEFORE_AUTHENTICATION: [ApiKey; 3] = [
+    ApiKey::ApiVersions,
+    ApiKey::SaslHandshake,
+    ApiKey::SaslAuthenticate,
+];
+
+/// The APIs that authenticate: a connection whose SASL session ended may still use
+/// them, to re-authenticate.
+const AUTHENTICATING: [ApiKey; 2] = [ApiKey::SaslHandshake, ApiKey::SaslAuthenticate];
+
+/// Whether a SASL listener's connection may send a request of `key` before it
+/// authenticated.
+pub fn served_before_authentication(key: ApiKey) -> bool {
+    BEFORE_AUTHENTICATION.contains(&key)
+}
+
+/// Whether a request of `key` authenticates (it is served after a SASL session ended).
+pub fn authenticates(key: ApiKey) -> bool {
+    AUTHENTICATING.contains(&key)
+}
+
+/// The APIs whose large requests (over `limits::BULK_PRODUCE_BYTES_MIN`) are bulk work:
+/// handled on a bulk thread, after the bulk budget admits them (`docs/sync.md`).
+const BULK_WHEN_LARGE: [ApiKey; 1] = [ApiKey::Produce];
+
+/// Whether a large request of `key` is bulk work ([`BULK_WHEN_LARGE`]).
+pub fn bulk_when_large(key: ApiKey) -> bool {
+    BULK_WHEN_LARGE.contains(&key)
+}
+
 /// One past the largest API key in [`APIS`]: the length of the dispatch table.
 const KEYS: usize = {
     let (mut keys, mut i) = (0, 0);
@@ -171,32 +177,6 @@ pub fn handler(key: ApiKey) -> Option<&'static Handler> {
     position(key).map(|i| &APIS[i])
 }
 
-/// Why a connection must be closed. Kafka closes the connection on these rather than
-/// answering, because it cannot know how the client would parse an answer.
-#[derive(Debug, thiserror::Error)]
-pub enum HandlerError {
-    #[error("{api_key:?} v{version} is not supported (served: {min}..={max})")]
-    UnsupportedVersion {
-        api_key: ApiKey,
-        version: i16,
-        min: i16,
-        max: i16,
-    },
-    #[error("API {0:?} is not served by this broker")]
-    UnsupportedApi(ApiKey),
-    #[error(transparent)]
-    Protocol(#[from] ProtocolError),
-    #[error(transparent)]
-    Encode(#[from] EncodeError),
-    /// The handler panicked: this request fails alone, its connection closes
-    /// ([`headway_broker::panics`]).
-    #[error("the {api_key:?} handler {panicked}")]
-    Panicked {
-        api_key: ApiKey,
-        panicked: headway_broker::panics::Panicked,
-    },
-}
-
 /// The handler of `request`'s API, if it serves the request's version (ApiVersions
 /// at any version: it answers an unknown one itself, with UNSUPPORTED_VERSION).
 fn served(request: &Request) -> Result<&'static Handler, HandlerError> {
@@ -230,6 +210,7 @@ pub fn dispatch(
         conn,
         arrival,
         hold,
+        served: APIS,
     };
     panics::catch(Component::Connection, || {
         (handler.handle)(&mut call, &request)
@@ -261,7 +242,7 @@ mod tests {
 
     #[test]
     fn api_versions_advertises_exactly_what_dispatch_serves() {
-        let advertised = api_versions::api_list();
+        let advertised = api_versions::api_list(APIS);
         assert_eq!(advertised.len(), APIS.len());
         for api in advertised {
             let key = ApiKey::try_from(api.api_key).expect("a known key");

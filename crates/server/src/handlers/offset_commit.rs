@@ -6,9 +6,10 @@
 //! the consumer protocol (v9+) the generation field carries the member epoch, checked
 //! against the member's (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID).
 
-use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::{error_code, group_code, group_error_code};
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_base::{Offset, PartitionIndex, TopicPartition};
 use headway_broker::BrokerError;
@@ -183,4 +184,14 @@ pub(super) fn partition_codes(
         })
         .collect();
     codes.into_iter()
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for OffsetCommitResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| codes.add(p.error_code));
+    }
 }

@@ -10,9 +10,10 @@
 //! describe answers TOPIC_AUTHORIZATION_FAILED, and a request for all of the group's
 //! offsets leaves such topics out, as Kafka does.
 
-use super::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::group_error_code;
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::{Operation, ResourceType};
 use headway_base::{PartitionIndex, TopicPartition};
 use headway_group::state::leader_epoch_to_wire;
@@ -101,7 +102,7 @@ fn authorized(call: &Call<'_>, found: Found, named: bool) -> Found {
     if !call.ctx.authorizer.enabled() {
         return found;
     }
-    let subject = authorize::Subject::of(call);
+    let subject = authorize::subject(call);
     let describe = |topic: &str| match named {
         true => subject.allowed(Operation::Describe, ResourceType::Topic, topic),
         false => subject.visible(Operation::Describe, ResourceType::Topic, topic),
@@ -211,4 +212,22 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         OffsetFetchResponsePartition
     );
     ready(request, &OffsetFetchResponse::default().with_topics(topics))
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for OffsetFetchResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        codes.add(self.error_code);
+        self.topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| codes.add(p.error_code));
+        for g in &self.groups {
+            codes.add(g.error_code);
+            g.topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .for_each(|p| codes.add(p.error_code));
+        }
+    }
 }

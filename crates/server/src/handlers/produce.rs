@@ -23,9 +23,10 @@
 //! partition is in its open transaction (or, with v12+, adds it, durably). The reader
 //! waits for that check, so the produces of one connection stay in order.
 
-use super::{pending_with, Call, Handler, HandlerError, Reply, ReplyTiming};
 use crate::authorize;
+use crate::call::{pending_with, Call, Handler, HandlerError, Reply, ReplyTiming};
 use crate::errors::{code_and_message, txn_error_code};
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_base::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
 use headway_broker::io::timings::{self, ProduceStages, Timings};
@@ -355,4 +356,14 @@ fn record_errors(error: &BrokerError) -> Vec<BatchIndexAndErrorMessage> {
                 .with_batch_index_error_message(Some(message.clone()))
         })
         .collect()
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for ProduceResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        self.responses
+            .iter()
+            .flat_map(|t| &t.partition_responses)
+            .for_each(|p| codes.add(p.error_code));
+    }
 }

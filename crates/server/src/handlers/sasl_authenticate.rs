@@ -1,10 +1,10 @@
-//! SaslAuthenticate after the connection's authentication: on a SASL listener, a step
-//! of a re-authentication (KIP-368, `crate::sasl::reauth_token`), answered after the
-//! failure delay when it fails; on a listener without SASL, Kafka's
-//! ILLEGAL_SASL_STATE. The first authentication is served before the connection's
-//! requests reach the handlers (`crate::sasl`).
+//! SaslAuthenticate: on a SASL listener, a step of the first authentication (served
+//! one request at a time by `crate::authentication`) or of a re-authentication
+//! (KIP-368), `crate::sasl::token`, answered after the failure delay when it fails;
+//! on a listener without SASL, Kafka's ILLEGAL_SASL_STATE.
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
+use crate::requests::ErrorCodes;
 use crate::sasl;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse,
@@ -21,8 +21,12 @@ pub const HANDLER: Handler = Handler {
 };
 
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
-    if sasl::authenticated(call.conn) {
-        let (response, delay) = sasl::reauth_token(call.conn, call.ctx, request)?;
+    let (authenticating, authenticated) = (
+        sasl::authenticating(call.conn),
+        sasl::authenticated(call.conn),
+    );
+    if authenticating || authenticated {
+        let (response, delay) = sasl::token(call.conn, call.ctx, request, authenticated)?;
         if delay.is_zero() {
             return ready(request, &response);
         }
@@ -41,3 +45,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             ))),
     )
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for SaslAuthenticateResponse {}

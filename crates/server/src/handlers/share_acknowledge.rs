@@ -11,9 +11,10 @@
 //! renewals.
 
 use super::share_fetch::{ack_batch, acknowledge, named, refuse_acks, unreadable, Acks};
-use super::{pending, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::share_error_code;
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::share_acknowledge_response::{
     LeaderIdAndEpoch, PartitionData, ShareAcknowledgeTopicResponse,
@@ -133,3 +134,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         }
     })
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for ShareAcknowledgeAnswer {}

@@ -33,11 +33,12 @@
 //! each topic: the partitions of a topic the principal may not read are answered
 //! TOPIC_AUTHORIZATION_FAILED, and their acknowledgements are not applied.
 
-use super::{pending, pending_with, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::Connection;
+use crate::call::{pending, pending_with, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::{ack_failure_code, error_code, share_error_code};
 use crate::outbound::Reservation;
-use crate::stats::Connection;
+use crate::requests::ErrorCodes;
 use bytes::Bytes;
 use futures::future::{select_all, BoxFuture, FutureExt};
 use headway_auth::acl::Operation;
@@ -413,7 +414,7 @@ impl Poll<'_> {
                 _ = any_moved => {}
                 _ = &mut released => {}
                 _ = tokio::time::sleep_until(deadline) => {}
-                _ = super::shutting_down(&mut shutdown) => {}
+                _ = crate::call::shutting_down(&mut shutdown) => {}
             }
         }
     }
@@ -582,6 +583,9 @@ fn response(
             .collect(),
     )
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for ShareFetchAnswer {}
 
 #[cfg(test)]
 mod tests {

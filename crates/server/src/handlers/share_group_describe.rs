@@ -3,8 +3,9 @@
 //! consumer group's are (ConsumerGroupDescribe).
 
 use super::consumer_group_heartbeat::topics_hidden;
-use super::{ready, Call, Handler, HandlerError, Reply};
-use crate::authorize::{self, Subject};
+use crate::authorize;
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
+use crate::requests::ErrorCodes;
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::share_group_describe_response::{
     Assignment, DescribedGroup, Member, TopicPartitions,
@@ -30,7 +31,7 @@ fn name(s: &str) -> TopicName {
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: ShareGroupDescribeRequest = decode_body(request)?;
-    let subject = Subject::of(call);
+    let subject = authorize::subject(call);
     let groups = body
         .group_ids
         .into_iter()
@@ -102,3 +103,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         &ShareGroupDescribeResponse::default().with_groups(groups),
     )
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for ShareGroupDescribeResponse {}

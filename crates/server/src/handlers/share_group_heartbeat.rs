@@ -7,8 +7,9 @@
 //! Needs Read on the group and Describe on each topic of the subscription, as a
 //! consumer group's heartbeat does.
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::share_error_code;
+use crate::requests::ErrorCodes;
 use headway_base::TopicPartition;
 use headway_protocol::kafka_protocol::messages::share_group_heartbeat_response::{
     Assignment, TopicPartitions,
@@ -132,7 +133,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
 /// The topics (id and partition count) the member subscribes to, from the request
 /// or, for a heartbeat without a subscription, from the member's last one.
 fn known_topics(
-    ctx: &super::Ctx,
+    ctx: &crate::call::Ctx,
     shares: &headway_share::ShareCoordinator,
     group_id: &str,
     hb: &Heartbeat,
@@ -153,3 +154,6 @@ fn known_topics(
         })
         .collect()
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for ShareGroupHeartbeatResponse {}

@@ -14,9 +14,10 @@
 //! watermark, less those in flight already acknowledged or archived; -1 where it has
 //! no state.
 
-use super::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, ready, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::share_error_code;
+use crate::requests::ErrorCodes;
 use bytes::Bytes;
 use headway_auth::acl::Operation;
 use headway_base::{Offset, PartitionIndex, TopicPartition};
@@ -327,6 +328,15 @@ fn delete(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError>
             .with_responses(responses)
     })
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for AlterShareGroupOffsetsResponse {}
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for DeleteShareGroupOffsetsResponse {}
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for DescribeShareGroupOffsetsAnswer {}
 
 #[cfg(test)]
 mod tests {

@@ -1,9 +1,10 @@
 //! SyncGroup: the leader hands out assignments; every member receives its own. A
 //! follower's answer waits for the leader's SyncGroup.
 
-use super::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::authorize;
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
+use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_group::{GenerationId, SyncRequest};
 use headway_protocol::kafka_protocol::messages::{ApiKey, SyncGroupRequest, SyncGroupResponse};
@@ -46,4 +47,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .with_protocol_name(r.protocol_name.map(StrBytes::from_string))
             .with_assignment(r.assignment)
     })
+}
+
+/// The codes counted on `/metrics`: every one the answer carries.
+impl ErrorCodes for SyncGroupResponse {
+    fn error_codes(&self, codes: &mut Codes) {
+        codes.add(self.error_code);
+    }
 }

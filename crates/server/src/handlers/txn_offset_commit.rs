@@ -8,8 +8,9 @@
 //! UNKNOWN_TOPIC_OR_PARTITION, as in OffsetCommit.
 
 use super::offset_commit::{partition_codes, Asked};
-use super::{pending, Call, Handler, HandlerError, Reply};
+use crate::call::{pending, Call, Handler, HandlerError, Reply};
 use crate::errors::txn_error_code;
+use crate::requests::ErrorCodes;
 use headway_base::{ProducerEpoch, ProducerId};
 use headway_group::GenerationId;
 use headway_protocol::kafka_protocol::messages::txn_offset_commit_response::{
@@ -105,3 +106,6 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         TxnOffsetCommitResponse::default().with_topics(topics)
     })
 }
+
+/// This API's answers are counted on `/metrics` without their codes.
+impl ErrorCodes for TxnOffsetCommitResponse {}

@@ -11,7 +11,7 @@ use headway_protocol::kafka_protocol::protocol::{
 use headway_protocol::kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use headway_server::stats::StatsSnapshot;
+use headway_server::call::StatsSnapshot;
 use headway_server::{RunningServer, Server};
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,3 +1,5 @@
+//! Tests of the group settings store: definitions, validation, durability and how settings reach live groups.
+
 use super::*;
 
 fn defs() -> Vec<Definition> {

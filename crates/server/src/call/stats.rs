@@ -1,5 +1,6 @@
-//! What the server's bounded queues hold right now, per connection and broker-wide: the
-//! state the metrics endpoint shows and the tests assert on.
+//! What the server's bounded queues hold right now, broker-wide, and the registry of
+//! open connections ([`super::connection`]): the state the metrics endpoint shows and
+//! the tests assert on.
 //!
 //! One [`ServerStats`] per server (so per broker instance): its budgets, the counts of
 //! how often each was found short ([`BudgetProbe`]), and the registry of open
@@ -7,7 +8,7 @@
 //! [`Registration`] is dropped, however the connection's task ends.
 
 use crate::bulk_send::BulkSender;
-use crate::listener::ListenerInfo;
+use crate::call::connection::{Connection, ConnectionSnapshot, ListenerInfo};
 use crate::log_limit::LineLimiter;
 use crate::outbound::{ConnectionBudget, OutboundBudget};
 use crate::probe::BudgetProbe;
@@ -18,8 +19,8 @@ use headway_broker::io::read_pool::{ReadPool, ReadStatsSnapshot, ReadVia};
 use headway_broker::BrokerConfig;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Broker-wide budgets and the registry of open connections.
@@ -70,113 +71,6 @@ pub struct ServerStats {
     connection_limit_lines: LineLimiter,
 }
 
-/// One connection's state.
-pub struct Connection {
-    pub id: u64,
-    pub peer: SocketAddr,
-    /// The listener the connection came in on.
-    pub listener: Arc<ListenerInfo>,
-    pub outbound: ConnectionBudget,
-    /// How this connection's fetches read. Its share of the read threads is taken by
-    /// [`Connection::read_turn`] around each read.
-    pub reads: ReadVia,
-    /// Reads this connection may have queued or running at once
-    /// (`limits::COLD_READS_PER_CONNECTION`).
-    read_share: Arc<Semaphore>,
-    read_share_probe: BudgetProbe,
-    /// Requests read from the socket.
-    pub requests_read: AtomicU64,
-    /// Responses written to the socket.
-    pub responses_written: AtomicU64,
-    /// Replies queued in the window (read, not yet written).
-    pub in_flight: AtomicUsize,
-    /// Times the reader found the window full and stopped reading the socket.
-    pub window_full_events: AtomicU64,
-    /// True while the reader waits for room in the window.
-    pub reader_paused: AtomicBool,
-    pub bytes_written: AtomicU64,
-    /// The client id of the first request that carried one (the console shows it).
-    client_id: OnceLock<Arc<str>>,
-    /// Who the connection acts as, in Kafka's `Type:name` form: `User:ANONYMOUS` until a
-    /// listener's authentication (a client certificate, SASL) names someone else.
-    principal: Mutex<Arc<str>>,
-    /// The SASL session of a SASL listener's connection (`crate::sasl`).
-    pub sasl: Mutex<crate::sasl::Session>,
-    /// When the SASL session ends, ms since the epoch; 0: it does not.
-    pub sasl_session_ends_at_ms: AtomicI64,
-    /// Set by a handler whose answer must be the connection's last (a refused
-    /// re-authentication): the reader stops after queuing it.
-    pub close_after_reply: AtomicBool,
-    /// Bytes of bookkeeping held by this connection's waiting long polls
-    /// ([`Connection::hold_long_poll`]).
-    long_poll_bytes: AtomicUsize,
-    long_poll_released: tokio::sync::Notify,
-}
-
-/// A waiting long poll's share of [`Connection`]'s long-poll bytes, given back when the
-/// answer is done with (written or dropped).
-pub struct LongPollHeld {
-    conn: Arc<Connection>,
-    bytes: usize,
-}
-
-impl Drop for LongPollHeld {
-    fn drop(&mut self) {
-        self.conn
-            .long_poll_bytes
-            .fetch_sub(self.bytes, Ordering::AcqRel);
-        self.conn.long_poll_released.notify_waiters();
-    }
-}
-
-impl Connection {
-    /// Counts `bytes` of a long poll's bookkeeping against this connection until the
-    /// returned guard is dropped (`limits::LONG_POLL_BYTES_PER_CONNECTION_MAX`).
-    pub fn hold_long_poll(self: &Arc<Self>, bytes: usize) -> LongPollHeld {
-        self.long_poll_bytes.fetch_add(bytes, Ordering::AcqRel);
-        LongPollHeld {
-            conn: Arc::clone(self),
-            bytes,
-        }
-    }
-
-    /// Bytes held by waiting long polls now.
-    pub fn long_poll_bytes(&self) -> usize {
-        self.long_poll_bytes.load(Ordering::Acquire)
-    }
-
-    /// Waits until the waiting long polls hold at most `max` bytes.
-    pub async fn long_polls_within(&self, max: usize) {
-        loop {
-            let released = self.long_poll_released.notified();
-            if self.long_poll_bytes() <= max {
-                return;
-            }
-            released.await;
-        }
-    }
-}
-
-/// The principal of a connection nobody has authenticated.
-pub const ANONYMOUS: &str = "User:ANONYMOUS";
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnectionSnapshot {
-    pub id: u64,
-    pub peer: SocketAddr,
-    pub requests_read: u64,
-    pub responses_written: u64,
-    pub in_flight: usize,
-    pub window_full_events: u64,
-    pub reader_paused: bool,
-    /// Bytes of bookkeeping held by the connection's waiting long polls.
-    pub long_poll_bytes: usize,
-    pub outbound_bytes_held: usize,
-    pub outbound_bytes_max: usize,
-    pub bytes_written: u64,
-    pub client_id: Option<Arc<str>>,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatsSnapshot {
     pub connections: Vec<ConnectionSnapshot>,
@@ -194,7 +88,13 @@ pub struct StatsSnapshot {
 }
 
 impl ServerStats {
-    pub fn new(config: &BrokerConfig, read_pool: Arc<ReadPool>) -> Arc<ServerStats> {
+    /// The budgets of `config`, reading through `read_pool`, counting requests in
+    /// `requests`.
+    pub fn new(
+        config: &BrokerConfig,
+        read_pool: Arc<ReadPool>,
+        requests: RequestMetrics,
+    ) -> Arc<ServerStats> {
         Arc::new(ServerStats {
             outbound: OutboundBudget::new(config.outbound_bytes_max),
             bulk_send: BulkSender::start(config.bulk_send_threads),
@@ -215,7 +115,7 @@ impl ServerStats {
             unsynced_holds: AtomicU64::new(0),
             tls_handshake_failures: AtomicU64::new(0),
             tls_failure_lines: LineLimiter::new(limits::FAILURE_LOG_LINES_PER_SECOND),
-            requests: RequestMetrics::new(),
+            requests,
             accepting: AtomicBool::new(false),
             connections_max: config.connections_max,
             connection_limit_lines: LineLimiter::new(1),
@@ -240,35 +140,21 @@ impl ServerStats {
     /// dropped.
     pub fn opened(self: &Arc<Self>, peer: SocketAddr, listener: Arc<ListenerInfo>) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let connection = Arc::new(Connection {
+        let connection = Arc::new(Connection::new(
             id,
             peer,
             listener,
-            outbound: ConnectionBudget::new(
+            ConnectionBudget::new(
                 self.connection_outbound_bytes_max,
                 Arc::clone(&self.outbound),
             ),
-            reads: ReadVia {
+            ReadVia {
                 pool: Arc::clone(&self.read_pool),
                 cache_first: self.read_cache_first,
                 tail_bytes: self.read_tail_bytes,
             },
-            read_share: Arc::new(Semaphore::new(limits::COLD_READS_PER_CONNECTION)),
-            read_share_probe: self.read_share_probe.clone(),
-            requests_read: AtomicU64::new(0),
-            responses_written: AtomicU64::new(0),
-            in_flight: AtomicUsize::new(0),
-            window_full_events: AtomicU64::new(0),
-            reader_paused: AtomicBool::new(false),
-            bytes_written: AtomicU64::new(0),
-            client_id: OnceLock::new(),
-            principal: Mutex::new(Arc::from(ANONYMOUS)),
-            sasl: Mutex::new(crate::sasl::Session::default()),
-            sasl_session_ends_at_ms: AtomicI64::new(0),
-            close_after_reply: AtomicBool::new(false),
-            long_poll_bytes: AtomicUsize::new(0),
-            long_poll_released: tokio::sync::Notify::new(),
-        });
+            self.read_share_probe.clone(),
+        ));
         self.accepted.fetch_add(1, Ordering::Relaxed);
         self.connections
             .lock()
@@ -329,50 +215,6 @@ impl Drop for Registration {
     }
 }
 
-impl Connection {
-    /// This connection's turn to read from a log: one of its share permits, held
-    /// until the read is done. Fetches of one connection run one at a time (its
-    /// writer runs them in order), so a wait here means the share was made smaller
-    /// than the reads a fetch has in flight.
-    pub async fn read_turn(&self) -> OwnedSemaphorePermit {
-        self.read_share_probe.acquire(&self.read_share, 1).await
-    }
-
-    pub fn snapshot(&self) -> ConnectionSnapshot {
-        ConnectionSnapshot {
-            id: self.id,
-            peer: self.peer,
-            requests_read: self.requests_read.load(Ordering::Relaxed),
-            responses_written: self.responses_written.load(Ordering::Relaxed),
-            in_flight: self.in_flight.load(Ordering::Relaxed),
-            window_full_events: self.window_full_events.load(Ordering::Relaxed),
-            reader_paused: self.reader_paused.load(Ordering::Relaxed),
-            long_poll_bytes: self.long_poll_bytes(),
-            outbound_bytes_held: self.outbound.held(),
-            outbound_bytes_max: self.outbound.max(),
-            bytes_written: self.bytes_written.load(Ordering::Relaxed),
-            client_id: self.client_id.get().cloned(),
-        }
-    }
-
-    /// Records the connection's client id; the first one set stays.
-    /// The principal the connection acts as (see [`ANONYMOUS`]).
-    pub fn principal(&self) -> Arc<str> {
-        Arc::clone(&self.principal.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Records who the connection acts as from now on, after an authentication.
-    pub fn set_principal(&self, principal: &str) {
-        *self.principal.lock().unwrap_or_else(|e| e.into_inner()) = Arc::from(principal);
-    }
-
-    pub fn set_client_id(&self, client_id: &Arc<str>) {
-        if self.client_id.get().is_none() {
-            let _ = self.client_id.set(Arc::clone(client_id));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,6 +235,7 @@ mod tests {
                 headway_broker::io::priority::BulkPriority::UNCHANGED,
                 bulk,
             ),
+            RequestMetrics::new([]),
         )
     }
 
