@@ -13,11 +13,25 @@ use headway_log::records::first_record_at;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(headers) = batch::validate_all(data) {
-        let parsed = batch::parse_all(data).expect("a validated batch set parses");
-        assert_eq!(headers.len(), parsed.len());
-        let total: usize = headers.iter().map(|h| h.total_bytes()).sum();
-        assert_eq!(total, data.len(), "validated batches cover the input exactly");
+    match batch::validate_all(data) {
+        Ok(validated) => {
+            let parsed = batch::parse_all(data).expect("a validated batch set parses");
+            assert_eq!(validated.headers(), parsed.as_slice());
+            let total: usize = parsed.iter().map(|h| h.total_bytes()).sum();
+            assert_eq!(
+                total,
+                data.len(),
+                "validated batches cover the input exactly"
+            );
+            let offsets: i64 = parsed
+                .iter()
+                .map(|h| i64::from(h.last_offset_delta) + 1)
+                .sum();
+            assert_eq!(validated.offset_count(), offsets);
+            let first_transactional = parsed.iter().find(|h| h.is_transactional());
+            assert_eq!(validated.first_transactional(), first_transactional);
+        }
+        Err(invalid) => assert_eq!(invalid.len, data.len()),
     }
     let _ = batch::parse_all(data);
     // Stored batches are walked whether or not their CRC was checked again.
