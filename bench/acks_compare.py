@@ -80,8 +80,8 @@ def main() -> int:
         f"`headway bench acks --quick`, {args.label_before} and {args.label_after} alternating, "
         f"{args.runs} runs each, every run shown ({started:%Y-%m-%d %H:%M}-{finished:%H:%M} UTC, "
         f"`nproc` = {os.cpu_count()}, load average at the end "
-        f"{os.getloadavg()[0]:.2f}); command: `bench/acks_compare.py --before {args.before} "
-        f"--after {args.after} --runs {args.runs}`.",
+        f"{os.getloadavg()[0]:.2f}); command: `bench/acks_compare.py --before <{args.label_before} binary> "
+        f"--after <{args.label_after} binary> --runs {args.runs}`.",
         "",
         f"| case | max-rate msg/s {args.label_before} (runs) | {args.label_after} (runs) | ratio of medians "
         f"| paced publish p99 ms {args.label_before} | {args.label_after} | p99 ratio of medians |",
