@@ -1,7 +1,10 @@
 //! Broker settings and per-topic settings, with their defaults.
 //!
-//! `BrokerConfig` is read from a TOML file (`--config`) and then overridden by flags
-//! and `HEADWAY_<NAME>` environment variables in the CLI. Topic settings use Kafka's
+//! `BrokerConfig` is the broker's section of the settings: storage, the log's
+//! defaults, I/O and the listeners' addresses. The group, share and transaction
+//! coordinators own their sections (`headway_group::GroupSettings`, ...);
+//! `headway_server::config` reads every section from one flat TOML file (`--config`),
+//! which the CLI then overrides by flags and `HEADWAY_<NAME>` environment variables. Topic settings use Kafka's
 //! names (`retention.ms`, `segment.bytes`, ...) so that admin tools work unchanged;
 //! their defaults come from the broker's `[log]` table.
 
@@ -231,8 +234,12 @@ pub const SASL_MECHANISMS: [&str; 4] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512
 /// The mechanisms SASL listeners offer unless configured: OAUTHBEARER needs a key set.
 pub const SASL_MECHANISMS_DEFAULT: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 
+/// The broker's own section of the settings: what `Broker::open` and the storage under
+/// it read. The config file is one flat table shared with the other components'
+/// sections (`headway_server::config` reads it and refuses a key no section declares),
+/// so this struct does not refuse unknown keys itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct BrokerConfig {
     pub data_dir: PathBuf,
     /// Address to bind, `HOST:PORT`. Port 0 binds an ephemeral port.
@@ -321,30 +328,9 @@ pub struct BrokerConfig {
     pub outbound_bytes_max: usize,
     /// Where to serve Prometheus metrics (`HOST:PORT`, path `/metrics`); off when unset.
     pub metrics_listen: Option<String>,
-    /// Kafka's `group.initial.rebalance.delay.ms`: how long an empty group's first
-    /// rebalance waits for more members.
-    pub group_initial_rebalance_delay_ms: i64,
-    /// Kafka's `group.consumer.migration.policy`: which online conversions between
-    /// classic and consumer groups are served, `bidirectional`, `upgrade`,
-    /// `downgrade` or `disabled` (`docs/groups.md`).
-    pub group_consumer_migration_policy: String,
-    /// Committed offsets of a group without members are removed after this long
-    /// without a commit (Kafka's `offsets.retention.minutes`, in ms).
-    pub offsets_retention_ms: i64,
     /// An idempotent producer idle this long is forgotten (Kafka's
     /// `producer.id.expiration.ms`); if it returns it resets its sequences.
     pub producer_id_expiration_ms: i64,
-    /// Largest `transaction.timeout.ms` a transactional producer may ask for (Kafka's
-    /// `transaction.max.timeout.ms`); InitProducerId above it gets
-    /// INVALID_TRANSACTION_TIMEOUT.
-    pub transaction_max_timeout_ms: i32,
-    /// A transactional id without an open transaction and without requests for this
-    /// long is removed (Kafka's `transactional.id.expiration.ms`).
-    pub transactional_id_expiration_ms: i64,
-    /// How often open transactions are checked against their timeout (and idle ids
-    /// against the expiration), ms (Kafka's
-    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`).
-    pub transaction_abort_timed_out_check_interval_ms: u64,
     /// Produces are refused (KAFKA_STORAGE_ERROR, retriable) while the data directory's
     /// filesystem has fewer free bytes than this, so that committed offsets and the
     /// broker's other small writes still fit; 0 turns the check off
@@ -360,39 +346,6 @@ pub struct BrokerConfig {
     /// adaptive bulk budget it also passes.
     pub log_cleaner_io_bytes_per_sec: u64,
     pub log: LogDefaults,
-    /// How long a share consumer holds records it acquired before they go back to
-    /// the others (Kafka's `group.share.record.lock.duration.ms`).
-    pub share_record_lock_duration_ms: i64,
-    /// Deliveries of a record to share consumers before it is archived (Kafka's
-    /// `group.share.delivery.count.limit`).
-    pub share_delivery_count_limit: u16,
-    /// Where a share group starts in a partition it has no state for: `latest` or
-    /// `earliest` (Kafka's `share.auto.offset.reset`).
-    pub share_auto_offset_reset: String,
-    /// A share group member without a heartbeat this long is removed (Kafka's
-    /// `group.share.session.timeout.ms`).
-    pub share_session_timeout_ms: i64,
-    /// Bounds of a share group's own `share.record.lock.duration.ms` (Kafka's
-    /// `group.share.min.record.lock.duration.ms` and `...max...`); the broker's own
-    /// `share_record_lock_duration_ms` is always allowed too.
-    pub share_min_record_lock_duration_ms: i64,
-    pub share_max_record_lock_duration_ms: i64,
-    /// Bounds of a share group's own `share.session.timeout.ms` (Kafka's
-    /// `group.share.min.session.timeout.ms` and `...max...`).
-    pub share_min_session_timeout_ms: i64,
-    pub share_max_session_timeout_ms: i64,
-    /// Bounds of a share group's own `share.heartbeat.interval.ms` (Kafka's
-    /// `group.share.min.heartbeat.interval.ms` and `...max...`).
-    pub share_min_heartbeat_interval_ms: i64,
-    pub share_max_heartbeat_interval_ms: i64,
-    /// Bounds of a consumer group's own `consumer.session.timeout.ms` (Kafka's
-    /// `group.consumer.min.session.timeout.ms` and `...max...`).
-    pub group_consumer_min_session_timeout_ms: i64,
-    pub group_consumer_max_session_timeout_ms: i64,
-    /// Bounds of a consumer group's own `consumer.heartbeat.interval.ms` (Kafka's
-    /// `group.consumer.min.heartbeat.interval.ms` and `...max...`).
-    pub group_consumer_min_heartbeat_interval_ms: i64,
-    pub group_consumer_max_heartbeat_interval_ms: i64,
     /// Where to serve the read-only web console (`HOST:PORT`, `docs/console.md`); off
     /// when unset.
     pub console_listen: Option<String>,
@@ -464,33 +417,13 @@ impl Default for BrokerConfig {
             connection_outbound_bytes_max: limits::CONNECTION_OUTBOUND_BYTES_MAX_DEFAULT,
             outbound_bytes_max: limits::OUTBOUND_BYTES_MAX_DEFAULT,
             metrics_listen: None,
-            group_initial_rebalance_delay_ms: 3_000,
-            group_consumer_migration_policy: "bidirectional".into(),
-            offsets_retention_ms: 7 * 24 * 3600 * 1000,
             producer_id_expiration_ms: 24 * 3600 * 1000,
-            transaction_max_timeout_ms: 900_000,
-            transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
-            transaction_abort_timed_out_check_interval_ms: 10_000,
             disk_free_bytes_min: limits::DISK_FREE_BYTES_MIN_DEFAULT,
             log_cleaner_enabled: true,
             log_cleaner_backoff_ms: limits::LOG_CLEANER_BACKOFF_MS_DEFAULT,
             log_cleaner_dedupe_buffer_bytes: limits::LOG_CLEANER_DEDUPE_BUFFER_BYTES_DEFAULT,
             log_cleaner_io_bytes_per_sec: limits::LOG_CLEANER_IO_BYTES_PER_SEC_DEFAULT,
             log: LogDefaults::default(),
-            share_record_lock_duration_ms: 30_000,
-            share_delivery_count_limit: 5,
-            share_auto_offset_reset: "latest".into(),
-            share_session_timeout_ms: 45_000,
-            share_min_record_lock_duration_ms: 15_000,
-            share_max_record_lock_duration_ms: 60_000,
-            share_min_session_timeout_ms: 45_000,
-            share_max_session_timeout_ms: 60_000,
-            share_min_heartbeat_interval_ms: 5_000,
-            share_max_heartbeat_interval_ms: 15_000,
-            group_consumer_min_session_timeout_ms: 45_000,
-            group_consumer_max_session_timeout_ms: 60_000,
-            group_consumer_min_heartbeat_interval_ms: 5_000,
-            group_consumer_max_heartbeat_interval_ms: 15_000,
             console_listen: None,
             authorizer: None,
             super_users: Vec::new(),
@@ -620,72 +553,6 @@ impl BrokerConfig {
         if self.log_cleaner_dedupe_buffer_bytes < 1024 * 1024 {
             return Err("log_cleaner_dedupe_buffer_bytes must be at least 1 MiB".into());
         }
-        if self.transaction_max_timeout_ms <= 0
-            || self.transactional_id_expiration_ms <= 0
-            || self.transaction_abort_timed_out_check_interval_ms == 0
-        {
-            return Err(
-                "transaction_max_timeout_ms, transactional_id_expiration_ms and \
-                 transaction_abort_timed_out_check_interval_ms must be above 0"
-                    .into(),
-            );
-        }
-        if self.share_record_lock_duration_ms <= 0
-            || self.share_delivery_count_limit == 0
-            || self.share_session_timeout_ms <= 0
-            || !matches!(self.share_auto_offset_reset.as_str(), "latest" | "earliest")
-        {
-            return Err(
-                "share_record_lock_duration_ms, share_delivery_count_limit and \
-                 share_session_timeout_ms must be above 0, share_auto_offset_reset \
-                 latest or earliest"
-                    .into(),
-            );
-        }
-        for (name, min, max) in [
-            (
-                "share_min/max_record_lock_duration_ms",
-                self.share_min_record_lock_duration_ms,
-                self.share_max_record_lock_duration_ms,
-            ),
-            (
-                "share_min/max_session_timeout_ms",
-                self.share_min_session_timeout_ms,
-                self.share_max_session_timeout_ms,
-            ),
-            (
-                "share_min/max_heartbeat_interval_ms",
-                self.share_min_heartbeat_interval_ms,
-                self.share_max_heartbeat_interval_ms,
-            ),
-            (
-                "group_consumer_min/max_session_timeout_ms",
-                self.group_consumer_min_session_timeout_ms,
-                self.group_consumer_max_session_timeout_ms,
-            ),
-            (
-                "group_consumer_min/max_heartbeat_interval_ms",
-                self.group_consumer_min_heartbeat_interval_ms,
-                self.group_consumer_max_heartbeat_interval_ms,
-            ),
-        ] {
-            if min <= 0 || min > max || max > i64::from(i32::MAX) {
-                return Err(format!(
-                    "{name}: need 0 < min ({min}) <= max ({max}) <= {}",
-                    i32::MAX
-                ));
-            }
-        }
-        if !matches!(
-            self.group_consumer_migration_policy.as_str(),
-            "bidirectional" | "upgrade" | "downgrade" | "disabled"
-        ) {
-            return Err(
-                "group_consumer_migration_policy must be bidirectional, upgrade, downgrade \
-                 or disabled"
-                    .into(),
-            );
-        }
         if self.log_cleaner_io_bytes_per_sec == 0 || self.log_cleaner_backoff_ms == 0 {
             return Err(
                 "log_cleaner_io_bytes_per_sec and log_cleaner_backoff_ms must be above 0".into(),
@@ -719,6 +586,18 @@ impl BrokerConfig {
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
+}
+
+/// Checks a pair of bounds on a group's own setting (Kafka's `group.*.min/max.*`):
+/// `0 < min <= max`, and `max` within an int.
+pub fn check_bounds(name: &str, min: i64, max: i64) -> Result<(), String> {
+    if min <= 0 || min > max || max > i64::from(i32::MAX) {
+        return Err(format!(
+            "{name}: need 0 < min ({min}) <= max ({max}) <= {}",
+            i32::MAX
+        ));
+    }
+    Ok(())
 }
 
 /// One topic's effective settings.
@@ -1001,6 +880,8 @@ mod tests {
         );
         assert_eq!(config.log.segment_bytes, 1 << 20);
         assert_eq!(config.log.retention_ms, LogDefaults::default().retention_ms);
-        assert!(toml::from_str::<BrokerConfig>("no_such_key = 1").is_err());
+        // An unknown key is refused over every section at once, by
+        // `headway_server::config`; `[log]` is this section's own table.
+        assert!(toml::from_str::<BrokerConfig>("[log]\nno_such_key = 1").is_err());
     }
 }

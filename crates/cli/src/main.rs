@@ -26,8 +26,8 @@ mod user;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use headway_base::limits;
-use headway_broker::{Broker, BrokerConfig, FlushPolicy, SyncScope};
-use headway_server::Server;
+use headway_broker::{Broker, FlushPolicy, SyncScope};
+use headway_server::{Config, Server};
 use signals::Signals;
 use std::io::Write;
 use std::path::PathBuf;
@@ -330,15 +330,15 @@ struct ServeArgs {
 }
 
 impl ServeArgs {
-    fn into_config(self) -> anyhow::Result<BrokerConfig> {
+    fn into_config(self) -> anyhow::Result<Config> {
         let mut config = match &self.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading config file {}", path.display()))?;
-                toml::from_str(&text)
+                Config::from_toml(&text)
                     .with_context(|| format!("parsing config file {}", path.display()))?
             }
-            None => BrokerConfig::default(),
+            None => Config::default(),
         };
         macro_rules! set {
             ($($field:ident).+ = $value:expr) => {
@@ -347,89 +347,92 @@ impl ServeArgs {
                 }
             };
         }
-        set!(data_dir = self.data_dir);
-        set!(listen = self.listen);
+        set!(broker.data_dir = self.data_dir);
+        set!(broker.listen = self.listen);
         if self.advertised_listener.is_some() {
-            config.advertised_listener = self.advertised_listener;
+            config.broker.advertised_listener = self.advertised_listener;
         }
-        set!(listeners = self.listeners);
-        set!(advertised_listeners = self.advertised_listeners);
-        set!(listener_security_protocol_map = self.listener_security_protocol_map);
+        set!(broker.listeners = self.listeners);
+        set!(broker.advertised_listeners = self.advertised_listeners);
+        set!(broker.listener_security_protocol_map = self.listener_security_protocol_map);
         if self.ssl_certificate_file.is_some() {
-            config.ssl_certificate_file = self.ssl_certificate_file;
+            config.broker.ssl_certificate_file = self.ssl_certificate_file;
         }
         if self.ssl_key_file.is_some() {
-            config.ssl_key_file = self.ssl_key_file;
+            config.broker.ssl_key_file = self.ssl_key_file;
         }
         if self.ssl_client_ca_file.is_some() {
-            config.ssl_client_ca_file = self.ssl_client_ca_file;
+            config.broker.ssl_client_ca_file = self.ssl_client_ca_file;
         }
-        set!(node_id = self.node_id);
-        set!(auto_create_topics = self.auto_create_topics);
-        set!(default_partitions = self.default_partitions);
-        set!(flush = self.flush);
-        set!(sync_scope = self.sync_scope);
-        set!(retention_check_interval_ms = self.retention_check_interval_ms);
-        set!(frame_bytes_max = self.frame_bytes_max);
-        set!(group_initial_rebalance_delay_ms = self.group_initial_rebalance_delay_ms);
+        set!(broker.node_id = self.node_id);
+        set!(broker.auto_create_topics = self.auto_create_topics);
+        set!(broker.default_partitions = self.default_partitions);
+        set!(broker.flush = self.flush);
+        set!(broker.sync_scope = self.sync_scope);
+        set!(broker.retention_check_interval_ms = self.retention_check_interval_ms);
+        set!(broker.frame_bytes_max = self.frame_bytes_max);
+        set!(server.group.group_initial_rebalance_delay_ms = self.group_initial_rebalance_delay_ms);
         set!(
-            group_consumer_migration_policy = self
+            server.group.group_consumer_migration_policy = self
                 .group_consumer_migration_policy
                 .map(|p| p.name().to_string())
         );
-        set!(transaction_max_timeout_ms = self.transaction_max_timeout_ms);
-        set!(share_record_lock_duration_ms = self.share_record_lock_duration_ms);
-        set!(share_delivery_count_limit = self.share_delivery_count_limit);
-        set!(share_auto_offset_reset = self.share_auto_offset_reset.map(|r| r.name().to_string()));
-        set!(transactional_id_expiration_ms = self.transactional_id_expiration_ms);
+        set!(server.txn.transaction_max_timeout_ms = self.transaction_max_timeout_ms);
+        set!(server.share.share_record_lock_duration_ms = self.share_record_lock_duration_ms);
+        set!(server.share.share_delivery_count_limit = self.share_delivery_count_limit);
         set!(
-            transaction_abort_timed_out_check_interval_ms =
+            server.share.share_auto_offset_reset =
+                self.share_auto_offset_reset.map(|r| r.name().to_string())
+        );
+        set!(server.txn.transactional_id_expiration_ms = self.transactional_id_expiration_ms);
+        set!(
+            server.txn.transaction_abort_timed_out_check_interval_ms =
                 self.transaction_abort_timed_out_check_interval_ms
         );
-        set!(log.segment_bytes = self.segment_bytes);
-        set!(log.retention_ms = self.retention_ms);
-        set!(log.retention_bytes = self.retention_bytes);
-        set!(log.max_message_bytes = self.max_message_bytes);
-        set!(read_threads = self.read_threads);
-        set!(read_cache_first = self.read_cache_first);
-        set!(read_tail_bytes = self.read_tail_bytes);
-        set!(read_threads_nice = self.read_threads_nice);
-        set!(bulk_send_threads = self.bulk_send_threads);
-        set!(bulk_io_idle = self.bulk_io_idle);
-        set!(bulk_bytes_per_sec_max = self.bulk_bytes_per_sec_max);
-        set!(bulk_read_bytes_per_sec_max = self.bulk_read_bytes_per_sec_max);
-        set!(bulk_bytes_per_sec_min = self.bulk_bytes_per_sec_min);
-        set!(light_latency_target_ms = self.light_latency_target_ms);
-        set!(bulk_read_sync_wait_us = self.bulk_read_sync_wait_us);
-        set!(partition_unsynced_bytes_max = self.partition_unsynced_bytes_max);
-        set!(connection_outbound_bytes_max = self.connection_outbound_bytes_max);
-        set!(outbound_bytes_max = self.outbound_bytes_max);
-        set!(disk_free_bytes_min = self.disk_free_bytes_min);
-        set!(log_cleaner_enabled = self.log_cleaner_enabled);
-        set!(log_cleaner_backoff_ms = self.log_cleaner_backoff_ms);
-        set!(log_cleaner_dedupe_buffer_bytes = self.log_cleaner_dedupe_buffer_bytes);
-        set!(log_cleaner_io_bytes_per_sec = self.log_cleaner_io_bytes_per_sec);
+        set!(broker.log.segment_bytes = self.segment_bytes);
+        set!(broker.log.retention_ms = self.retention_ms);
+        set!(broker.log.retention_bytes = self.retention_bytes);
+        set!(broker.log.max_message_bytes = self.max_message_bytes);
+        set!(broker.read_threads = self.read_threads);
+        set!(broker.read_cache_first = self.read_cache_first);
+        set!(broker.read_tail_bytes = self.read_tail_bytes);
+        set!(broker.read_threads_nice = self.read_threads_nice);
+        set!(broker.bulk_send_threads = self.bulk_send_threads);
+        set!(broker.bulk_io_idle = self.bulk_io_idle);
+        set!(broker.bulk_bytes_per_sec_max = self.bulk_bytes_per_sec_max);
+        set!(broker.bulk_read_bytes_per_sec_max = self.bulk_read_bytes_per_sec_max);
+        set!(broker.bulk_bytes_per_sec_min = self.bulk_bytes_per_sec_min);
+        set!(broker.light_latency_target_ms = self.light_latency_target_ms);
+        set!(broker.bulk_read_sync_wait_us = self.bulk_read_sync_wait_us);
+        set!(broker.partition_unsynced_bytes_max = self.partition_unsynced_bytes_max);
+        set!(broker.connection_outbound_bytes_max = self.connection_outbound_bytes_max);
+        set!(broker.outbound_bytes_max = self.outbound_bytes_max);
+        set!(broker.disk_free_bytes_min = self.disk_free_bytes_min);
+        set!(broker.log_cleaner_enabled = self.log_cleaner_enabled);
+        set!(broker.log_cleaner_backoff_ms = self.log_cleaner_backoff_ms);
+        set!(broker.log_cleaner_dedupe_buffer_bytes = self.log_cleaner_dedupe_buffer_bytes);
+        set!(broker.log_cleaner_io_bytes_per_sec = self.log_cleaner_io_bytes_per_sec);
         if self.metrics_listen.is_some() {
-            config.metrics_listen = self.metrics_listen;
+            config.broker.metrics_listen = self.metrics_listen;
         }
         if self.console_listen.is_some() {
-            config.console_listen = self.console_listen;
+            config.broker.console_listen = self.console_listen;
         }
         if self.authorizer.is_some() {
-            config.authorizer = self.authorizer;
+            config.broker.authorizer = self.authorizer;
         }
-        set!(super_users = self.super_users);
-        set!(allow_everyone_if_no_acl_found = self.allow_everyone_if_no_acl_found);
-        set!(sasl_enabled_mechanisms = self.sasl_enabled_mechanisms);
-        set!(sasl_failed_authentication_delay_ms = self.sasl_failed_authentication_delay_ms);
-        set!(connections_max_reauth_ms = self.connections_max_reauth_ms);
+        set!(broker.super_users = self.super_users);
+        set!(broker.allow_everyone_if_no_acl_found = self.allow_everyone_if_no_acl_found);
+        set!(broker.sasl_enabled_mechanisms = self.sasl_enabled_mechanisms);
+        set!(broker.sasl_failed_authentication_delay_ms = self.sasl_failed_authentication_delay_ms);
+        set!(broker.connections_max_reauth_ms = self.connections_max_reauth_ms);
         if self.sasl_oauthbearer_jwks_file.is_some() {
-            config.sasl_oauthbearer_jwks_file = self.sasl_oauthbearer_jwks_file;
+            config.broker.sasl_oauthbearer_jwks_file = self.sasl_oauthbearer_jwks_file;
         }
         if self.sasl_oauthbearer_expected_issuer.is_some() {
-            config.sasl_oauthbearer_expected_issuer = self.sasl_oauthbearer_expected_issuer;
+            config.broker.sasl_oauthbearer_expected_issuer = self.sasl_oauthbearer_expected_issuer;
         }
-        set!(sasl_oauthbearer_expected_audience = self.sasl_oauthbearer_expected_audience);
+        set!(broker.sasl_oauthbearer_expected_audience = self.sasl_oauthbearer_expected_audience);
         config.validate().map_err(anyhow::Error::msg)?;
         Ok(config)
     }
@@ -482,7 +485,11 @@ fn run() -> anyhow::Result<()> {
     }
 }
 
-fn serve(config: BrokerConfig) -> anyhow::Result<()> {
+fn serve(config: Config) -> anyhow::Result<()> {
+    let Config {
+        broker: config,
+        server: sections,
+    } = config;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(limits::BLOCKING_THREADS_MAX)
@@ -507,7 +514,7 @@ fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         let broker = Broker::open(config)
             .await
             .context("opening the data directory")?;
-        let server = Server::bind(broker)
+        let server = Server::bind(broker, sections)
             .await
             .with_context(|| format!("listening on {listen}"))?;
         // Signal handlers are installed before the ready line, so a signal sent as soon

@@ -12,7 +12,7 @@ use headway_client::{
     ClientConfig, Cluster, Compression, ConsumedRecord, Consumer, ConsumerConfig, GroupConfig,
     GroupConsumer, Producer, ProducerConfig, Record, StartOffset,
 };
-use headway_server::{RunningServer, Server};
+use headway_server::{Config, RunningServer, Server};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +27,7 @@ async fn start_broker() -> (RunningServer, tempfile::TempDir) {
         listen: "127.0.0.1:0".into(),
         ..BrokerConfig::default()
     };
-    (Server::start(config).await.unwrap(), dir)
+    (Server::start(config.into()).await.unwrap(), dir)
 }
 
 async fn cluster(server: &RunningServer) -> Arc<Cluster> {
@@ -296,9 +296,10 @@ async fn group_members_share_partitions_and_resume_from_commits() {
     let config = BrokerConfig {
         data_dir: dir.path().to_path_buf(),
         listen: "127.0.0.1:0".into(),
-        group_initial_rebalance_delay_ms: 0,
         ..BrokerConfig::default()
     };
+    let mut config = Config::from(config);
+    config.server.group.group_initial_rebalance_delay_ms = 0;
     let server = Server::start(config).await.unwrap();
     let cluster = cluster(&server).await;
     cluster.create_topic("grouped", 4, &[]).await.unwrap();

@@ -14,6 +14,7 @@
 //!   offsets log: a commit is answered once its record is durable, and the log is
 //!   replayed at start-up, so committed offsets survive restarts and crashes. So do
 //!   consumer-protocol groups: a heartbeat is answered once what it changed is durable.
+//! - [`GroupSettings`]: the coordinator's section of the broker's settings.
 
 pub mod consumer;
 mod coordinator;
@@ -22,6 +23,7 @@ mod generation;
 mod migration;
 pub mod offsets;
 pub mod requests;
+mod settings;
 pub mod state;
 
 pub use consumer::TopicsSource;
@@ -30,4 +32,5 @@ pub use error::GroupError;
 pub use generation::GenerationId;
 pub use migration::MigrationPolicy;
 pub use requests::{JoinRequest, JoinResult, JoinedMember, SyncRequest, SyncResult};
+pub use settings::GroupSettings;
 pub use state::{CommittedOffset, ConsumerOverrides, GroupConfig, GroupState, OffsetCommit};

@@ -92,7 +92,7 @@ fn main() -> anyhow::Result<()> {
             .enable_all()
             .build()?;
         let server = server_rt
-            .block_on(Server::start(config))
+            .block_on(Server::start(config.into()))
             .map_err(anyhow::Error::msg)?;
         let row = clients.block_on(one_run(&args, &server, &data, name, readers))?;
         server_rt.block_on(server.stop());

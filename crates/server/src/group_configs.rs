@@ -19,9 +19,9 @@
 //! durably on each change ([`headway_base::durable_file::replace`]) before the change
 //! is answered or applied, and read back at start-up.
 
-use headway_broker::{BrokerConfig, BrokerError};
-use headway_group::{ConsumerOverrides, GroupCoordinator};
-use headway_share::{AutoOffsetReset, ShareCoordinator, ShareOverrides};
+use headway_broker::BrokerError;
+use headway_group::{ConsumerOverrides, GroupCoordinator, GroupSettings};
+use headway_share::{AutoOffsetReset, ShareCoordinator, ShareOverrides, ShareSettings};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -77,32 +77,36 @@ fn int(name: &'static str, default: i64, min: i64, max: i64) -> Definition {
 }
 
 /// Every group setting, in name order, with this broker's values and bounds.
-pub fn definitions(config: &BrokerConfig, share_heartbeat_interval_ms: i32) -> Vec<Definition> {
+pub fn definitions(
+    group: &GroupSettings,
+    share: &ShareSettings,
+    share_heartbeat_interval_ms: i32,
+) -> Vec<Definition> {
     let consumer = headway_group::GroupConfig::default();
     vec![
         int(
             "consumer.heartbeat.interval.ms",
             i64::from(consumer.consumer_heartbeat_interval_ms),
-            config.group_consumer_min_heartbeat_interval_ms,
-            config.group_consumer_max_heartbeat_interval_ms,
+            group.group_consumer_min_heartbeat_interval_ms,
+            group.group_consumer_max_heartbeat_interval_ms,
         ),
         int(
             "consumer.session.timeout.ms",
             consumer.consumer_session_timeout_ms,
-            config.group_consumer_min_session_timeout_ms,
-            config.group_consumer_max_session_timeout_ms,
+            group.group_consumer_min_session_timeout_ms,
+            group.group_consumer_max_session_timeout_ms,
         ),
         Definition {
             name: "share.auto.offset.reset",
-            default: config.share_auto_offset_reset.clone(),
+            default: share.share_auto_offset_reset.clone(),
             config_type: TYPE_STRING,
             kind: Kind::OneOf(RESETS),
         },
         int(
             "share.heartbeat.interval.ms",
             i64::from(share_heartbeat_interval_ms),
-            config.share_min_heartbeat_interval_ms,
-            config.share_max_heartbeat_interval_ms,
+            share.share_min_heartbeat_interval_ms,
+            share.share_max_heartbeat_interval_ms,
         ),
         Definition {
             name: "share.isolation.level",
@@ -112,15 +116,15 @@ pub fn definitions(config: &BrokerConfig, share_heartbeat_interval_ms: i32) -> V
         },
         int(
             "share.record.lock.duration.ms",
-            config.share_record_lock_duration_ms,
-            config.share_min_record_lock_duration_ms,
-            config.share_max_record_lock_duration_ms,
+            share.share_record_lock_duration_ms,
+            share.share_min_record_lock_duration_ms,
+            share.share_max_record_lock_duration_ms,
         ),
         int(
             "share.session.timeout.ms",
-            config.share_session_timeout_ms,
-            config.share_min_session_timeout_ms,
-            config.share_max_session_timeout_ms,
+            share.share_session_timeout_ms,
+            share.share_min_session_timeout_ms,
+            share.share_max_session_timeout_ms,
         ),
     ]
 }
@@ -371,12 +375,14 @@ pub fn apply(
 /// Opens the store and applies every group's settings (at start-up, after the
 /// coordinators replayed their state).
 pub async fn open(
-    config: &BrokerConfig,
+    data_dir: &Path,
+    group: &GroupSettings,
+    share: &ShareSettings,
     groups: &GroupCoordinator,
     shares: &ShareCoordinator,
 ) -> std::io::Result<Arc<GroupConfigStore>> {
-    let definitions = definitions(config, shares.config().heartbeat_interval_ms);
-    let dir = config.data_dir.clone();
+    let definitions = definitions(group, share, shares.config().heartbeat_interval_ms);
+    let dir = data_dir.to_path_buf();
     let store = tokio::task::spawn_blocking(move || GroupConfigStore::open(&dir, definitions))
         .await
         .map_err(std::io::Error::other)?

@@ -26,7 +26,8 @@
 //!    serves them with `/healthz` and `/readyz`, and [`console`] shows them, with
 //!    groups and topics, in a read-only web page.
 //!
-//! Kafka error codes are chosen in one place, [`errors`].
+//! Kafka error codes are chosen in one place, [`errors`]. [`config`] assembles every
+//! component's section of the settings from one flat file.
 //!
 //! The modules build on each other top-down: [`listener`] on [`connection`] and
 //! [`sasl`], those on the registry [`handlers`], the handlers on [`authorize`] and
@@ -40,6 +41,7 @@ pub mod authorize;
 pub mod authorizer;
 pub mod bulk_send;
 pub mod call;
+pub mod config;
 pub mod connection;
 pub mod console;
 pub mod errors;
@@ -57,4 +59,5 @@ pub mod sasl_settings;
 pub mod tls;
 pub mod txn_markers;
 
+pub use config::{Config, ServerConfig};
 pub use listener::{RunningServer, Server, ServerHandle};

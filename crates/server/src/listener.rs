@@ -6,6 +6,7 @@
 //! connections a grace period to write those acknowledgements; return.
 
 use crate::call::{self, Ctx, ListenerInfo, ServerStats};
+use crate::config::{Config, ServerConfig};
 use crate::handlers;
 use crate::requests::RequestMetrics;
 use crate::tls::ReloadableTls;
@@ -14,11 +15,9 @@ use crate::{connection, console, metrics};
 use headway_base::limits;
 use headway_broker::listeners::{ListenerSpec, SecurityProtocol};
 use headway_broker::Broker;
-use headway_group::{GroupConfig, GroupCoordinator, MigrationPolicy};
-use headway_share::{
-    AutoOffsetReset, ShareConfig, ShareCoordinator, SharePartitionConfig, SHARE_STATE_TOPIC,
-};
-use headway_txn::{ProducerIdSource, TxnConfig, TxnCoordinator, TRANSACTION_STATE_TOPIC};
+use headway_group::GroupCoordinator;
+use headway_share::{ShareCoordinator, SHARE_STATE_TOPIC};
+use headway_txn::{ProducerIdSource, TxnCoordinator, TRANSACTION_STATE_TOPIC};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -166,10 +165,14 @@ impl RunningServer {
 
 impl Server {
     /// Opens the broker, binds, and runs the server on a task (for tests and tools).
-    pub async fn start(config: headway_broker::BrokerConfig) -> Result<RunningServer, String> {
-        let broker = Broker::open(config).await.map_err(|e| e.to_string())?;
+    pub async fn start(config: Config) -> Result<RunningServer, String> {
+        let broker = Broker::open(config.broker)
+            .await
+            .map_err(|e| e.to_string())?;
         let weak = Arc::downgrade(&broker);
-        let server = Server::bind(broker).await.map_err(|e| e.to_string())?;
+        let server = Server::bind(broker, config.server)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(RunningServer {
             broker: weak,
             addr: server.local_addr(),
@@ -183,7 +186,8 @@ impl Server {
 
     /// Binds the configured listeners (`headway_broker::listeners`). With port 0, the
     /// bound ephemeral port is advertised unless an advertised address is configured.
-    pub async fn bind(broker: Arc<Broker>) -> std::io::Result<Server> {
+    /// `settings` holds the sections of the coordinators it starts; each gets its own.
+    pub async fn bind(broker: Arc<Broker>, settings: ServerConfig) -> std::io::Result<Server> {
         let config = broker.config();
         let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
         let specs = config.listener_specs().map_err(invalid)?;
@@ -195,19 +199,7 @@ impl Server {
         for spec in &specs {
             listeners.push(Bound::bind(spec, &tls).await?);
         }
-        let group_config = GroupConfig {
-            initial_rebalance_delay_ms: config.group_initial_rebalance_delay_ms,
-            offsets_retention_ms: config.offsets_retention_ms,
-            migration_policy: MigrationPolicy::parse(&config.group_consumer_migration_policy)
-                .ok_or_else(|| {
-                    invalid(format!(
-                        "group_consumer_migration_policy: {:?} is none of {}",
-                        config.group_consumer_migration_policy,
-                        MigrationPolicy::NAMES.join(", ")
-                    ))
-                })?,
-            ..GroupConfig::default()
-        };
+        let group_config = settings.group.group_config().map_err(invalid)?;
         let groups = GroupCoordinator::open(&config.data_dir, config.flush, group_config)
             .await
             .map_err(|e| std::io::Error::other(format!("opening the group coordinator: {e}")))?;
@@ -218,16 +210,11 @@ impl Server {
         // Readable as `__consumer_offsets`, and compacted like a topic with the
         // broker's default settings.
         broker.add_internal_log("__consumer_offsets", Arc::clone(groups.offsets_log()));
-        let txn_config = TxnConfig {
-            transaction_max_timeout_ms: config.transaction_max_timeout_ms,
-            transactional_id_expiration_ms: config.transactional_id_expiration_ms,
-            ..TxnConfig::default()
-        };
         let txns = TxnCoordinator::open(
             &config.data_dir,
             config.flush,
-            txn_config,
-            Duration::from_millis(config.transaction_abort_timed_out_check_interval_ms),
+            settings.txn.txn_config(),
+            settings.txn.abort_check_interval(),
             Arc::new(PartitionMarkers {
                 broker: Arc::downgrade(&broker),
                 groups: Arc::clone(&groups),
@@ -237,9 +224,22 @@ impl Server {
         .await
         .map_err(|e| std::io::Error::other(format!("opening the transaction coordinator: {e}")))?;
         broker.add_internal_log(TRANSACTION_STATE_TOPIC, Arc::clone(txns.state_log()));
-        let shares = open_share_coordinator(config).await?;
+        let shares = ShareCoordinator::open(
+            &config.data_dir,
+            config.flush,
+            settings.share.share_config(),
+        )
+        .await
+        .map_err(|e| std::io::Error::other(format!("opening the share coordinator: {e}")))?;
         broker.add_internal_log(SHARE_STATE_TOPIC, Arc::clone(shares.state_log()));
-        let group_configs = crate::group_configs::open(config, &groups, &shares).await?;
+        let group_configs = crate::group_configs::open(
+            &config.data_dir,
+            &settings.group,
+            &settings.share,
+            &groups,
+            &shares,
+        )
+        .await?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let security = open_security_store(config).await?;
         let authorizer = Arc::new(crate::authorizer::Authorizer::new(
@@ -382,28 +382,6 @@ impl Server {
         }
         tracing::info!("shutdown complete");
     }
-}
-
-/// Opens the share coordinator with the broker's share settings.
-async fn open_share_coordinator(
-    config: &headway_broker::BrokerConfig,
-) -> std::io::Result<Arc<ShareCoordinator>> {
-    let share_config = ShareConfig {
-        partition: SharePartitionConfig {
-            record_lock_duration_ms: config.share_record_lock_duration_ms,
-            delivery_count_limit: config.share_delivery_count_limit,
-            max_record_locks: limits::SHARE_PARTITION_RECORD_LOCKS_MAX,
-        },
-        session_timeout_ms: config.share_session_timeout_ms,
-        auto_offset_reset: AutoOffsetReset::parse(&config.share_auto_offset_reset)
-            .unwrap_or_default(),
-        sessions_max: limits::SHARE_SESSIONS_MAX,
-        members_max: limits::SHARE_GROUP_MEMBERS_MAX,
-        ..ShareConfig::default()
-    };
-    ShareCoordinator::open(&config.data_dir, config.flush, share_config)
-        .await
-        .map_err(|e| std::io::Error::other(format!("opening the share coordinator: {e}")))
 }
 
 /// Opens the security store in `<data_dir>/security/`.

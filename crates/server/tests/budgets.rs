@@ -46,8 +46,8 @@ async fn wait_for_metrics(broker: &TestBroker, series: &[&str], check: impl Fn(&
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_connection_limit_is_counted_and_its_wait_timed() {
     let broker = TestBroker::start_with(|c| {
-        c.connections_max = 1;
-        c.metrics_listen = Some("127.0.0.1:0".into());
+        c.broker.connections_max = 1;
+        c.broker.metrics_listen = Some("127.0.0.1:0".into());
     })
     .await;
     let series = [

@@ -101,9 +101,9 @@ async fn join_and_commit(client: &mut Client) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_state_shows_topics_groups_lag_and_the_slow_connection_first() {
     let broker = TestBroker::start_with(|c| {
-        c.console_listen = Some("127.0.0.1:0".into());
-        c.connection_outbound_bytes_max = CONNECTION_BUDGET;
-        c.group_initial_rebalance_delay_ms = 0;
+        c.broker.console_listen = Some("127.0.0.1:0".into());
+        c.broker.connection_outbound_bytes_max = CONNECTION_BUDGET;
+        c.server.group.group_initial_rebalance_delay_ms = 0;
     })
     .await;
     let console = broker.server.console_addr.expect("the console is served");
@@ -221,7 +221,8 @@ async fn every_list_is_bounded_and_says_what_it_left_out() {
     use headway_base::limits::{
         CONSOLE_CONNECTIONS_MAX, CONSOLE_GROUPS_MAX, CONSOLE_PARTITIONS_MAX,
     };
-    let broker = TestBroker::start_with(|c| c.console_listen = Some("127.0.0.1:0".into())).await;
+    let broker =
+        TestBroker::start_with(|c| c.broker.console_listen = Some("127.0.0.1:0".into())).await;
     let console = broker.server.console_addr.unwrap();
     let mut client = broker.client().await;
     let partitions = CONSOLE_PARTITIONS_MAX + 1;

@@ -179,10 +179,10 @@ async fn stop_with_budget_free(broker: TestBroker) {
 /// up to `max_message_bytes`.
 async fn large_frame_broker(body_timeout_ms: u64, max_message_bytes: usize) -> TestBroker {
     TestBroker::start_with(|c| {
-        c.frame_bytes_max = 100 * 1024 * 1024;
-        c.request_bytes_in_flight_max = 128 * 1024 * 1024;
-        c.request_body_timeout_ms = body_timeout_ms;
-        c.log.max_message_bytes = max_message_bytes;
+        c.broker.frame_bytes_max = 100 * 1024 * 1024;
+        c.broker.request_bytes_in_flight_max = 128 * 1024 * 1024;
+        c.broker.request_body_timeout_ms = body_timeout_ms;
+        c.broker.log.max_message_bytes = max_message_bytes;
     })
     .await
 }
@@ -346,7 +346,7 @@ async fn stalled_prefixes_hold_no_budget_and_are_closed_at_the_timeout() {
 async fn a_large_frame_trickling_in_is_read_as_it_arrives_and_answered() {
     // A produce of about 3 MiB arrives in pieces; the broker grows its buffer as the
     // bytes come and answers it, and the budget it held comes back.
-    let broker = TestBroker::start_with(|c| c.log.max_message_bytes = 8 * 1024 * 1024).await;
+    let broker = TestBroker::start_with(|c| c.broker.log.max_message_bytes = 8 * 1024 * 1024).await;
     create_topic(&mut broker.client().await, TOPIC, 1).await;
     let value = "x".repeat(3 * 1024 * 1024);
     let request = produce_request(TOPIC, 0, -1, batch(&[&value]));

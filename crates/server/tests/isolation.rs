@@ -61,9 +61,9 @@ fn greedy_fetch() -> FetchRequest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_holds_at_most_its_outbound_budget() {
     let broker = TestBroker::start_with(|c| {
-        c.connection_outbound_bytes_max = CONNECTION_BUDGET;
-        c.outbound_bytes_max = BROKER_BUDGET;
-        c.metrics_listen = Some("127.0.0.1:0".into());
+        c.broker.connection_outbound_bytes_max = CONNECTION_BUDGET;
+        c.broker.outbound_bytes_max = BROKER_BUDGET;
+        c.broker.metrics_listen = Some("127.0.0.1:0".into());
     })
     .await;
     let mut producer = broker.client().await;
@@ -174,8 +174,8 @@ async fn tail_reads_come_from_the_cache_and_catching_up_from_the_read_threads() 
         // Tail: reads starting less than 2 MiB before the end. Four batches of about
         // 512 KiB are written, so a read from offset 0 is catching up.
         let broker = TestBroker::start_with(|c| {
-            c.read_cache_first = cache_first;
-            c.read_tail_bytes = 2 << 20;
+            c.broker.read_cache_first = cache_first;
+            c.broker.read_tail_bytes = 2 << 20;
         })
         .await;
         let mut client = broker.client().await;
@@ -227,7 +227,8 @@ fn series_value(metrics: &str, series: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledgements_and_fetches_are_timed_by_stage_on_metrics() {
-    let broker = TestBroker::start_with(|c| c.metrics_listen = Some("127.0.0.1:0".into())).await;
+    let broker =
+        TestBroker::start_with(|c| c.broker.metrics_listen = Some("127.0.0.1:0".into())).await;
     let mut client = broker.client().await;
     create_topic(&mut client, "timed", 1).await;
     let response = client
@@ -280,11 +281,11 @@ async fn catching_up_on_cached_data_does_not_pass_the_disk_budget() {
     // be counted if they passed it (unless 0.4 s went by between them).
     // Reads more than 256 KiB behind are catching up: all three below.
     let broker = TestBroker::start_with(|c| {
-        c.read_tail_bytes = 256 << 10;
-        c.bulk_bytes_per_sec_min = 1 << 20;
-        c.bulk_bytes_per_sec_max = 1 << 20;
-        c.bulk_read_bytes_per_sec_max = 1 << 20;
-        c.metrics_listen = Some("127.0.0.1:0".into());
+        c.broker.read_tail_bytes = 256 << 10;
+        c.broker.bulk_bytes_per_sec_min = 1 << 20;
+        c.broker.bulk_bytes_per_sec_max = 1 << 20;
+        c.broker.bulk_read_bytes_per_sec_max = 1 << 20;
+        c.broker.metrics_listen = Some("127.0.0.1:0".into());
     })
     .await;
     let mut client = broker.client().await;
@@ -318,7 +319,7 @@ async fn catching_up_on_cached_data_does_not_pass_the_disk_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_answers_go_out_whole_through_the_bulk_send_threads() {
-    let broker = TestBroker::start_with(|c| c.bulk_send_threads = 2).await;
+    let broker = TestBroker::start_with(|c| c.broker.bulk_send_threads = 2).await;
     let mut client = broker.client().await;
     create_topic(&mut client, TOPIC, PARTITIONS).await;
     produce(&mut client, 2).await;

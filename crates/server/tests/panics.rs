@@ -39,8 +39,8 @@ async fn produce_ok(client: &mut Client, topic: &str, values: &[&str]) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_thread_job_that_panics_fails_alone() {
     let broker = TestBroker::start_with(|c| {
-        c.metrics_listen = Some("127.0.0.1:0".into());
-        c.read_threads = 2;
+        c.broker.metrics_listen = Some("127.0.0.1:0".into());
+        c.broker.read_threads = 2;
     })
     .await;
     let metrics = broker.server.metrics_addr.unwrap();

@@ -29,7 +29,8 @@ async fn wait_status(addr: SocketAddr, path: &str, status: &str) -> (String, Str
 
 #[tokio::test]
 async fn ready_while_the_listener_accepts_and_healthy_while_the_endpoint_runs() {
-    let broker = TestBroker::start_with(|c| c.metrics_listen = Some("127.0.0.1:0".into())).await;
+    let broker =
+        TestBroker::start_with(|c| c.broker.metrics_listen = Some("127.0.0.1:0".into())).await;
     let metrics = broker.server.metrics_addr.unwrap();
     assert_eq!(
         http_get(metrics, "/healthz").await,

@@ -85,7 +85,9 @@ async fn fetch(
 
 #[tokio::test]
 async fn a_share_fetch_acquires_only_the_members_partitions() {
-    let broker = TestBroker::start_with(|c| c.share_auto_offset_reset = "earliest".into()).await;
+    let broker =
+        TestBroker::start_with(|c| c.server.share.share_auto_offset_reset = "earliest".into())
+            .await;
     let mut client = broker.client().await;
     create_topic(&mut client, TOPIC, 2).await;
     for p in 0..2 {

@@ -68,8 +68,8 @@ fn copy_dir(from: &Path, to: &Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_batch_is_refused_reported_and_repaired_at_restart() {
     let broker = TestBroker::start_with(|c| {
-        c.metrics_listen = Some("127.0.0.1:0".into());
-        c.log.segment_bytes = 1000;
+        c.broker.metrics_listen = Some("127.0.0.1:0".into());
+        c.broker.log.segment_bytes = 1000;
     })
     .await;
     let mut client = broker.client().await;
@@ -156,9 +156,9 @@ async fn a_damaged_batch_is_refused_reported_and_repaired_at_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_produce_below_disk_free_bytes_min_gets_kafka_storage_error() {
     let broker = TestBroker::start_with(|c| {
-        c.metrics_listen = Some("127.0.0.1:0".into());
+        c.broker.metrics_listen = Some("127.0.0.1:0".into());
         // More than any disk has free.
-        c.disk_free_bytes_min = u64::MAX / 2;
+        c.broker.disk_free_bytes_min = u64::MAX / 2;
     })
     .await;
     let mut client = broker.client().await;
@@ -184,7 +184,8 @@ async fn a_produce_below_disk_free_bytes_min_gets_kafka_storage_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_taken_offline_is_not_advertised_as_led() {
     use headway_protocol::kafka_protocol::messages::{MetadataRequest, MetadataResponse};
-    let broker = TestBroker::start_with(|c| c.metrics_listen = Some("127.0.0.1:0".into())).await;
+    let broker =
+        TestBroker::start_with(|c| c.broker.metrics_listen = Some("127.0.0.1:0".into())).await;
     let mut client = broker.client().await;
     create_topic(&mut client, TOPIC, 2).await;
     let partition = {

@@ -24,7 +24,7 @@ async fn start(dir: tempfile::TempDir, scope: SyncScope) -> TestBroker {
         ..BrokerConfig::default()
     };
     headway_broker::panics::install_hook();
-    let server = Server::start(config).await.unwrap();
+    let server = Server::start(config.into()).await.unwrap();
     TestBroker {
         addr: server.addr,
         server,

@@ -237,7 +237,7 @@ async fn end_txn_v5_bumps_the_epoch_and_batched_adds_verify() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abandoned_transaction_is_aborted_after_its_timeout() {
     let broker = TestBroker::start_with(|c| {
-        c.transaction_abort_timed_out_check_interval_ms = 20;
+        c.server.txn.transaction_abort_timed_out_check_interval_ms = 20;
     })
     .await;
     let mut client = broker.client().await;

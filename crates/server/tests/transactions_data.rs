@@ -16,7 +16,7 @@ use headway_base::{Offset, PartitionIndex, ProducerEpoch, ProducerId};
 use headway_broker::{Broker, BrokerConfig, Partition, TransactionResult};
 use headway_protocol::kafka_protocol::messages::*;
 use headway_protocol::kafka_protocol::records::{Record, RecordBatchDecoder, TimestampType};
-use headway_server::Server;
+use headway_server::{Server, ServerConfig};
 use std::sync::Arc;
 
 const FETCH_VERSION: i16 = 12;
@@ -122,7 +122,9 @@ async fn read_committed_stops_at_the_last_stable_offset_and_names_aborted_transa
         ..BrokerConfig::default()
     };
     let broker: Arc<Broker> = Broker::open(config).await.unwrap();
-    let server = Server::bind(Arc::clone(&broker)).await.unwrap();
+    let server = Server::bind(Arc::clone(&broker), ServerConfig::default())
+        .await
+        .unwrap();
     let (addr, handle) = (server.local_addr(), server.handle());
     let task = tokio::spawn(server.run());
     let mut client = Client {

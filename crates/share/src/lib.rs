@@ -10,10 +10,12 @@
 //!   log.
 //! - [`ShareCoordinator`]: the state behind a mutex, a ticker for session timeouts and
 //!   lock expiry, and the state log, replayed at start-up.
+//! - [`ShareSettings`]: the coordinator's section of the broker's settings.
 
 mod coordinator;
 pub mod group;
 pub mod partition;
+mod settings;
 pub mod state_log;
 
 pub use coordinator::{
@@ -24,3 +26,4 @@ pub use group::{
     AutoOffsetReset, Heartbeat, HeartbeatAnswer, ShareConfig, ShareError, ShareOverrides, TopicInfo,
 };
 pub use partition::{AcknowledgeType, Acquired, LogBatch, MemberId, SharePartitionConfig};
+pub use settings::ShareSettings;

@@ -10,10 +10,12 @@
 //!   answered once durable; the log is replayed at start-up and transactions found
 //!   prepared are completed. Markers go through a [`MarkerWriter`], the data path's
 //!   side, so this crate does no partition I/O of its own.
+//! - [`TxnSettings`]: the coordinator's section of the broker's settings.
 
 mod coordinator;
 mod error;
 pub mod record;
+mod settings;
 pub mod state;
 
 pub use coordinator::{
@@ -21,6 +23,7 @@ pub use coordinator::{
     OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
 };
 pub use error::TxnError;
+pub use settings::TxnSettings;
 pub use state::{
     EndOutcome, ExpectedProducer, InitOutcome, TransactionResult, TxnConfig, TxnMetadata, TxnState,
 };

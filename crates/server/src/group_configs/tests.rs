@@ -3,7 +3,7 @@
 use super::*;
 
 fn defs() -> Vec<Definition> {
-    definitions(&BrokerConfig::default(), 5_000)
+    definitions(&GroupSettings::default(), &ShareSettings::default(), 5_000)
 }
 
 fn settings(pairs: &[(&str, &str)]) -> Settings {
@@ -59,13 +59,13 @@ fn unknown_names_and_values_out_of_bounds_are_invalid_config() {
 
 #[test]
 fn the_broker_bounds_come_from_its_settings_and_hold_its_own_value() {
-    let config = BrokerConfig {
+    let share = ShareSettings {
         share_record_lock_duration_ms: 3_000,
         share_min_record_lock_duration_ms: 15_000,
         share_max_record_lock_duration_ms: 20_000,
-        ..BrokerConfig::default()
+        ..ShareSettings::default()
     };
-    let d = definitions(&config, 5_000);
+    let d = definitions(&GroupSettings::default(), &share, 5_000);
     let lock = |v: &str| validate(&d, &settings(&[("share.record.lock.duration.ms", v)]));
     lock("3000").unwrap();
     lock("20000").unwrap();
@@ -75,11 +75,11 @@ fn the_broker_bounds_come_from_its_settings_and_hold_its_own_value() {
 
 #[test]
 fn a_heartbeat_interval_must_stay_below_the_session_timeout() {
-    let config = BrokerConfig {
+    let share = ShareSettings {
         share_max_heartbeat_interval_ms: 50_000,
-        ..BrokerConfig::default()
+        ..ShareSettings::default()
     };
-    let d = definitions(&config, 5_000);
+    let d = definitions(&GroupSettings::default(), &share, 5_000);
     // Against the broker's session timeout (45 s).
     let named = invalid_config(validate(
         &d,

@@ -12,6 +12,7 @@ use headway_protocol::kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use headway_server::call::StatsSnapshot;
+use headway_server::Config;
 use headway_server::{RunningServer, Server};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -38,20 +39,20 @@ impl TestBroker {
     }
 
     /// Starts a broker with settings changed by `adjust`.
-    pub async fn start_with(adjust: impl FnOnce(&mut BrokerConfig)) -> TestBroker {
+    pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> TestBroker {
         TestBroker::start_configured(tempfile::tempdir().unwrap(), adjust).await
     }
 
     async fn start_configured(
         dir: tempfile::TempDir,
-        adjust: impl FnOnce(&mut BrokerConfig),
+        adjust: impl FnOnce(&mut Config),
     ) -> TestBroker {
-        let mut config = BrokerConfig {
+        let mut config = Config::from(BrokerConfig {
             data_dir: dir.path().to_path_buf(),
             listen: "127.0.0.1:0".into(),
             frame_bytes_max: 4 * 1024 * 1024,
             ..BrokerConfig::default()
-        };
+        });
         adjust(&mut config);
         // Every panic in this process is counted: `stop` fails the test on one.
         headway_broker::panics::install_hook();
