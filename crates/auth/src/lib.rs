@@ -3,6 +3,7 @@
 //! [`plain`] for PLAIN, [`oauth`] for OAUTHBEARER), the salted credentials and token
 //! keys they check, Kafka's ACL model and
 //! authorization rule ([`acl`]), and the durable store of both ([`store`]).
+//! [`AuthSettings`] is their section of the broker's settings.
 //!
 //! Nothing here does network I/O; the server's connection code drives the exchanges
 //! and asks the authorizer, so every rule is unit-tested without a socket.
@@ -12,7 +13,10 @@ pub mod oauth;
 pub mod plain;
 pub mod sasl;
 pub mod scram;
+pub mod settings;
 pub mod store;
+
+pub use settings::AuthSettings;
 
 /// Why authentication or a security change failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

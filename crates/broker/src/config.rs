@@ -228,12 +228,6 @@ impl Default for LogDefaults {
     }
 }
 
-/// The SASL mechanisms the broker can serve.
-pub const SASL_MECHANISMS: [&str; 4] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"];
-
-/// The mechanisms SASL listeners offer unless configured: OAUTHBEARER needs a key set.
-pub const SASL_MECHANISMS_DEFAULT: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
-
 /// The broker's own section of the settings: what `Broker::open` and the storage under
 /// it read. The config file is one flat table shared with the other components'
 /// sections (`headway_server::config` reads it and refuses a key no section declares),
@@ -349,34 +343,6 @@ pub struct BrokerConfig {
     /// Where to serve the read-only web console (`HOST:PORT`, `docs/console.md`); off
     /// when unset.
     pub console_listen: Option<String>,
-    /// Kafka's `authorizer.class.name`: `acl` checks every request against the ACLs
-    /// (`docs/security.md`); unset (the default) allows everything.
-    pub authorizer: Option<String>,
-    /// Kafka's `super.users`: principals allowed everything, e.g. `User:admin`.
-    pub super_users: Vec<String>,
-    /// Kafka's `allow.everyone.if.no.acl.found`: with the authorizer on, a resource
-    /// without any ACL is open to everyone rather than closed.
-    pub allow_everyone_if_no_acl_found: bool,
-    /// SASL mechanisms SASL listeners offer (Kafka's `sasl.enabled.mechanisms`):
-    /// `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`.
-    pub sasl_enabled_mechanisms: Vec<String>,
-    /// How long a failed SASL authentication waits before its answer, and twice that
-    /// for each further recent failure from the same address up to
-    /// `limits::SASL_FAILURE_DELAY_MAX_MS` (Kafka's
-    /// `connection.failed.authentication.delay.ms`).
-    pub sasl_failed_authentication_delay_ms: u64,
-    /// The longest a SASL session lasts before the client must re-authenticate on its
-    /// connection (KIP-368, Kafka's `connections.max.reauth.ms`); 0: sessions do not
-    /// expire. An OAUTHBEARER session also ends when its token expires.
-    pub connections_max_reauth_ms: u64,
-    /// The JSON Web Key Set OAUTHBEARER tokens are checked against (Kafka's
-    /// `sasl.oauthbearer.jwks.endpoint.url` with a `file:` URL); needed to enable
-    /// OAUTHBEARER.
-    pub sasl_oauthbearer_jwks_file: Option<PathBuf>,
-    /// `sasl.oauthbearer.expected.issuer`: the `iss` tokens must carry, if set.
-    pub sasl_oauthbearer_expected_issuer: Option<String>,
-    /// `sasl.oauthbearer.expected.audience`: a token's `aud` must name one of these.
-    pub sasl_oauthbearer_expected_audience: Vec<String>,
 }
 
 impl Default for BrokerConfig {
@@ -425,18 +391,6 @@ impl Default for BrokerConfig {
             log_cleaner_io_bytes_per_sec: limits::LOG_CLEANER_IO_BYTES_PER_SEC_DEFAULT,
             log: LogDefaults::default(),
             console_listen: None,
-            authorizer: None,
-            super_users: Vec::new(),
-            allow_everyone_if_no_acl_found: false,
-            sasl_enabled_mechanisms: SASL_MECHANISMS_DEFAULT
-                .iter()
-                .map(|m| m.to_string())
-                .collect(),
-            sasl_failed_authentication_delay_ms: 100,
-            connections_max_reauth_ms: 0,
-            sasl_oauthbearer_jwks_file: None,
-            sasl_oauthbearer_expected_issuer: None,
-            sasl_oauthbearer_expected_audience: Vec::new(),
         }
     }
 }
@@ -480,36 +434,6 @@ impl BrokerConfig {
         let ssl = listeners.iter().any(|l| l.protocol.tls());
         if ssl && (self.ssl_certificate_file.is_none() || self.ssl_key_file.is_none()) {
             return Err("an SSL listener needs ssl_certificate_file and ssl_key_file".to_string());
-        }
-        match self.authorizer.as_deref() {
-            None | Some("acl") => {}
-            Some(other) => return Err(format!("authorizer must be acl or unset, not {other:?}")),
-        }
-        if let Some(bad) = self.super_users.iter().find(|u| !u.contains(':')) {
-            return Err(format!(
-                "super user {bad:?} is not Type:name, e.g. User:admin"
-            ));
-        }
-        if let Some(unknown) = self
-            .sasl_enabled_mechanisms
-            .iter()
-            .find(|m| !SASL_MECHANISMS.contains(&m.as_str()))
-        {
-            return Err(format!(
-                "sasl_enabled_mechanisms: {unknown:?} is not one of {}",
-                SASL_MECHANISMS.join(", ")
-            ));
-        }
-        if self
-            .sasl_enabled_mechanisms
-            .iter()
-            .any(|m| m == "OAUTHBEARER")
-            && self.sasl_oauthbearer_jwks_file.is_none()
-        {
-            return Err("OAUTHBEARER needs sasl_oauthbearer_jwks_file".to_string());
-        }
-        if self.sasl_enabled_mechanisms.is_empty() && listeners.iter().any(|l| l.protocol.sasl()) {
-            return Err("a SASL listener needs at least one sasl_enabled_mechanisms".to_string());
         }
         if self.default_partitions < 1 || self.default_partitions > limits::PARTITIONS_PER_TOPIC_MAX
         {

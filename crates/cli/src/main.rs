@@ -419,20 +419,27 @@ impl ServeArgs {
             config.broker.console_listen = self.console_listen;
         }
         if self.authorizer.is_some() {
-            config.broker.authorizer = self.authorizer;
+            config.server.auth.authorizer = self.authorizer;
         }
-        set!(broker.super_users = self.super_users);
-        set!(broker.allow_everyone_if_no_acl_found = self.allow_everyone_if_no_acl_found);
-        set!(broker.sasl_enabled_mechanisms = self.sasl_enabled_mechanisms);
-        set!(broker.sasl_failed_authentication_delay_ms = self.sasl_failed_authentication_delay_ms);
-        set!(broker.connections_max_reauth_ms = self.connections_max_reauth_ms);
+        set!(server.auth.super_users = self.super_users);
+        set!(server.auth.allow_everyone_if_no_acl_found = self.allow_everyone_if_no_acl_found);
+        set!(server.auth.sasl_enabled_mechanisms = self.sasl_enabled_mechanisms);
+        set!(
+            server.auth.sasl_failed_authentication_delay_ms =
+                self.sasl_failed_authentication_delay_ms
+        );
+        set!(server.auth.connections_max_reauth_ms = self.connections_max_reauth_ms);
         if self.sasl_oauthbearer_jwks_file.is_some() {
-            config.broker.sasl_oauthbearer_jwks_file = self.sasl_oauthbearer_jwks_file;
+            config.server.auth.sasl_oauthbearer_jwks_file = self.sasl_oauthbearer_jwks_file;
         }
         if self.sasl_oauthbearer_expected_issuer.is_some() {
-            config.broker.sasl_oauthbearer_expected_issuer = self.sasl_oauthbearer_expected_issuer;
+            config.server.auth.sasl_oauthbearer_expected_issuer =
+                self.sasl_oauthbearer_expected_issuer;
         }
-        set!(broker.sasl_oauthbearer_expected_audience = self.sasl_oauthbearer_expected_audience);
+        set!(
+            server.auth.sasl_oauthbearer_expected_audience =
+                self.sasl_oauthbearer_expected_audience
+        );
         config.validate().map_err(anyhow::Error::msg)?;
         Ok(config)
     }

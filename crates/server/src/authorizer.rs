@@ -13,9 +13,8 @@ use headway_auth::acl::{
     AclBinding, AclFilter, AclIndex, AuthorizerConfig, Operation, Request, ResourceType,
 };
 use headway_auth::store::SecurityStore;
-use headway_auth::AuthError;
+use headway_auth::{AuthError, AuthSettings};
 use headway_base::limits;
-use headway_broker::BrokerConfig;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -39,16 +38,16 @@ pub struct Authorizer {
 }
 
 impl Authorizer {
-    /// The authorizer of `config` over the ACLs of `store` (the broker's one security
-    /// store, which SASL reads its credentials from too).
-    pub fn new(config: &BrokerConfig, store: Arc<SecurityStore>) -> Authorizer {
+    /// The authorizer `settings` ask for over the ACLs of `store` (the broker's one
+    /// security store, which SASL reads its credentials from too).
+    pub fn new(settings: &AuthSettings, store: Arc<SecurityStore>) -> Authorizer {
         let index = store.with_acls(AclIndex::new);
-        let settings = config.authorizer.as_ref().map(|_| AuthorizerConfig {
-            super_users: config.super_users.clone(),
-            allow_everyone_if_no_acl_found: config.allow_everyone_if_no_acl_found,
+        let config = settings.authorizer.as_ref().map(|_| AuthorizerConfig {
+            super_users: settings.super_users.clone(),
+            allow_everyone_if_no_acl_found: settings.allow_everyone_if_no_acl_found,
         });
         Authorizer {
-            config: settings,
+            config,
             store,
             index: RwLock::new(Arc::new(index)),
             denials: Family::default(),

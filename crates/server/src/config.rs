@@ -2,9 +2,10 @@
 //! TOML file.
 //!
 //! Each component defines the section it reads, in its own crate: the broker's storage,
-//! I/O and listeners (`headway_broker::BrokerConfig`), and the group, share and
+//! I/O and listeners (`headway_broker::BrokerConfig`), the group, share and
 //! transaction coordinators (`headway_group::GroupSettings`,
-//! `headway_share::ShareSettings`, `headway_txn::TxnSettings`). The coordinators sit
+//! `headway_share::ShareSettings`, `headway_txn::TxnSettings`), and the authorizer and
+//! SASL (`headway_auth::AuthSettings`). The coordinators sit
 //! above the broker in the crate graph, so the assembled whole cannot live in the
 //! broker; it lives here, in the crate that depends on every component and starts them
 //! all, and the CLI lays its flags and environment variables over it. [`Config`] splits
@@ -20,6 +21,7 @@
 //! toml's own message and position, and then each section reads its keys from the same
 //! text, so a wrong value is reported with its position too.
 
+use headway_auth::AuthSettings;
 use headway_broker::BrokerConfig;
 use headway_group::GroupSettings;
 use headway_share::ShareSettings;
@@ -44,6 +46,7 @@ pub struct ServerConfig {
     pub group: GroupSettings,
     pub share: ShareSettings,
     pub txn: TxnSettings,
+    pub auth: AuthSettings,
 }
 
 /// The broker's section with every other section at its defaults.
@@ -67,6 +70,7 @@ impl Config {
                 group: toml::from_str(text)?,
                 share: toml::from_str(text)?,
                 txn: toml::from_str(text)?,
+                auth: toml::from_str(text)?,
             },
         })
     }
@@ -80,14 +84,26 @@ impl Config {
                 section_keys::<GroupSettings>(),
                 section_keys::<ShareSettings>(),
                 section_keys::<TxnSettings>(),
+                section_keys::<AuthSettings>(),
             ]
             .concat()
         })
     }
 
-    /// Checks relations between settings that serde cannot, section by section.
+    /// Checks relations between settings that serde cannot, section by section, then
+    /// the one that spans two: a SASL listener needs a mechanism to offer.
     pub fn validate(&self) -> Result<(), String> {
         self.broker.validate()?;
+        self.server.auth.validate()?;
+        if self.server.auth.sasl_enabled_mechanisms.is_empty()
+            && self
+                .broker
+                .listener_specs()?
+                .iter()
+                .any(|l| l.protocol.sasl())
+        {
+            return Err("a SASL listener needs at least one sasl_enabled_mechanisms".to_string());
+        }
         self.server.txn.validate()?;
         self.server.share.validate()?;
         self.server.group.validate()

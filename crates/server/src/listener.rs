@@ -243,7 +243,7 @@ impl Server {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let security = open_security_store(config).await?;
         let authorizer = Arc::new(crate::authorizer::Authorizer::new(
-            config,
+            &settings.auth,
             Arc::clone(&security),
         ));
         let ctx = Arc::new(Ctx {
@@ -260,7 +260,7 @@ impl Server {
             shutdown: shutdown_rx,
             authorizer,
             security,
-            sasl: crate::sasl_settings::Sasl::new(config).map_err(invalid)?,
+            sasl: crate::sasl_settings::Sasl::new(&settings.auth).map_err(invalid)?,
         });
         let metrics_addr = serve_http(&config.metrics_listen, "metrics", |listen| {
             metrics::start(listen, Arc::clone(&ctx))

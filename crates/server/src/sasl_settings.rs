@@ -7,8 +7,8 @@
 use crate::log_limit::LineLimiter;
 use headway_auth::oauth::{OAuthSettings, OAuthValidator};
 use headway_auth::sasl::{Exchange, SaslMechanism};
+use headway_auth::AuthSettings;
 use headway_base::limits;
-use headway_broker::BrokerConfig;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -46,8 +46,8 @@ pub struct Sasl {
 }
 
 impl Sasl {
-    /// The settings of `config`; fails when the OAUTHBEARER key set cannot be read.
-    pub fn new(config: &BrokerConfig) -> Result<Sasl, String> {
+    /// The SASL part of `config`; fails when the OAUTHBEARER key set cannot be read.
+    pub fn new(config: &AuthSettings) -> Result<Sasl, String> {
         let oauth = match &config.sasl_oauthbearer_jwks_file {
             None => None,
             Some(path) => {
@@ -264,7 +264,7 @@ mod tests {
     #[test]
     fn a_session_lasts_the_setting_and_no_longer_than_its_token() {
         let now = 1_700_000_000_000;
-        let mut config = BrokerConfig::default();
+        let mut config = AuthSettings::default();
         let off = Sasl::new(&config).unwrap();
         assert_eq!(off.session_lifetime_ms(None, now), 0);
         assert_eq!(off.session_lifetime_ms(Some(now + 1_000), now), 0);
