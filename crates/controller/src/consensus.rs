@@ -22,6 +22,8 @@ pub struct Tuning {
     /// election (after a pre-vote round).
     pub election_min_ms: u64,
     pub election_max_ms: u64,
+    /// An unfenced broker the leader has not heard from for this long is fenced.
+    pub session_timeout_ms: u64,
     /// A snapshot every this many entries ...
     pub snapshot_every_entries: u64,
     /// ... keeping this many entries before it for voters slightly behind.
@@ -34,6 +36,7 @@ impl Default for Tuning {
             heartbeat_ms: headway_base::limits::CONTROLLER_HEARTBEAT_MS_DEFAULT,
             election_min_ms: headway_base::limits::CONTROLLER_ELECTION_MIN_MS_DEFAULT,
             election_max_ms: headway_base::limits::CONTROLLER_ELECTION_MAX_MS_DEFAULT,
+            session_timeout_ms: headway_base::limits::BROKER_SESSION_TIMEOUT_MS_DEFAULT,
             snapshot_every_entries: headway_base::limits::CONTROLLER_SNAPSHOT_EVERY_ENTRIES,
             log_kept_after_snapshot: headway_base::limits::CONTROLLER_LOG_KEPT_AFTER_SNAPSHOT,
         }

@@ -44,7 +44,9 @@ pub fn parse_voters(text: &str) -> Result<Vec<Voter>, String> {
             .ok_or_else(|| format!("a controller voter is ID@HOST:PORT, not {item:?}"))?;
         let id: u64 = id
             .parse()
-            .map_err(|_| format!("the id of controller voter {item:?} is not a number"))?;
+            .ok()
+            .filter(|id| i32::try_from(*id).is_ok())
+            .ok_or_else(|| format!("the id of controller voter {item:?} is not a broker id"))?;
         let port_ok = addr
             .rsplit_once(':')
             .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
@@ -70,7 +72,7 @@ pub fn parse_voters(text: &str) -> Result<Vec<Voter>, String> {
 /// What a voter needs to start.
 #[derive(Debug, Clone)]
 pub struct ControllerSettings {
-    /// This voter's id (`--node-id`); it must be one of `voters`.
+    /// This voter's id (`--node-id`, also its broker id); it must be one of `voters`.
     pub node_id: u64,
     pub voters: Vec<Voter>,
     /// Where the log, the vote and the snapshot live.
@@ -101,6 +103,7 @@ pub struct Controller {
     image: watch::Receiver<Arc<Image>>,
     listener_addr: SocketAddr,
     server: JoinHandle<()>,
+    liveness: JoinHandle<()>,
     forwarders: Mutex<HashMap<u64, Peer>>,
 }
 
@@ -150,6 +153,13 @@ impl Controller {
         }
         let listener_addr = listener.local_addr()?;
         let server = tokio::spawn(network::serve(listener, raft.clone()));
+        let liveness = tokio::spawn(crate::liveness::run(
+            raft.clone(),
+            i32::try_from(settings.node_id).unwrap_or(i32::MAX),
+            image.clone(),
+            Duration::from_millis(settings.tuning.heartbeat_ms),
+            Duration::from_millis(settings.tuning.session_timeout_ms),
+        ));
         tracing::info!(
             node_id = settings.node_id,
             listener = %listener_addr,
@@ -163,6 +173,7 @@ impl Controller {
             image,
             listener_addr,
             server,
+            liveness,
             forwarders: Mutex::new(HashMap::new()),
         })
     }
@@ -238,5 +249,6 @@ impl Controller {
             tracing::warn!(error = %e, "controller shutdown");
         }
         self.server.abort();
+        self.liveness.abort();
     }
 }

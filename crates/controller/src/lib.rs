@@ -8,6 +8,8 @@
 //! - [`placement`]: where a new partition's replicas go;
 //! - [`consensus`]: openraft's storage (a durable log file, the vote, snapshots), the state
 //!   machine over [`metadata::Metadata`] and the controller listener between voters;
+//! - [`liveness`]: the leader fences brokers it stops hearing from and unfences the ones
+//!   that return;
 //! - [`controller`]: one running voter as the broker uses it: start, read the metadata,
 //!   propose a change.
 //!
@@ -15,6 +17,7 @@
 
 pub mod consensus;
 pub mod controller;
+pub mod liveness;
 pub mod metadata;
 pub mod placement;
 

@@ -19,6 +19,7 @@ fn tuning() -> Tuning {
         heartbeat_ms: 100,
         election_min_ms: 600,
         election_max_ms: 1_200,
+        session_timeout_ms: 1_500,
         snapshot_every_entries: 20,
         log_kept_after_snapshot: 5,
     }
@@ -110,22 +111,42 @@ impl Cluster {
         }
     }
 
-    /// Waits until every running voter has applied `index`; answers their images.
+    /// Waits until voter `id`'s metadata satisfies `condition`.
+    async fn wait_for(
+        &self,
+        id: u64,
+        what: &str,
+        condition: impl Fn(&headway_controller::Metadata) -> bool,
+    ) {
+        let mut watch = self.node(id).metadata();
+        tokio::time::timeout(DEADLINE, watch.wait_for(|i| condition(&i.metadata)))
+            .await
+            .unwrap_or_else(|_| panic!("voter {id}: {what}: not within {DEADLINE:?}"))
+            .unwrap();
+    }
+
+    /// Waits until every running voter has applied `index` and all have applied the same
+    /// entries (the liveness loop may add some); answers their images.
     async fn applied(&self, index: u64) -> Vec<Arc<Image>> {
-        let mut images = Vec::new();
-        for controller in self.running.iter().flatten() {
-            let mut watch = controller.metadata();
-            let image =
-                tokio::time::timeout(DEADLINE, watch.wait_for(|i| i.applied_index >= index))
-                    .await
-                    .unwrap_or_else(|_| {
-                        panic!("voter {} did not apply {index}", controller.node_id())
-                    })
-                    .unwrap()
-                    .clone();
-            images.push(image);
+        let started = Instant::now();
+        loop {
+            let images: Vec<Arc<Image>> = self
+                .running
+                .iter()
+                .flatten()
+                .map(|c| Arc::clone(&c.metadata().borrow()))
+                .collect();
+            let first = images[0].applied_index;
+            if first >= index && images.iter().all(|i| i.applied_index == first) {
+                return images;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "voters did not all apply {index}: {:?}",
+                images.iter().map(|i| i.applied_index).collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        images
     }
 }
 
@@ -136,6 +157,10 @@ fn settings(voters: &[Voter], index: usize, dir: &Path) -> ControllerSettings {
         dir: dir.to_path_buf(),
         tuning: tuning(),
     }
+}
+
+fn survivor_of(stopped: u64) -> u64 {
+    (1..=3).find(|id| *id != stopped).unwrap()
 }
 
 fn register(id: i32) -> Command {
@@ -198,13 +223,19 @@ async fn three_voters_decide_fail_over_catch_up_and_restart() {
     let metadata = agreed(&cluster.applied(refused.index).await);
     assert_eq!(metadata.brokers.len(), 3);
     assert_eq!(metadata.topics["orders"].partitions.len(), 2);
+    // The leader hears from every voter: all three brokers are unfenced.
+    cluster
+        .wait_for(leader, "every broker unfenced", |m| {
+            m.brokers.values().all(|b| !b.fenced)
+        })
+        .await;
 
     // The leader stops: the other two elect one of themselves and go on deciding.
     let stopped_at = Instant::now();
     cluster.stop(leader).await;
     let next = cluster.leader().await;
     assert_ne!(next, leader);
-    let survivor = (1..=3).find(|id| *id != leader).unwrap();
+    let survivor = survivor_of(leader);
     let created = cluster
         .node(survivor)
         .propose(topic("payments"))
@@ -213,6 +244,21 @@ async fn three_voters_decide_fail_over_catch_up_and_restart() {
     assert_eq!(created.outcome, Outcome::Done);
     eprintln!(
         "failover: voter {next} leads and decided a proposal {:?} after voter {leader} stopped",
+        stopped_at.elapsed()
+    );
+    // The stopped voter's broker is fenced and its partitions are led by the others.
+    let gone = leader as i32;
+    cluster
+        .wait_for(survivor, "the stopped broker fenced", |m| {
+            m.brokers[&gone].fenced
+                && m.topics["orders"]
+                    .partitions
+                    .iter()
+                    .all(|p| p.leader != gone && p.leader > 0)
+        })
+        .await;
+    eprintln!(
+        "fenced: broker {gone} fenced and its partitions moved {:?} after it stopped",
         stopped_at.elapsed()
     );
 
@@ -240,6 +286,17 @@ async fn three_voters_decide_fail_over_catch_up_and_restart() {
         snapshot.exists(),
         "the returning voter installed a snapshot"
     );
+    // Registered again with a new incarnation, the returning broker is unfenced.
+    let again = cluster.node(leader).propose(register(gone)).await.unwrap();
+    assert!(
+        matches!(again.outcome, Outcome::Registered { .. }),
+        "{again:?}"
+    );
+    cluster
+        .wait_for(leader, "the returning broker unfenced", |m| {
+            !m.brokers[&gone].fenced
+        })
+        .await;
 
     // All three stop and start again: the metadata is what was decided.
     for id in 1..=3 {
@@ -256,7 +313,13 @@ async fn three_voters_decide_fail_over_catch_up_and_restart() {
         "{registered:?}"
     );
     let after = agreed(&cluster.applied(registered.index).await);
-    assert_eq!(after.topics, metadata.topics);
+    let names = |m: &headway_controller::Metadata| -> Vec<(String, usize)> {
+        m.topics
+            .iter()
+            .map(|(name, t)| (name.clone(), t.partitions.len()))
+            .collect()
+    };
+    assert_eq!(names(&after), names(&metadata));
     assert_eq!(after.brokers.len(), 4);
     for id in 1..=3 {
         cluster.stop(id).await;
