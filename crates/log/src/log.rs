@@ -9,6 +9,7 @@
 //! scan only the last two segments.
 
 pub(crate) mod cleaner;
+mod truncate;
 
 use self::cleaner::checkpoint::CleanerState;
 use crate::batch::{self, BatchHeader, Validated};
