@@ -118,3 +118,53 @@ fn a_crash_after_a_cut_recovers_what_the_cut_kept() {
     assert_eq!(report.log_end_offset.value(), 30);
     assert_eq!(read_all(&reopened, 0), batches[..6].concat());
 }
+
+/// `records` records as a leader stored them, from `base_offset`.
+fn leader_batch(base_offset: i64, records: usize) -> Vec<u8> {
+    let mut bytes = batch(records, 60, NOW_MS, records as u8);
+    crate::batch::set_base_offset(&mut bytes, base_offset);
+    bytes
+}
+
+fn append_replicated(log: &mut Log, bytes: &[u8]) -> Result<AppendInfo, LogError> {
+    let mut validated = crate::batch::validate_all(bytes)
+        .map_err(|invalid| LogError::Batch(invalid.error))?
+        .into_owned();
+    log.append_replicated(&mut validated, NOW_MS)
+}
+
+#[test]
+fn a_replica_keeps_its_leaders_offsets_and_refuses_a_gap_whole() {
+    let dir = TempDir::new().unwrap();
+    let (mut log, _) = open(&dir, small_segments());
+    let first = [leader_batch(0, 5), leader_batch(5, 3)].concat();
+    let info = append_replicated(&mut log, &first).unwrap();
+    assert_eq!(
+        (info.base_offset.value(), info.log_end_offset.value()),
+        (0, 8)
+    );
+
+    let gap = leader_batch(9, 2);
+    assert!(matches!(
+        append_replicated(&mut log, &gap),
+        Err(LogError::NotContiguous { expected, found })
+            if expected.value() == 8 && found.value() == 9
+    ));
+    let hole_inside = [leader_batch(8, 2), leader_batch(11, 2)].concat();
+    assert!(matches!(
+        append_replicated(&mut log, &hole_inside),
+        Err(LogError::NotContiguous { .. })
+    ));
+    assert_eq!(
+        log.log_end_offset().value(),
+        8,
+        "a refused append writes nothing"
+    );
+
+    // After a cut the replica continues from its new end with the leader's batches.
+    log.truncate_to(Offset::new(6), NOW_MS).unwrap();
+    assert_eq!(log.log_end_offset().value(), 5);
+    let again = leader_batch(5, 4);
+    append_replicated(&mut log, &again).unwrap();
+    assert_eq!(read_all(&log, 0), [leader_batch(0, 5), again].concat());
+}
