@@ -277,7 +277,8 @@ mod tests {
         let mut lane = BulkLane::new(Arc::clone(&sender), server.as_raw_fd());
         let (_read, mut write) = server.into_split();
         // Far more than loopback's socket buffers hold: the write must wait for the
-        // reader, which starts only after it (the writer's task runs alone first).
+        // reader, which starts only once the pool found the socket full (a reader
+        // started at once could keep up with the pool's lowest-priority thread).
         let big = frame(32 * 1024 * 1024, 7);
         let expected = big.clone();
         let writer = tokio::spawn(async move {
@@ -286,6 +287,14 @@ mod tests {
                 .await
                 .unwrap();
         });
+        let full = async {
+            while sender.stats().socket_full.load(Ordering::Relaxed) == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(120), full)
+            .await
+            .expect("the socket fills up while nobody reads");
         let mut got = vec![0u8; expected.len() + 4];
         client.read_exact(&mut got).await.unwrap();
         writer.await.unwrap();
