@@ -29,6 +29,9 @@
 //!   counts it.
 //! - [`DiskSpace`] measures the data directory's free space and refuses produces
 //!   below `disk_free_bytes_min`.
+//! - [`replication`] is a replicated partition's leader-side bookkeeping as plain values
+//!   (followers' durable ends, the ISR, the high watermark they allow); the cluster
+//!   (`docs/cluster.md`) drives it.
 //! - [`probe`] holds what every component's probe registers its `/metrics` families
 //!   with; each component's probe sits beside it (`partition::probe`,
 //!   `cleaner::probe`, `io::probe`, ...).
@@ -53,6 +56,7 @@ pub mod probe;
 pub mod producer_ids;
 pub mod producer_state;
 mod registry;
+pub mod replication;
 mod topic;
 
 pub use config::{BrokerConfig, FlushPolicy, SyncScope, TopicConfig};

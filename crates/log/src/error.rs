@@ -36,6 +36,9 @@ pub enum LogError {
     /// retry, because after a failed fsync the kernel may have dropped dirty pages.
     #[error("log {path} is poisoned after an I/O failure and accepts no writes")]
     Poisoned { path: PathBuf },
+    /// Batches copied from a leader must continue the log where it ends.
+    #[error("a replicated append must start at offset {expected}, not {found}")]
+    NotContiguous { expected: Offset, found: Offset },
     /// One append must fit one segment: at most `APPEND_BYTES_LIMIT` bytes and a span
     /// of offsets that relative offsets (u32) can address.
     #[error(
