@@ -466,6 +466,7 @@ pub const CONTROLLER_PROPOSAL_TIMEOUT_MS: u64 = 15_000;
 /// Connections a controller listener serves at once; more are closed at accept.
 pub const CONTROLLER_CONNECTIONS_MAX: usize = 256;
 /// A broker the controller leader has not heard from for this long is fenced: it leads no
-/// partition and leaves every ISR (Kafka's `broker.session.timeout.ms` is 9 s; a shorter
-/// one bounds how long a dead broker's partitions wait for a new leader).
-pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 3_000;
+/// partition and leaves every ISR. Kafka's `broker.session.timeout.ms` is 9 s; a shorter
+/// one bounds how long a dead broker's partitions wait for a new leader, and 6 s is still
+/// some forty heartbeats, so a voter slowed by a loaded machine is not fenced for it.
+pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 6_000;

@@ -10,7 +10,10 @@
 //!
 //! The ISR changes through the controller (`AlterPartition`); until the change is
 //! decided, the leader counts the *maximal* set: a follower being added counts from the
-//! moment it is proposed, a follower being removed until the controller has removed it.
+//! moment it is proposed, a follower being removed until the controller has removed it,
+//! and a refused proposal still counts until the controller's metadata shows what it
+//! decided. A fetch past the leader's end (a diverged log) counts for nothing, and a
+//! follower joins only once it holds everything before the current leader epoch began.
 //! A follower stays in sync while it catches up with the leader's end often enough: it
 //! is caught up when it fetches at least the log end the leader had when it answered that
 //! follower's previous fetch (Kafka's rule, so that a follower of a partition under
@@ -43,8 +46,15 @@ pub struct ReplicaSet {
     me: ReplicaId,
     /// The ISR as the controller last decided it.
     isr: Vec<ReplicaId>,
-    /// An ISR proposed to the controller and not decided yet.
+    /// Every replica of the ISRs proposed since the controller last decided: counted for
+    /// the high watermark until it decides again, even after a refusal (a refusal may be
+    /// a stale answer to a proposal the controller accepted).
     proposed: Option<Vec<ReplicaId>>,
+    /// A proposal waits for the controller's answer.
+    in_flight: bool,
+    /// Where the current leader epoch began: a follower joins the ISR only once it holds
+    /// everything written before this leader's first append.
+    epoch_start: Offset,
     followers: BTreeMap<ReplicaId, FollowerProgress>,
     /// The leader's own synced end.
     own_durable_end: Offset,
@@ -56,14 +66,16 @@ pub struct ReplicaSet {
 
 impl ReplicaSet {
     /// The set of a replica that becomes leader at `now_ms` with `replicas` assigned and
-    /// `isr` in sync, its log synced up to `own_durable_end` and its high watermark at
-    /// `high_watermark` (kept from its time as a follower).
+    /// `isr` in sync, its log synced up to `own_durable_end`, its high watermark at
+    /// `high_watermark` (kept from its time as a follower) and its leader epoch starting
+    /// at `epoch_start` (its log end when it became leader).
     pub fn new(
         me: ReplicaId,
         replicas: &[ReplicaId],
         isr: &[ReplicaId],
         own_durable_end: Offset,
         high_watermark: Offset,
+        epoch_start: Offset,
         now_ms: i64,
     ) -> ReplicaSet {
         let followers = replicas
@@ -84,6 +96,8 @@ impl ReplicaSet {
             me,
             isr: isr.to_vec(),
             proposed: None,
+            in_flight: false,
+            epoch_start,
             followers,
             own_durable_end,
             high_watermark,
@@ -151,9 +165,15 @@ impl ReplicaSet {
         let Some(follower) = self.followers.get_mut(&id) else {
             return false;
         };
+        if fetch_offset > log_end {
+            // Past this leader's end: a log that diverged (a deposed leader's), which
+            // must truncate before anything it holds counts (the fetch is answered
+            // OFFSET_OUT_OF_RANGE).
+            return false;
+        }
         // A follower that truncated fetches below what it once had: its durable end is
         // what it holds now (the high watermark itself never moves back).
-        follower.durable_end = fetch_offset.min(log_end);
+        follower.durable_end = fetch_offset;
         if fetch_offset >= log_end {
             follower.caught_up_ms = Some(now_ms);
         } else if let Some((end_then, at)) = follower.last_fetch {
@@ -169,7 +189,7 @@ impl ReplicaSet {
     /// `lag_max_ms` leave it, followers outside it whose durable end reached the high
     /// watermark join it. `None` while a proposal is pending or nothing changes.
     pub fn isr_change(&self, now_ms: i64, lag_max_ms: i64) -> Option<Vec<ReplicaId>> {
-        if self.proposed.is_some() {
+        if self.in_flight {
             return None;
         }
         let mut next: Vec<ReplicaId> = Vec::with_capacity(self.followers.len() + 1);
@@ -183,7 +203,9 @@ impl ReplicaSet {
                 if in_sync {
                     now_ms - caught_up <= lag_max_ms
                 } else {
-                    follower.caught_up_ms.is_some() && follower.durable_end >= self.high_watermark
+                    follower.caught_up_ms.is_some()
+                        && follower.durable_end >= self.high_watermark
+                        && follower.durable_end >= self.epoch_start
                 }
             };
             if keep {
@@ -199,21 +221,30 @@ impl ReplicaSet {
 
     /// The ISR `isr` was proposed to the controller.
     pub fn proposing(&mut self, isr: Vec<ReplicaId>) {
-        self.proposed = Some(isr);
+        let mut counted = self.proposed.take().unwrap_or_default();
+        for replica in isr {
+            if !counted.contains(&replica) {
+                counted.push(replica);
+            }
+        }
+        self.proposed = Some(counted);
+        self.in_flight = true;
         self.advance();
     }
 
-    /// The controller decided the ISR (the proposal or another change); answers whether
-    /// the high watermark moved.
+    /// The controller decided the ISR, as its metadata now shows it (the proposal, or
+    /// another change); answers whether the high watermark moved.
     pub fn decided(&mut self, isr: &[ReplicaId]) -> bool {
         self.isr = isr.to_vec();
         self.proposed = None;
+        self.in_flight = false;
         self.advance()
     }
 
-    /// The controller refused the proposal; the decided ISR stands.
+    /// The controller refused the proposal: another may be made, and what was proposed
+    /// still counts until the controller's metadata shows its decision.
     pub fn refused(&mut self) {
-        self.proposed = None;
+        self.in_flight = false;
     }
 }
 
@@ -228,7 +259,7 @@ mod tests {
     const LAG_MAX_MS: i64 = 1_000;
 
     fn three() -> ReplicaSet {
-        ReplicaSet::new(1, &[1, 2, 3], &[1, 2, 3], o(0), o(0), 0)
+        ReplicaSet::new(1, &[1, 2, 3], &[1, 2, 3], o(0), o(0), o(0), 0)
     }
 
     #[test]
@@ -294,7 +325,7 @@ mod tests {
 
     #[test]
     fn a_new_leader_waits_a_lag_bound_before_shrinking_and_a_returning_follower_rejoins() {
-        let mut set = ReplicaSet::new(1, &[1, 2, 3], &[1, 2, 3], o(50), o(50), 10_000);
+        let mut set = ReplicaSet::new(1, &[1, 2, 3], &[1, 2, 3], o(50), o(50), o(50), 10_000);
         assert_eq!(set.isr_change(10_500, LAG_MAX_MS), None);
         set.fetched(2, o(50), o(50), 10_600);
         let next = set.isr_change(11_100, LAG_MAX_MS).expect("3 never fetched");
@@ -329,11 +360,14 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_proposal_keeps_the_decided_isr() {
+    fn a_refused_proposal_keeps_the_decided_isr_and_still_counts_until_a_decision() {
         let mut set = three();
         set.synced(o(10));
         set.fetched(2, o(10), o(10), 0);
+        set.fetched(3, o(4), o(10), 0);
+        set.fetched(2, o(10), o(10), 4_900);
         let next = set.isr_change(5_000, LAG_MAX_MS).unwrap();
+        assert_eq!(next, vec![1, 2]);
         set.proposing(next);
         assert_eq!(
             set.isr_change(5_000, LAG_MAX_MS),
@@ -342,6 +376,41 @@ mod tests {
         );
         set.refused();
         assert_eq!(set.isr(), &[1, 2, 3]);
-        assert!(set.isr_change(5_000, LAG_MAX_MS).is_some());
+        assert_eq!(set.high_watermark(), o(4), "3 still counts");
+        assert!(
+            set.isr_change(5_000, LAG_MAX_MS).is_some(),
+            "another may be proposed"
+        );
+        set.decided(&[1, 2]);
+        assert_eq!(set.high_watermark(), o(10));
+    }
+
+    #[test]
+    fn a_fetch_past_the_leaders_end_counts_for_nothing() {
+        let mut set = three();
+        set.synced(o(10));
+        set.fetched(2, o(10), o(10), 0);
+        assert!(!set.fetched(3, o(25), o(10), 0), "a diverged log's end");
+        assert_eq!(set.follower(3).unwrap().durable_end, o(0));
+        assert_eq!(set.high_watermark(), o(0));
+    }
+
+    #[test]
+    fn a_follower_rejoins_only_past_the_start_of_the_leaders_epoch() {
+        let mut set = ReplicaSet::new(1, &[1, 2, 3], &[1, 2], o(80), o(40), o(80), 0);
+        set.fetched(2, o(80), o(80), 10);
+        assert_eq!(set.high_watermark(), o(80));
+        set.fetched(3, o(60), o(80), 10);
+        set.fetched(3, o(80), o(80), 20);
+        set.fetched(2, o(80), o(80), 20);
+        assert_eq!(set.isr_change(20, LAG_MAX_MS), Some(vec![1, 2, 3]));
+        let mut early = ReplicaSet::new(1, &[1, 2, 3], &[1, 2], o(80), o(80), o(100), 0);
+        early.fetched(2, o(80), o(80), 10);
+        early.fetched(3, o(80), o(80), 10);
+        assert_eq!(
+            early.isr_change(10, LAG_MAX_MS),
+            None,
+            "below the epoch's start"
+        );
     }
 }

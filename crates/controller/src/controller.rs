@@ -152,7 +152,10 @@ impl Controller {
             }
         }
         let listener_addr = listener.local_addr()?;
-        let server = tokio::spawn(network::serve(listener, raft.clone()));
+        // A live peer sends at least a heartbeat per interval; one silent for several
+        // election timeouts is gone.
+        let idle = Duration::from_millis(settings.tuning.election_max_ms.saturating_mul(3));
+        let server = tokio::spawn(network::serve(listener, raft.clone(), idle));
         let liveness = tokio::spawn(crate::liveness::run(
             raft.clone(),
             i32::try_from(settings.node_id).unwrap_or(i32::MAX),
@@ -236,11 +239,15 @@ impl Controller {
         let Some(voter) = self.voters.iter().find(|v| v.id == leader) else {
             return Ok(Err(ProposeRefusal::NotLeader { leader: None }));
         };
-        let mut forwarders = self.forwarders.lock().await;
-        let peer = forwarders
-            .entry(leader)
-            .or_insert_with(|| Peer::new(voter.addr.clone()));
-        peer.propose(command, deadline - Instant::now()).await
+        // The connection is taken out for the call, so other proposals to the same leader
+        // are not held behind this one: they open a connection of their own.
+        let taken = self.forwarders.lock().await.remove(&leader);
+        let mut peer = taken.unwrap_or_else(|| Peer::new(voter.addr.clone()));
+        let answer = peer.propose(command, deadline - Instant::now()).await;
+        if answer.is_ok() {
+            self.forwarders.lock().await.insert(leader, peer);
+        }
+        answer
     }
 
     /// Stops the voter: its Raft node and its listener.

@@ -17,9 +17,13 @@
 //!   whose ISR holds it. It rejoins other ISRs through its leader (`AlterPartition`).
 //! - Every change of a partition raises its partition epoch; a change of leader raises the
 //!   leader epoch too.
-//! - Commands may be delivered twice (a proposal retried after a leader change); the ones a
-//!   client retries answer the same the second time (registration by incarnation, topic
-//!   creation by topic id).
+//! - Commands may be delivered twice (a proposal retried after a timeout or a leader
+//!   change), so each answers the same the second time: registration by incarnation,
+//!   topic creation and deletion by topic id, new partitions by the total they make, an
+//!   ISR change by the partition epoch it was made at; fencing, unfencing and ACL and
+//!   credential upserts are the same applied twice. (A credential deleted twice answers
+//!   `RESOURCE_NOT_FOUND` the second time.)
+//! - New partitions need at least one unfenced replica, which leads them.
 
 use kafka_protocol::ResponseError;
 use serde::{Deserialize, Serialize};
@@ -142,13 +146,17 @@ pub enum Command {
         assignment: Vec<Vec<BrokerId>>,
         configs: BTreeMap<String, String>,
     },
+    /// Deletes the topic `name` if it is still the one with `id` (a retry, or a topic
+    /// created again under the name since, changes nothing).
     DeleteTopic {
         name: String,
+        id: Uuid,
     },
-    /// Partitions appended to a topic.
+    /// Partitions appended to a topic, which then has `total` (a retry changes nothing).
     CreatePartitions {
         name: String,
         assignment: Vec<Vec<BrokerId>>,
+        total: i32,
     },
     /// A partition's leader changes its ISR (Kafka's AlterPartition).
     AlterPartition {
@@ -216,7 +224,7 @@ impl std::fmt::Display for Command {
             Command::FenceBroker { id, .. } => write!(f, "fence broker {id}"),
             Command::UnfenceBroker { id, .. } => write!(f, "unfence broker {id}"),
             Command::CreateTopic { name, .. } => write!(f, "create topic {name}"),
-            Command::DeleteTopic { name } => write!(f, "delete topic {name}"),
+            Command::DeleteTopic { name, .. } => write!(f, "delete topic {name}"),
             Command::CreatePartitions { name, .. } => write!(f, "create partitions of {name}"),
             Command::AlterPartition {
                 topic, partition, ..
@@ -297,16 +305,17 @@ impl Metadata {
                 assignment,
                 configs,
             } => self.create_topic(name, *id, assignment, configs),
-            Command::DeleteTopic { name } => match self.topics.remove(name) {
-                Some(_) => Outcome::Done,
-                None => Outcome::refused(
-                    ResponseError::UnknownTopicOrPartition,
-                    format!("no topic {name:?}"),
-                ),
-            },
-            Command::CreatePartitions { name, assignment } => {
-                self.create_partitions(name, assignment)
+            Command::DeleteTopic { name, id } => {
+                if self.topics.get(name).is_some_and(|t| t.id == *id) {
+                    self.topics.remove(name);
+                }
+                Outcome::Done
             }
+            Command::CreatePartitions {
+                name,
+                assignment,
+                total,
+            } => self.create_partitions(name, assignment, *total),
             Command::AlterPartition {
                 topic,
                 partition,
@@ -461,10 +470,11 @@ impl Metadata {
         }
         let unfenced: BTreeSet<BrokerId> = self.unfenced_brokers().into_iter().collect();
         for partition in self.topics.values_mut().flat_map(|t| &mut t.partitions) {
-            if !partition.isr.contains(&id) {
+            let shrinks = partition.isr.len() > 1 && partition.isr.contains(&id);
+            if !shrinks && partition.leader != id {
                 continue;
             }
-            if partition.isr.len() > 1 {
+            if shrinks {
                 partition.isr.retain(|replica| *replica != id);
             }
             if partition.leader == id {
@@ -551,16 +561,15 @@ impl Metadata {
                 .copied()
                 .filter(|r| self.is_unfenced(*r))
                 .collect();
-            let leader = isr.first().copied().unwrap_or(NO_LEADER);
+            let Some(&leader) = isr.first() else {
+                return Err(Outcome::refused(
+                    ResponseError::InvalidReplicaAssignment,
+                    format!("every replica of partition {index} is fenced: {replicas:?}"),
+                ));
+            };
             partitions.push(PartitionRecord {
                 replicas: replicas.clone(),
-                // A partition no replica of which is up starts with all of them in its
-                // ISR: they are all empty, so any may lead once it returns.
-                isr: if isr.is_empty() {
-                    replicas.clone()
-                } else {
-                    isr
-                },
+                isr,
                 leader,
                 leader_epoch: 0,
                 partition_epoch: 0,
@@ -604,13 +613,31 @@ impl Metadata {
         }
     }
 
-    fn create_partitions(&mut self, name: &str, assignment: &[Vec<BrokerId>]) -> Outcome {
+    fn create_partitions(
+        &mut self,
+        name: &str,
+        assignment: &[Vec<BrokerId>],
+        total: i32,
+    ) -> Outcome {
         let Some(topic) = self.topics.get(name) else {
             return Outcome::refused(
                 ResponseError::UnknownTopicOrPartition,
                 format!("no topic {name:?}"),
             );
         };
+        let count = topic.partitions.len();
+        if usize::try_from(total).is_ok_and(|total| total == count) {
+            return Outcome::Done;
+        }
+        if usize::try_from(total).ok() != Some(count + assignment.len()) {
+            return Outcome::refused(
+                ResponseError::InvalidPartitions,
+                format!(
+                    "topic {name:?} has {count} partitions; {} more do not make {total}",
+                    assignment.len()
+                ),
+            );
+        }
         let replication_factor = topic.partitions.first().map_or(0, |p| p.replicas.len());
         if assignment
             .first()
@@ -649,14 +676,31 @@ impl Metadata {
                 format!("no partition {topic}-{index}"),
             );
         };
-        if current.leader != broker || current.leader_epoch != leader_epoch {
+        if current.leader_epoch != leader_epoch {
             return Outcome::refused(
                 ResponseError::FencedLeaderEpoch,
                 format!(
-                    "{topic}-{index} is led by {} at epoch {}, not {broker} at {leader_epoch}",
-                    current.leader, current.leader_epoch
+                    "{topic}-{index} is at leader epoch {}, not {leader_epoch}",
+                    current.leader_epoch
                 ),
             );
+        }
+        if current.leader != broker {
+            return Outcome::refused(
+                ResponseError::InvalidRequest,
+                format!("{topic}-{index} is led by {}, not {broker}", current.leader),
+            );
+        }
+        let mut requested: Vec<BrokerId> = current
+            .replicas
+            .iter()
+            .copied()
+            .filter(|r| isr.contains(r))
+            .collect();
+        requested.dedup();
+        if current.partition_epoch == partition_epoch + 1 && current.isr == requested {
+            // The same change, delivered again: answer what it decided.
+            return Outcome::Partition(current.clone());
         }
         if current.partition_epoch != partition_epoch {
             return Outcome::refused(
@@ -682,13 +726,7 @@ impl Metadata {
                 format!("broker {ineligible} cannot join the ISR of {topic}-{index}"),
             );
         }
-        let mut isr_ordered: Vec<BrokerId> = current
-            .replicas
-            .iter()
-            .copied()
-            .filter(|r| isr.contains(r))
-            .collect();
-        isr_ordered.dedup();
+        let isr_ordered = requested;
         match self
             .topics
             .get_mut(topic)

@@ -8,6 +8,7 @@
 //! number of topics so far), so placement is a plain function of its inputs.
 
 use crate::metadata::BrokerId;
+use headway_base::limits;
 use kafka_protocol::ResponseError;
 
 /// Why replicas could not be placed: Kafka's error code and a sentence.
@@ -26,19 +27,12 @@ pub fn place(
     replication_factor: i16,
     start: usize,
 ) -> Result<Vec<Vec<BrokerId>>, PlacementError> {
-    if partitions < 1 {
+    let most = limits::PARTITIONS_PER_TOPIC_MAX;
+    if partitions < 1 || partitions > most || first_partition.saturating_add(partitions) > most {
         return Err(PlacementError {
             code: ResponseError::InvalidPartitions.code(),
-            message: format!("the number of partitions must be at least 1, not {partitions}"),
-        });
-    }
-    let factor = usize::try_from(replication_factor).unwrap_or(0);
-    if factor < 1 || factor > brokers.len() {
-        return Err(PlacementError {
-            code: ResponseError::InvalidReplicationFactor.code(),
             message: format!(
-                "replication factor {replication_factor} needs that many available brokers; {} are available",
-                brokers.len()
+                "a topic has 1 to {most} partitions; {partitions} more after {first_partition} is not that"
             ),
         });
     }
@@ -46,6 +40,15 @@ pub fn place(
     ring.sort_unstable();
     ring.dedup();
     let n = ring.len();
+    let factor = usize::try_from(replication_factor).unwrap_or(0);
+    if factor < 1 || factor > n {
+        return Err(PlacementError {
+            code: ResponseError::InvalidReplicationFactor.code(),
+            message: format!(
+                "replication factor {replication_factor} needs that many available brokers; {n} are available"
+            ),
+        });
+    }
     let first = usize::try_from(first_partition).unwrap_or(0);
     Ok((0..usize::try_from(partitions).unwrap_or(0))
         .map(|p| {
@@ -88,5 +91,17 @@ mod tests {
         assert_eq!(error.code, ResponseError::InvalidReplicationFactor.code());
         let error = place(&[1, 2], 0, 0, 1, 0).unwrap_err();
         assert_eq!(error.code, ResponseError::InvalidPartitions.code());
+        let error = place(&[1, 2], 0, i32::MAX, 1, 0).unwrap_err();
+        assert_eq!(
+            error.code,
+            ResponseError::InvalidPartitions.code(),
+            "bounded"
+        );
+        let error = place(&[1, 1, 1], 0, 1, 2, 0).unwrap_err();
+        assert_eq!(
+            error.code,
+            ResponseError::InvalidReplicationFactor.code(),
+            "one broker, named thrice"
+        );
     }
 }

@@ -209,6 +209,12 @@ async fn three_voters_decide_fail_over_catch_up_and_restart() {
             .outcome;
         assert!(matches!(outcome, Outcome::Registered { .. }), "{outcome:?}");
     }
+    // The leader hears from every voter: all three brokers are unfenced.
+    cluster
+        .wait_for(leader, "every broker unfenced", |m| {
+            m.brokers.values().all(|b| !b.fenced)
+        })
+        .await;
     let created = cluster.node(leader).propose(topic("orders")).await.unwrap();
     assert_eq!(created.outcome, Outcome::Done);
     let refused = cluster
@@ -223,12 +229,6 @@ async fn three_voters_decide_fail_over_catch_up_and_restart() {
     let metadata = agreed(&cluster.applied(refused.index).await);
     assert_eq!(metadata.brokers.len(), 3);
     assert_eq!(metadata.topics["orders"].partitions.len(), 2);
-    // The leader hears from every voter: all three brokers are unfenced.
-    cluster
-        .wait_for(leader, "every broker unfenced", |m| {
-            m.brokers.values().all(|b| !b.fenced)
-        })
-        .await;
 
     // The leader stops: the other two elect one of themselves and go on deciding.
     let stopped_at = Instant::now();
@@ -284,7 +284,7 @@ async fn three_voters_decide_fail_over_catch_up_and_restart() {
     assert_eq!(metadata.topics.len(), 62);
     assert!(
         snapshot.exists(),
-        "the returning voter installed a snapshot"
+        "the returning voter holds a snapshot"
     );
     // Registered again with a new incarnation, the returning broker is unfenced.
     let again = cluster.node(leader).propose(register(gone)).await.unwrap();

@@ -129,31 +129,40 @@ impl LeaderEpochs {
         Ok(())
     }
 
-    /// Records that `epoch` begins at `start_offset`, when it is newer than the latest
-    /// epoch. An epoch already known, or older, changes nothing: a batch of an older
-    /// leader copied by a follower after a newer one is not possible in a log that was
-    /// truncated to its leader's. Answers whether the history changed.
+    /// Records that `epoch` begins at `start_offset`. As Kafka does, entries that
+    /// conflict with it (an epoch at least as new, or one starting at or after it) are
+    /// dropped first: after a truncation the history can hold epochs the log no longer
+    /// has. An entry already recorded changes nothing. Answers whether the history
+    /// changed.
     pub fn assign(&mut self, epoch: i32, start_offset: Offset) -> Result<bool, LogError> {
         if epoch < 0 {
             return Ok(false);
         }
-        if let Some(latest) = self.latest() {
-            if epoch <= latest.epoch {
-                return Ok(false);
-            }
-            if start_offset < latest.start_offset {
-                tracing::warn!(
-                    path = %self.path.display(), epoch, start_offset = start_offset.value(),
-                    latest_epoch = latest.epoch, latest_start = latest.start_offset.value(),
-                    "a newer leader epoch starting before the latest one; ignored"
-                );
-                return Ok(false);
-            }
-        }
-        self.entries.push(EpochStart {
+        let same = EpochStart {
             epoch,
             start_offset,
-        });
+        };
+        if self.latest() == Some(same) {
+            return Ok(false);
+        }
+        if self
+            .latest()
+            .is_some_and(|latest| latest.epoch == epoch && latest.start_offset < start_offset)
+        {
+            // The epoch continues: its start stays where it began.
+            return Ok(false);
+        }
+        let before = self.entries.len();
+        self.entries
+            .retain(|e| e.epoch < epoch && e.start_offset < start_offset);
+        if self.entries.len() < before {
+            tracing::info!(
+                path = %self.path.display(), epoch, start_offset = start_offset.value(),
+                dropped = before - self.entries.len(),
+                "leader epochs conflicting with a newer one dropped"
+            );
+        }
+        self.entries.push(same);
         self.save()?;
         Ok(true)
     }
@@ -249,14 +258,21 @@ mod tests {
     }
 
     #[test]
-    fn only_a_newer_epoch_is_recorded() {
+    fn an_epoch_is_recorded_once_and_a_newer_one_replaces_what_conflicts_with_it() {
         let dir = tempfile::tempdir().unwrap();
-        let mut epochs = history(dir.path(), &[(3, 10)]);
-        assert!(!epochs.assign(3, Offset::new(20)).unwrap());
-        assert!(!epochs.assign(2, Offset::new(30)).unwrap());
-        assert!(!epochs.assign(4, Offset::new(5)).unwrap());
+        let mut epochs = history(dir.path(), &[(1, 0), (3, 10)]);
+        assert!(!epochs.assign(3, Offset::new(10)).unwrap());
+        assert!(
+            !epochs.assign(3, Offset::new(20)).unwrap(),
+            "epoch 3 goes on"
+        );
         assert!(!epochs.assign(-1, Offset::new(40)).unwrap());
-        assert_eq!(pairs(&epochs), vec![(3, 10)]);
+        assert_eq!(pairs(&epochs), vec![(1, 0), (3, 10)]);
+        // Epoch 4 starting at 5: epoch 3 from 10 is no longer in the log.
+        assert!(epochs.assign(4, Offset::new(5)).unwrap());
+        assert_eq!(pairs(&epochs), vec![(1, 0), (4, 5)]);
+        let reopened = LeaderEpochs::open(dir.path()).unwrap();
+        assert_eq!(pairs(&reopened), vec![(1, 0), (4, 5)]);
     }
 
     #[test]

@@ -134,8 +134,9 @@ impl Log {
     }
 
     /// Appends batches copied from a leader, keeping their offsets: the first must start
-    /// at the log end and each must follow the one before it, otherwise the append is
-    /// refused with `LogError::NotContiguous` and nothing is written.
+    /// at or after the log end and each after the one before it (a compacted leader's
+    /// batches leave gaps), otherwise the append is refused with
+    /// `LogError::NotContiguous` and nothing is written.
     pub fn append_replicated(
         &mut self,
         validated: &mut Validated<Vec<u8>>,
@@ -143,7 +144,7 @@ impl Log {
     ) -> Result<AppendInfo, LogError> {
         let mut expected = self.log_end_offset;
         for header in validated.headers() {
-            if header.base_offset != expected.value() {
+            if header.base_offset < expected.value() {
                 return Err(LogError::NotContiguous {
                     expected,
                     found: Offset::new(header.base_offset),
@@ -165,7 +166,13 @@ impl Log {
                 path: self.dir.clone(),
             });
         }
-        let offset_count = validated.offset_count();
+        let offset_count = match offsets {
+            Offsets::Assign => validated.offset_count(),
+            // A leader's batches may leave gaps: they reach to the end of the last one.
+            Offsets::Keep => validated.headers().last().map_or(0, |last| {
+                last.last_offset() + 1 - self.log_end_offset.value()
+            }),
+        };
         let Validated { bytes, headers, .. } = validated;
         let batches = bytes.as_mut_slice();
         debug_assert_eq!(
@@ -205,7 +212,9 @@ impl Log {
         self.pending
             .wrote_active(batches.len() as u64, (written, path));
         Ok(AppendInfo {
-            base_offset,
+            base_offset: headers
+                .first()
+                .map_or(base_offset, |first| Offset::new(first.base_offset)),
             last_offset: self.log_end_offset.plus(-1),
             log_end_offset: self.log_end_offset,
         })

@@ -72,51 +72,103 @@ fn encode(record: &Record, into: &mut Vec<u8>) -> io::Result<()> {
     Ok(())
 }
 
-/// The records of `bytes` up to the first torn or corrupt one, and the length they span.
-fn decode_all(bytes: &[u8]) -> (Vec<Record>, usize) {
+/// What replaying the log file found.
+struct Replayed {
+    records: Vec<Record>,
+    /// The bytes the whole records span; a torn tail follows them.
+    good: usize,
+}
+
+/// The records of `bytes`, and where a torn tail (a last record the crash interrupted,
+/// never acknowledged) begins. A damaged record with whole records after it is not a torn
+/// tail but a damaged file: an error, since cutting there would drop acknowledged entries.
+fn decode_all(bytes: &[u8]) -> io::Result<Replayed> {
     let mut records = Vec::new();
     let mut at = 0;
-    while bytes.len() - at >= RECORD_HEADER {
+    while at < bytes.len() {
+        let start = at + RECORD_HEADER;
+        if start > bytes.len() {
+            break; // a torn header
+        }
         let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default()) as usize;
         let crc = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap_or_default());
-        let start = at + RECORD_HEADER;
         if len > RECORD_BYTES_MAX || bytes.len() - start < len {
-            break;
+            break; // a torn body (or a torn length)
         }
         let json = &bytes[start..start + len];
-        if crc32c::crc32c(json) != crc {
-            break;
-        }
-        match serde_json::from_slice(json) {
-            Ok(record) => records.push(record),
-            Err(_) => break,
+        let record = (crc32c::crc32c(json) == crc)
+            .then(|| serde_json::from_slice::<Record>(json).ok())
+            .flatten();
+        match record {
+            Some(record) => records.push(record),
+            None if start + len == bytes.len() => break, // the last record, torn
+            None => {
+                return Err(invalid(format!(
+                    "the controller log is damaged at byte {at}, before {} more bytes of records",
+                    bytes.len() - start - len
+                )))
+            }
         }
         at = start + len;
     }
-    (records, at)
+    Ok(Replayed { records, good: at })
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> io::Result<Option<T>> {
+/// The value in `path`, `None` if there is no file. A file that does not parse is an
+/// error when `strict` (the vote: forgetting it could let this voter vote twice in a
+/// term), and `None` otherwise (the committed id, which is only advice).
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path, strict: bool) -> io::Result<Option<T>> {
     match std::fs::read(path) {
-        Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(value) => Ok(Some(value)),
+            Err(e) if strict => Err(invalid(format!("{}: {e}", path.display()))),
+            Err(_) => Ok(None),
+        },
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
 }
 
+/// Creates `dir` (and its missing parents) so that their names survive a power loss: each
+/// new directory's name is synced in its parent.
+pub(crate) fn create_dir_durably(dir: &Path) -> io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let missing: Vec<PathBuf> = dir
+        .ancestors()
+        .take_while(|p| !p.as_os_str().is_empty() && !p.is_dir())
+        .map(Path::to_path_buf)
+        .collect();
+    std::fs::create_dir_all(dir)?;
+    for path in missing {
+        let parent = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        durable_file::sync_dir(&parent).map_err(io::Error::other)?;
+    }
+    Ok(())
+}
+
 impl LogStore {
     /// Opens (or creates) the log store in `dir`, replaying what is there.
     pub fn open(dir: &Path) -> io::Result<LogStore> {
-        std::fs::create_dir_all(dir)?;
+        create_dir_durably(dir)?;
         let path = dir.join(LOG_FILE);
+        let created = !path.exists();
         let mut file = OpenOptions::new()
             .create(true)
             .read(true)
             .append(true)
             .open(&path)?;
+        if created {
+            file.sync_all()?;
+            durable_file::sync_dir(dir).map_err(io::Error::other)?;
+        }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        let (records, good) = decode_all(&bytes);
+        let Replayed { records, good } = decode_all(&bytes)?;
         if good < bytes.len() {
             tracing::warn!(
                 path = %path.display(),
@@ -132,8 +184,8 @@ impl LogStore {
             records: 0,
             log: BTreeMap::new(),
             last_purged: None,
-            vote: read_json(&dir.join(VOTE_FILE))?,
-            committed: read_json(&dir.join(COMMITTED_FILE))?,
+            vote: read_json(&dir.join(VOTE_FILE), true)?,
+            committed: read_json(&dir.join(COMMITTED_FILE), false)?,
         };
         inner.records = records.len() as u64;
         for record in records {
@@ -305,25 +357,90 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_torn_tail_is_cut_and_the_records_before_it_kept() {
+    fn a_torn_tail_is_cut_and_damage_before_whole_records_refused() {
         let mut bytes = Vec::new();
         encode(&Record::TruncateAfter(Some(3)), &mut bytes).unwrap();
+        let first = bytes.len();
         encode(&Record::TruncateAfter(None), &mut bytes).unwrap();
         let whole = bytes.len();
-        let (records, good) = decode_all(&bytes);
-        assert_eq!((records.len(), good), (2, whole));
+        let replayed = decode_all(&bytes).unwrap();
+        assert_eq!((replayed.records.len(), replayed.good), (2, whole));
 
-        let (records, good) = decode_all(&bytes[..whole - 1]);
-        assert_eq!(records.len(), 1);
-        assert!(good < whole - 1);
+        for cut in [whole - 1, first + 3] {
+            let replayed = decode_all(&bytes[..cut]).unwrap();
+            assert_eq!(
+                (replayed.records.len(), replayed.good),
+                (1, first),
+                "cut at {cut}"
+            );
+        }
 
-        let mut flipped = bytes.clone();
-        flipped[whole - 2] ^= 0x40;
-        let (records, _) = decode_all(&flipped);
+        let mut last_flipped = bytes.clone();
+        last_flipped[whole - 2] ^= 0x40;
+        let replayed = decode_all(&last_flipped).unwrap();
         assert_eq!(
-            records.len(),
+            replayed.records.len(),
             1,
-            "a record failing its checksum ends the log"
+            "a last record failing its checksum is torn"
+        );
+
+        let mut first_flipped = bytes.clone();
+        first_flipped[first - 2] ^= 0x40;
+        assert!(
+            decode_all(&first_flipped).is_err(),
+            "damage before a whole record"
+        );
+    }
+
+    fn entry_at(index: u64) -> Entry {
+        use openraft::entry::RaftEntry;
+        let leader = openraft::vote::leader_id_std::CommittedLeaderId::new(1);
+        Entry::new_blank(openraft::LogId::new(leader, index))
+    }
+
+    #[tokio::test]
+    async fn truncations_purges_and_a_compaction_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = LogStore::open(dir.path()).unwrap();
+        for index in 1..=100 {
+            store
+                .append([entry_at(index)], IOFlushed::noop())
+                .await
+                .unwrap();
+        }
+        store
+            .truncate_after(Some(entry_at(90).log_id))
+            .await
+            .unwrap();
+        store.purge(entry_at(80).log_id).await.unwrap();
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id.map(|id| id.index), Some(80));
+        assert_eq!(state.last_log_id.map(|id| id.index), Some(90));
+        let records = store.inner.lock().await.records;
+        assert!(
+            records < 20,
+            "the purge compacted the file: {records} records"
+        );
+
+        let mut reopened = LogStore::open(dir.path()).unwrap();
+        let state = reopened.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id.map(|id| id.index), Some(80));
+        assert_eq!(state.last_log_id.map(|id| id.index), Some(90));
+        let entries = reopened.try_get_log_entries(0..1000).await.unwrap();
+        let indexes: Vec<u64> = entries.iter().map(|e| e.log_id.index).collect();
+        assert_eq!(indexes, (81..=90).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_damaged_vote_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(VOTE_FILE), b"{not json").unwrap();
+        assert!(LogStore::open(dir.path()).is_err());
+        std::fs::remove_file(dir.path().join(VOTE_FILE)).unwrap();
+        std::fs::write(dir.path().join(COMMITTED_FILE), b"{not json").unwrap();
+        assert!(
+            LogStore::open(dir.path()).is_ok(),
+            "the committed id is only advice"
         );
     }
 }

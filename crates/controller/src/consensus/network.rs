@@ -33,6 +33,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 
 /// What one voter asks another.
 #[derive(Serialize, Deserialize)]
@@ -69,8 +70,13 @@ async fn read_frame(stream: &mut TcpStream) -> io::Result<Vec<u8>> {
             ),
         ));
     }
-    let mut body = vec![0; len];
-    stream.read_exact(&mut body).await?;
+    // Grown as the bytes arrive: a length alone reserves nothing.
+    let mut body = Vec::with_capacity(len.min(READ_CHUNK_BYTES));
+    while body.len() < len {
+        let start = body.len();
+        body.resize(start + (len - start).min(READ_CHUNK_BYTES), 0);
+        stream.read_exact(&mut body[start..]).await?;
+    }
     Ok(body)
 }
 
@@ -89,10 +95,16 @@ fn to_json<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
     serde_json::to_vec(value).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-/// Serves the controller listener until the task is aborted.
-pub async fn serve(listener: TcpListener, raft: Raft) {
+/// How much of a frame is read into memory at a time.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Serves the controller listener until the task is aborted, which also ends every
+/// connection it serves. A connection that brings no whole request for `idle` is closed.
+pub async fn serve(listener: TcpListener, raft: Raft, idle: Duration) {
     let slots = Arc::new(Semaphore::new(limits::CONTROLLER_CONNECTIONS_MAX));
+    let mut connections = JoinSet::new();
     loop {
+        while connections.try_join_next().is_some() {}
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
@@ -106,9 +118,9 @@ pub async fn serve(listener: TcpListener, raft: Raft) {
             continue;
         };
         let raft = raft.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let _slot = slot;
-            if let Err(e) = serve_connection(stream, raft).await {
+            if let Err(e) = serve_connection(stream, raft, idle).await {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
                     tracing::debug!(%peer, error = %e, "controller connection closed");
                 }
@@ -117,10 +129,12 @@ pub async fn serve(listener: TcpListener, raft: Raft) {
     }
 }
 
-async fn serve_connection(mut stream: TcpStream, raft: Raft) -> io::Result<()> {
+async fn serve_connection(mut stream: TcpStream, raft: Raft, idle: Duration) -> io::Result<()> {
     stream.set_nodelay(true)?;
     loop {
-        let body = read_frame(&mut stream).await?;
+        let body = tokio::time::timeout(idle, read_frame(&mut stream))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "idle controller connection"))??;
         let request: Request = serde_json::from_slice(&body)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         let reply = match request {

@@ -60,7 +60,7 @@ fn invalid(message: impl ToString) -> io::Error {
 impl StateMachine {
     /// Opens the state machine in `dir`, starting from the snapshot there if any.
     pub fn open(dir: &Path) -> io::Result<StateMachine> {
-        std::fs::create_dir_all(dir)?;
+        super::log_store::create_dir_durably(dir)?;
         let snapshot: Option<StoredSnapshot> = match std::fs::read(dir.join(SNAPSHOT_FILE)) {
             Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(invalid)?),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,

@@ -198,7 +198,12 @@ fn alter_partition_checks_the_leader_its_epochs_and_the_new_members() {
     let stale = log.apply(alter(1, epochs[0], 0, vec![1, 2, 3]));
     assert_eq!(code(&stale), ResponseError::InvalidUpdateVersion.code());
     let not_leader = log.apply(alter(2, epochs[1], 1, vec![2]));
-    assert_eq!(code(&not_leader), ResponseError::FencedLeaderEpoch.code());
+    assert_eq!(code(&not_leader), ResponseError::InvalidRequest.code());
+    let retried = log.apply(alter(1, epochs[0], 0, vec![1, 2]));
+    assert!(
+        matches!(&retried, Outcome::Partition(p) if p.partition_epoch == 1),
+        "the same change again answers what it decided: {retried:?}"
+    );
     let old_registration = log.apply(alter(1, epochs[0] - 1, 1, vec![1]));
     assert_eq!(
         code(&old_registration),
@@ -332,4 +337,66 @@ fn acls_and_credentials_are_kept_and_removed() {
         mechanism: "SCRAM-SHA-256".into(),
     });
     assert_eq!(code(&again), ResponseError::ResourceNotFound.code());
+}
+
+#[test]
+fn retried_deletions_and_new_partitions_change_nothing_the_second_time() {
+    let mut log = Log::new();
+    log.brokers(&[1, 2]);
+    log.topic("t", vec![vec![1, 2]]);
+    let more = Command::CreatePartitions {
+        name: "t".into(),
+        assignment: vec![vec![2, 1], vec![1, 2]],
+        total: 3,
+    };
+    assert_eq!(log.apply(more.clone()), Outcome::Done);
+    assert_eq!(log.apply(more), Outcome::Done);
+    assert_eq!(log.metadata.topics["t"].partitions.len(), 3);
+    let wrong_total = log.apply(Command::CreatePartitions {
+        name: "t".into(),
+        assignment: vec![vec![2, 1]],
+        total: 5,
+    });
+    assert_eq!(code(&wrong_total), ResponseError::InvalidPartitions.code());
+
+    let old_id = log.metadata.topics["t"].id;
+    let delete = Command::DeleteTopic {
+        name: "t".into(),
+        id: old_id,
+    };
+    assert_eq!(log.apply(delete.clone()), Outcome::Done);
+    log.topic("t", vec![vec![2, 1]]);
+    assert_eq!(log.apply(delete), Outcome::Done);
+    assert!(
+        log.metadata.topics.contains_key("t"),
+        "a late retry does not delete the topic created again"
+    );
+}
+
+#[test]
+fn a_partition_whose_replicas_are_all_fenced_is_refused() {
+    let mut log = Log::new();
+    log.brokers(&[1]);
+    log.apply(Command::RegisterBroker {
+        id: 2,
+        incarnation: Uuid::new_v4(),
+        endpoints: Vec::new(),
+    });
+    let fenced_only = log.apply(Command::CreateTopic {
+        name: "t".into(),
+        id: Uuid::new_v4(),
+        assignment: vec![vec![2]],
+        configs: BTreeMap::new(),
+    });
+    assert_eq!(
+        code(&fenced_only),
+        ResponseError::InvalidReplicaAssignment.code()
+    );
+    log.topic("u", vec![vec![2, 1]]);
+    let p = log.partition("u", 0);
+    assert_eq!(
+        (p.leader, p.isr),
+        (1, vec![1]),
+        "the unfenced replica leads alone"
+    );
 }

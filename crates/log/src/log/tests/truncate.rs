@@ -134,7 +134,7 @@ fn append_replicated(log: &mut Log, bytes: &[u8]) -> Result<AppendInfo, LogError
 }
 
 #[test]
-fn a_replica_keeps_its_leaders_offsets_and_refuses_a_gap_whole() {
+fn a_replica_keeps_its_leaders_offsets_and_gaps_and_refuses_an_overlap_whole() {
     let dir = TempDir::new().unwrap();
     let (mut log, _) = open(&dir, small_segments());
     let first = [leader_batch(0, 5), leader_batch(5, 3)].concat();
@@ -144,15 +144,15 @@ fn a_replica_keeps_its_leaders_offsets_and_refuses_a_gap_whole() {
         (0, 8)
     );
 
-    let gap = leader_batch(9, 2);
+    let overlap = leader_batch(7, 2);
     assert!(matches!(
-        append_replicated(&mut log, &gap),
+        append_replicated(&mut log, &overlap),
         Err(LogError::NotContiguous { expected, found })
-            if expected.value() == 8 && found.value() == 9
+            if expected.value() == 8 && found.value() == 7
     ));
-    let hole_inside = [leader_batch(8, 2), leader_batch(11, 2)].concat();
+    let overlap_inside = [leader_batch(8, 2), leader_batch(9, 2)].concat();
     assert!(matches!(
-        append_replicated(&mut log, &hole_inside),
+        append_replicated(&mut log, &overlap_inside),
         Err(LogError::NotContiguous { .. })
     ));
     assert_eq!(
@@ -161,10 +161,69 @@ fn a_replica_keeps_its_leaders_offsets_and_refuses_a_gap_whole() {
         "a refused append writes nothing"
     );
 
+    // A compacted leader's batches leave gaps, which the replica keeps.
+    let gaps = [leader_batch(10, 2), leader_batch(15, 1)].concat();
+    let info = append_replicated(&mut log, &gaps).unwrap();
+    assert_eq!(
+        (info.base_offset.value(), info.log_end_offset.value()),
+        (10, 16)
+    );
+    assert_eq!(batch_offsets(&read_all(&log, 8)), vec![(10, 11), (15, 15)]);
+
     // After a cut the replica continues from its new end with the leader's batches.
     log.truncate_to(Offset::new(6), NOW_MS).unwrap();
     assert_eq!(log.log_end_offset().value(), 5);
     let again = leader_batch(5, 4);
     append_replicated(&mut log, &again).unwrap();
     assert_eq!(read_all(&log, 0), [leader_batch(0, 5), again].concat());
+}
+
+#[test]
+fn a_full_truncation_starts_the_log_over_above_or_below_its_end() {
+    let dir = TempDir::new().unwrap();
+    let (mut log, _) = open(&dir, small_segments());
+    for _ in 0..20 {
+        append_one(&mut log, 5, 60, NOW_MS);
+    }
+    let end = log
+        .truncate_fully_and_start_at(Offset::new(500), NOW_MS)
+        .unwrap();
+    assert_eq!(end.value(), 500);
+    assert_eq!(
+        (log.log_start_offset().value(), log.segment_count()),
+        (500, 1)
+    );
+    let info = append_replicated(&mut log, &leader_batch(500, 3)).unwrap();
+    assert_eq!(info.log_end_offset.value(), 503);
+    log.truncate_fully_and_start_at(Offset::new(500), NOW_MS)
+        .unwrap();
+    let bounds = (log.log_start_offset().value(), log.log_end_offset().value());
+    assert_eq!(bounds, (500, 500));
+    assert_eq!(log.size_bytes(), 0);
+    drop(log); // a crash
+    let (_, report) = open(&dir, small_segments());
+    let bounds = (
+        report.log_start_offset.value(),
+        report.log_end_offset.value(),
+    );
+    assert_eq!(bounds, (500, 500));
+}
+
+#[test]
+fn a_truncation_waits_for_a_cleaning_pass() {
+    let dir = TempDir::new().unwrap();
+    let (mut log, _) = open(&dir, small_segments());
+    for _ in 0..4 {
+        append_one(&mut log, 5, 60, NOW_MS);
+    }
+    log.cleaner_busy
+        .store(true, std::sync::atomic::Ordering::Release);
+    assert!(matches!(
+        log.truncate_to(Offset::new(3), NOW_MS),
+        Err(LogError::CleanerBusy { .. })
+    ));
+    assert_eq!(log.log_end_offset().value(), 20);
+    log.cleaner_busy
+        .store(false, std::sync::atomic::Ordering::Release);
+    assert_eq!(log.truncate_to(Offset::new(3), NOW_MS).unwrap().value(), 0);
 }
