@@ -16,6 +16,8 @@
 //! `log_cleaner_dedupe_buffer_bytes`; a pass takes at most
 //! [`limits::LOG_CLEANER_PASS_DIRTY_BYTES_MAX`] of dirty data.
 
+pub mod probe;
+
 use crate::io::bulk_budget::{BulkBudget, BulkWork};
 use crate::io::priority::BulkPriority;
 use crate::{BrokerConfig, Partition, TopicConfig};

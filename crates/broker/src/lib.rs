@@ -32,6 +32,9 @@
 //! - [`replication`] is a replicated partition's leader-side bookkeeping as plain values
 //!   (followers' durable ends, the ISR, the high watermark they allow); the cluster
 //!   (`docs/cluster.md`) drives it.
+//! - [`probe`] holds what every component's probe registers its `/metrics` families
+//!   with; each component's probe sits beside it (`partition::probe`,
+//!   `cleaner::probe`, `io::probe`, ...).
 //! - [`config`] is every setting with its default; `headway_base::limits` is every
 //!   hard bound.
 //!
@@ -39,7 +42,7 @@
 
 pub mod cleaner;
 pub mod config;
-mod disk;
+pub mod disk;
 mod durability;
 mod error;
 mod flusher;
@@ -49,6 +52,7 @@ pub mod listeners;
 pub mod open_files;
 pub mod panics;
 pub mod partition;
+pub mod probe;
 pub mod producer_ids;
 pub mod producer_state;
 mod registry;

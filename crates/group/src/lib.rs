@@ -14,6 +14,7 @@
 //!   offsets log: a commit is answered once its record is durable, and the log is
 //!   replayed at start-up, so committed offsets survive restarts and crashes. So do
 //!   consumer-protocol groups: a heartbeat is answered once what it changed is durable.
+//! - [`probe`]: the groups' committed offsets and lag on `/metrics`.
 
 pub mod consumer;
 mod coordinator;
@@ -21,6 +22,7 @@ mod error;
 mod generation;
 mod migration;
 pub mod offsets;
+pub mod probe;
 pub mod requests;
 pub mod state;
 

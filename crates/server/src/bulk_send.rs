@@ -28,6 +28,8 @@
 
 use bytes::Bytes;
 use headway_broker::panics::{self, Component};
+use headway_broker::probe::counter;
+use prometheus_client::registry::Registry;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,6 +66,30 @@ pub struct BulkSendStats {
     pub bytes: AtomicU64,
     /// Times a socket was full and its writer waited for room on the runtime.
     pub socket_full: AtomicU64,
+}
+
+impl BulkSendStats {
+    /// Registers `headway_bulk_send_*`: the pool's probe.
+    pub fn register(&self, r: &mut Registry) {
+        counter(
+            r,
+            "bulk_send_answers",
+            "Answers of 256 KiB and more written by the SCHED_IDLE bulk send threads (bulk_send_threads)",
+            self.answers.load(Ordering::Relaxed),
+        );
+        counter(
+            r,
+            "bulk_send_bytes",
+            "Bytes the bulk send threads wrote to sockets",
+            self.bytes.load(Ordering::Relaxed),
+        );
+        counter(
+            r,
+            "bulk_send_socket_full",
+            "Times a socket was full under a bulk send and its writer waited for room on the runtime",
+            self.socket_full.load(Ordering::Relaxed),
+        );
+    }
 }
 
 impl BulkSender {

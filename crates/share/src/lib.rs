@@ -10,10 +10,12 @@
 //!   log.
 //! - [`ShareCoordinator`]: the state behind a mutex, a ticker for session timeouts and
 //!   lock expiry, and the state log, replayed at start-up.
+//! - [`probe`]: the share groups' members and records on `/metrics`.
 
 mod coordinator;
 pub mod group;
 pub mod partition;
+pub mod probe;
 pub mod state_log;
 
 pub use coordinator::{
