@@ -282,10 +282,7 @@ async fn three_voters_decide_fail_over_catch_up_and_restart() {
     cluster.restart(leader).await;
     let metadata = agreed(&cluster.applied(last).await);
     assert_eq!(metadata.topics.len(), 62);
-    assert!(
-        snapshot.exists(),
-        "the returning voter holds a snapshot"
-    );
+    assert!(snapshot.exists(), "the returning voter holds a snapshot");
     // Registered again with a new incarnation, the returning broker is unfenced.
     let again = cluster.node(leader).propose(register(gone)).await.unwrap();
     assert!(
