@@ -444,3 +444,29 @@ pub const SASL_FAILURE_DELAY_MAX_MS: u64 = 5_000;
 /// Client addresses whose recent SASL failures are remembered (to lengthen their
 /// delay); when full, the oldest entry is forgotten.
 pub const SASL_FAILURE_ADDRESSES_MAX: usize = 4_096;
+
+/// How often the controller leader reaches every voter when it has nothing to replicate.
+pub const CONTROLLER_HEARTBEAT_MS_DEFAULT: u64 = 150;
+/// A controller voter that hears from no leader for a time drawn between these two starts
+/// an election. Several heartbeats fit in the shortest, so a busy 2-core machine does not
+/// elect for nothing; a dead leader is replaced within about two seconds.
+pub const CONTROLLER_ELECTION_MIN_MS_DEFAULT: u64 = 1_000;
+pub const CONTROLLER_ELECTION_MAX_MS_DEFAULT: u64 = 2_000;
+/// The controller snapshots its metadata every this many log entries ...
+pub const CONTROLLER_SNAPSHOT_EVERY_ENTRIES: u64 = 1_000;
+/// ... and keeps this many entries before the snapshot, for voters slightly behind.
+pub const CONTROLLER_LOG_KEPT_AFTER_SNAPSHOT: u64 = 200;
+/// Largest frame between controller voters (a snapshot of the whole metadata travels in
+/// one). A longer length prefix closes the connection.
+pub const CONTROLLER_FRAME_BYTES_MAX: usize = 256 * 1024 * 1024;
+/// Longest wait for a connection to another controller voter.
+pub const CONTROLLER_CONNECT_TIMEOUT_MS: u64 = 1_000;
+/// How long a proposal looks for a leader (through elections) before it fails.
+pub const CONTROLLER_PROPOSAL_TIMEOUT_MS: u64 = 15_000;
+/// Connections a controller listener serves at once; more are closed at accept.
+pub const CONTROLLER_CONNECTIONS_MAX: usize = 256;
+/// A broker the controller leader has not heard from for this long is fenced: it leads no
+/// partition and leaves every ISR. Kafka's `broker.session.timeout.ms` is 9 s; a shorter
+/// one bounds how long a dead broker's partitions wait for a new leader, and 6 s is still
+/// some forty heartbeats, so a voter slowed by a loaded machine is not fenced for it.
+pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 6_000;

@@ -16,10 +16,12 @@
 //! `log_cleaner_dedupe_buffer_bytes`; a pass takes at most
 //! [`limits::LOG_CLEANER_PASS_DIRTY_BYTES_MAX`] of dirty data.
 
+pub mod probe;
+
 use crate::io::bulk_budget::{BulkBudget, BulkWork};
 use crate::io::priority::BulkPriority;
 use crate::{BrokerConfig, Partition, TopicConfig};
-use headway_base::limits;
+use headway_base::{limits, Clock};
 use headway_log::{CleanReport, CleanerConfig};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
@@ -156,10 +158,13 @@ pub struct LogCleaner {
     /// Set to stop; the condvar wakes a resting cleaner.
     stop: Mutex<bool>,
     wake: Condvar,
+    /// The broker's clock: when a log is overdue, which tombstones may go, when a pass
+    /// ended.
+    clock: Clock,
 }
 
 impl LogCleaner {
-    pub fn new(config: &BrokerConfig, budget: Arc<BulkBudget>) -> LogCleaner {
+    pub fn new(config: &BrokerConfig, budget: Arc<BulkBudget>, clock: Clock) -> LogCleaner {
         LogCleaner {
             backoff: Duration::from_millis(config.log_cleaner_backoff_ms),
             io_bytes_per_sec: config.log_cleaner_io_bytes_per_sec,
@@ -167,6 +172,7 @@ impl LogCleaner {
             stats: Mutex::new(BTreeMap::new()),
             stop: Mutex::new(false),
             wake: Condvar::new(),
+            clock,
         }
     }
 
@@ -225,7 +231,7 @@ impl LogCleaner {
     /// to clean. Whether a pass ran.
     pub fn round(&self, candidates: &[Cleanable]) -> bool {
         self.forget_all_but(candidates);
-        let now_ms = headway_base::now_ms();
+        let now_ms = self.clock.time_ms();
         let measured: Vec<Dirtiness> = candidates
             .iter()
             .map(|c| {
@@ -275,7 +281,7 @@ impl LogCleaner {
     /// One pass over `c`; whether it ran (false: nothing to plan, or it failed).
     fn pass(&self, c: &Cleanable) -> bool {
         let index = c.partition.index().value();
-        let now_ms = headway_base::now_ms();
+        let now_ms = self.clock.time_ms();
         let plan = match c.partition.plan_cleaning(&c.config, now_ms) {
             Ok(Some(plan)) => plan,
             Ok(None) | Err(_) => return false,
@@ -304,7 +310,7 @@ impl LogCleaner {
                     dirty_ratio_before = report.dirty_ratio_before,
                     dirty_ratio_after = report.dirty_ratio_after,
                     ms = started.elapsed().as_millis() as u64, "cleaned");
-                self.with_stats(c, |s| s.add(&report, headway_base::now_ms()));
+                self.with_stats(c, |s| s.add(&report, self.clock.time_ms()));
                 true
             }
             Err(error) => {

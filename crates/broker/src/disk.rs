@@ -11,6 +11,8 @@
 //!
 //! Thread-safe: shared by every connection as part of the [`crate::Broker`].
 
+pub mod probe;
+
 use crate::BrokerError;
 use headway_base::limits::DISK_CHECK_INTERVAL_MS;
 use std::path::{Path, PathBuf};

@@ -29,6 +29,12 @@
 //!   counts it.
 //! - [`DiskSpace`] measures the data directory's free space and refuses produces
 //!   below `disk_free_bytes_min`.
+//! - [`replication`] is a replicated partition's leader-side bookkeeping as plain values
+//!   (followers' durable ends, the ISR, the high watermark they allow); the cluster
+//!   (`docs/cluster.md`) drives it.
+//! - [`probe`] holds what every component's probe registers its `/metrics` families
+//!   with; each component's probe sits beside it (`partition::probe`,
+//!   `cleaner::probe`, `io::probe`, ...).
 //! - [`config`] is every setting with its default; `headway_base::limits` is every
 //!   hard bound.
 //!
@@ -36,7 +42,7 @@
 
 pub mod cleaner;
 pub mod config;
-mod disk;
+pub mod disk;
 mod durability;
 mod error;
 mod flusher;
@@ -46,9 +52,11 @@ pub mod listeners;
 pub mod open_files;
 pub mod panics;
 pub mod partition;
+pub mod probe;
 pub mod producer_ids;
 pub mod producer_state;
 mod registry;
+pub mod replication;
 mod topic;
 
 pub use config::{BrokerConfig, FlushPolicy, SyncScope, TopicConfig};

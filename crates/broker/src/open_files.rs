@@ -19,6 +19,8 @@
 //! held open outside it, at least [`limits::FILE_CACHE_CAPACITY_MIN`]; the broker sets
 //! it at start-up and after every change to the set of partitions.
 
+pub mod probe;
+
 use crate::BrokerError;
 use headway_base::limits;
 use headway_log::FileCache;

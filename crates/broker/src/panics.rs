@@ -13,6 +13,8 @@
 //! - [`ThreadsAlive`] counts a pool's live threads, so `/readyz` can say not ready while
 //!   a pool is below strength (a thread that ended although its pool is open).
 
+pub mod probe;
+
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;

@@ -63,7 +63,8 @@ pub struct Broker {
     disk: Arc<DiskSpace>,
     /// The open files new partitions may take (`None`: no limit known).
     open_files: Option<OpenFiles>,
-    /// Where the partitions read the time: the system clock.
+    /// Where the partitions, retention, producer-id expiry and the cleaner read the
+    /// time: the system clock, or the one [`Broker::open_with_clock`] was given.
     clock: Clock,
     /// Held for the broker's lifetime: an exclusive lock on `<data_dir>/.lock`, so two
     /// brokers never write the same logs.
@@ -78,10 +79,19 @@ impl Broker {
     /// Opens the data directory, recovers every topic, and starts flushers and
     /// retention. Must run inside a tokio runtime.
     pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, BrokerError> {
+        Broker::open_with_clock(config, Clock::system()).await
+    }
+
+    /// [`Broker::open`], reading the time from `clock` (a test drives retention,
+    /// producer-id expiry and the cleaner with [`Clock::manual`]).
+    pub async fn open_with_clock(
+        config: BrokerConfig,
+        clock: Clock,
+    ) -> Result<Arc<Broker>, BrokerError> {
         config.validate().map_err(BrokerError::Storage)?;
         let broker = {
             let config = config.clone();
-            tokio::task::spawn_blocking(move || Broker::load(config))
+            tokio::task::spawn_blocking(move || Broker::load(config, clock))
                 .await
                 .map_err(|e| BrokerError::Storage(format!("start-up task failed: {e}")))??
         };
@@ -126,8 +136,7 @@ impl Broker {
         Ok(broker)
     }
 
-    fn load(config: BrokerConfig) -> Result<Broker, BrokerError> {
-        let clock = Clock::system();
+    fn load(config: BrokerConfig, clock: Clock) -> Result<Broker, BrokerError> {
         let data_dir = config.data_dir.clone();
         let topics_dir = data_dir.join("topics");
         fs::create_dir_all(&topics_dir).map_err(|e| storage("create", &topics_dir, e))?;
@@ -206,7 +215,7 @@ impl Broker {
             config.bulk_priority(),
             Arc::clone(&bulk),
         );
-        let cleaner = Arc::new(LogCleaner::new(&config, Arc::clone(&bulk)));
+        let cleaner = Arc::new(LogCleaner::new(&config, Arc::clone(&bulk), clock.clone()));
         Ok(Broker {
             config,
             cluster_id,
@@ -689,48 +698,58 @@ async fn run_retention(broker: Weak<Broker>) {
         if b.closed.load(Ordering::Acquire) {
             return;
         }
-        let topics = b.topics();
-        let producer_idle_ms = b.config.producer_id_expiration_ms;
+        let round = retention_round(&b);
         drop(b);
-        let _ = tokio::task::spawn_blocking(move || {
-            let now = headway_base::now_ms();
-            for topic in topics {
-                // A partition that could not be opened has nothing to expire or delete.
-                let opened = topic
-                    .partitions()
-                    .iter()
-                    .filter(|p| p.unopened_cause().is_none());
-                for p in opened {
-                    if let Ok(n @ 1..) = p.expire_producers(now, producer_idle_ms) {
-                        tracing::info!(
-                            topic = topic.name(),
-                            partition = p.index().value(),
-                            producers = n,
-                            "expired idle producer ids"
-                        );
-                    }
-                    match p.enforce_retention(now) {
-                        Ok(0) | Err(BrokerError::ShuttingDown { .. }) => {}
-                        Ok(n) => tracing::info!(
-                            topic = topic.name(),
-                            partition = p.index().value(),
-                            deleted_segments = n,
-                            "retention"
-                        ),
-                        Err(e) => {
-                            tracing::warn!(topic = topic.name(), error = %e, "retention failed")
-                        }
+        let _ = tokio::task::spawn_blocking(round).await;
+    }
+}
+
+/// One retention round, to run on a blocking thread: at the time the broker's clock
+/// reads when it runs, it forgets idempotent producers idle longer than
+/// `producer_id_expiration_ms` and deletes segments past their topic's retention
+/// limits, in every partition that opened. It holds the topics, not the broker.
+fn retention_round(broker: &Broker) -> impl FnOnce() + Send + 'static {
+    let topics = broker.topics();
+    let producer_idle_ms = broker.config.producer_id_expiration_ms;
+    let clock = broker.clock.clone();
+    move || {
+        let now = clock.time_ms();
+        for topic in topics {
+            // A partition that could not be opened has nothing to expire or delete.
+            let opened = topic
+                .partitions()
+                .iter()
+                .filter(|p| p.unopened_cause().is_none());
+            for p in opened {
+                if let Ok(n @ 1..) = p.expire_producers(now, producer_idle_ms) {
+                    tracing::info!(
+                        topic = topic.name(),
+                        partition = p.index().value(),
+                        producers = n,
+                        "expired idle producer ids"
+                    );
+                }
+                match p.enforce_retention(now) {
+                    Ok(0) | Err(BrokerError::ShuttingDown { .. }) => {}
+                    Ok(n) => tracing::info!(
+                        topic = topic.name(),
+                        partition = p.index().value(),
+                        deleted_segments = n,
+                        "retention"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(topic = topic.name(), error = %e, "retention failed")
                     }
                 }
             }
-        })
-        .await;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use headway_base::Offset;
 
     #[tokio::test]
     async fn a_partition_is_found_by_topic_and_index_or_named_as_unknown() {
@@ -756,6 +775,61 @@ mod tests {
                 other => panic!("{name}/{index}: {:?}", other.map(|p| p.index())),
             }
         }
+        broker.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn retention_deletes_a_segment_once_the_broker_clock_passes_retention_ms() {
+        const WRITTEN_MS: i64 = 1_700_000_000_000;
+        const RETENTION_MS: i64 = 60_000;
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Clock::manual(WRITTEN_MS);
+        let config = BrokerConfig {
+            data_dir: dir.path().to_path_buf(),
+            // The test runs the rounds itself.
+            retention_check_interval_ms: 3_600_000,
+            ..BrokerConfig::default()
+        };
+        let broker = Broker::open_with_clock(config, clock.clone())
+            .await
+            .unwrap();
+        let settings = [("retention.ms", "60000"), ("segment.bytes", "1024")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        broker
+            .create_topic("aging", Some(1), settings)
+            .await
+            .unwrap();
+        let p = broker.partition("aging", PartitionIndex::new(0)).unwrap();
+        // Records stamped when the clock started, in more than one segment.
+        let mut end = p.high_watermark();
+        for i in 0..20u32 {
+            let value = bytes::Bytes::from(vec![b'v'; 200]);
+            let key = bytes::Bytes::from(i.to_string());
+            let batch = crate::internal_log::encode_batch([(key, Some(value))], WRITTEN_MS);
+            end = p
+                .append(headway_log::batch::validate_all(&batch), 1 << 20)
+                .unwrap()
+                .log_end_offset;
+        }
+        let durable = p.wait_durable(end);
+        tokio::time::timeout(std::time::Duration::from_secs(30), durable)
+            .await
+            .unwrap()
+            .unwrap();
+        let round = || tokio::task::spawn_blocking(retention_round(&broker));
+        // At the limit the records are not past it: nothing goes.
+        for now in [WRITTEN_MS, WRITTEN_MS + RETENTION_MS] {
+            clock.set_ms(now);
+            round().await.unwrap();
+            assert_eq!(p.log_start_offset(), Offset::new(0), "at {now}");
+        }
+        clock.set_ms(WRITTEN_MS + RETENTION_MS + 1);
+        round().await.unwrap();
+        // Every segment but the active one is gone.
+        assert!(p.log_start_offset() > Offset::new(0));
+        assert!(p.log_start_offset() < p.high_watermark());
         broker.shutdown().await;
     }
 }

@@ -14,6 +14,7 @@
 //!   offsets log: a commit is answered once its record is durable, and the log is
 //!   replayed at start-up, so committed offsets survive restarts and crashes. So do
 //!   consumer-protocol groups: a heartbeat is answered once what it changed is durable.
+//! - [`probe`]: the groups' committed offsets and lag on `/metrics`.
 //! - [`GroupSettings`]: the coordinator's section of the broker's settings.
 
 pub mod consumer;
@@ -22,6 +23,7 @@ mod error;
 mod generation;
 mod migration;
 pub mod offsets;
+pub mod probe;
 pub mod requests;
 mod settings;
 pub mod state;

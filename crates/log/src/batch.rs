@@ -336,6 +336,18 @@ pub fn set_base_offset(buf: &mut [u8], base_offset: i64) {
     buf[0..8].copy_from_slice(&base_offset.to_be_bytes());
 }
 
+/// Stamps every batch in `batches` (whole batches described by `headers`) with the
+/// epoch of the leader appending them. The field (bytes 12..16) is outside the CRC,
+/// which covers bytes 21 onwards, so the batches stay valid.
+pub fn stamp_leader_epoch(batches: &mut [u8], headers: &mut [BatchHeader], epoch: i32) {
+    let mut position = 0;
+    for header in headers {
+        batches[position + 12..position + 16].copy_from_slice(&epoch.to_be_bytes());
+        header.partition_leader_epoch = epoch;
+        position += header.total_bytes();
+    }
+}
+
 /// Iterates over the whole batches at the start of a buffer read from a segment,
 /// stopping silently at the first incomplete or unparsable batch.
 pub struct BatchIter<'a> {

@@ -36,6 +36,13 @@ pub enum LogError {
     /// retry, because after a failed fsync the kernel may have dropped dirty pages.
     #[error("log {path} is poisoned after an I/O failure and accepts no writes")]
     Poisoned { path: PathBuf },
+    /// A cleaning pass is planned or running on the log: a truncation waits for it.
+    #[error("log {path} is being cleaned; truncate it after the pass")]
+    CleanerBusy { path: PathBuf },
+    /// Batches copied from a leader must continue the log: each starts at or after the
+    /// end of what comes before it.
+    #[error("a replicated append must start at offset {expected} or later, not {found}")]
+    NotContiguous { expected: Offset, found: Offset },
     /// One append must fit one segment: at most `APPEND_BYTES_LIMIT` bytes and a span
     /// of offsets that relative offsets (u32) can address.
     #[error(

@@ -50,6 +50,7 @@ pub mod file_cache;
 mod file_names;
 mod index;
 mod indexing;
+pub mod leader_epochs;
 #[allow(clippy::module_inception)]
 mod log;
 mod read;

@@ -9,6 +9,7 @@
 //! scan only the last two segments.
 
 pub(crate) mod cleaner;
+mod truncate;
 
 use self::cleaner::checkpoint::CleanerState;
 use crate::batch::{self, BatchHeader, Validated};
@@ -129,12 +130,49 @@ impl Log {
         validated: &mut Validated<Vec<u8>>,
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
+        self.write_batches(validated, now_ms, Offsets::Assign)
+    }
+
+    /// Appends batches copied from a leader, keeping their offsets: the first must start
+    /// at or after the log end and each after the one before it (a compacted leader's
+    /// batches leave gaps), otherwise the append is refused with
+    /// `LogError::NotContiguous` and nothing is written.
+    pub fn append_replicated(
+        &mut self,
+        validated: &mut Validated<Vec<u8>>,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        let mut expected = self.log_end_offset;
+        for header in validated.headers() {
+            if header.base_offset < expected.value() {
+                return Err(LogError::NotContiguous {
+                    expected,
+                    found: Offset::new(header.base_offset),
+                });
+            }
+            expected = Offset::new(header.last_offset() + 1);
+        }
+        self.write_batches(validated, now_ms, Offsets::Keep)
+    }
+
+    fn write_batches(
+        &mut self,
+        validated: &mut Validated<Vec<u8>>,
+        now_ms: i64,
+        offsets: Offsets,
+    ) -> Result<AppendInfo, LogError> {
         if self.poisoned {
             return Err(LogError::Poisoned {
                 path: self.dir.clone(),
             });
         }
-        let offset_count = validated.offset_count();
+        let offset_count = match offsets {
+            Offsets::Assign => validated.offset_count(),
+            // A leader's batches may leave gaps: they reach to the end of the last one.
+            Offsets::Keep => validated.headers().last().map_or(0, |last| {
+                last.last_offset() + 1 - self.log_end_offset.value()
+            }),
+        };
         let Validated { bytes, headers, .. } = validated;
         let batches = bytes.as_mut_slice();
         debug_assert_eq!(
@@ -157,7 +195,9 @@ impl Log {
             self.check_write(rolled)?;
         }
         let base_offset = self.log_end_offset;
-        assign_offsets(batches, headers, base_offset.value());
+        if offsets == Offsets::Assign {
+            assign_offsets(batches, headers, base_offset.value());
+        }
         let interval = self.config.index_interval_bytes;
         let appended = self.active_mut().append(batches, headers, interval, now_ms);
         let written = self.check_write(appended)?;
@@ -172,7 +212,9 @@ impl Log {
         self.pending
             .wrote_active(batches.len() as u64, (written, path));
         Ok(AppendInfo {
-            base_offset,
+            base_offset: headers
+                .first()
+                .map_or(base_offset, |first| Offset::new(first.base_offset)),
             last_offset: self.log_end_offset.plus(-1),
             log_end_offset: self.log_end_offset,
         })
@@ -556,6 +598,13 @@ impl Log {
     pub(crate) fn sync_dir(&self) -> Result<(), LogError> {
         Ok(headway_base::durable_file::sync_dir(&self.dir)?)
     }
+}
+
+/// Whether an append gives its batches their offsets or keeps the leader's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Offsets {
+    Assign,
+    Keep,
 }
 
 /// Gives the batches consecutive offsets from `base_offset`, in the bytes and in

@@ -28,6 +28,8 @@
 
 use bytes::Bytes;
 use headway_broker::panics::{self, Component};
+use headway_broker::probe::counter;
+use prometheus_client::registry::Registry;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,6 +66,30 @@ pub struct BulkSendStats {
     pub bytes: AtomicU64,
     /// Times a socket was full and its writer waited for room on the runtime.
     pub socket_full: AtomicU64,
+}
+
+impl BulkSendStats {
+    /// Registers `headway_bulk_send_*`: the pool's probe.
+    pub fn register(&self, r: &mut Registry) {
+        counter(
+            r,
+            "bulk_send_answers",
+            "Answers of 256 KiB and more written by the SCHED_IDLE bulk send threads (bulk_send_threads)",
+            self.answers.load(Ordering::Relaxed),
+        );
+        counter(
+            r,
+            "bulk_send_bytes",
+            "Bytes the bulk send threads wrote to sockets",
+            self.bytes.load(Ordering::Relaxed),
+        );
+        counter(
+            r,
+            "bulk_send_socket_full",
+            "Times a socket was full under a bulk send and its writer waited for room on the runtime",
+            self.socket_full.load(Ordering::Relaxed),
+        );
+    }
 }
 
 impl BulkSender {
@@ -277,7 +303,8 @@ mod tests {
         let mut lane = BulkLane::new(Arc::clone(&sender), server.as_raw_fd());
         let (_read, mut write) = server.into_split();
         // Far more than loopback's socket buffers hold: the write must wait for the
-        // reader, which starts only after it (the writer's task runs alone first).
+        // reader, which starts only once the pool found the socket full (a reader
+        // started at once could keep up with the pool's lowest-priority thread).
         let big = frame(32 * 1024 * 1024, 7);
         let expected = big.clone();
         let writer = tokio::spawn(async move {
@@ -286,6 +313,14 @@ mod tests {
                 .await
                 .unwrap();
         });
+        let full = async {
+            while sender.stats().socket_full.load(Ordering::Relaxed) == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(120), full)
+            .await
+            .expect("the socket fills up while nobody reads");
         let mut got = vec![0u8; expected.len() + 4];
         client.read_exact(&mut got).await.unwrap();
         writer.await.unwrap();

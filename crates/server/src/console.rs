@@ -14,6 +14,7 @@ use crate::call::Ctx;
 use crate::metrics::{self, Reply};
 use bytes::Bytes;
 use headway_base::limits;
+use headway_broker::partition::probe::dir_bytes;
 use headway_broker::TrafficCounts;
 use headway_group::MemberSummary;
 use serde::Serialize;
@@ -195,9 +196,7 @@ pub fn state(ctx: &Ctx) -> State {
             let index = p.index().value();
             partitions.push(PartitionState {
                 partition: index,
-                size_bytes: metrics::dir_bytes(
-                    &topics_dir.join(topic.name()).join(index.to_string()),
-                ),
+                size_bytes: dir_bytes(&topics_dir.join(topic.name()).join(index.to_string())),
                 log_start: p.log_start_offset().value(),
                 log_end: p.log_end_offset().ok().map(|o| o.value()),
                 high_watermark: p.high_watermark().value(),

@@ -23,7 +23,8 @@
 //!    has written the response. [`call::stats`] shows what every bounded queue holds,
 //!    [`probe`] how often each budget was found short and how long callers waited, and
 //!    [`requests`] the requests, response codes and latencies per API; [`metrics`]
-//!    serves them with `/healthz` and `/readyz`, and [`console`] shows them, with
+//!    serves them, with every other component's probe and the [`process`]'s, with
+//!    `/healthz` and `/readyz`, and [`console`] shows them, with
 //!    groups and topics, in a read-only web page.
 //!
 //! Kafka error codes are chosen in one place, [`errors`]. [`config`] assembles every
@@ -52,6 +53,7 @@ pub mod log_limit;
 pub mod metrics;
 pub mod outbound;
 pub mod probe;
+pub mod process;
 pub mod request_budget;
 pub mod requests;
 pub mod sasl;

@@ -9,8 +9,7 @@ use headway_auth::oauth::{OAuthSettings, OAuthValidator};
 use headway_auth::sasl::{Exchange, SaslMechanism};
 use headway_auth::AuthSettings;
 use headway_base::limits;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
+use headway_broker::probe::{counter, labels, Counters};
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -108,9 +107,8 @@ impl Sasl {
 
     /// Registers `headway_sasl_authentication_{successes,failures}_total` by mechanism.
     pub fn register(&self, r: &mut Registry) {
-        let successes = Family::<Vec<(String, String)>, Counter>::default();
-        let failures = Family::<Vec<(String, String)>, Counter>::default();
-        let label = |name: &str| vec![("mechanism".to_string(), name.to_string())];
+        let (successes, failures) = (Counters::default(), Counters::default());
+        let label = |name: &str| labels([("mechanism", name)]);
         for mechanism in SaslMechanism::ALL {
             let i = mechanism.index();
             successes
@@ -133,20 +131,17 @@ impl Sasl {
             "SASL authentications that failed or timed out, by mechanism (none: before one was chosen)",
             failures,
         );
-        let counter = |n: &AtomicU64| {
-            let c = Counter::<u64>::default();
-            c.inc_by(n.load(Ordering::Relaxed));
-            c
-        };
-        r.register(
+        counter(
+            r,
             "sasl_reauthentications",
             "SASL re-authentications that succeeded (also counted in the successes)",
-            counter(&self.reauthentications),
+            self.reauthentications.load(Ordering::Relaxed),
         );
-        r.register(
+        counter(
+            r,
             "sasl_expired_sessions_closed",
             "Connections closed because their SASL session ended before they re-authenticated",
-            counter(&self.expired_closed),
+            self.expired_closed.load(Ordering::Relaxed),
         );
     }
 

@@ -10,11 +10,13 @@
 //!   log.
 //! - [`ShareCoordinator`]: the state behind a mutex, a ticker for session timeouts and
 //!   lock expiry, and the state log, replayed at start-up.
+//! - [`probe`]: the share groups' members and records on `/metrics`.
 //! - [`ShareSettings`]: the coordinator's section of the broker's settings.
 
 mod coordinator;
 pub mod group;
 pub mod partition;
+pub mod probe;
 mod settings;
 pub mod state_log;
 

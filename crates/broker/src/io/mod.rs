@@ -8,11 +8,13 @@
 //! - [`priority`]: the CPU and disk priority of the threads that do bulk work.
 //! - [`timings`]: where acknowledgements, fetches and syncs spend their time, the
 //!   measurements the bulk budget steers by.
+//! - [`probe`]: their `/metrics` families.
 //!
 //! Thread-safe throughout: the broker shares each as an `Arc`.
 
 pub mod bulk_budget;
 pub mod priority;
+pub mod probe;
 pub mod read_pool;
 pub(crate) mod read_route;
 pub mod timings;

@@ -55,6 +55,7 @@
 
 #[cfg(test)]
 mod clock_tests;
+pub mod probe;
 mod side_files;
 #[cfg(test)]
 mod start_tests;

@@ -53,3 +53,19 @@ fn a_refusal_still_shows_the_first_transactional_header() {
     assert_eq!(invalid.first_transactional, None);
     assert_eq!(invalid.len, 0);
 }
+
+#[test]
+fn a_stamped_leader_epoch_leaves_every_batch_valid() {
+    let mut bytes = [batch(3, 10, 0, 1), batch(2, 10, 0, 2)].concat();
+    let mut headers = validate_all(&bytes)
+        .expect("whole batches")
+        .headers()
+        .to_vec();
+    stamp_leader_epoch(&mut bytes, &mut headers, 7);
+    let stamped = validate_all(&bytes).expect("the CRC does not cover the epoch");
+    assert!(stamped
+        .headers()
+        .iter()
+        .all(|h| h.partition_leader_epoch == 7));
+    assert_eq!(stamped.headers(), &headers[..]);
+}

@@ -5,7 +5,10 @@
 //! One [`ServerStats`] per server (so per broker instance): its budgets, the counts of
 //! how often each was found short ([`BudgetProbe`]), and the registry of open
 //! connections. A connection is listed from [`ServerStats::opened`] until its
-//! [`Registration`] is dropped, however the connection's task ends.
+//! [`Registration`] is dropped, however the connection's task ends. [`probe`] shows
+//! them on `/metrics`.
+
+pub mod probe;
 
 use crate::bulk_send::BulkSender;
 use crate::call::connection::{Connection, ConnectionSnapshot, ListenerInfo};

@@ -7,7 +7,8 @@
 //! Every subscriber is a cursor: a fetch reads the partition log at the client's
 //! offset and holds nothing for the client between requests. A waiting fetch watches
 //! the high watermarks of its partitions and re-reads when one moves, until
-//! `min_bytes` are there, `max_wait_ms` passes, or the broker shuts down. A change wakes
+//! `min_bytes` are there, `max_wait_ms` passes, or the broker shuts down (the loop is
+//! [`super::long_poll`], which ShareFetch shares). A change wakes
 //! only the fetches watching that partition (each partition's watch has its own list of
 //! waiters), and no lock is held while a fetch reads or waits.
 //!
@@ -20,6 +21,7 @@
 //! clients to send full fetch requests.
 //! v13+ names topics by id; earlier versions by name.
 
+use super::long_poll::{self, Look, Looked, Wakes};
 use crate::authorize;
 use crate::call::Connection;
 use crate::call::{pending_with, Call, Ctx, Handler, HandlerError, Reply, ReplyTiming};
@@ -83,7 +85,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let (ctx, conn) = (Arc::clone(ctx), Arc::clone(conn));
     pending_with(request, async move {
         let _held = held;
-        let polled = long_poll(&ctx, &conn, &topics, wait, min_bytes, max_bytes).await;
+        let polled = poll(&ctx, &conn, &topics, wait, min_bytes, max_bytes).await;
         let stages = ctx.broker.timings().fetch(polled.catch_up);
         timings::observe(&stages.wait, polled.waited);
         timings::observe(&stages.read, polled.read);
@@ -170,7 +172,9 @@ fn resolve(
     }
 }
 
-async fn long_poll(
+/// Reads the wanted partitions until `min_bytes` are there, a partition has an error,
+/// `wait` passes or the broker shuts down.
+async fn poll(
     ctx: &Ctx,
     conn: &Connection,
     topics: &[WantedTopic],
@@ -179,51 +183,58 @@ async fn long_poll(
     max_bytes: usize,
 ) -> Polled {
     let deadline = Instant::now() + wait;
-    let (mut waited, mut read, mut catch_up) = (Duration::ZERO, Duration::ZERO, false);
-    let mut watches: Vec<_> = topics
+    let watches = topics
         .iter()
         .flat_map(|t| t.partitions.iter())
         .filter_map(|w| w.partition.as_ref().ok().map(|p| p.watch()))
         .collect();
-    let mut shutdown = ctx.shutdown.clone();
-    loop {
-        // Mark the current watermarks as seen before reading, so a change that lands
-        // during the read wakes the wait below instead of being missed.
-        watches.iter_mut().for_each(|w| {
-            w.borrow_and_update();
-        });
-        let mut reserved = conn.outbound.reserve(max_bytes).await;
-        let budget = reserved.bytes();
-        let reading = Instant::now();
-        let all = read_all(topics, max_bytes.min(budget), conn).await;
-        read += reading.elapsed();
-        catch_up |= all.pooled;
-        let done = all.bytes >= min_bytes || all.errors;
-        if done || Instant::now() >= deadline || *shutdown.borrow() {
-            reserved.shrink_to(all.bytes);
-            return Polled {
-                responses: all.responses,
-                reserved,
-                waited,
-                read,
-                catch_up,
-            };
+    let mut wakes = Wakes::new(watches);
+    let mut reading = Reading {
+        topics,
+        conn,
+        min_bytes,
+        catch_up: false,
+    };
+    let shutdown = ctx.shutdown.clone();
+    let polled = long_poll::run(
+        &conn.outbound,
+        max_bytes,
+        deadline,
+        shutdown,
+        &mut reading,
+        &mut wakes,
+    )
+    .await;
+    Polled {
+        responses: polled.found,
+        reserved: polled.reserved,
+        waited: polled.waited,
+        read: polled.looked,
+        catch_up: reading.catch_up,
+    }
+}
+
+/// A fetch's look: every wanted partition read once; enough when `min_bytes` are
+/// there or a partition has an error.
+struct Reading<'a> {
+    topics: &'a [WantedTopic],
+    conn: &'a Connection,
+    min_bytes: usize,
+    /// Some read went to the read threads.
+    catch_up: bool,
+}
+
+impl Look for Reading<'_> {
+    type Found = Vec<FetchableTopicResponse>;
+
+    async fn look(&mut self, max_bytes: usize) -> Looked<Self::Found> {
+        let all = read_all(self.topics, max_bytes, self.conn).await;
+        self.catch_up |= all.pooled;
+        Looked {
+            found: all.responses,
+            bytes: all.bytes,
+            done: all.bytes >= self.min_bytes || all.errors,
         }
-        drop(reserved);
-        let waiting = Instant::now();
-        let any_change = async {
-            if watches.is_empty() {
-                std::future::pending::<()>().await;
-            }
-            let changes = watches.iter_mut().map(|w| Box::pin(w.changed()));
-            let _ = futures::future::select_all(changes).await;
-        };
-        tokio::select! {
-            _ = any_change => {}
-            _ = tokio::time::sleep_until(deadline) => {}
-            _ = shutdown.changed() => {}
-        }
-        waited += waiting.elapsed();
     }
 }
 

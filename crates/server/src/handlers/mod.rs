@@ -3,7 +3,8 @@
 //! [`APIS`] lists them once. Dispatch (a table indexed by API key, built from the list
 //! when the crate compiles) and the ApiVersions answer both come from that list, so an
 //! advertised version is always one a handler serves and a listed handler is always
-//! reached. What handlers are given and give back is in [`crate::call`].
+//! reached. What handlers are given and give back is in [`crate::call`]; the long poll
+//! Fetch and ShareFetch share is [`long_poll`].
 
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
@@ -36,6 +37,7 @@ pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
 pub mod list_transactions;
+pub mod long_poll;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;

@@ -8,10 +8,10 @@
 //! `share_record_lock_duration_ms`; the answer carries the batches and the acquired
 //! ranges (AcquiredRecords), and the client hands out only acquired records.
 //!
-//! When nothing can be acquired the fetch long-polls, as Fetch does, bounded by
-//! MaxWaitMs (and `limits::FETCH_WAIT_MS_MAX`): it looks again when a partition's
-//! high watermark moves or records go back to the group (a lock expired, a release),
-//! and answers as soon as it acquired something (MinBytes is taken as 1). MaxRecords
+//! When nothing can be acquired the fetch long-polls, as Fetch does
+//! ([`super::long_poll`]), bounded by MaxWaitMs (and `limits::FETCH_WAIT_MS_MAX`): it
+//! looks again when a partition's high watermark moves or records go back to the group
+//! (a lock expired, a release), and answers as soon as it acquired something (MinBytes is taken as 1). MaxRecords
 //! bounds the records acquired (and `limits::SHARE_FETCH_RECORDS_MAX`), MaxBytes the
 //! bytes read; BatchSize is not used (acquired ranges follow the log's batches).
 //! Records are read as read_uncommitted; control batches are never handed out.
@@ -33,6 +33,7 @@
 //! each topic: the partitions of a topic the principal may not read are answered
 //! TOPIC_AUTHORIZATION_FAILED, and their acknowledgements are not applied.
 
+use super::long_poll::{self, Look, Looked, Wakes};
 use crate::authorize;
 use crate::call::Connection;
 use crate::call::{pending, pending_with, Call, Ctx, Handler, HandlerError, Reply};
@@ -40,7 +41,6 @@ use crate::errors::{ack_failure_code, error_code, share_error_code};
 use crate::outbound::Reservation;
 use crate::requests::ErrorCodes;
 use bytes::Bytes;
-use futures::future::{select_all, BoxFuture, FutureExt};
 use headway_auth::acl::Operation;
 use headway_base::{limits, Offset, PartitionIndex, TopicPartition};
 use headway_broker::{BatchHeader, Isolation, Partition};
@@ -323,7 +323,7 @@ impl Poll<'_> {
         // acquired for it (a partition it was just moved off answers nothing).
         let assigned = ctx.shares.assignment(self.group_id, self.member);
         let deadline = Instant::now() + self.wait;
-        let mut shutdown = ctx.shutdown.clone();
+        let shutdown = ctx.shutdown.clone();
         // Partitions that exist, and the rest answered with an error.
         let mut out = BTreeMap::new();
         let mut partitions: Vec<((Uuid, i32), TopicPartition, Arc<Partition>)> = Vec::new();
@@ -375,50 +375,49 @@ impl Poll<'_> {
             let turn = ROTATION.fetch_add(1, Ordering::Relaxed) % partitions.len();
             partitions.rotate_left(turn);
         }
-        loop {
-            // Made before looking, so that a change while looking wakes the wait.
-            let released = ctx.shares.released().notified();
-            tokio::pin!(released);
-            released.as_mut().enable();
-            let mut watches: Vec<_> = partitions.iter().map(|(_, _, p)| p.watch()).collect();
-            // Reads stay within the connection's outbound budget, as a Fetch's do.
-            let mut reserved = self.conn.outbound.reserve(self.max_bytes).await;
-            let budget = self.max_bytes.min(reserved.bytes());
-            let found = self.round(&partitions, budget).await;
-            let any = found
-                .values()
-                .any(|f| !f.acquired.is_empty() || f.error_code != 0);
-            if any || Instant::now() >= deadline || *shutdown.borrow() {
-                reserved.shrink_to(found.values().map(|f| f.records.len()).sum());
-                out.extend(found);
-                return (out, reserved);
-            }
-            drop(reserved);
-            let moved: Vec<BoxFuture<'_, ()>> = watches
-                .iter_mut()
-                .map(|w| {
-                    async move {
-                        let _ = w.changed().await;
-                    }
-                    .boxed()
-                })
-                .collect();
-            let any_moved = async move {
-                if moved.is_empty() {
-                    std::future::pending::<()>().await
-                } else {
-                    select_all(moved).await;
-                }
-            };
-            tokio::select! {
-                _ = any_moved => {}
-                _ = &mut released => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-                _ = crate::call::shutting_down(&mut shutdown) => {}
-            }
-        }
+        // Records going back to the group (a release, an expired lock) wake the wait as
+        // a move of a partition's high watermark does.
+        let watches = partitions.iter().map(|(_, _, p)| p.watch()).collect();
+        let mut wakes = Wakes::new(watches).or_released(ctx.shares.released());
+        let mut looking = Looking {
+            poll: self,
+            partitions: &partitions,
+        };
+        let polled = long_poll::run(
+            &self.conn.outbound,
+            self.max_bytes,
+            deadline,
+            shutdown,
+            &mut looking,
+            &mut wakes,
+        )
+        .await;
+        out.extend(polled.found);
+        (out, polled.reserved)
     }
+}
 
+/// A share fetch's look: each partition once, acquiring what it can; enough when it
+/// acquired something or a partition has an error (MinBytes is taken as 1).
+struct Looking<'a> {
+    poll: &'a Poll<'a>,
+    partitions: &'a [((Uuid, i32), TopicPartition, Arc<Partition>)],
+}
+
+impl Look for Looking<'_> {
+    type Found = BTreeMap<(Uuid, i32), Fetched>;
+
+    async fn look(&mut self, max_bytes: usize) -> Looked<Self::Found> {
+        let found = self.poll.round(self.partitions, max_bytes).await;
+        let done = found
+            .values()
+            .any(|f| !f.acquired.is_empty() || f.error_code != 0);
+        let bytes = found.values().map(|f| f.records.len()).sum();
+        Looked { found, bytes, done }
+    }
+}
+
+impl Poll<'_> {
     /// Looks at each partition once and acquires what it can.
     async fn round(
         &self,

@@ -7,7 +7,8 @@
 //! - `recovery`: reopening after a clean close or a crash, and the randomized model;
 //! - `indexes`: the offset and time indexes;
 //! - `sync_sets`: sync sets and poisoning;
-//! - `storage_errors`: writes refused by a full disk, and damaged sealed segments.
+//! - `storage_errors`: writes refused by a full disk, and damaged sealed segments;
+//! - `truncate`: cutting the end of the log.
 
 use super::*;
 use crate::batch::BatchIter;
@@ -26,6 +27,7 @@ mod retention;
 mod rolls;
 mod storage_errors;
 mod sync_sets;
+mod truncate;
 
 const NOW_MS: i64 = 1_000_000;
 
