@@ -16,7 +16,8 @@ The cluster under test is either given (`--bootstrap HOST:PORT`) or started here
 min.insync.replicas 2) in a temporary directory and stops them at the end.
 
 Usage:
-    bench/cluster_acks.py --start-kafka [--runs 5] [--seconds 30] [--out FILE.md]
+    bench/cluster_acks.py --start-kafka [--kafka-setting KEY=VALUE ...] [--runs 5]
+        [--seconds 30] [--out FILE.md]
     bench/cluster_acks.py --bootstrap 127.0.0.1:9092 --label headway [...]
 
 A run of the defaults takes about 6 minutes.
@@ -104,6 +105,8 @@ def main() -> int:
     target.add_argument("--bootstrap", help="a running cluster's bootstrap address")
     target.add_argument("--start-kafka", action="store_true",
                         help="start three Kafka nodes here (peers/kafka/start-cluster)")
+    parser.add_argument("--kafka-setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting for every Kafka node (with --start-kafka), repeatable")
     parser.add_argument("--label", default=None, help="the system's name in the report")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--seconds", type=int, default=30, help="length of a paced run")
@@ -117,10 +120,13 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="cluster-acks-"))
     bootstrap = args.bootstrap
     label = args.label or ("Kafka 4.3.1" if args.start_kafka else bootstrap)
+    if args.start_kafka and args.kafka_setting:
+        label += " (" + ", ".join(args.kafka_setting) + ")"
     try:
         if args.start_kafka:
             first = free_port_block(3)
-            subprocess.run([str(KAFKA / "start-cluster"), str(work / "kafka"), "3", str(first)],
+            subprocess.run([str(KAFKA / "start-cluster"), str(work / "kafka"), "3", str(first),
+                            *args.kafka_setting],
                            check=True, timeout=400, stdout=sys.stderr)
             bootstrap = ",".join(f"127.0.0.1:{first + i}" for i in range(3))
         topic = f"acks-all-{os.getpid()}"
