@@ -691,14 +691,15 @@ impl Metadata {
                 format!("{topic}-{index} is led by {}, not {broker}", current.leader),
             );
         }
-        let mut requested: Vec<BrokerId> = current
+        // In the replicas' order; the replicas are distinct (`new_partitions`).
+        let requested: Vec<BrokerId> = current
             .replicas
             .iter()
             .copied()
             .filter(|r| isr.contains(r))
             .collect();
-        requested.dedup();
-        if current.partition_epoch == partition_epoch + 1 && current.isr == requested {
+        let retried = partition_epoch.checked_add(1) == Some(current.partition_epoch);
+        if retried && current.isr == requested {
             // The same change, delivered again: answer what it decided.
             return Outcome::Partition(current.clone());
         }

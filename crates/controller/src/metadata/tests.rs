@@ -197,6 +197,11 @@ fn alter_partition_checks_the_leader_its_epochs_and_the_new_members() {
 
     let stale = log.apply(alter(1, epochs[0], 0, vec![1, 2, 3]));
     assert_eq!(code(&stale), ResponseError::InvalidUpdateVersion.code());
+    let epoch_at_the_limit = log.apply(alter(1, epochs[0], i32::MAX, vec![1, 2]));
+    assert_eq!(
+        code(&epoch_at_the_limit),
+        ResponseError::InvalidUpdateVersion.code()
+    );
     let not_leader = log.apply(alter(2, epochs[1], 1, vec![2]));
     assert_eq!(code(&not_leader), ResponseError::InvalidRequest.code());
     let retried = log.apply(alter(1, epochs[0], 0, vec![1, 2]));
