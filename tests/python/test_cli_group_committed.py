@@ -347,11 +347,15 @@ def sigterm_with_unread(broker, out_dir: Path, seed: int) -> None:
         wait_for(lambda: len(fast.lines()) >= 1, "the fast member printing", seed)
         time.sleep(rng.uniform(0.0, 2.0))
         # It still holds partitions with records it has not printed: it cannot have read
-        # more than the pipe and its buffers hold beyond what the test took.
+        # more than the pipe and its buffers hold beyond what the test took. The fast member
+        # may print again what the slow one printed before the rebalance, so the records
+        # nobody has printed yet are counted by (partition, offset).
         held = {int(p) for p, _o, _v in slow.lines()[-200:]}
         printed_then = len(slow.lines())
-        assert printed_then < total - len(fast.lines()) - 10_000, (
-            f"seed {seed}: the slow member kept up ({printed_then} printed)")
+        seen = {(int(p), int(o)) for p, o, _v in slow.lines() + fast.lines()}
+        assert total - len(seen) >= 3_000, (
+            f"seed {seed}: the slow member kept up ({printed_then} printed, "
+            f"{len(seen)} of {total} records printed by someone)")
         case.stop("slow", signal.SIGTERM)
         # Another member comes later, on top of the fast one.
         time.sleep(rng.uniform(0.0, 3.0))
