@@ -348,6 +348,11 @@ impl Run {
             let Some(answer) = by_key.remove(&(r.key.0.to_string(), r.key.1.value())) else {
                 continue;
             };
+            if !self.followed.lock().contains_key(&r.key) {
+                // No longer followed from this leader (the partition's own epoch check
+                // refuses what a deposed leader sends in any case).
+                continue;
+            }
             let key = r.key.clone();
             let step = tokio::task::spawn_blocking(move || take_answer(&r, answer));
             steps.push((key, step));
