@@ -74,6 +74,7 @@ fn every_request() -> Vec<(i16, i16, BytesMut)> {
         defaults::<ProduceRequest>(),
         defaults::<FetchRequest>(),
         defaults::<ListOffsetsRequest>(),
+        defaults::<OffsetForLeaderEpochRequest>(),
         defaults::<MetadataRequest>(),
         defaults::<ApiVersionsRequest>(),
         defaults::<CreateTopicsRequest>(),

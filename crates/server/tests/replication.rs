@@ -33,7 +33,7 @@ async fn partition(broker: &TestBroker) -> Arc<Partition> {
         .unwrap()
 }
 
-fn now_ms() -> i64 {
+fn wall_ms() -> i64 {
     headway_base::Clock::system().time_ms()
 }
 
@@ -89,8 +89,8 @@ async fn records(partition: &Partition) -> bytes::Bytes {
 async fn a_follower_copies_its_leader_over_the_wire_and_acks_all_waits_for_it() {
     let (a, b) = (TestBroker::start().await, TestBroker::start().await);
     let (pa, pb) = (partition(&a).await, partition(&b).await);
-    pa.set_role(1, leader(1), now_ms()).unwrap();
-    pb.set_role(2, follower(1, 1), now_ms()).unwrap();
+    pa.set_role(1, leader(1), wall_ms()).unwrap();
+    pb.set_role(2, follower(1, 1), wall_ms()).unwrap();
 
     // Before any follower fetched, acks=1 is answered and nothing is acknowledged.
     assert_eq!(produce(&a, 1, &["first"]).await, 0);
@@ -151,8 +151,8 @@ async fn after_a_change_of_leader_the_old_leader_cuts_its_divergent_tail() {
     let (a, b) = (TestBroker::start().await, TestBroker::start().await);
     let (pa, pb) = (partition(&a).await, partition(&b).await);
     let (_stop, shutdown) = watch::channel(false);
-    pa.set_role(1, leader(1), now_ms()).unwrap();
-    pb.set_role(2, follower(1, 1), now_ms()).unwrap();
+    pa.set_role(1, leader(1), wall_ms()).unwrap();
+    pb.set_role(2, follower(1, 1), wall_ms()).unwrap();
     let on_b = ReplicaFetchers::new(2, Security::default(), shutdown.clone());
     on_b.follow(Arc::clone(&pb), 1, &a.addr.to_string());
     for value in ["one", "two", "three"] {
@@ -165,14 +165,14 @@ async fn after_a_change_of_leader_the_old_leader_cuts_its_divergent_tail() {
         partition_epoch: 0,
         leader: None,
     };
-    pb.set_role(2, leaderless, now_ms()).unwrap();
+    pb.set_role(2, leaderless, wall_ms()).unwrap();
     on_b.unfollow(TOPIC, PartitionIndex::new(0));
     produce(&a, 1, &["lost-1"]).await;
     produce(&a, 1, &["lost-2"]).await;
     assert_eq!(pa.log_end_offset().unwrap(), Offset::new(5));
 
-    pb.set_role(2, leader(2), now_ms()).unwrap();
-    pa.set_role(1, follower(2, 2), now_ms()).unwrap();
+    pb.set_role(2, leader(2), wall_ms()).unwrap();
+    pa.set_role(1, follower(2, 2), wall_ms()).unwrap();
     let on_a = ReplicaFetchers::new(1, Security::default(), shutdown);
     on_a.follow(Arc::clone(&pa), 2, &b.addr.to_string());
     assert_eq!(
