@@ -99,6 +99,13 @@ pub enum BrokerError {
         topic: String,
         partition: PartitionIndex,
     },
+    /// In a cluster: this broker does not lead the partition (`leader` does, -1: none).
+    #[error("broker does not lead {topic}/{partition}; its leader is {leader}")]
+    NotLeaderOrFollower {
+        topic: String,
+        partition: i32,
+        leader: i32,
+    },
     /// The authorizer refused the request on `resource`: `code` is Kafka's
     /// *_AUTHORIZATION_FAILED code for the resource's type.
     #[error("not authorized to access {resource}")]

@@ -23,6 +23,7 @@
 
 use headway_auth::AuthSettings;
 use headway_broker::BrokerConfig;
+use headway_controller::ClusterSettings;
 use headway_group::GroupSettings;
 use headway_share::ShareSettings;
 use headway_txn::TxnSettings;
@@ -47,6 +48,8 @@ pub struct ServerConfig {
     pub share: ShareSettings,
     pub txn: TxnSettings,
     pub auth: AuthSettings,
+    /// The controller voters; empty, the broker runs alone.
+    pub cluster: ClusterSettings,
 }
 
 /// The broker's section with every other section at its defaults.
@@ -71,6 +74,7 @@ impl Config {
                 share: toml::from_str(text)?,
                 txn: toml::from_str(text)?,
                 auth: toml::from_str(text)?,
+                cluster: toml::from_str(text)?,
             },
         })
     }
@@ -85,6 +89,7 @@ impl Config {
                 section_keys::<ShareSettings>(),
                 section_keys::<TxnSettings>(),
                 section_keys::<AuthSettings>(),
+                section_keys::<ClusterSettings>(),
             ]
             .concat()
         })
@@ -106,6 +111,10 @@ impl Config {
         }
         self.server.txn.validate()?;
         self.server.share.validate()?;
+        self.server
+            .cluster
+            .membership(self.broker.node_id)
+            .map(|_| ())?;
         self.server.group.validate()
     }
 }
@@ -302,13 +311,23 @@ mod tests {
         "sasl_oauthbearer_expected_audience",
     ];
 
+    /// The keys added since, by the cluster's section.
+    const KEYS_OF_THE_CLUSTER: &[&str] =
+        &["controller_quorum_voters", "default_replication_factor"];
+
     #[test]
     fn every_key_belongs_to_exactly_one_section_and_the_keys_are_unchanged() {
         let keys = Config::keys();
         let distinct: BTreeSet<&str> = keys.iter().copied().collect();
         assert_eq!(distinct.len(), keys.len(), "a key claimed twice: {keys:?}");
-        let before: BTreeSet<&str> = KEYS_BEFORE_SECTIONS.iter().copied().collect();
-        assert_eq!(distinct, before);
+        assert_eq!(KEYS_BEFORE_SECTIONS.len(), 72);
+        let expected: BTreeSet<&str> = KEYS_BEFORE_SECTIONS
+            .iter()
+            .chain(KEYS_OF_THE_CLUSTER)
+            .copied()
+            .collect();
+        assert_eq!(distinct, expected);
+        assert_eq!(keys.len(), 74);
     }
 
     #[test]
@@ -345,6 +364,31 @@ mod tests {
         );
         assert_eq!(Config::from_toml("").unwrap(), Config::default());
         config.validate().unwrap();
+    }
+
+    #[test]
+    fn the_cluster_section_is_read_and_checked_against_the_node_id() {
+        let config = Config::from_toml(
+            "node_id = 2\ncontroller_quorum_voters = \"1@h:9093,2@h:9094\"\ndefault_replication_factor = 2\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.server.cluster.controller_quorum_voters,
+            "1@h:9093,2@h:9094"
+        );
+        assert_eq!(config.server.cluster.default_replication_factor, Some(2));
+        config.validate().unwrap();
+        let outside =
+            Config::from_toml("node_id = 3\ncontroller_quorum_voters = \"1@h:9093,2@h:9094\"\n")
+                .unwrap();
+        let error = outside.validate().unwrap_err();
+        assert!(
+            error.contains("node id 3 is not one of the controller voters"),
+            "{error}"
+        );
+        let alone = Config::from_toml("node_id = 3\n").unwrap();
+        alone.validate().unwrap();
+        assert_eq!(alone.server.cluster, ClusterSettings::default());
     }
 
     #[test]

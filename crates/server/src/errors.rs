@@ -60,7 +60,9 @@ fn response_error(error: &BrokerError) -> ResponseError {
         // instead of retrying silently at the same offset forever.
         BrokerError::CorruptData { .. } => R::CorruptMessage,
         // Retriable: the client refreshes metadata and tries again after a restart.
-        BrokerError::ShuttingDown { .. } => R::NotLeaderOrFollower,
+        BrokerError::ShuttingDown { .. } | BrokerError::NotLeaderOrFollower { .. } => {
+            R::NotLeaderOrFollower
+        }
     }
 }
 
