@@ -99,6 +99,10 @@ pub enum BrokerError {
         topic: String,
         partition: PartitionIndex,
     },
+    /// In a cluster: the controller refused a change (or decided none in time): `code`
+    /// is the Kafka error code of its answer.
+    #[error("the controller refused: {reason}")]
+    ControllerRefused { code: i16, reason: String },
     /// In a cluster: this broker does not lead the partition (`leader` does, -1: none).
     #[error("broker does not lead {topic}/{partition}; its leader is {leader}")]
     NotLeaderOrFollower {

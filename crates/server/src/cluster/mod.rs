@@ -18,7 +18,7 @@ pub mod view;
 #[cfg(test)]
 mod tests;
 
-use headway_broker::Broker;
+use headway_broker::{Broker, BrokerError};
 use headway_controller::metadata::Endpoint;
 use headway_controller::{
     BrokerId, ClusterSettings, Command, Controller, ControllerSettings, Image, Membership, Outcome,
@@ -122,6 +122,19 @@ impl Cluster {
             .leader()
             .and_then(|id| i32::try_from(id).ok())
             .unwrap_or(-1)
+    }
+
+    /// `NOT_LEADER_OR_FOLLOWER` when the image has the partition led by another broker
+    /// (or by none); `None` when this broker leads it or the image does not know it.
+    pub fn not_leader(&self, topic: &str, partition: i32) -> Option<BrokerError> {
+        let image = self.image();
+        view::led_elsewhere(&image.metadata, self.node_id, topic, partition).map(|(leader, _)| {
+            BrokerError::NotLeaderOrFollower {
+                topic: topic.to_string(),
+                partition,
+                leader,
+            }
+        })
     }
 
     /// Decides `command` through the controller and waits until this voter has applied

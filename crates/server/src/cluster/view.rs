@@ -148,6 +148,81 @@ pub fn led_elsewhere(
     (p.leader != node).then_some((p.leader, p.leader_epoch))
 }
 
+/// NOT_LEADER_OR_FOLLOWER, as Kafka numbers it.
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+
+/// KIP-951's hints in a produce answer (v10+): each partition refused with
+/// `NOT_LEADER_OR_FOLLOWER` names its current leader and epoch, and the answer carries
+/// the endpoints of those leaders, so the client need not ask Metadata first.
+pub fn produce_hints(meta: &Metadata, response: &mut messages::ProduceResponse, listener: &str) {
+    let mut leaders = Vec::new();
+    for topic in &mut response.responses {
+        for p in &mut topic.partition_responses {
+            if p.error_code != NOT_LEADER_OR_FOLLOWER {
+                continue;
+            }
+            if let Some(record) = meta.partition(&topic.name, p.index) {
+                p.current_leader = messages::produce_response::LeaderIdAndEpoch::default()
+                    .with_leader_id(messages::BrokerId(record.leader))
+                    .with_leader_epoch(record.leader_epoch);
+                leaders.push(record.leader);
+            }
+        }
+    }
+    response.node_endpoints = nodes_of(meta, leaders, listener)
+        .into_iter()
+        .map(|n| {
+            messages::produce_response::NodeEndpoint::default()
+                .with_node_id(messages::BrokerId(n.id))
+                .with_host(StrBytes::from_string(n.host))
+                .with_port(n.port)
+        })
+        .collect();
+}
+
+/// KIP-951's hints in a fetch answer: the current leader of each partition refused with
+/// `NOT_LEADER_OR_FOLLOWER` (v12+), and those leaders' endpoints (v16+).
+pub fn fetch_hints(
+    meta: &Metadata,
+    response: &mut messages::FetchResponse,
+    listener: &str,
+    version: i16,
+) {
+    if version < 12 {
+        return;
+    }
+    let mut leaders = Vec::new();
+    for topic in &mut response.responses {
+        let name = match version >= 13 {
+            true => find_topic(meta, None, topic.topic_id).map(|(n, _)| n.to_string()),
+            false => Some(topic.topic.to_string()),
+        };
+        let Some(name) = name else { continue };
+        for p in &mut topic.partitions {
+            if p.error_code != NOT_LEADER_OR_FOLLOWER {
+                continue;
+            }
+            if let Some(record) = meta.partition(&name, p.partition_index) {
+                p.current_leader = messages::fetch_response::LeaderIdAndEpoch::default()
+                    .with_leader_id(messages::BrokerId(record.leader))
+                    .with_leader_epoch(record.leader_epoch);
+                leaders.push(record.leader);
+            }
+        }
+    }
+    if version >= 16 {
+        response.node_endpoints = nodes_of(meta, leaders, listener)
+            .into_iter()
+            .map(|n| {
+                messages::fetch_response::NodeEndpoint::default()
+                    .with_node_id(messages::BrokerId(n.id))
+                    .with_host(StrBytes::from_string(n.host))
+                    .with_port(n.port)
+            })
+            .collect();
+    }
+}
+
 /// The replication factor a CreateTopics entry asks for, -1 resolved.
 pub fn replication_factor(meta: &Metadata, settings: &ClusterSettings, asked: i16) -> i16 {
     match asked {

@@ -25,6 +25,7 @@ use super::long_poll::{self, Look, Looked, Wakes};
 use crate::authorize;
 use crate::call::Connection;
 use crate::call::{pending_with, Call, Ctx, Handler, HandlerError, Reply, ReplyTiming};
+use crate::cluster::view;
 use crate::errors::error_code;
 use crate::outbound::Reservation;
 use crate::requests::{Codes, ErrorCodes};
@@ -53,6 +54,9 @@ pub const HANDLER: Handler = Handler {
 
 const TOPIC_IDS_MIN_VERSION: i16 = 13;
 
+/// The first version naming the fetching replica in `replica_state` (KIP-903).
+const REPLICA_STATE_MIN_VERSION: i16 = 15;
+
 struct Wanted {
     index: PartitionIndex,
     offset: Offset,
@@ -72,10 +76,18 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let body: FetchRequest = decode_body(request)?;
     let by_id = request.api_version() >= TOPIC_IDS_MIN_VERSION;
     let isolation = Isolation::from_wire(body.isolation_level);
+    let replica_id = match request.api_version() >= REPLICA_STATE_MIN_VERSION {
+        true => body.replica_state.replica_id.0,
+        false => body.replica_id.0,
+    };
+    let consumer = replica_id < 0;
+    let hints = ctx.cluster.clone();
+    let listener = conn.listener.name.clone();
+    let version = request.api_version();
     let topics = body
         .topics
         .into_iter()
-        .map(|t| resolve(call, by_id, t, isolation))
+        .map(|t| resolve(call, consumer, by_id, t, isolation))
         .collect::<Vec<_>>();
     let wait =
         Duration::from_millis((body.max_wait_ms.max(0) as u64).min(limits::FETCH_WAIT_MS_MAX));
@@ -95,9 +107,12 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             reply: stages.reply.clone(),
             total: stages.total.clone(),
         };
-        let body = FetchResponse::default()
+        let mut body = FetchResponse::default()
             .with_session_id(0)
             .with_responses(polled.responses);
+        if let Some(cluster) = hints {
+            view::fetch_hints(&cluster.image().metadata, &mut body, &listener, version);
+        }
         (body, Some(polled.reserved), Some(timing))
     })
 }
@@ -132,6 +147,7 @@ struct Polled {
 
 fn resolve(
     call: &Call<'_>,
+    consumer: bool,
     by_id: bool,
     t: headway_protocol::kafka_protocol::messages::fetch_request::FetchTopic,
     isolation: Isolation,
@@ -148,6 +164,10 @@ fn resolve(
     let readable = name
         .as_deref()
         .is_none_or(|name| authorize::topic(call, Operation::Read, name));
+    // In a cluster a consumer reads from the leader; a follower's fetch (its replica id)
+    // is served by whoever holds the partition.
+    let not_leader =
+        |name: &str, index: i32| ctx.cluster.as_ref().and_then(|c| c.not_leader(name, index));
     let partitions = t
         .partitions
         .into_iter()
@@ -157,6 +177,9 @@ fn resolve(
             max_bytes: p.partition_max_bytes.max(0) as usize,
             partition: match &name {
                 Some(name) if !readable => Err(authorize::topic_denied(name)),
+                Some(name) if consumer && not_leader(name, p.partition).is_some() => {
+                    Err(not_leader(name, p.partition).expect("checked"))
+                }
                 Some(name) => ctx
                     .broker
                     .readable_partition(name, PartitionIndex::new(p.partition)),
