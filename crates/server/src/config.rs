@@ -4,8 +4,9 @@
 //! Each component defines the section it reads, in its own crate: the broker's storage,
 //! I/O and listeners (`headway_broker::BrokerConfig`), the group, share and
 //! transaction coordinators (`headway_group::GroupSettings`,
-//! `headway_share::ShareSettings`, `headway_txn::TxnSettings`), and the authorizer and
-//! SASL (`headway_auth::AuthSettings`). The coordinators sit
+//! `headway_share::ShareSettings`, `headway_txn::TxnSettings`), the authorizer and
+//! SASL (`headway_auth::AuthSettings`), and the cluster's controller voters
+//! (`headway_controller::ClusterSettings`). The coordinators sit
 //! above the broker in the crate graph, so the assembled whole cannot live in the
 //! broker; it lives here, in the crate that depends on every component and starts them
 //! all, and the CLI lays its flags and environment variables over it. [`Config`] splits
