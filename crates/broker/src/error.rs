@@ -103,13 +103,30 @@ pub enum BrokerError {
     /// is the Kafka error code of its answer.
     #[error("the controller refused: {reason}")]
     ControllerRefused { code: i16, reason: String },
-    /// In a cluster: this broker does not lead the partition (`leader` does, -1: none).
-    #[error("broker does not lead {topic}/{partition}; its leader is {leader}")]
+    /// This broker does not lead the partition (a replicated partition's follower, or
+    /// one whose role is not known yet); `leader` is the leader it knows of.
+    #[error("partition {topic}/{partition}: this broker is not its leader")]
     NotLeaderOrFollower {
         topic: String,
-        partition: i32,
-        leader: i32,
+        partition: PartitionIndex,
+        leader: Option<i32>,
     },
+    /// A request carried a leader epoch older than the partition's (a stale client or
+    /// a deposed leader's follower).
+    #[error("leader epoch {given} is older than the partition's {current}")]
+    FencedLeaderEpoch { given: i32, current: i32 },
+    /// A request carried a leader epoch newer than the partition's: this broker has not
+    /// learnt of it yet.
+    #[error("leader epoch {given} is newer than the partition's {current}")]
+    UnknownLeaderEpoch { given: i32, current: i32 },
+    /// Fewer replicas are in sync than the topic's `min.insync.replicas`: the produce
+    /// was refused before anything was written.
+    #[error("{in_sync} replicas in sync, fewer than min.insync.replicas {required}")]
+    NotEnoughReplicas { in_sync: usize, required: usize },
+    /// The records were written, but the in-sync replicas fell below
+    /// `min.insync.replicas` before they were replicated.
+    #[error("written, but {in_sync} replicas in sync, fewer than min.insync.replicas {required}")]
+    NotEnoughReplicasAfterAppend { in_sync: usize, required: usize },
     /// The authorizer refused the request on `resource`: `code` is Kafka's
     /// *_AUTHORIZATION_FAILED code for the resource's type.
     #[error("not authorized to access {resource}")]

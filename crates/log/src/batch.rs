@@ -230,6 +230,11 @@ impl Validated<Vec<u8>> {
     pub fn into_bytes(self) -> Vec<u8> {
         self.bytes
     }
+
+    /// Writes a leader's epoch into every batch ([`stamp_leader_epoch`]).
+    pub fn stamp_leader_epoch(&mut self, epoch: i32) {
+        stamp_leader_epoch(&mut self.bytes, &mut self.headers, epoch);
+    }
 }
 
 /// Why [`validate_all`] refused a buffer, with what a produce still needs to answer in

@@ -64,6 +64,10 @@ fn response_error(error: &BrokerError) -> ResponseError {
         BrokerError::ShuttingDown { .. } | BrokerError::NotLeaderOrFollower { .. } => {
             R::NotLeaderOrFollower
         }
+        BrokerError::FencedLeaderEpoch { .. } => R::FencedLeaderEpoch,
+        BrokerError::UnknownLeaderEpoch { .. } => R::UnknownLeaderEpoch,
+        BrokerError::NotEnoughReplicas { .. } => R::NotEnoughReplicas,
+        BrokerError::NotEnoughReplicasAfterAppend { .. } => R::NotEnoughReplicasAfterAppend,
     }
 }
 

@@ -56,6 +56,10 @@
 #[cfg(test)]
 mod clock_tests;
 pub mod probe;
+mod replica;
+pub mod role;
+#[cfg(test)]
+mod role_tests;
 mod side_files;
 #[cfg(test)]
 mod start_tests;
@@ -98,9 +102,11 @@ use headway_log::control::{Marker, MarkerKind};
 use headway_log::records::{self, Keyless};
 use headway_log::{
     batch::{self, Validated},
+    leader_epochs::LeaderEpochs,
     AbortedTxn, BatchHeader, CleanReport, CleanerConfig, CleaningPlan, CorruptBatch, Log,
     LogConfig, LogError, ReadSlice, RecoveryReport, StagedCleaning,
 };
+use replica::Replication;
 use side_files::{
     load_producer_states, read_log_start_offset, write_log_start_offset, write_producer_snapshot,
 };
@@ -123,6 +129,10 @@ pub struct DurableState {
     /// The first offset of the oldest open transaction, if any: read_committed readers
     /// see nothing from it on.
     pub first_unstable_offset: Option<Offset>,
+    /// Offsets below it are synced on this broker's disk. The high watermark itself
+    /// unless the partition is replicated, where the high watermark also waits for the
+    /// other in-sync replicas.
+    pub synced: Offset,
 }
 
 impl DurableState {
@@ -196,6 +206,8 @@ pub struct ReadResult {
 struct Slot {
     log: Log,
     state: PartitionState,
+    /// Which leader epoch wrote which offsets (empty until the partition is replicated).
+    epochs: LeaderEpochs,
 }
 
 /// What a partition shows before its first step: from its recovered log, or nothing
@@ -223,11 +235,17 @@ struct ReadBounds {
     log_start_offset: Offset,
     last_stable_offset: Offset,
     isolation: Isolation,
+    /// A follower's read: up to the leader's log end, whatever is durable.
+    replica_limit: Option<Offset>,
 }
 
 impl ReadBounds {
-    /// Where the read stops: the high watermark, or the last stable offset.
+    /// Where the read stops: the high watermark, or the last stable offset (a
+    /// follower's read: the log end).
     fn limit(&self) -> Offset {
+        if let Some(limit) = self.replica_limit {
+            return limit;
+        }
         match self.isolation {
             Isolation::ReadUncommitted => self.high_watermark,
             Isolation::ReadCommitted => self.last_stable_offset,
@@ -263,9 +281,23 @@ pub struct Partition {
     durable: watch::Sender<DurableState>,
     /// Mirrors the state's log start offset for readers.
     log_start_offset: AtomicI64,
-    /// The highest offset a flusher reported durable, published without the mutex;
-    /// the state takes it in at the start of every step under the mutex.
+    /// The highest offset a flusher reported synced on this broker, published without
+    /// the mutex.
     synced_to: AtomicI64,
+    /// The highest high watermark published without the mutex (what was synced, or for
+    /// a replicated partition what its in-sync replicas allow); the state takes it in
+    /// at the start of every step under the mutex.
+    high_watermark_to: AtomicI64,
+    /// The partition's role in a cluster; `None` on a broker that runs alone. Locked
+    /// after `log` when both are held.
+    replication: Mutex<Option<Replication>>,
+    /// A role was set: reads, appends and syncs consult `replication`.
+    replicated: AtomicBool,
+    /// This broker leads the partition (meaningful once `replicated`).
+    leading: AtomicBool,
+    /// The leader epoch stamped on appended batches, or -1 (not replicated, or not
+    /// leading): read under `log`, changed under it.
+    stamp_epoch: std::sync::atomic::AtomicI32,
     /// The partition's own group commit (unused when a shared flusher syncs it).
     own: Arc<OwnFlusher>,
     closed: AtomicBool,
@@ -307,6 +339,11 @@ impl Partition {
         let (mut log, report) =
             Log::open(&dir, config, clock.time_ms()).map_err(BrokerError::from_log)?;
         let producers = load_producer_states(&dir, &mut log)?;
+        let mut epochs = LeaderEpochs::open(&dir).map_err(BrokerError::from_log)?;
+        // Recovery may have cut a torn tail: epochs that began past the end are gone.
+        epochs
+            .truncate_from_end(report.log_end_offset)
+            .map_err(BrokerError::from_log)?;
         let segments_to_repair = log.segments_to_repair();
         let state = PartitionState::recovered(
             report.log_start_offset,
@@ -321,7 +358,7 @@ impl Partition {
             segments_to_repair,
             unopened: None,
         };
-        let slot = Some(Slot { log, state });
+        let slot = Some(Slot { log, state, epochs });
         let partition = Partition::assemble(dir, topic, index, flush, clock, slot, shell);
         Ok((partition, report))
     }
@@ -363,6 +400,7 @@ impl Partition {
             high_watermark: shell.high_watermark,
             failed: unopened,
             first_unstable_offset: shell.first_unstable_offset,
+            synced: shell.high_watermark,
         });
         Arc::new_cyclic(|me| Partition {
             topic,
@@ -370,6 +408,11 @@ impl Partition {
             flush,
             log_start_offset: AtomicI64::new(shell.log_start_offset.value()),
             synced_to: AtomicI64::new(shell.high_watermark.value()),
+            high_watermark_to: AtomicI64::new(shell.high_watermark.value()),
+            replication: Mutex::new(None),
+            replicated: AtomicBool::new(false),
+            leading: AtomicBool::new(false),
+            stamp_epoch: std::sync::atomic::AtomicI32::new(-1),
             dir,
             log: Mutex::new(slot),
             delete_records: Mutex::new(()),
@@ -537,6 +580,7 @@ impl Partition {
                 limit: max_message_bytes,
             });
         }
+        self.check_leading()?;
         let validated = validation.map_err(|invalid| BrokerError::Batch(invalid.error))?;
         let (records, headers) = (validated.bytes(), validated.headers());
         if headers.iter().any(|h| h.is_control()) {
@@ -603,6 +647,7 @@ impl Partition {
         {
             return Ok((base_offset, log_end_offset, false));
         }
+        self.stamp(owned)?;
         let info = slot
             .log
             .append(owned, now_ms)
@@ -648,7 +693,8 @@ impl Partition {
         });
         if self.flush != FlushPolicy::Sync {
             // No sync to wait for: written is as durable as it gets.
-            self.durable_to(&mut slot.state, log_end_offset);
+            self.publish_durable(log_end_offset, false);
+            self.take_in_synced(&mut slot.state);
         }
     }
 
@@ -685,6 +731,7 @@ impl Partition {
         let offset = self.with_slot(|slot| {
             slot.state
                 .plan_marker(producer_id, epoch, coordinator_epoch)?;
+            self.stamp(&mut marker)?;
             let info = slot
                 .log
                 .append(&mut marker, now_ms)
@@ -889,7 +936,7 @@ impl Partition {
     /// For the broker's own reads (start-up replays, ListOffsets); fetches use
     /// [`Partition::read_via`].
     pub async fn read(&self, offset: Offset, max_bytes: usize) -> Result<ReadResult, BrokerError> {
-        let (slice, bounds) = match self.start_read(offset, Isolation::ReadUncommitted)? {
+        let (slice, bounds) = match self.start_read(offset, Isolation::ReadUncommitted, None)? {
             ReadStart::Nothing(empty) => return Ok(empty),
             ReadStart::Located(slice, bounds) => (slice, bounds),
         };
@@ -914,9 +961,24 @@ impl Partition {
         via: &ReadVia,
         isolation: Isolation,
     ) -> Result<ReadResult, BrokerError> {
+        self.check_leading()?;
+        self.read_bounded(offset, max_bytes, via, isolation, None)
+            .await
+    }
+
+    /// [`Partition::read_via`] without the leader's check; a follower's read passes the
+    /// leader's log end as `replica_limit`.
+    async fn read_bounded(
+        &self,
+        offset: Offset,
+        max_bytes: usize,
+        via: &ReadVia,
+        isolation: Isolation,
+        replica_limit: Option<Offset>,
+    ) -> Result<ReadResult, BrokerError> {
         let mut max_bytes = max_bytes;
         loop {
-            let (slice, bounds) = match self.start_read(offset, isolation)? {
+            let (slice, bounds) = match self.start_read(offset, isolation, replica_limit)? {
                 ReadStart::Nothing(empty) => return Ok(empty),
                 ReadStart::Located(slice, bounds) => (slice, bounds),
             };
@@ -947,7 +1009,12 @@ impl Partition {
     /// past the limit (the high watermark, or the last stable offset), otherwise the
     /// located data. The offsets are those the readers see (the mirror), taken before
     /// the data is located.
-    fn start_read(&self, offset: Offset, isolation: Isolation) -> Result<ReadStart, BrokerError> {
+    fn start_read(
+        &self,
+        offset: Offset,
+        isolation: Isolation,
+        replica_limit: Option<Offset>,
+    ) -> Result<ReadStart, BrokerError> {
         if let Some(cause) = &self.unopened {
             return Err(self.unopened_error(cause));
         }
@@ -957,6 +1024,7 @@ impl Partition {
             log_start_offset: self.log_start_offset(),
             last_stable_offset: durable.last_stable_offset(),
             isolation,
+            replica_limit,
         };
         let nothing = || ReadStart::Nothing(bounds.answer(Bytes::new(), false));
         let window = ReadWindow::of(offset, bounds.log_start_offset, bounds.limit())?;
@@ -1107,7 +1175,7 @@ impl Partition {
             .lock()
             .expect("partition log mutex poisoned")
             .take();
-        let Some(Slot { log, mut state }) = slot else {
+        let Some(Slot { log, mut state, .. }) = slot else {
             return Ok(());
         };
         let log_end_offset = log.log_end_offset();
@@ -1120,7 +1188,11 @@ impl Partition {
         }
         log.close().map_err(BrokerError::from_log)?;
         self.take_in_synced(&mut state);
-        self.durable_to(&mut state, log_end_offset);
+        if !self.replicated.load(Ordering::Acquire) {
+            // Alone, what is closed is synced; a replica's high watermark also waits
+            // for the others.
+            self.durable_to(&mut state, log_end_offset);
+        }
         Ok(())
     }
 
@@ -1136,6 +1208,26 @@ impl Partition {
     /// Publishes what a flusher synced, without the mutex: waiters and readers see it
     /// at once, the state at its next step ([`Partition::take_in_synced`]).
     fn publish_synced(&self, offset: Offset) {
+        self.publish_durable(offset, true);
+    }
+
+    /// Everything below `offset` is on this broker's disk (`from_sync`: a flusher's
+    /// sync says so; otherwise the flush policy waits for none): publishes it, and the
+    /// high watermark it allows (the same offset alone; a replicated partition's role
+    /// decides).
+    fn publish_durable(&self, offset: Offset, from_sync: bool) {
+        let replication = self
+            .replicated
+            .load(Ordering::Acquire)
+            .then(|| self.replication.lock().expect("replication mutex poisoned"));
+        let mut replication = replication;
+        let role = replication.as_deref_mut().and_then(Option::as_mut);
+        if let Some(role) = &role {
+            if from_sync && !role.sync_still_counts() {
+                // The sync covered a log that a truncation has since replaced.
+                return;
+            }
+        }
         let before = self.synced_to.fetch_max(offset.value(), Ordering::AcqRel);
         if let (Some(meters), Ok(more)) =
             (self.own.meters(), u64::try_from(offset.value() - before))
@@ -1144,14 +1236,38 @@ impl Partition {
                 meters.published(more);
             }
         }
-        self.mirror_high_watermark(offset);
+        let synced = Offset::new(before).max(offset);
+        let high_watermark = match role {
+            None => synced,
+            Some(role) => role.synced(synced),
+        };
+        self.publish_high_watermark(high_watermark, synced);
     }
 
-    /// Brings the state's high watermark up to what flushers published. Under the
-    /// mutex.
+    /// Shows a high watermark and this broker's synced end, published without the
+    /// mutex, to readers and waiters (never backwards); the state takes the high
+    /// watermark in at its next step.
+    fn publish_high_watermark(&self, high_watermark: Offset, synced: Offset) {
+        self.high_watermark_to
+            .fetch_max(high_watermark.value(), Ordering::AcqRel);
+        self.durable.send_if_modified(|s| {
+            let mut changed = false;
+            if high_watermark > s.high_watermark {
+                s.high_watermark = high_watermark;
+                changed = true;
+            }
+            if synced > s.synced {
+                s.synced = synced;
+                changed = true;
+            }
+            changed
+        });
+    }
+
+    /// Brings the state's high watermark up to what was published. Under the mutex.
     fn take_in_synced(&self, state: &mut PartitionState) {
-        let synced = Offset::new(self.synced_to.load(Ordering::Acquire));
-        self.durable_to(state, synced);
+        let published = Offset::new(self.high_watermark_to.load(Ordering::Acquire));
+        self.durable_to(state, published.min(state.log_end_offset()));
     }
 
     /// An fsync failed. After a failed fsync the kernel may have dropped the dirty
@@ -1188,7 +1304,18 @@ impl SyncTarget for Partition {
         if self.closed.load(Ordering::Acquire) || self.durable.borrow().failed {
             return SyncTake::Stopped;
         }
-        let set = self.with_log(|log| {
+        let set = self.with_slot(|slot| {
+            let log = &mut slot.log;
+            if self.replicated.load(Ordering::Acquire) {
+                if let Some(role) = self
+                    .replication
+                    .lock()
+                    .expect("replication mutex poisoned")
+                    .as_mut()
+                {
+                    role.sync_taken();
+                }
+            }
             let set = log.sync_set();
             // Nothing waits for a sync any more: producers held by the bound go on.
             self.unsynced.store(log.unsynced_bytes(), Ordering::Release);

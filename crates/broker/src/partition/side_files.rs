@@ -73,7 +73,7 @@ pub(super) fn load_producer_states(
 /// Takes one stored batch into the producers' state: an idempotent or transactional
 /// batch is recorded; a transaction marker ends its producer's transaction, and an
 /// abort goes (again, if its entry survived) into the aborted-transaction index.
-fn replay(
+pub(super) fn replay(
     states: &mut ProducerStates,
     log: &mut Log,
     header: &BatchHeader,

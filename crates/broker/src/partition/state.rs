@@ -285,6 +285,52 @@ impl PartitionState {
         self.log_start_offset
     }
 
+    /// A follower appended its leader's batches, which reach up to `log_end_offset`
+    /// (exclusive; a compacted leader's batches leave gaps). The producers' state is
+    /// handed back so the batches can be taken into it.
+    pub fn replicated(&mut self, log_end_offset: Offset) -> &mut ProducerStates {
+        assert!(
+            log_end_offset >= self.log_end_offset,
+            "a replicated append moved the log end back"
+        );
+        self.log_end_offset = log_end_offset;
+        &mut self.producers
+    }
+
+    /// A follower's log was cut to end at `log_end_offset`, and its producers rebuilt
+    /// from what stays. Panics when the cut went below the high watermark: what every
+    /// in-sync replica holds is never cut.
+    pub fn truncated(
+        &mut self,
+        log_start_offset: Offset,
+        log_end_offset: Offset,
+        producers: ProducerStates,
+    ) {
+        assert!(
+            self.high_watermark <= log_end_offset,
+            "truncated to {log_end_offset}, below the high watermark {}",
+            self.high_watermark
+        );
+        self.log_start_offset = self.log_start_offset.max(log_start_offset);
+        self.log_end_offset = log_end_offset;
+        self.producers = producers;
+    }
+
+    /// A partition becomes a replica: the high watermark starts over at `offset` (its
+    /// log start), as nothing says yet what the other replicas hold.
+    pub fn reset_high_watermark(&mut self, offset: Offset) {
+        self.high_watermark = offset.min(self.log_end_offset);
+    }
+
+    /// A follower whose whole log was replaced by an empty one starting at `offset`
+    /// (its leader's log start is past its end): everything starts there.
+    pub fn started_over(&mut self, offset: Offset) {
+        self.log_start_offset = offset;
+        self.log_end_offset = offset;
+        self.high_watermark = offset;
+        self.producers = ProducerStates::default();
+    }
+
     /// Forgets idempotent producers idle for longer than `idle_ms` at `now_ms`.
     pub fn expire_producers(&mut self, now_ms: i64, idle_ms: i64) -> usize {
         self.producers.expire(now_ms, idle_ms)

@@ -18,6 +18,7 @@ pub mod view;
 #[cfg(test)]
 mod tests;
 
+use headway_base::PartitionIndex;
 use headway_broker::{Broker, BrokerError};
 use headway_controller::metadata::Endpoint;
 use headway_controller::{
@@ -131,8 +132,8 @@ impl Cluster {
         view::led_elsewhere(&image.metadata, self.node_id, topic, partition).map(|(leader, _)| {
             BrokerError::NotLeaderOrFollower {
                 topic: topic.to_string(),
-                partition,
-                leader,
+                partition: PartitionIndex::new(partition),
+                leader: (leader >= 0).then_some(leader),
             }
         })
     }
