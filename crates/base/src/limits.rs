@@ -470,3 +470,25 @@ pub const CONTROLLER_CONNECTIONS_MAX: usize = 256;
 /// one bounds how long a dead broker's partitions wait for a new leader, and 6 s is still
 /// some forty heartbeats, so a voter slowed by a loaded machine is not fenced for it.
 pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 6_000;
+
+/// How long a leader holds a follower's Fetch that finds nothing new (Kafka's
+/// `replica.fetch.wait.max.ms`): a caught-up follower costs one waiting request per
+/// leader broker.
+pub const REPLICA_FETCH_WAIT_MS: u64 = 500;
+
+/// How long a replica fetcher waits before it tries a leader it could not reach again,
+/// and how long a partition the leader refused sits out (Kafka's
+/// `replica.fetch.backoff.ms` is 1 s; the controller's metadata usually moves the
+/// partition sooner).
+pub const REPLICA_FETCH_BACKOFF_MS: u64 = 500;
+
+/// How long a replica fetcher waits for its leader's answer before it reconnects
+/// (Kafka's `replica.socket.timeout.ms`); well above `REPLICA_FETCH_WAIT_MS`.
+pub const REPLICA_FETCH_REQUEST_TIMEOUT_MS: u64 = 30_000;
+
+/// Bytes a follower asks per partition in one Fetch (Kafka's `replica.fetch.max.bytes`).
+pub const REPLICA_FETCH_PARTITION_BYTES_MAX: usize = 1 << 20;
+
+/// Bytes a follower asks in one Fetch over all its partitions (Kafka's
+/// `replica.fetch.response.max.bytes`).
+pub const REPLICA_FETCH_RESPONSE_BYTES_MAX: usize = 10 << 20;

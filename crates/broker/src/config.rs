@@ -538,6 +538,9 @@ pub struct TopicConfig {
     pub min_compaction_lag_ms: u64,
     pub max_compaction_lag_ms: u64,
     pub delete_retention_ms: u64,
+    /// Replicas that must be in sync for an acks=all produce (`min.insync.replicas`); a
+    /// partition on a broker that runs alone has one.
+    pub min_insync_replicas: usize,
     /// Settings given explicitly for this topic, by Kafka name, as given.
     pub overrides: BTreeMap<String, String>,
 }
@@ -617,6 +620,7 @@ impl TopicConfig {
             min_compaction_lag_ms: defaults.min_compaction_lag_ms,
             max_compaction_lag_ms: defaults.max_compaction_lag_ms,
             delete_retention_ms: defaults.delete_retention_ms,
+            min_insync_replicas: 1,
             overrides: overrides.clone(),
         };
         for (name, value) in overrides {
@@ -662,7 +666,9 @@ impl TopicConfig {
             }
             "compression.type" => require(name, value, &["producer"])?,
             "message.timestamp.type" => require(name, value, &["CreateTime"])?,
-            "min.insync.replicas" => require(name, value, &["1"])?,
+            "min.insync.replicas" => {
+                self.min_insync_replicas = parse_num(name, value, 1, i32::MAX as usize)?
+            }
             _ => return Err(invalid(name, value, "unknown topic config")),
         }
         Ok(())
@@ -696,7 +702,7 @@ impl TopicConfig {
                     "index.interval.bytes" => self.index_interval_bytes.to_string(),
                     "max.message.bytes" => self.max_message_bytes.to_string(),
                     "message.timestamp.type" => "CreateTime".to_string(),
-                    "min.insync.replicas" => "1".to_string(),
+                    "min.insync.replicas" => self.min_insync_replicas.to_string(),
                     "retention.bytes" => self.retention_bytes.to_string(),
                     "retention.ms" => self.retention_ms.to_string(),
                     "segment.bytes" => self.segment_bytes.to_string(),

@@ -267,6 +267,11 @@ impl Broker {
     }
 
     /// The data directory's free space; produces reserve their size here first.
+    /// The broker's clock (the system clock in production).
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
     pub fn disk_space(&self) -> &Arc<DiskSpace> {
         &self.disk
     }

@@ -96,6 +96,12 @@ pub(crate) static MESSAGES: &[Message] = &[
         root: &LIST_OFFSETS,
     },
     Message {
+        api_key: ApiKey::OffsetForLeaderEpoch,
+        min_version: 2,
+        flexible_min: 4,
+        root: &OFFSET_FOR_LEADER_EPOCH,
+    },
+    Message {
         api_key: ApiKey::Metadata,
         min_version: 0,
         flexible_min: 9,
@@ -478,6 +484,42 @@ static FETCH_REPLICA_STATE: Struct = Struct {
     fields: &[
         field(15, i16::MAX, Kind::Fixed(4)), // replica_id
         field(15, i16::MAX, Kind::Fixed(8)), // replica_epoch
+    ],
+    tags: &[],
+};
+
+static OFFSET_FOR_LEADER_EPOCH: Struct = Struct {
+    size: size_of::<offset_for_leader_epoch_request::OffsetForLeaderEpochRequest>(),
+    fields: &[
+        field(3, i16::MAX, Kind::Fixed(4)), // replica_id
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&OFFSET_FOR_LEADER_EPOCH_TOPIC)),
+        ), // topics
+    ],
+    tags: &[],
+};
+
+static OFFSET_FOR_LEADER_EPOCH_TOPIC: Struct = Struct {
+    size: size_of::<offset_for_leader_epoch_request::OffsetForLeaderTopic>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // topic
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&OFFSET_FOR_LEADER_EPOCH_PARTITION)),
+        ), // partitions
+    ],
+    tags: &[],
+};
+
+static OFFSET_FOR_LEADER_EPOCH_PARTITION: Struct = Struct {
+    size: size_of::<offset_for_leader_epoch_request::OffsetForLeaderPartition>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(4)), // partition
+        field(2, i16::MAX, Kind::Fixed(4)), // current_leader_epoch
+        field(0, i16::MAX, Kind::Fixed(4)), // leader_epoch
     ],
     tags: &[],
 };

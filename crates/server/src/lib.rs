@@ -55,6 +55,7 @@ pub mod metrics;
 pub mod outbound;
 pub mod probe;
 pub mod process;
+pub mod replica_fetcher;
 pub mod request_budget;
 pub mod requests;
 pub mod sasl;

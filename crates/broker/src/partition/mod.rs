@@ -860,6 +860,9 @@ impl Partition {
             let start = slot.state.delete_records_moved(target);
             self.log_start_offset
                 .store(start.value(), Ordering::Release);
+            slot.epochs
+                .truncate_from_start(start)
+                .map_err(BrokerError::from_log)?;
             slot.log
                 .delete_segments_before(target)
                 .map_err(BrokerError::from_log)
@@ -1075,6 +1078,10 @@ impl Partition {
             let start = slot.state.retention_moved(report.log_start_offset);
             self.log_start_offset
                 .store(start.value(), Ordering::Release);
+            // A replicated partition's epoch history starts where its log does.
+            slot.epochs
+                .truncate_from_start(start)
+                .map_err(BrokerError::from_log)?;
             Ok(report.deleted_segments)
         })
     }

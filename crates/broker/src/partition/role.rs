@@ -211,7 +211,7 @@ impl Partition {
     }
 
     /// Refuses a client's produce or fetch on a replica that does not lead.
-    pub(super) fn check_leading(&self) -> Result<(), BrokerError> {
+    pub fn check_leading(&self) -> Result<(), BrokerError> {
         if !self.replicated.load(Ordering::Acquire) || self.leading.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -252,12 +252,13 @@ impl Partition {
 
     /// Where `epoch` ended in this partition's log, as OffsetForLeaderEpoch answers:
     /// `(the largest epoch at most epoch, the offset after it)`, or -1s when unknown.
-    /// A partition that was never replicated has been led by epoch 0 from its start.
+    /// A partition that was never replicated has been led by epoch 0 from its start, and
+    /// knows no other.
     pub fn end_offset_for_epoch(&self, epoch: i32) -> Result<(i32, i64), BrokerError> {
         self.with_slot(|slot| {
             let log_end = slot.log.log_end_offset();
             if slot.epochs.entries().is_empty() && !self.replicated.load(Ordering::Acquire) {
-                return Ok(if epoch >= 0 {
+                return Ok(if epoch == 0 {
                     (0, log_end.value())
                 } else {
                     (UNDEFINED_EPOCH, UNDEFINED_OFFSET)
@@ -283,6 +284,12 @@ impl Partition {
             let log_end = slot.log.log_end_offset();
             if let Some(last) = fetch.last_fetched_epoch.filter(|e| *e >= 0) {
                 let (epoch, end_offset) = slot.epochs.end_offset_for(last, log_end);
+                if epoch == UNDEFINED_EPOCH {
+                    // No epoch of the leader's history ends the follower's: it keeps
+                    // only what every in-sync replica holds.
+                    let high_watermark = slot.state.high_watermark().value();
+                    return Ok(Err((UNDEFINED_EPOCH, high_watermark)));
+                }
                 if epoch != last || end_offset < fetch.fetch_offset.value() {
                     return Ok(Err((epoch, end_offset)));
                 }
@@ -371,10 +378,11 @@ impl Partition {
     }
 
     /// Refuses an acks=all produce before it is written when fewer replicas are in sync
-    /// than `min_insync` (NOT_ENOUGH_REPLICAS).
+    /// than `min_insync` (NOT_ENOUGH_REPLICAS). A partition that is not replicated has
+    /// one, as Kafka's with one replica.
     pub fn require_in_sync(&self, min_insync: usize) -> Result<(), BrokerError> {
-        match self.in_sync_replicas() {
-            Some(in_sync) if in_sync < min_insync => Err(BrokerError::NotEnoughReplicas {
+        match self.in_sync_replicas().unwrap_or(1) {
+            in_sync if in_sync < min_insync => Err(BrokerError::NotEnoughReplicas {
                 in_sync,
                 required: min_insync,
             }),
@@ -391,14 +399,31 @@ impl Partition {
         min_insync: usize,
     ) -> Result<(), BrokerError> {
         self.wait_durable(offset).await?;
-        match self.in_sync_replicas() {
-            Some(in_sync) if in_sync < min_insync => {
-                Err(BrokerError::NotEnoughReplicasAfterAppend {
-                    in_sync,
-                    required: min_insync,
-                })
-            }
+        match self.in_sync_replicas().unwrap_or(1) {
+            in_sync if in_sync < min_insync => Err(BrokerError::NotEnoughReplicasAfterAppend {
+                in_sync,
+                required: min_insync,
+            }),
             _ => Ok(()),
+        }
+    }
+
+    /// Waits until a produce whose batches end before `offset` may be acknowledged:
+    /// with acks=all (`all`), replicated to the in-sync replicas, at least `min_insync`
+    /// of them ([`Partition::wait_replicated`]); with acks=1, synced on this broker (on a
+    /// broker that runs alone, the two are the same high watermark).
+    pub async fn wait_acknowledged(
+        &self,
+        offset: Offset,
+        all: bool,
+        min_insync: usize,
+    ) -> Result<(), BrokerError> {
+        if all {
+            self.wait_replicated(offset, min_insync).await
+        } else if self.replicated.load(Ordering::Acquire) {
+            self.wait_synced_here(offset).await
+        } else {
+            self.wait_durable(offset).await
         }
     }
 

@@ -20,6 +20,15 @@
 //! Fetch sessions (KIP-227) are not kept: the answer's session id is 0, which tells
 //! clients to send full fetch requests.
 //! v13+ names topics by id; earlier versions by name.
+//!
+//! A fetch with a replica id (v15+: its replica state) is a follower's, and needs
+//! `ClusterAction` on the cluster: it reads up to the leader's log end instead of the
+//! high watermark, empty batches included, and its fetch offset tells the leader what
+//! the follower synced ([`Partition::read_for_replica`]); a follower whose last epoch
+//! diverges from the leader's history gets the diverging epoch (v12+) instead of
+//! records. A client's fetch is checked against the partition's leader epoch (v9+,
+//! `FENCED_LEADER_EPOCH`/`UNKNOWN_LEADER_EPOCH`) and refused by a follower
+//! (`NOT_LEADER_OR_FOLLOWER`).
 
 use super::long_poll::{self, Look, Looked, Wakes};
 use crate::authorize;
@@ -33,9 +42,10 @@ use bytes::Bytes;
 use headway_auth::acl::Operation;
 use headway_base::{limits, Offset, PartitionIndex};
 use headway_broker::io::timings;
+use headway_broker::partition::role::{ReplicaFetch, ReplicaId, ReplicaRead};
 use headway_broker::{BatchHeader, BrokerError, Isolation, Partition};
 use headway_protocol::kafka_protocol::messages::fetch_response::{
-    AbortedTransaction, FetchableTopicResponse, PartitionData,
+    AbortedTransaction, EpochEndOffset, FetchableTopicResponse, PartitionData,
 };
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, BrokerId, FetchRequest, FetchResponse, ProducerId, TopicName,
@@ -53,8 +63,7 @@ pub const HANDLER: Handler = Handler {
 };
 
 const TOPIC_IDS_MIN_VERSION: i16 = 13;
-
-/// The first version naming the fetching replica in `replica_state` (KIP-903).
+/// From v15 a follower names itself in the replica state, not the replica id.
 const REPLICA_STATE_MIN_VERSION: i16 = 15;
 
 struct Wanted {
@@ -62,6 +71,10 @@ struct Wanted {
     offset: Offset,
     max_bytes: usize,
     partition: Result<Arc<Partition>, BrokerError>,
+    /// The leader epoch the fetcher knows (v9+), if it said.
+    current_leader_epoch: Option<i32>,
+    /// A follower's last epoch (v12+), if it has one.
+    last_fetched_epoch: Option<i32>,
 }
 
 struct WantedTopic {
@@ -76,18 +89,20 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let body: FetchRequest = decode_body(request)?;
     let by_id = request.api_version() >= TOPIC_IDS_MIN_VERSION;
     let isolation = Isolation::from_wire(body.isolation_level);
-    let replica_id = match request.api_version() >= REPLICA_STATE_MIN_VERSION {
+    let replica = match request.api_version() >= REPLICA_STATE_MIN_VERSION {
         true => body.replica_state.replica_id.0,
         false => body.replica_id.0,
     };
-    let consumer = replica_id < 0;
+    let replica = (replica >= 0).then_some(replica);
+    let cluster_action = replica.is_none() || authorize::cluster(call, Operation::ClusterAction);
+    let consumer = replica.is_none();
     let hints = ctx.cluster.clone();
     let listener = conn.listener.name.clone();
     let version = request.api_version();
     let topics = body
         .topics
         .into_iter()
-        .map(|t| resolve(call, consumer, by_id, t, isolation))
+        .map(|t| resolve(call, consumer, by_id, t, isolation, cluster_action))
         .collect::<Vec<_>>();
     let wait =
         Duration::from_millis((body.max_wait_ms.max(0) as u64).min(limits::FETCH_WAIT_MS_MAX));
@@ -97,7 +112,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let (ctx, conn) = (Arc::clone(ctx), Arc::clone(conn));
     pending_with(request, async move {
         let _held = held;
-        let polled = poll(&ctx, &conn, &topics, wait, min_bytes, max_bytes).await;
+        let polled = poll(&ctx, &conn, &topics, replica, wait, min_bytes, max_bytes).await;
         let stages = ctx.broker.timings().fetch(polled.catch_up);
         timings::observe(&stages.wait, polled.waited);
         timings::observe(&stages.read, polled.read);
@@ -151,6 +166,7 @@ fn resolve(
     by_id: bool,
     t: headway_protocol::kafka_protocol::messages::fetch_request::FetchTopic,
     isolation: Isolation,
+    cluster_action: bool,
 ) -> WantedTopic {
     // By id, the topic's name (an unknown id is an error of its own).
     let ctx = call.ctx;
@@ -175,7 +191,10 @@ fn resolve(
             index: PartitionIndex::new(p.partition),
             offset: Offset::new(p.fetch_offset),
             max_bytes: p.partition_max_bytes.max(0) as usize,
+            current_leader_epoch: (p.current_leader_epoch >= 0).then_some(p.current_leader_epoch),
+            last_fetched_epoch: (p.last_fetched_epoch >= 0).then_some(p.last_fetched_epoch),
             partition: match &name {
+                _ if !cluster_action => Err(authorize::cluster_denied()),
                 Some(name) if !readable => Err(authorize::topic_denied(name)),
                 Some(name) if consumer && not_leader(name, p.partition).is_some() => {
                     Err(not_leader(name, p.partition).expect("checked"))
@@ -201,6 +220,7 @@ async fn poll(
     ctx: &Ctx,
     conn: &Connection,
     topics: &[WantedTopic],
+    replica: Option<ReplicaId>,
     wait: Duration,
     min_bytes: usize,
     max_bytes: usize,
@@ -215,6 +235,8 @@ async fn poll(
     let mut reading = Reading {
         topics,
         conn,
+        replica,
+        now_ms: ctx.broker.clock().time_ms(),
         min_bytes,
         catch_up: false,
     };
@@ -242,6 +264,9 @@ async fn poll(
 struct Reading<'a> {
     topics: &'a [WantedTopic],
     conn: &'a Connection,
+    /// The follower fetching, for a follower's fetch.
+    replica: Option<ReplicaId>,
+    now_ms: i64,
     min_bytes: usize,
     /// Some read went to the read threads.
     catch_up: bool,
@@ -251,7 +276,7 @@ impl Look for Reading<'_> {
     type Found = Vec<FetchableTopicResponse>;
 
     async fn look(&mut self, max_bytes: usize) -> Looked<Self::Found> {
-        let all = read_all(self.topics, max_bytes, self.conn).await;
+        let all = read_all(self, max_bytes).await;
         self.catch_up |= all.pooled;
         Looked {
             found: all.responses,
@@ -273,7 +298,8 @@ struct ReadAll {
 }
 
 /// Reads every wanted partition once.
-async fn read_all(topics: &[WantedTopic], max_bytes: usize, conn: &Connection) -> ReadAll {
+async fn read_all(reading: &Reading<'_>, max_bytes: usize) -> ReadAll {
+    let (topics, conn) = (reading.topics, reading.conn);
     let mut total = 0usize;
     let mut errors = false;
     let mut pooled = false;
@@ -283,9 +309,15 @@ async fn read_all(topics: &[WantedTopic], max_bytes: usize, conn: &Connection) -
         for wanted in &topic.partitions {
             let remaining = max_bytes.saturating_sub(total);
             let first = total == 0;
-            let (data, from_pool) = read_one(wanted, topic.isolation, remaining, first, conn).await;
+            let (data, from_pool) = match reading.replica {
+                None => read_one(wanted, topic.isolation, remaining, first, conn).await,
+                Some(replica) => {
+                    let fetch = (replica, reading.now_ms);
+                    read_for_replica(wanted, fetch, remaining, first, conn).await
+                }
+            };
             pooled |= from_pool;
-            errors |= data.error_code != 0;
+            errors |= data.error_code != 0 || data.diverging_epoch.epoch >= 0;
             total += data.records.as_ref().map_or(0, Bytes::len);
             partitions.push(data);
         }
@@ -324,6 +356,9 @@ async fn read_one(
             offsets(base, partition).with_records(Some(Bytes::new())),
             false,
         );
+    }
+    if let Err(e) = partition.check_leader_epoch(wanted.current_leader_epoch) {
+        return (error_data(base, &e), false);
     }
     // The connection's fair share of the read threads, taken around the read whether
     // the cache serves it or the threads do.
@@ -380,6 +415,75 @@ async fn read_one(
                 .with_aborted_transactions(aborted)
                 .with_records(Some(records));
             (data, read.pooled)
+        }
+        Err(e @ BrokerError::OffsetOutOfRange { .. }) => (
+            offsets(base, partition)
+                .with_error_code(error_code(&e))
+                .with_records(Some(Bytes::new())),
+            false,
+        ),
+        Err(e) => (error_data(base, &e), false),
+    }
+}
+
+/// Reads one partition for follower `replica` at `now_ms`: up to the leader's log end,
+/// or the diverging epoch when the follower's history parts from the leader's.
+async fn read_for_replica(
+    wanted: &Wanted,
+    (replica, now_ms): (ReplicaId, i64),
+    remaining: usize,
+    first: bool,
+    conn: &Connection,
+) -> (PartitionData, bool) {
+    let base = PartitionData::default()
+        .with_partition_index(wanted.index.value())
+        .with_preferred_read_replica(BrokerId(-1));
+    let partition = match &wanted.partition {
+        Ok(p) => p,
+        Err(e) => return (error_data(base, e), false),
+    };
+    let fetch = ReplicaFetch {
+        replica,
+        fetch_offset: wanted.offset,
+        current_leader_epoch: wanted.current_leader_epoch,
+        last_fetched_epoch: wanted.last_fetched_epoch,
+        max_bytes: wanted.max_bytes.min(remaining),
+    };
+    let turn = conn.read_turn().await;
+    let read = partition
+        .read_for_replica(&fetch, &conn.reads, now_ms)
+        .await;
+    drop(turn);
+    match read {
+        Ok(ReplicaRead::Records(read)) => {
+            let records = if !first && read.records.len() > remaining {
+                Bytes::new()
+            } else {
+                read.records
+            };
+            let data = base
+                .with_high_watermark(read.high_watermark.value())
+                .with_last_stable_offset(read.last_stable_offset.value())
+                .with_log_start_offset(read.log_start_offset.value())
+                .with_records(Some(records));
+            (data, read.pooled)
+        }
+        Ok(ReplicaRead::Diverging {
+            epoch,
+            end_offset,
+            high_watermark,
+            log_start_offset,
+        }) => {
+            let diverging = EpochEndOffset::default()
+                .with_epoch(epoch)
+                .with_end_offset(end_offset);
+            let data = base
+                .with_high_watermark(high_watermark.value())
+                .with_last_stable_offset(high_watermark.value())
+                .with_log_start_offset(log_start_offset.value())
+                .with_diverging_epoch(diverging)
+                .with_records(Some(Bytes::new()));
+            (data, false)
         }
         Err(e @ BrokerError::OffsetOutOfRange { .. }) => (
             offsets(base, partition)

@@ -57,13 +57,18 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     true => ctx.broker.readable_partition(&t.name, index),
                     false => Err(authorize::topic_denied(&t.name)),
                 };
+                // A replicated partition's current epoch; 0 on a broker that runs alone.
+                let epoch = match (&readable, leader_epoch) {
+                    (Ok(partition), 0) => partition.role_epoch().map_or(0, |(epoch, _)| epoch),
+                    _ => leader_epoch,
+                };
                 let result = match readable {
                     Ok(partition) => lookup(partition, p.timestamp, isolation).await,
                     Err(e) => Err(e),
                 };
                 let response = ListOffsetsPartitionResponse::default()
                     .with_partition_index(p.partition_index)
-                    .with_leader_epoch(leader_epoch);
+                    .with_leader_epoch(epoch);
                 partitions.push(match result {
                     Ok(Some(found)) => response
                         .with_offset(found.offset.value())

@@ -41,6 +41,7 @@ pub mod long_poll;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;
+pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
@@ -64,6 +65,7 @@ pub const APIS: &[Handler] = &[
     produce::HANDLER,
     fetch::HANDLER,
     list_offsets::HANDLER,
+    offset_for_leader_epoch::HANDLER,
     metadata::HANDLER,
     api_versions::HANDLER,
     create_topics::HANDLER,

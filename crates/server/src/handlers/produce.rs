@@ -68,6 +68,8 @@ struct Outcome {
     appended: Result<(Arc<Partition>, Appended), BrokerError>,
     /// When the append returned.
     at: Instant,
+    /// acks=all, with the topic's `min.insync.replicas`.
+    acks_all: Option<usize>,
 }
 
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
@@ -116,12 +118,14 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     for (topic_data, refused) in body.topic_data.into_iter().zip(refusals) {
         // The topic's limit, read once for all its partitions; the broker's default
         // only for a topic created while this request is handled.
-        let max_message_bytes = ctx
-            .broker
-            .topic(&topic_data.name)
-            .map_or(ctx.broker.config().log.max_message_bytes, |topic| {
-                topic.config().max_message_bytes
-            });
+        let (max_message_bytes, min_insync) = ctx.broker.topic(&topic_data.name).map_or(
+            (ctx.broker.config().log.max_message_bytes, 1),
+            |topic| {
+                let config = topic.config();
+                (config.max_message_bytes, config.min_insync_replicas)
+            },
+        );
+        let acks_all = (acks == -1).then_some(min_insync);
         let outcomes: Vec<Outcome> = topic_data
             .partition_data
             .into_iter()
@@ -151,6 +155,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                         PartitionIndex::new(p.index),
                         p.records.as_deref(),
                         max_message_bytes,
+                        acks_all,
                     )
                 } else {
                     Err(BrokerError::InvalidRequiredAcks(acks))
@@ -166,6 +171,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     index: p.index,
                     appended,
                     at,
+                    acks_all,
                 }
             })
             .collect();
@@ -285,6 +291,7 @@ fn append(
     index: PartitionIndex,
     records: Option<&[u8]>,
     max_message_bytes: usize,
+    acks_all: Option<usize>,
 ) -> Result<(Arc<Partition>, Appended), BrokerError> {
     if broker.is_internal(name) {
         return Err(BrokerError::InternalTopic(name.to_string()));
@@ -300,6 +307,9 @@ fn append(
     };
     if let Some(header) = transactional {
         transaction.check(header, name, index)?;
+    }
+    if let Some(min_insync) = acks_all {
+        partition.require_in_sync(min_insync)?;
     }
     // Below `disk_free_bytes_min` the produce is refused (retriable) before it is
     // written, so the broker's own small writes keep finding room.
@@ -318,7 +328,10 @@ async fn topic_response(
     for outcome in outcomes {
         let durable = match outcome.appended {
             Ok((partition, appended)) => {
-                let durable = partition.wait_durable(appended.log_end_offset).await;
+                let (all, min_insync) = (outcome.acks_all.is_some(), outcome.acks_all.unwrap_or(1));
+                let durable = partition
+                    .wait_acknowledged(appended.log_end_offset, all, min_insync)
+                    .await;
                 let waited = outcome.at.elapsed();
                 timings::observe(&stages.durable, waited);
                 if let Some(light) = light {
