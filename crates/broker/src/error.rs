@@ -99,6 +99,10 @@ pub enum BrokerError {
         topic: String,
         partition: PartitionIndex,
     },
+    /// In a cluster: the controller refused a change (or decided none in time): `code`
+    /// is the Kafka error code of its answer.
+    #[error("the controller refused: {reason}")]
+    ControllerRefused { code: i16, reason: String },
     /// This broker does not lead the partition (a replicated partition's follower, or
     /// one whose role is not known yet); `leader` is the leader it knows of.
     #[error("partition {topic}/{partition}: this broker is not its leader")]

@@ -469,13 +469,26 @@ impl Broker {
         partitions: Option<i32>,
         configs: BTreeMap<String, String>,
     ) -> Result<Arc<Topic>, BrokerError> {
+        self.create_topic_with_id(name, None, partitions, configs)
+            .await
+    }
+
+    /// Creates a topic under the id `id` when given (a cluster's topic keeps the id the
+    /// controller gave it on every broker), a new one otherwise.
+    pub async fn create_topic_with_id(
+        &self,
+        name: &str,
+        id: Option<Uuid>,
+        partitions: Option<i32>,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<Topic>, BrokerError> {
         let _admin = self.admin.lock().await;
         let (partitions, config) = self.plan_topic(name, partitions, &configs)?;
         let (dir, flush, owned_name) =
             (self.topics_dir.clone(), self.config.flush, name.to_string());
         let clock = self.clock.clone();
         let topic = tokio::task::spawn_blocking(move || {
-            Topic::create(&dir, &owned_name, partitions, config, flush, &clock)
+            Topic::create(&dir, &owned_name, id, partitions, config, flush, &clock)
         })
         .await
         .map_err(|e| BrokerError::Storage(format!("create task failed: {e}")))??;

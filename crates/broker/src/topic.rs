@@ -183,13 +183,14 @@ impl Topic {
         Ok(partition)
     }
 
-    /// Creates the topic's directory with its metadata and empty partitions under a
-    /// hidden name, renames it into place, then opens it. A partition that fails to
+    /// Creates the topic's directory with its metadata and empty partitions (its id is
+    /// `id`, the cluster's, or a new one) under a hidden name, renames it into place, then opens it. A partition that fails to
     /// open (too many open files) removes the whole topic again: it appears complete
     /// or not at all. Blocking.
     pub(crate) fn create(
         topics_dir: &Path,
         name: &str,
+        id: Option<Uuid>,
         partitions: i32,
         config: TopicConfig,
         flush: FlushPolicy,
@@ -203,7 +204,7 @@ impl Topic {
         }
         let meta = TopicMeta {
             name: name.to_string(),
-            id: Uuid::new_v4(),
+            id: id.unwrap_or_else(Uuid::new_v4),
             partitions,
             configs: config.overrides.clone(),
         };

@@ -153,9 +153,18 @@ struct ServeArgs {
     /// PEM CA certificates: SSL listeners then require client certificates signed by them.
     #[arg(long, env = "HEADWAY_SSL_CLIENT_CA_FILE")]
     ssl_client_ca_file: Option<PathBuf>,
-    /// This broker's node id [default: 1].
+    /// This broker's node id [default: 1]; in a cluster, its id among the controller voters.
     #[arg(long, env = "HEADWAY_NODE_ID")]
     node_id: Option<i32>,
+    /// The cluster's controller voters, ID@HOST:PORT,... (Kafka's controller.quorum.voters;
+    /// each port is that broker's controller listener); see docs/cluster.md
+    /// [default: none, the broker runs alone].
+    #[arg(long, env = "HEADWAY_CONTROLLER_QUORUM_VOTERS")]
+    controller_quorum_voters: Option<String>,
+    /// Replication factor of topics created with -1, in a cluster [default: the smaller of
+    /// 3 and the registered brokers].
+    #[arg(long, env = "HEADWAY_DEFAULT_REPLICATION_FACTOR")]
+    default_replication_factor: Option<i16>,
     /// Create unknown topics on Metadata requests [default: true].
     #[arg(long, env = "HEADWAY_AUTO_CREATE_TOPICS")]
     auto_create_topics: Option<bool>,
@@ -365,6 +374,10 @@ impl ServeArgs {
             config.broker.ssl_client_ca_file = self.ssl_client_ca_file;
         }
         set!(broker.node_id = self.node_id);
+        set!(server.cluster.controller_quorum_voters = self.controller_quorum_voters);
+        if self.default_replication_factor.is_some() {
+            config.server.cluster.default_replication_factor = self.default_replication_factor;
+        }
         set!(broker.auto_create_topics = self.auto_create_topics);
         set!(broker.default_partitions = self.default_partitions);
         set!(broker.flush = self.flush);

@@ -11,7 +11,8 @@
 //! - [`liveness`]: the leader fences brokers it stops hearing from and unfences the ones
 //!   that return;
 //! - [`controller`]: one running voter as the broker uses it: start, read the metadata,
-//!   propose a change.
+//!   propose a change;
+//! - [`settings`]: the cluster's section of the broker's settings.
 //!
 //! A broker started without `--controller-quorum-voters` runs none of this.
 
@@ -20,9 +21,11 @@ pub mod controller;
 pub mod liveness;
 pub mod metadata;
 pub mod placement;
+pub mod settings;
 
 pub use consensus::network::Decision;
 pub use consensus::state_machine::Image;
 pub use consensus::Tuning;
 pub use controller::{parse_voters, Controller, ControllerError, ControllerSettings, Voter};
 pub use metadata::{BrokerId, Command, Metadata, Outcome};
+pub use settings::{ClusterSettings, Membership};

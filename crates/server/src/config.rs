@@ -4,8 +4,9 @@
 //! Each component defines the section it reads, in its own crate: the broker's storage,
 //! I/O and listeners (`headway_broker::BrokerConfig`), the group, share and
 //! transaction coordinators (`headway_group::GroupSettings`,
-//! `headway_share::ShareSettings`, `headway_txn::TxnSettings`), and the authorizer and
-//! SASL (`headway_auth::AuthSettings`). The coordinators sit
+//! `headway_share::ShareSettings`, `headway_txn::TxnSettings`), the authorizer and
+//! SASL (`headway_auth::AuthSettings`), and the cluster's controller voters
+//! (`headway_controller::ClusterSettings`). The coordinators sit
 //! above the broker in the crate graph, so the assembled whole cannot live in the
 //! broker; it lives here, in the crate that depends on every component and starts them
 //! all, and the CLI lays its flags and environment variables over it. [`Config`] splits
@@ -23,6 +24,7 @@
 
 use headway_auth::AuthSettings;
 use headway_broker::BrokerConfig;
+use headway_controller::ClusterSettings;
 use headway_group::GroupSettings;
 use headway_share::ShareSettings;
 use headway_txn::TxnSettings;
@@ -47,6 +49,8 @@ pub struct ServerConfig {
     pub share: ShareSettings,
     pub txn: TxnSettings,
     pub auth: AuthSettings,
+    /// The controller voters; empty, the broker runs alone.
+    pub cluster: ClusterSettings,
 }
 
 /// The broker's section with every other section at its defaults.
@@ -71,6 +75,7 @@ impl Config {
                 share: toml::from_str(text)?,
                 txn: toml::from_str(text)?,
                 auth: toml::from_str(text)?,
+                cluster: toml::from_str(text)?,
             },
         })
     }
@@ -85,6 +90,7 @@ impl Config {
                 section_keys::<ShareSettings>(),
                 section_keys::<TxnSettings>(),
                 section_keys::<AuthSettings>(),
+                section_keys::<ClusterSettings>(),
             ]
             .concat()
         })
@@ -106,6 +112,10 @@ impl Config {
         }
         self.server.txn.validate()?;
         self.server.share.validate()?;
+        self.server
+            .cluster
+            .membership(self.broker.node_id)
+            .map(|_| ())?;
         self.server.group.validate()
     }
 }
@@ -302,13 +312,23 @@ mod tests {
         "sasl_oauthbearer_expected_audience",
     ];
 
+    /// The keys added since, by the cluster's section.
+    const KEYS_OF_THE_CLUSTER: &[&str] =
+        &["controller_quorum_voters", "default_replication_factor"];
+
     #[test]
     fn every_key_belongs_to_exactly_one_section_and_the_keys_are_unchanged() {
         let keys = Config::keys();
         let distinct: BTreeSet<&str> = keys.iter().copied().collect();
         assert_eq!(distinct.len(), keys.len(), "a key claimed twice: {keys:?}");
-        let before: BTreeSet<&str> = KEYS_BEFORE_SECTIONS.iter().copied().collect();
-        assert_eq!(distinct, before);
+        assert_eq!(KEYS_BEFORE_SECTIONS.len(), 72);
+        let expected: BTreeSet<&str> = KEYS_BEFORE_SECTIONS
+            .iter()
+            .chain(KEYS_OF_THE_CLUSTER)
+            .copied()
+            .collect();
+        assert_eq!(distinct, expected);
+        assert_eq!(keys.len(), 74);
     }
 
     #[test]
@@ -345,6 +365,31 @@ mod tests {
         );
         assert_eq!(Config::from_toml("").unwrap(), Config::default());
         config.validate().unwrap();
+    }
+
+    #[test]
+    fn the_cluster_section_is_read_and_checked_against_the_node_id() {
+        let config = Config::from_toml(
+            "node_id = 2\ncontroller_quorum_voters = \"1@h:9093,2@h:9094\"\ndefault_replication_factor = 2\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.server.cluster.controller_quorum_voters,
+            "1@h:9093,2@h:9094"
+        );
+        assert_eq!(config.server.cluster.default_replication_factor, Some(2));
+        config.validate().unwrap();
+        let outside =
+            Config::from_toml("node_id = 3\ncontroller_quorum_voters = \"1@h:9093,2@h:9094\"\n")
+                .unwrap();
+        let error = outside.validate().unwrap_err();
+        assert!(
+            error.contains("node id 3 is not one of the controller voters"),
+            "{error}"
+        );
+        let alone = Config::from_toml("node_id = 3\n").unwrap();
+        alone.validate().unwrap();
+        assert_eq!(alone.server.cluster, ClusterSettings::default());
     }
 
     #[test]

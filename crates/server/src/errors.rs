@@ -46,6 +46,7 @@ fn response_error(error: &BrokerError) -> ResponseError {
         }
         BrokerError::Sequence(SequenceError::TooManyTransactions { .. }) => R::PolicyViolation,
         BrokerError::TransactionRefused { code, .. }
+        | BrokerError::ControllerRefused { code, .. }
         | BrokerError::AuthorizationFailed { code, .. } => {
             R::try_from_code(*code).unwrap_or(R::UnknownServerError)
         }

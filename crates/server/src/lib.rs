@@ -42,6 +42,7 @@ pub mod authorize;
 pub mod authorizer;
 pub mod bulk_send;
 pub mod call;
+pub mod cluster;
 pub mod config;
 pub mod connection;
 pub mod console;

@@ -6,6 +6,7 @@
 //! connections a grace period to write those acknowledgements; return.
 
 use crate::call::{self, Ctx, ListenerInfo, ServerStats};
+use crate::cluster::Cluster;
 use crate::config::{Config, ServerConfig};
 use crate::handlers;
 use crate::requests::RequestMetrics;
@@ -15,6 +16,7 @@ use crate::{connection, console, metrics};
 use headway_base::limits;
 use headway_broker::listeners::{ListenerSpec, SecurityProtocol};
 use headway_broker::Broker;
+use headway_controller::metadata::Endpoint;
 use headway_group::GroupCoordinator;
 use headway_share::{ShareCoordinator, SHARE_STATE_TOPIC};
 use headway_txn::{ProducerIdSource, TxnCoordinator, TRANSACTION_STATE_TOPIC};
@@ -246,7 +248,9 @@ impl Server {
             &settings.auth,
             Arc::clone(&security),
         ));
+        let cluster = start_cluster(&broker, &settings, &listeners).await?;
         let ctx = Arc::new(Ctx {
+            cluster,
             groups,
             txns,
             shares,
@@ -364,6 +368,9 @@ impl Server {
             }
         }
         self.ctx.stats.accepting.store(false, Ordering::Relaxed);
+        if let Some(cluster) = &self.ctx.cluster {
+            cluster.stop_reconciling();
+        }
         tracing::info!("shutting down: closing logs");
         self.broker.shutdown().await;
         let groups = Arc::clone(&self.ctx.groups);
@@ -382,6 +389,33 @@ impl Server {
         }
         tracing::info!("shutdown complete");
     }
+}
+
+/// With `controller_quorum_voters`: starts this broker's controller voter and its
+/// registration with the endpoints of the bound listeners (`crate::cluster`).
+async fn start_cluster(
+    broker: &Arc<Broker>,
+    settings: &ServerConfig,
+    listeners: &[Bound],
+) -> std::io::Result<Option<Arc<Cluster>>> {
+    let membership = settings
+        .cluster
+        .membership(broker.config().node_id)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let Some(membership) = membership else {
+        return Ok(None);
+    };
+    let endpoints = listeners
+        .iter()
+        .map(|l| Endpoint {
+            listener: l.info.name.clone(),
+            host: l.info.advertised_host.clone(),
+            port: u16::try_from(l.info.advertised_port).unwrap_or(0),
+            security_protocol: l.info.protocol.name().to_string(),
+        })
+        .collect();
+    let cluster = Cluster::start(membership, settings.cluster.clone(), broker, endpoints).await?;
+    Ok(Some(cluster))
 }
 
 /// Opens the security store in `<data_dir>/security/`.

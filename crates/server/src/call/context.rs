@@ -9,6 +9,7 @@ use crate::authorizer::Authorizer;
 use crate::call::connection::Connection;
 use crate::call::reply::{HandlerError, Reply};
 use crate::call::stats::ServerStats;
+use crate::cluster::Cluster;
 use crate::group_configs::GroupConfigStore;
 use crate::sasl_settings::Sasl;
 use headway_broker::{Broker, Partition};
@@ -41,6 +42,9 @@ pub struct Ctx {
     pub security: Arc<headway_auth::store::SecurityStore>,
     /// SASL listeners' settings and counters.
     pub sasl: Sasl,
+    /// In a cluster (`controller_quorum_voters`): the controller and its metadata;
+    /// `None` for a broker alone.
+    pub cluster: Option<Arc<Cluster>>,
 }
 
 impl Ctx {

@@ -1,14 +1,18 @@
 //! CreateTopics: create topics with a partition count and Kafka-named settings.
-//! This broker keeps one replica, so a replication factor other than 1 (or -1, the
+//! In a cluster the topic is placed on the brokers (or where a manual assignment puts
+//! it) and created through the controller ([`create_in_cluster`]). A broker alone keeps one replica, so a replication factor other than 1 (or -1, the
 //! default) is refused, and a manual replica assignment is accepted when it places
 //! every partition on this broker alone.
 
 use crate::authorize;
 use crate::call::{pending, Call, Ctx, Handler, HandlerError, Reply};
+use crate::cluster::view::{self, Refusal};
+use crate::cluster::Cluster;
 use crate::errors::code_and_message;
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_broker::{BrokerError, Topic, TopicConfig};
+use headway_controller::{Command, Outcome};
 use headway_protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
 use headway_protocol::kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
@@ -43,6 +47,33 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         .map(|t| anywhere || authorize::topic(call, Operation::Create, &t.name))
         .collect();
     let ctx = Arc::clone(ctx);
+    if let Some(cluster) = &ctx.cluster {
+        let cluster = Arc::clone(cluster);
+        return pending(request, async move {
+            let mut results = Vec::with_capacity(body.topics.len());
+            for (topic, allowed) in body.topics.into_iter().zip(allowed) {
+                let name = topic.name.clone();
+                let created = match allowed {
+                    true => create_in_cluster(&ctx, &cluster, topic, body.validate_only).await,
+                    false => Err(refusal(&authorize::topic_denied(&name))),
+                };
+                let result = match created {
+                    Ok(created) => CreatableTopicResult::default()
+                        .with_topic_id(created.id)
+                        .with_num_partitions(created.partitions)
+                        .with_replication_factor(created.replication_factor)
+                        .with_configs(Some(config_entries(&created.config))),
+                    Err((code, message)) => CreatableTopicResult::default()
+                        .with_error_code(code)
+                        .with_error_message(Some(StrBytes::from_string(message)))
+                        .with_num_partitions(-1)
+                        .with_replication_factor(-1),
+                };
+                results.push(result.with_name(name));
+            }
+            CreateTopicsResponse::default().with_topics(results)
+        });
+    }
     pending(request, async move {
         let mut results = Vec::with_capacity(body.topics.len());
         for (topic, allowed) in body.topics.into_iter().zip(allowed) {
@@ -142,6 +173,84 @@ async fn create(
         created.config(),
         created.id(),
     ))
+}
+
+/// A broker error as a refusal: its code and message.
+pub(crate) fn refusal(error: &BrokerError) -> Refusal {
+    (crate::errors::error_code(error), error.to_string())
+}
+
+/// A topic created (or, with validate_only, checked) through the controller.
+pub(crate) struct Created {
+    pub id: uuid::Uuid,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    pub config: TopicConfig,
+}
+
+/// In a cluster: checks the name and settings here, places the replicas (or takes the
+/// manual assignment) and proposes `CreateTopic`; the controller's refusal is the answer.
+/// With `validate_only` nothing is proposed.
+pub(crate) async fn create_in_cluster(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    topic: CreatableTopic,
+    validate_only: bool,
+) -> Result<Created, Refusal> {
+    let refused = |e: BrokerError| refusal(&e);
+    headway_broker::validate_topic_name(&topic.name).map_err(refused)?;
+    if ctx.broker.is_internal(&topic.name) {
+        return Err(refused(BrokerError::TopicAlreadyExists(
+            topic.name.to_string(),
+        )));
+    }
+    let configs: BTreeMap<String, String> = topic
+        .configs
+        .iter()
+        .filter_map(|c| {
+            c.value
+                .as_ref()
+                .map(|v| (c.name.to_string(), v.to_string()))
+        })
+        .collect();
+    let config =
+        TopicConfig::from_overrides(&configs, &ctx.broker.config().log).map_err(refused)?;
+    let image = cluster.image();
+    if image.metadata.topics.contains_key(&**topic.name) {
+        return Err(refused(BrokerError::TopicAlreadyExists(
+            topic.name.to_string(),
+        )));
+    }
+    let assignment = view::plan_topic(
+        &image.metadata,
+        cluster.settings(),
+        &topic,
+        ctx.broker.config().default_partitions,
+    )?;
+    let partitions = i32::try_from(assignment.len()).unwrap_or(i32::MAX);
+    let replication_factor = assignment
+        .first()
+        .map_or(0, |r| i16::try_from(r.len()).unwrap_or(i16::MAX));
+    let id = uuid::Uuid::new_v4();
+    if !validate_only {
+        let outcome = cluster
+            .decide(Command::CreateTopic {
+                name: topic.name.to_string(),
+                id,
+                assignment,
+                configs,
+            })
+            .await?;
+        if let Outcome::Refused { code, message } = outcome {
+            return Err((code, message));
+        }
+    }
+    Ok(Created {
+        id: if validate_only { uuid::Uuid::nil() } else { id },
+        partitions,
+        replication_factor,
+        config,
+    })
 }
 
 fn config_entries(config: &TopicConfig) -> Vec<CreatableTopicConfigs> {

@@ -1,13 +1,16 @@
-//! DeleteTopics: by name (all versions) or by topic id (v6+). Each topic needs Delete
+//! DeleteTopics: by name (all versions) or by topic id (v6+); in a cluster, through the
+//! controller. Each topic needs Delete
 //! on it; a topic named by id also Describe, so that an id the principal may not
 //! describe is not named in the answer (TOPIC_AUTHORIZATION_FAILED), as Kafka does.
 
 use crate::authorize;
 use crate::call::{pending, Call, Handler, HandlerError, Reply};
+use crate::cluster::{view, Cluster};
 use crate::errors::code_and_message;
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::BrokerError;
+use headway_controller::{Command, Outcome};
 use headway_protocol::kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
@@ -40,9 +43,13 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         let mut responses = Vec::with_capacity(targets.len());
         for (name, id) in targets {
             let by_id = name.is_none();
-            let resolved = match name {
-                Some(name) => Ok(name.to_string()),
-                None => ctx
+            let image = ctx.cluster.as_ref().map(|c| c.image());
+            let resolved = match (name, &image) {
+                (Some(name), _) => Ok(name.to_string()),
+                (None, Some(image)) => view::find_topic(&image.metadata, None, id)
+                    .map(|(name, _)| name.to_string())
+                    .ok_or(BrokerError::UnknownTopicId(id)),
+                (None, None) => ctx
                     .broker
                     .topic_by_id(id)
                     .map(|t| t.name().to_string())
@@ -55,6 +62,13 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                 Ok(name) if !subject.allowed(Operation::Delete, TOPIC, &name) => {
                     let e = authorize::topic_denied(&name);
                     (Some(TopicName(name.into())), id, Err(e))
+                }
+                Ok(name) if ctx.cluster.is_some() => {
+                    let (id, outcome) = match &ctx.cluster {
+                        Some(cluster) => delete_in_cluster(cluster, &name).await,
+                        None => (id, Ok(())),
+                    };
+                    (Some(TopicName(name.into())), id, outcome)
                 }
                 Ok(name) => {
                     let id = ctx.broker.topic(&name).map_or(id, |t| t.id());
@@ -74,6 +88,32 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         }
         DeleteTopicsResponse::default().with_responses(responses)
     })
+}
+
+/// In a cluster: proposes `DeleteTopic` for the topic the image holds under `name`;
+/// each broker's reconciler then deletes its copy.
+async fn delete_in_cluster(cluster: &Cluster, name: &str) -> (uuid::Uuid, Result<(), BrokerError>) {
+    let unknown = || BrokerError::UnknownTopicOrPartition {
+        topic: name.to_string(),
+        partition: None,
+    };
+    let Some(id) = cluster.image().metadata.topics.get(name).map(|t| t.id) else {
+        return (uuid::Uuid::nil(), Err(unknown()));
+    };
+    let command = Command::DeleteTopic {
+        name: name.to_string(),
+        id,
+    };
+    let outcome = match cluster.decide(command).await {
+        Ok(Outcome::Refused { code, message }) | Err((code, message)) => {
+            Err(BrokerError::ControllerRefused {
+                code,
+                reason: message,
+            })
+        }
+        Ok(_) => Ok(()),
+    };
+    (id, outcome)
 }
 
 /// The codes counted on `/metrics`: every one the answer carries.

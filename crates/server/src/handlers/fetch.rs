@@ -34,6 +34,7 @@ use super::long_poll::{self, Look, Looked, Wakes};
 use crate::authorize;
 use crate::call::Connection;
 use crate::call::{pending_with, Call, Ctx, Handler, HandlerError, Reply, ReplyTiming};
+use crate::cluster::view;
 use crate::errors::error_code;
 use crate::outbound::Reservation;
 use crate::requests::{Codes, ErrorCodes};
@@ -94,10 +95,14 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     };
     let replica = (replica >= 0).then_some(replica);
     let cluster_action = replica.is_none() || authorize::cluster(call, Operation::ClusterAction);
+    let consumer = replica.is_none();
+    let hints = ctx.cluster.clone();
+    let listener = conn.listener.name.clone();
+    let version = request.api_version();
     let topics = body
         .topics
         .into_iter()
-        .map(|t| resolve(call, by_id, t, isolation, cluster_action))
+        .map(|t| resolve(call, consumer, by_id, t, isolation, cluster_action))
         .collect::<Vec<_>>();
     let wait =
         Duration::from_millis((body.max_wait_ms.max(0) as u64).min(limits::FETCH_WAIT_MS_MAX));
@@ -117,9 +122,12 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             reply: stages.reply.clone(),
             total: stages.total.clone(),
         };
-        let body = FetchResponse::default()
+        let mut body = FetchResponse::default()
             .with_session_id(0)
             .with_responses(polled.responses);
+        if let Some(cluster) = hints {
+            view::fetch_hints(&cluster.image().metadata, &mut body, &listener, version);
+        }
         (body, Some(polled.reserved), Some(timing))
     })
 }
@@ -154,6 +162,7 @@ struct Polled {
 
 fn resolve(
     call: &Call<'_>,
+    consumer: bool,
     by_id: bool,
     t: headway_protocol::kafka_protocol::messages::fetch_request::FetchTopic,
     isolation: Isolation,
@@ -171,6 +180,10 @@ fn resolve(
     let readable = name
         .as_deref()
         .is_none_or(|name| authorize::topic(call, Operation::Read, name));
+    // In a cluster a consumer reads from the leader; a follower's fetch (its replica id)
+    // is served by whoever holds the partition.
+    let not_leader =
+        |name: &str, index: i32| ctx.cluster.as_ref().and_then(|c| c.not_leader(name, index));
     let partitions = t
         .partitions
         .into_iter()
@@ -183,6 +196,9 @@ fn resolve(
             partition: match &name {
                 _ if !cluster_action => Err(authorize::cluster_denied()),
                 Some(name) if !readable => Err(authorize::topic_denied(name)),
+                Some(name) if consumer && not_leader(name, p.partition).is_some() => {
+                    Err(not_leader(name, p.partition).expect("checked"))
+                }
                 Some(name) => ctx
                     .broker
                     .readable_partition(name, PartitionIndex::new(p.partition)),

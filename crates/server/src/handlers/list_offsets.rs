@@ -48,7 +48,12 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             let mut partitions = Vec::with_capacity(t.partitions.len());
             for p in t.partitions {
                 let index = PartitionIndex::new(p.partition_index);
+                let not_leader = ctx
+                    .cluster
+                    .as_ref()
+                    .and_then(|c| c.not_leader(&t.name, p.partition_index));
                 let readable = match describable {
+                    true if not_leader.is_some() => Err(not_leader.expect("checked")),
                     true => ctx.broker.readable_partition(&t.name, index),
                     false => Err(authorize::topic_denied(&t.name)),
                 };

@@ -1,14 +1,18 @@
-//! Metadata: brokers (this one), topics and partition leaders (this one).
+//! Metadata: brokers (this one), topics and partition leaders (this one); in a cluster,
+//! the brokers, the controller and the topics of the controller's image.
 //! Unknown topics are created with default settings when auto-creation is on and the
 //! client allows it (v4+).
 
 use crate::authorize;
 use crate::authorizer::Subject;
-use crate::call::{pending, Call, Ctx, Handler, HandlerError, Reply};
+use crate::call::{pending, Call, Ctx, Handler, HandlerError, ListenerInfo, Reply};
+use crate::cluster::{view, Cluster};
 use crate::errors::error_code;
+use crate::handlers::create_topics;
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::{Operation, ResourceType};
 use headway_broker::{BrokerError, Topic};
+use headway_protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
 use headway_protocol::kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -26,6 +30,9 @@ pub const HANDLER: Handler = Handler {
     handle,
 };
 
+/// TOPIC_ALREADY_EXISTS: a topic another request created meanwhile.
+const TOPIC_ALREADY_EXISTS: i16 = 36;
+
 /// "Authorized operations not requested", as Kafka encodes it.
 const OPERATIONS_OMITTED: i32 = i32::MIN;
 
@@ -36,6 +43,22 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let ctx = Arc::clone(ctx);
     let listener = Arc::clone(&call.conn.listener);
     let subject = authorize::subject(call);
+    if let Some(cluster) = &ctx.cluster {
+        let cluster = Arc::clone(cluster);
+        return pending(request, async move {
+            let allow_create = version < 4 || body.allow_auto_topic_creation;
+            clustered(
+                &ctx,
+                &cluster,
+                &listener,
+                &subject,
+                body,
+                version,
+                allow_create,
+            )
+            .await
+        });
+    }
     pending(request, async move {
         let allow_create = version < 4 || body.allow_auto_topic_creation;
         let topics = match body.topics {
@@ -82,6 +105,142 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .with_cluster_authorized_operations(OPERATIONS_OMITTED)
             .with_topics(topics)
     })
+}
+
+/// In a cluster: the brokers, the controller and the topics as the controller's image
+/// holds them (`crate::cluster::view`). Internal topics are this broker's own logs, as
+/// for a broker alone.
+async fn clustered(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    listener: &ListenerInfo,
+    subject: &Subject,
+    body: MetadataRequest,
+    version: i16,
+    allow_create: bool,
+) -> MetadataResponse {
+    let node_id = ctx.broker.config().node_id;
+    let topics = match body.topics {
+        // v0: an empty list means all topics; v1+: null means all topics.
+        Some(list) if !(version == 0 && list.is_empty()) => {
+            let mut out = Vec::with_capacity(list.len());
+            for t in list {
+                out.push(
+                    clustered_topic(ctx, cluster, subject, t.name, t.topic_id, allow_create).await,
+                );
+            }
+            out
+        }
+        _ => {
+            let image = cluster.image();
+            let shown =
+                |name: &str| subject.visible(Operation::Describe, ResourceType::Topic, name);
+            let mut all: Vec<_> = image
+                .metadata
+                .topics
+                .iter()
+                .filter(|(name, _)| shown(name))
+                .map(|(name, topic)| view::topic_metadata(&image.metadata, name, topic))
+                .collect();
+            let internal = ctx.broker.internal_logs();
+            all.extend(
+                internal
+                    .iter()
+                    .filter(|(name, _)| shown(name))
+                    .map(|(name, _)| internal_metadata(node_id, name)),
+            );
+            all
+        }
+    };
+    let image = cluster.image();
+    let brokers = view::live_nodes(&image.metadata, &listener.name)
+        .into_iter()
+        .map(|node| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(node.id))
+                .with_host(StrBytes::from_string(node.host))
+                .with_port(node.port)
+        })
+        .collect();
+    MetadataResponse::default()
+        .with_brokers(brokers)
+        .with_cluster_id(Some(StrBytes::from_string(
+            cluster.cluster_id().to_string(),
+        )))
+        .with_controller_id(BrokerId(cluster.controller_id()))
+        .with_cluster_authorized_operations(OPERATIONS_OMITTED)
+        .with_topics(topics)
+}
+
+/// One requested topic in a cluster; an unknown one is created through the controller
+/// when auto-creation is on and allowed.
+async fn clustered_topic(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    subject: &Subject,
+    name: Option<TopicName>,
+    topic_id: uuid::Uuid,
+    allow_create: bool,
+) -> MetadataResponseTopic {
+    let node_id = ctx.broker.config().node_id;
+    let describable = |name: &str| subject.allowed(Operation::Describe, ResourceType::Topic, name);
+    let image = cluster.image();
+    let Some(name) = name else {
+        return match view::find_topic(&image.metadata, None, topic_id) {
+            Some((name, _)) if !describable(name) => {
+                error_topic(None, topic_id, &authorize::topic_denied(name))
+            }
+            Some((name, topic)) => view::topic_metadata(&image.metadata, name, topic),
+            None => error_topic(None, topic_id, &BrokerError::UnknownTopicId(topic_id)),
+        };
+    };
+    if !describable(&name) {
+        return error_topic(
+            Some(name.clone()),
+            uuid::Uuid::nil(),
+            &authorize::topic_denied(&name),
+        );
+    }
+    if ctx.broker.is_internal(&name) {
+        return internal_metadata(node_id, &name);
+    }
+    if let Some(topic) = image.metadata.topics.get(&**name) {
+        return view::topic_metadata(&image.metadata, &name, topic);
+    }
+    let allow_create = allow_create
+        && ctx.broker.config().auto_create_topics
+        && (subject.visible(
+            Operation::Create,
+            ResourceType::Cluster,
+            crate::authorizer::CLUSTER,
+        ) || subject.allowed(Operation::Create, ResourceType::Topic, &name));
+    let unknown = BrokerError::UnknownTopicOrPartition {
+        topic: name.to_string(),
+        partition: None,
+    };
+    if !allow_create {
+        return error_topic(Some(name), uuid::Uuid::nil(), &unknown);
+    }
+    let defaults = CreatableTopic::default()
+        .with_name(name.clone())
+        .with_num_partitions(-1)
+        .with_replication_factor(-1);
+    match create_topics::create_in_cluster(ctx, cluster, defaults, false).await {
+        Ok(_) | Err((TOPIC_ALREADY_EXISTS, _)) => {
+            let image = cluster.image();
+            match image.metadata.topics.get(&**name) {
+                Some(topic) => view::topic_metadata(&image.metadata, &name, topic),
+                None => error_topic(Some(name), uuid::Uuid::nil(), &unknown),
+            }
+        }
+        Err((code, message)) => {
+            tracing::debug!(topic = %&*name, code, %message, "auto-creating a topic in the cluster");
+            MetadataResponseTopic::default()
+                .with_error_code(code)
+                .with_name(Some(name))
+                .with_topic_authorized_operations(OPERATIONS_OMITTED)
+        }
+    }
 }
 
 async fn requested_topic(

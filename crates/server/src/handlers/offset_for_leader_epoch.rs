@@ -5,7 +5,8 @@
 //! broker that runs alone has been led by epoch 0 from its start. The request's current
 //! leader epoch (v2+) is checked first (`FENCED_LEADER_EPOCH`, `UNKNOWN_LEADER_EPOCH`).
 //! A follower's request (a replica id, v3+) needs `ClusterAction` on the cluster, a
-//! consumer's `Describe` on the topic.
+//! consumer's `Describe` on the topic. In a cluster, a partition the controller's
+//! metadata has led by another broker answers `NOT_LEADER_OR_FOLLOWER`.
 
 use crate::authorize;
 use crate::call::{ready, Call, Handler, HandlerError, Reply};
@@ -84,6 +85,15 @@ fn end_offset(
     current_leader_epoch: i32,
     leader_epoch: i32,
 ) -> Result<(i32, i64), BrokerError> {
+    // In a cluster, the controller's metadata says who leads, before any role is set.
+    if let Some(not_leader) = call
+        .ctx
+        .cluster
+        .as_ref()
+        .and_then(|c| c.not_leader(topic, partition))
+    {
+        return Err(not_leader);
+    }
     let partition = call
         .ctx
         .broker

@@ -25,6 +25,7 @@
 
 use crate::authorize;
 use crate::call::{pending_with, Call, Handler, HandlerError, Reply, ReplyTiming};
+use crate::cluster::view;
 use crate::errors::{code_and_message, txn_error_code};
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
@@ -57,6 +58,9 @@ pub const HANDLER: Handler = Handler {
 const MESSAGE_FORMAT_V2_MIN_VERSION: i16 = 3;
 /// Lowest version of a producer running transactions version 2.
 const TRANSACTIONS_V2_MIN_VERSION: i16 = 12;
+
+/// The first version whose answer carries the current leader and its endpoint.
+const LEADER_HINTS_MIN_VERSION: i16 = 10;
 
 /// One partition's outcome of the synchronous part.
 struct Outcome {
@@ -137,6 +141,12 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                         code: *code,
                         resource: resource.clone(),
                     })
+                } else if let Some(not_leader) = ctx
+                    .cluster
+                    .as_ref()
+                    .and_then(|c| c.not_leader(&topic_data.name, p.index))
+                {
+                    Err(not_leader)
                 } else if valid_acks {
                     append(
                         &ctx.broker,
@@ -170,6 +180,12 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     if acks == 0 {
         return Ok(Reply::Silent);
     }
+    // KIP-951's leader hints, in a cluster, where the version carries them.
+    let hints = ctx
+        .cluster
+        .clone()
+        .filter(|_| request.api_version() >= LEADER_HINTS_MIN_VERSION);
+    let listener = call.conn.listener.name.clone();
     pending_with(request, async move {
         let stages = histograms.produce(largest);
         let light = light.then_some(&*histograms);
@@ -183,7 +199,10 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             reply: stages.reply.clone(),
             total: stages.total.clone(),
         };
-        let body = ProduceResponse::default().with_responses(responses);
+        let mut body = ProduceResponse::default().with_responses(responses);
+        if let Some(cluster) = hints {
+            view::produce_hints(&cluster.image().metadata, &mut body, &listener);
+        }
         (body, None, Some(timing))
     })
 }

@@ -1,0 +1,243 @@
+//! The broker in a cluster: its controller voter, its registration, and its view of the
+//! cluster's metadata.
+//!
+//! Started by `Server::bind` when `controller_quorum_voters` is set, after the Kafka
+//! listeners are bound (their advertised endpoints are what the broker registers):
+//! 1. the [`Controller`] voter starts on this node's voter address, its directory
+//!    `<data_dir>/controller/` (beside `topics/`, so the topic loader never sees it);
+//! 2. a task proposes `RegisterBroker` with a fresh incarnation and the endpoints,
+//!    retrying until the controller decides it (a quorum may not be up yet);
+//! 3. the reconciler ([`reconcile`]) keeps the local topics in step with the image.
+//!
+//! Handlers read the image through [`Cluster::image`] and change it through
+//! [`Cluster::decide`]; [`view`] turns the image into Kafka's answers.
+
+pub mod reconcile;
+pub mod view;
+
+#[cfg(test)]
+mod tests;
+
+use headway_base::PartitionIndex;
+use headway_broker::{Broker, BrokerError};
+use headway_controller::metadata::Endpoint;
+use headway_controller::{
+    BrokerId, ClusterSettings, Command, Controller, ControllerSettings, Image, Membership, Outcome,
+    Tuning,
+};
+use headway_protocol::kafka_protocol::ResponseError;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use view::Refusal;
+
+/// The controller's directory inside the data directory.
+pub const CONTROLLER_DIR: &str = "controller";
+
+/// How long an answer waits for this voter to apply a decision it learnt of.
+const APPLY_WAIT: Duration = Duration::from_secs(10);
+
+/// This broker's part in the cluster.
+pub struct Cluster {
+    controller: Controller,
+    node_id: BrokerId,
+    settings: ClusterSettings,
+    cluster_id: String,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Cluster {
+    /// Starts the controller voter, then the registration and the reconciler.
+    pub async fn start(
+        membership: Membership,
+        settings: ClusterSettings,
+        broker: &Arc<Broker>,
+        endpoints: Vec<Endpoint>,
+    ) -> std::io::Result<Arc<Cluster>> {
+        let node_id = i32::try_from(membership.node_id)
+            .map_err(|_| std::io::Error::other("node id out of range"))?;
+        let cluster_id = cluster_id(&membership);
+        let controller = Controller::start(ControllerSettings {
+            node_id: membership.node_id,
+            voters: membership.voters,
+            dir: broker.config().data_dir.join(CONTROLLER_DIR),
+            tuning: Tuning::default(),
+        })
+        .await
+        .map_err(|e| std::io::Error::other(format!("starting the controller voter: {e}")))?;
+        let incarnation = uuid::Uuid::new_v4();
+        let (registered_tx, registered) = watch::channel(false);
+        let mut cluster = Cluster {
+            node_id,
+            settings,
+            cluster_id,
+            tasks: Vec::new(),
+            controller,
+        };
+        let register = Command::RegisterBroker {
+            id: node_id,
+            incarnation,
+            endpoints,
+        };
+        let reconciler = reconcile::Reconciler::new(
+            Arc::downgrade(broker),
+            node_id,
+            incarnation,
+            cluster.controller.metadata(),
+        );
+        cluster.tasks.push(tokio::spawn(reconciler.run(registered)));
+        let cluster = Arc::new(cluster);
+        let weak = Arc::downgrade(&cluster);
+        let task = tokio::spawn(async move {
+            register_until_decided(weak, register, registered_tx).await;
+        });
+        // The registration task ends on its own; it needs no handle kept.
+        drop(task);
+        Ok(cluster)
+    }
+
+    pub fn node_id(&self) -> BrokerId {
+        self.node_id
+    }
+
+    /// One id for every broker of the cluster: derived from the voters, which they all
+    /// share (each broker's own data directory holds an id of its own, for a broker
+    /// alone).
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    pub fn settings(&self) -> &ClusterSettings {
+        &self.settings
+    }
+
+    /// The metadata as this voter applied it.
+    pub fn image(&self) -> Arc<Image> {
+        Arc::clone(&self.controller.metadata().borrow())
+    }
+
+    /// The controller's leader as this voter knows it; -1 when there is none.
+    pub fn controller_id(&self) -> BrokerId {
+        self.controller
+            .leader()
+            .and_then(|id| i32::try_from(id).ok())
+            .unwrap_or(-1)
+    }
+
+    /// `NOT_LEADER_OR_FOLLOWER` when the image has the partition led by another broker
+    /// (or by none); `None` when this broker leads it or the image does not know it.
+    pub fn not_leader(&self, topic: &str, partition: i32) -> Option<BrokerError> {
+        let image = self.image();
+        view::led_elsewhere(&image.metadata, self.node_id, topic, partition).map(|(leader, _)| {
+            BrokerError::NotLeaderOrFollower {
+                topic: topic.to_string(),
+                partition: PartitionIndex::new(partition),
+                leader: (leader >= 0).then_some(leader),
+            }
+        })
+    }
+
+    /// Decides `command` through the controller and waits until this voter has applied
+    /// it, so that this broker's next answers show it.
+    pub async fn decide(&self, command: Command) -> Result<Outcome, Refusal> {
+        let what = command.to_string();
+        let decision = self.controller.propose(command).await.map_err(|e| {
+            tracing::warn!(command = %what, error = %e, "controller proposal failed");
+            (ResponseError::RequestTimedOut.code(), e.to_string())
+        })?;
+        let mut image = self.controller.metadata();
+        let applied = tokio::time::timeout(
+            APPLY_WAIT,
+            image.wait_for(|i| i.applied_index >= decision.index),
+        )
+        .await;
+        if applied.is_err() {
+            tracing::warn!(command = %what, index = decision.index, "decided but not yet applied here");
+        }
+        tracing::debug!(command = %what, outcome = %decision.outcome, "decided");
+        Ok(decision.outcome)
+    }
+
+    /// Stops the reconciler before the broker closes its logs. The voter runs on until
+    /// the process ends: its log is synced at every append, and the others fence this
+    /// broker once it is silent for the session timeout (no controlled shutdown yet).
+    pub fn stop_reconciling(&self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Proposes this broker's registration until the controller decides it: a voter started
+/// before a quorum of the others finds no leader at first.
+async fn register_until_decided(
+    cluster: std::sync::Weak<Cluster>,
+    command: Command,
+    registered: watch::Sender<bool>,
+) {
+    let mut attempts = 0u32;
+    loop {
+        let Some(cluster) = cluster.upgrade() else {
+            return;
+        };
+        attempts += 1;
+        match cluster.decide(command.clone()).await {
+            Ok(Outcome::Registered { epoch }) => {
+                tracing::info!(
+                    node_id = cluster.node_id(),
+                    epoch,
+                    attempts,
+                    "broker registered with the controller"
+                );
+                registered.send_replace(true);
+                return;
+            }
+            Ok(other) => {
+                tracing::error!(outcome = %other, "the controller refused this broker's registration");
+                return;
+            }
+            Err((_, error)) => {
+                tracing::info!(%error, attempts, "registration not decided yet; retrying");
+            }
+        }
+        drop(cluster);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A cluster id shared by every broker started with the same voters: a hash of them,
+/// in Kafka's form (22 characters of URL-safe base64 of 16 bytes).
+fn cluster_id(membership: &Membership) -> String {
+    let mut voters: Vec<String> = membership
+        .voters
+        .iter()
+        .map(|v| format!("{}@{}", v.id, v.addr))
+        .collect();
+    voters.sort();
+    let text = voters.join(",");
+    let fnv = |seed: u64| {
+        text.bytes().fold(seed, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_be_bytes());
+    bytes[8..].copy_from_slice(&fnv(0x84222325_cbf29ce4).to_be_bytes());
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(22);
+    let mut bits = 0u32;
+    let mut acc = 0u32;
+    for byte in bytes {
+        acc = (acc << 8) | u32::from(byte);
+        bits += 8;
+        while bits >= 6 {
+            bits -= 6;
+            out.push(char::from(ALPHABET[((acc >> bits) & 63) as usize]));
+        }
+    }
+    if bits > 0 {
+        out.push(char::from(ALPHABET[((acc << (6 - bits)) & 63) as usize]));
+    }
+    out
+}
