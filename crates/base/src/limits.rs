@@ -492,3 +492,10 @@ pub const REPLICA_FETCH_PARTITION_BYTES_MAX: usize = 1 << 20;
 /// Bytes a follower asks in one Fetch over all its partitions (Kafka's
 /// `replica.fetch.response.max.bytes`).
 pub const REPLICA_FETCH_RESPONSE_BYTES_MAX: usize = 10 << 20;
+
+/// How long a follower may go without catching up with its leader's end before the
+/// leader takes it out of the ISR (Kafka's `replica.lag.time.max.ms` is 30 s): an
+/// acks=all produce waits at most about this long for a follower that stopped. A
+/// caught-up follower catches up at every fetch, at least every `REPLICA_FETCH_WAIT_MS`
+/// plus a sync.
+pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: u64 = 5_000;

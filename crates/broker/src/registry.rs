@@ -66,6 +66,9 @@ pub struct Broker {
     /// Where the partitions, retention, producer-id expiry and the cleaner read the
     /// time: the system clock, or the one [`Broker::open_with_clock`] was given.
     clock: Clock,
+    /// The broker is one of a cluster: every partition waits for the role the
+    /// controller gives it before it serves clients ([`Broker::expect_roles`]).
+    replicas: std::sync::atomic::AtomicBool,
     /// Held for the broker's lifetime: an exclusive lock on `<data_dir>/.lock`, so two
     /// brokers never write the same logs.
     _dir_lock: fs::File,
@@ -234,13 +237,30 @@ impl Broker {
             disk: Arc::new(disk),
             open_files,
             clock,
+            replicas: std::sync::atomic::AtomicBool::new(false),
             _dir_lock: dir_lock,
         })
     }
 
     /// Starts group commit for a new or loaded partition: its own flusher, or the
     /// broker's shared one (`sync_scope`).
+    /// The broker is one of a cluster: its partitions, those it holds and those it will
+    /// create, serve no client until the controller's metadata gives each its role
+    /// (`Partition::set_role`), so that nothing is acknowledged by a replica that does
+    /// not know yet whether it leads. Internal logs are not partitions of the cluster's
+    /// topics and stay as they are.
+    pub fn expect_roles(&self) {
+        self.replicas
+            .store(true, std::sync::atomic::Ordering::Release);
+        for topic in self.topics() {
+            topic.partitions().iter().for_each(|p| p.expect_role());
+        }
+    }
+
     fn start_flusher(&self, partition: &Arc<Partition>) {
+        if self.replicas.load(std::sync::atomic::Ordering::Acquire) {
+            partition.expect_role();
+        }
         partition.bound_unsynced(self.config.partition_unsynced_bytes_max);
         partition.measure_syncs(&self.sync_meters);
         match &self.shared_flusher {

@@ -203,7 +203,11 @@ impl ReplicaSet {
                 if in_sync {
                     now_ms - caught_up <= lag_max_ms
                 } else {
-                    follower.caught_up_ms.is_some()
+                    // Caught up lately: a follower that stopped (a dead broker) is not
+                    // proposed again on the strength of what it fetched long ago.
+                    follower
+                        .caught_up_ms
+                        .is_some_and(|at| now_ms - at <= lag_max_ms)
                         && follower.durable_end >= self.high_watermark
                         && follower.durable_end >= self.epoch_start
                 }

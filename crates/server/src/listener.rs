@@ -405,6 +405,7 @@ async fn start_cluster(
     let Some(membership) = membership else {
         return Ok(None);
     };
+    broker.expect_roles();
     let endpoints = listeners
         .iter()
         .map(|l| Endpoint {

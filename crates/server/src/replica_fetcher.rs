@@ -127,6 +127,17 @@ impl ReplicaFetchers {
         }
     }
 
+    /// Stops copying every partition of `topic` (it was deleted).
+    pub fn unfollow_topic(&self, topic: &str) {
+        let fetchers = self.fetchers.lock().expect("fetchers mutex poisoned");
+        for fetcher in fetchers.values() {
+            fetcher
+                .followed
+                .lock()
+                .retain(|(name, _), _| &**name != topic);
+        }
+    }
+
     /// How many partitions each leader's fetcher copies, for logs and tests.
     pub fn followed(&self) -> BTreeMap<ReplicaId, usize> {
         let fetchers = self.fetchers.lock().expect("fetchers mutex poisoned");

@@ -199,6 +199,12 @@ impl Partition {
         })
     }
 
+    /// The partition is one of a cluster's: it serves no client until
+    /// [`Partition::set_role`] gives it a role (`NOT_LEADER_OR_FOLLOWER` meanwhile).
+    pub fn expect_role(&self) {
+        self.replicated.store(true, Ordering::Release);
+    }
+
     /// The leader epoch this broker knows for the partition and whether it leads it;
     /// `None` when the partition is not replicated.
     pub fn role_epoch(&self) -> Option<(i32, bool)> {
@@ -355,6 +361,30 @@ impl Partition {
             partition_epoch,
             isr,
         })
+    }
+
+    /// The controller refused the last ISR proposal, and its metadata, applied here up
+    /// to the refusal, shows the ISR `isr` at leader epoch `epoch`: that is the ISR
+    /// (what was proposed no longer counts), and another proposal may be made. A
+    /// different epoch changes nothing but the refusal.
+    pub fn isr_refused_at(&self, epoch: i32, isr: &[ReplicaId]) {
+        let mut guard = self.replication();
+        let Some(replication) = guard.as_mut() else {
+            return;
+        };
+        let same_epoch = replication.epoch == epoch;
+        let Kind::Leader(set) = &mut replication.kind else {
+            return;
+        };
+        set.refused();
+        if !same_epoch {
+            return;
+        }
+        set.decided(isr);
+        let high_watermark = set.high_watermark();
+        drop(guard);
+        let synced = Offset::new(self.synced_to.load(Ordering::Acquire));
+        self.publish_high_watermark(high_watermark, synced);
     }
 
     /// The controller refused the last ISR proposal: another may be made.

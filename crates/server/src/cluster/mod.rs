@@ -7,17 +7,22 @@
 //!    `<data_dir>/controller/` (beside `topics/`, so the topic loader never sees it);
 //! 2. a task proposes `RegisterBroker` with a fresh incarnation and the endpoints,
 //!    retrying until the controller decides it (a quorum may not be up yet);
-//! 3. the reconciler ([`reconcile`]) keeps the local topics in step with the image.
+//! 3. the reconciler ([`reconcile`]) keeps the local topics in step with the image and
+//!    gives each replica its role ([`roles`]): leader, or follower whose replica fetcher
+//!    copies from its leader;
+//! 4. a task proposes the ISR changes of the partitions this broker leads.
 //!
 //! Handlers read the image through [`Cluster::image`] and change it through
 //! [`Cluster::decide`]; [`view`] turns the image into Kafka's answers.
 
 pub mod reconcile;
+pub mod roles;
 pub mod view;
 
 #[cfg(test)]
 mod tests;
 
+use crate::replica_fetcher::ReplicaFetchers;
 use headway_base::PartitionIndex;
 use headway_broker::{Broker, BrokerError};
 use headway_controller::metadata::Endpoint;
@@ -45,6 +50,8 @@ pub struct Cluster {
     settings: ClusterSettings,
     cluster_id: String,
     tasks: Vec<JoinHandle<()>>,
+    /// Turned true when the broker stops: the replica fetchers end.
+    stopping: watch::Sender<bool>,
 }
 
 impl Cluster {
@@ -68,12 +75,15 @@ impl Cluster {
         .map_err(|e| std::io::Error::other(format!("starting the controller voter: {e}")))?;
         let incarnation = uuid::Uuid::new_v4();
         let (registered_tx, registered) = watch::channel(false);
+        let (stopping, stopped) = watch::channel(false);
+        let fetchers = Arc::new(ReplicaFetchers::new(node_id, Default::default(), stopped));
         let mut cluster = Cluster {
             node_id,
             settings,
             cluster_id,
             tasks: Vec::new(),
             controller,
+            stopping,
         };
         let register = Command::RegisterBroker {
             id: node_id,
@@ -85,9 +95,15 @@ impl Cluster {
             node_id,
             incarnation,
             cluster.controller.metadata(),
+            fetchers,
         );
         cluster.tasks.push(tokio::spawn(reconciler.run(registered)));
-        let cluster = Arc::new(cluster);
+        let cluster = Arc::new_cyclic(|weak: &std::sync::Weak<Cluster>| {
+            let proposer =
+                roles::propose_isr_changes(Arc::downgrade(broker), node_id, weak.clone());
+            cluster.tasks.push(tokio::spawn(proposer));
+            cluster
+        });
         let weak = Arc::downgrade(&cluster);
         let task = tokio::spawn(async move {
             register_until_decided(weak, register, registered_tx).await;
@@ -163,9 +179,20 @@ impl Cluster {
     /// the process ends: its log is synced at every append, and the others fence this
     /// broker once it is silent for the session timeout (no controlled shutdown yet).
     pub fn stop_reconciling(&self) {
+        self.stopping.send_replace(true);
         for task in &self.tasks {
             task.abort();
         }
+    }
+}
+
+impl roles::Controls for Cluster {
+    fn image(&self) -> Arc<Image> {
+        Cluster::image(self)
+    }
+
+    async fn decide(&self, command: Command) -> Option<Outcome> {
+        Cluster::decide(self, command).await.ok()
     }
 }
 

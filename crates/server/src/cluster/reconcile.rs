@@ -5,8 +5,9 @@
 //! - the topic is created locally under the image's id if missing, grown if it has
 //!   fewer partitions, or replaced if the local one has another id (deleted and created
 //!   again while this broker was away);
-//! - each of its partitions this broker is a replica of goes through
-//!   [`apply_partition_state`] when its record changed.
+//! - each of its partitions this broker is a replica of takes its role through
+//!   `roles::apply_partition_state` when its record changed (leader, or follower
+//!   copying from its leader).
 //!
 //! Local topics the image does not hold are deleted: a cluster's data directory holds
 //! the cluster's topics only.
@@ -18,8 +19,10 @@
 //! Nothing is done before the image holds this broker's own registration: an image
 //! that old may not know of topics created since.
 
+use super::roles::apply_partition_state;
+use crate::replica_fetcher::ReplicaFetchers;
 use headway_base::PartitionIndex;
-use headway_broker::{Broker, Partition};
+use headway_broker::Broker;
 use headway_controller::metadata::PartitionRecord;
 use headway_controller::{BrokerId, Image, Metadata};
 use std::collections::HashMap;
@@ -37,22 +40,7 @@ pub struct Reconciler {
     incarnation: uuid::Uuid,
     image: watch::Receiver<Arc<Image>>,
     applied: HashMap<(String, i32), PartitionRecord>,
-}
-
-/// The point where a partition's role would be applied: leader or follower, at the
-/// image's leader epoch. For now it only logs; the roles are built apart and will be
-/// wired here.
-pub fn apply_partition_state(partition: &Partition, state: &PartitionRecord) {
-    tracing::debug!(
-        topic = partition.topic(),
-        partition = partition.index().value(),
-        leader = state.leader,
-        leader_epoch = state.leader_epoch,
-        partition_epoch = state.partition_epoch,
-        replicas = ?state.replicas,
-        isr = ?state.isr,
-        "partition state from the controller"
-    );
+    fetchers: Arc<ReplicaFetchers>,
 }
 
 impl Reconciler {
@@ -61,6 +49,7 @@ impl Reconciler {
         node_id: BrokerId,
         incarnation: uuid::Uuid,
         image: watch::Receiver<Arc<Image>>,
+        fetchers: Arc<ReplicaFetchers>,
     ) -> Reconciler {
         Reconciler {
             broker,
@@ -68,6 +57,7 @@ impl Reconciler {
             incarnation,
             image,
             applied: HashMap::new(),
+            fetchers,
         }
     }
 
@@ -141,7 +131,8 @@ impl Reconciler {
                     continue;
                 }
                 if let Ok(partition) = broker.partition(name, PartitionIndex::new(index)) {
-                    apply_partition_state(&partition, state);
+                    let (me, clock) = (self.node_id, broker.clock());
+                    apply_partition_state(me, &partition, state, meta, &self.fetchers, clock).await;
                     self.applied.insert(key, state.clone());
                 }
             }
@@ -153,6 +144,7 @@ impl Reconciler {
             .map(|t| t.name().to_string())
             .collect();
         for name in gone {
+            self.fetchers.unfollow_topic(&name);
             match broker.delete_topic(&name).await {
                 Ok(()) => {
                     tracing::info!(topic = %name, "deleted here: the cluster holds no such topic")

@@ -1,0 +1,121 @@
+"""Three headway processes as one cluster, replicating: what a producer was told is
+written survives the loss of the broker that led it.
+
+What runs: a topic at replication factor 3 takes records from librdkafka's producer at
+its defaults (acks=all); the leader of a partition is killed with SIGKILL; the others
+elect new leaders from the in-sync replicas and every acknowledged record is read back
+from the two that remain, byte for byte. Records produced while a broker is down are
+acknowledged by the two in-sync replicas; the killed broker, restarted, copies what it
+missed (a follower's catch-up), rejoins every ISR, and once the first new leader is killed
+too, the records are read back from it and the other survivor.
+"""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from support import ADMIN_TIMEOUT_S, ErrorLog, raise_on_error, rdkafka_base, read_records, \
+    wait_until
+from test_cluster_metadata import CLUSTER_UP_S, FENCED_WITHIN_S, all_agree, metadata, \
+    start_cluster
+
+TOPIC = "replicated"
+PARTITIONS = 3
+
+
+def produce(bootstrap: str, first: int, count: int) -> None:
+    """`count` records numbered from `first`, spread over the partitions, each
+    acknowledged (acks=all, librdkafka's default)."""
+    errors = ErrorLog()
+    producer = Producer({**rdkafka_base(bootstrap), "error_cb": errors})
+    failed: list[str] = []
+
+    def delivered(err, _msg):
+        if err is not None:
+            failed.append(str(err))
+
+    for seq in range(first, first + count):
+        producer.produce(TOPIC, key=str(seq).encode(), value=f"v{seq}".encode(),
+                         partition=seq % PARTITIONS, on_delivery=delivered)
+    assert producer.flush(ADMIN_TIMEOUT_S) == 0, errors.summary()
+    assert failed == [], failed
+
+
+def values_from(bootstrap: str, expected: int) -> list[bytes]:
+    return sorted(r.value for r in read_records(bootstrap, TOPIC, PARTITIONS,
+                                                expected=expected))
+
+
+def expected_values(count: int) -> list[bytes]:
+    return sorted(f"v{seq}".encode() for seq in range(count))
+
+
+def led_by(bootstraps: list[str], alive: set[int], isr_size: int):
+    """The partitions' leaders when every partition is led by a live broker and has
+    `isr_size` replicas in sync, as every live broker answers."""
+    answers = [metadata(bootstraps[node - 1]) for node in sorted(alive)]
+    first = answers[0]["topics"].get(TOPIC)
+    if first is None:
+        return None
+    for a in answers:
+        t = a["topics"].get(TOPIC)
+        if t != first:
+            return None
+        for p in t["partitions"].values():
+            if p["leader"] not in alive or len(p["isr"]) != isr_size:
+                return None
+    return {i: p["leader"] for i, p in first["partitions"].items()}
+
+
+def test_acknowledged_records_survive_the_leaders_sigkill(make_broker):
+    started = time.monotonic()
+    brokers = start_cluster(make_broker)
+    bootstraps = [b.bootstrap for b in brokers]
+    wait_until(lambda: all_agree(bootstraps, 3), "three brokers, one controller", CLUSTER_UP_S)
+    admin = AdminClient(rdkafka_base(",".join(bootstraps)))
+    raise_on_error(admin.create_topics(
+        [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=3)],
+        operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S))
+    leaders = wait_until(lambda: led_by(bootstraps, {1, 2, 3}, 3), "the topic led, ISR 3",
+                         CLUSTER_UP_S)
+
+    first_batch = 300
+    produce(",".join(bootstraps), 0, first_batch)
+
+    # The leader of partition 0 dies; every acknowledged record is on the other two.
+    victim = leaders[0]
+    brokers[victim - 1].kill()
+    killed = time.monotonic()
+    alive = {1, 2, 3} - {victim}
+    survivors = [bootstraps[n - 1] for n in sorted(alive)]
+    leaders = wait_until(lambda: led_by(bootstraps, alive, 2),
+                         "new leaders among the survivors, ISR 2", FENCED_WITHIN_S)
+    failover = time.monotonic() - killed
+    assert values_from(",".join(survivors), first_batch) == expected_values(first_batch)
+
+    # Two in-sync replicas acknowledge what comes while the third is down.
+    second_batch = 200
+    produce(",".join(survivors), first_batch, second_batch)
+    total = first_batch + second_batch
+
+    # Back, the killed broker copies what it missed and rejoins every ISR.
+    brokers[victim - 1].start()
+    bootstraps[victim - 1] = brokers[victim - 1].bootstrap
+    rejoined_from = time.monotonic()
+    leaders = wait_until(lambda: led_by(bootstraps, {1, 2, 3}, 3),
+                         "the restarted broker back in every ISR", CLUSTER_UP_S)
+    rejoined = time.monotonic() - rejoined_from
+
+    # The first new leader dies too: the restarted broker holds everything.
+    second_victim = leaders[0]
+    brokers[second_victim - 1].kill()
+    alive = {1, 2, 3} - {second_victim}
+    survivors = [bootstraps[n - 1] for n in sorted(alive)]
+    wait_until(lambda: led_by(bootstraps, alive, 2), "leaders among the last two",
+               FENCED_WITHIN_S)
+    assert values_from(",".join(survivors), total) == expected_values(total)
+    print(f"new leaders {failover:.1f} s after the SIGKILL; the restarted broker back in "
+          f"every ISR after {rejoined:.1f} s; whole test {time.monotonic() - started:.1f} s")
