@@ -1236,9 +1236,8 @@ impl Partition {
             }
         }
         let before = self.synced_to.fetch_max(offset.value(), Ordering::AcqRel);
-        if let (Some(meters), Ok(more)) =
-            (self.own.meters(), u64::try_from(offset.value() - before))
-        {
+        let meters = self.own.meters().filter(|_| from_sync);
+        if let (Some(meters), Ok(more)) = (meters, u64::try_from(offset.value() - before)) {
             if more > 0 {
                 meters.published(more);
             }
