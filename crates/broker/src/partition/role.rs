@@ -104,14 +104,28 @@ impl Partition {
     /// a new leader epoch is written to the partition's epoch history.
     pub fn set_role(&self, me: ReplicaId, role: Role, now_ms: i64) -> Result<(), BrokerError> {
         self.with_slot(|slot| {
-            let mut guard = self.replication();
-            if let Some(current) = guard.as_ref() {
-                if role.epoch() < current.epoch {
-                    tracing::debug!(topic = %self.topic, partition = self.index.value(),
-                        epoch = role.epoch(), current = current.epoch, "stale role ignored");
-                    return Ok(());
+            // Roles change only here, under the log's mutex: what is read now still holds
+            // once the replication mutex is taken again below.
+            let current = self
+                .replication()
+                .as_ref()
+                .map(|r| (r.epoch, matches!(r.kind, Kind::Leader(_))));
+            if let Some((epoch, _)) = current.filter(|(epoch, _)| role.epoch() < *epoch) {
+                tracing::debug!(topic = %self.topic, partition = self.index.value(),
+                    epoch = role.epoch(), current = epoch, "stale role ignored");
+                return Ok(());
+            }
+            if let Role::Leader { epoch, .. } = &role {
+                if current != Some((*epoch, true)) {
+                    // A new leader epoch begins at the log end. Written before the
+                    // replication mutex is taken: a flusher publishing a sync takes it,
+                    // and waits for no file write.
+                    slot.epochs
+                        .assign(*epoch, slot.log.log_end_offset())
+                        .map_err(BrokerError::from_log)?;
                 }
             }
+            let mut guard = self.replication();
             let first = guard.is_none();
             if first {
                 let start = slot.state.log_start_offset();
@@ -133,18 +147,7 @@ impl Partition {
                     set.decided(isr);
                     None
                 }
-                (
-                    Role::Leader {
-                        epoch,
-                        replicas,
-                        isr,
-                        ..
-                    },
-                    _,
-                ) => {
-                    slot.epochs
-                        .assign(*epoch, log_end)
-                        .map_err(BrokerError::from_log)?;
+                (Role::Leader { replicas, isr, .. }, _) => {
                     let mut set =
                         ReplicaSet::new(me, replicas, isr, synced, high_watermark, log_end, now_ms);
                     set.synced(synced);

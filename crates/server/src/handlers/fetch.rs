@@ -43,7 +43,7 @@ use headway_auth::acl::Operation;
 use headway_base::{limits, Offset, PartitionIndex};
 use headway_broker::io::timings;
 use headway_broker::partition::role::{ReplicaFetch, ReplicaId, ReplicaRead};
-use headway_broker::{BatchHeader, BrokerError, Isolation, Partition};
+use headway_broker::{BatchHeader, BrokerError, Isolation, Partition, ReadResult};
 use headway_protocol::kafka_protocol::messages::fetch_response::{
     AbortedTransaction, EpochEndOffset, FetchableTopicResponse, PartitionData,
 };
@@ -344,12 +344,9 @@ async fn read_one(
     first: bool,
     conn: &Connection,
 ) -> (PartitionData, bool) {
-    let base = PartitionData::default()
-        .with_partition_index(wanted.index.value())
-        .with_preferred_read_replica(BrokerId(-1));
-    let partition = match &wanted.partition {
-        Ok(p) => p,
-        Err(e) => return (error_data(base, e), false),
+    let (base, partition) = start_answer(wanted);
+    let Some(partition) = partition else {
+        return (base, false);
     };
     if remaining == 0 {
         return (
@@ -390,6 +387,30 @@ async fn read_one(
             .await;
     }
     drop(turn);
+    answer(base, partition, read, remaining, first)
+}
+
+/// The start of a partition's answer, and its partition; without one (unknown, not
+/// authorized) the answer is whole already.
+fn start_answer(wanted: &Wanted) -> (PartitionData, Option<&Arc<Partition>>) {
+    let base = PartitionData::default()
+        .with_partition_index(wanted.index.value())
+        .with_preferred_read_replica(BrokerId(-1));
+    match &wanted.partition {
+        Ok(p) => (base, Some(p)),
+        Err(e) => (error_data(base, e), None),
+    }
+}
+
+/// A partition's answer from its read (a client's or a follower's); also says whether
+/// the read went to the read threads.
+fn answer(
+    base: PartitionData,
+    partition: &Partition,
+    read: Result<ReadResult, BrokerError>,
+    remaining: usize,
+    first: bool,
+) -> (PartitionData, bool) {
     match read {
         Ok(read) => {
             // Only the response's first batch may exceed the response limit (KIP-74).
@@ -435,12 +456,9 @@ async fn read_for_replica(
     first: bool,
     conn: &Connection,
 ) -> (PartitionData, bool) {
-    let base = PartitionData::default()
-        .with_partition_index(wanted.index.value())
-        .with_preferred_read_replica(BrokerId(-1));
-    let partition = match &wanted.partition {
-        Ok(p) => p,
-        Err(e) => return (error_data(base, e), false),
+    let (base, partition) = start_answer(wanted);
+    let Some(partition) = partition else {
+        return (base, false);
     };
     let fetch = ReplicaFetch {
         replica,
@@ -455,19 +473,8 @@ async fn read_for_replica(
         .await;
     drop(turn);
     match read {
-        Ok(ReplicaRead::Records(read)) => {
-            let records = if !first && read.records.len() > remaining {
-                Bytes::new()
-            } else {
-                read.records
-            };
-            let data = base
-                .with_high_watermark(read.high_watermark.value())
-                .with_last_stable_offset(read.last_stable_offset.value())
-                .with_log_start_offset(read.log_start_offset.value())
-                .with_records(Some(records));
-            (data, read.pooled)
-        }
+        Ok(ReplicaRead::Records(read)) => answer(base, partition, Ok(read), remaining, first),
+        Err(e) => answer(base, partition, Err(e), remaining, first),
         Ok(ReplicaRead::Diverging {
             epoch,
             end_offset,
@@ -485,13 +492,6 @@ async fn read_for_replica(
                 .with_records(Some(Bytes::new()));
             (data, false)
         }
-        Err(e @ BrokerError::OffsetOutOfRange { .. }) => (
-            offsets(base, partition)
-                .with_error_code(error_code(&e))
-                .with_records(Some(Bytes::new())),
-            false,
-        ),
-        Err(e) => (error_data(base, &e), false),
     }
 }
 
