@@ -18,9 +18,6 @@ from kafka_frames import frame, read_response
 
 METADATA_KEY, PRODUCE_KEY = 3, 0
 NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-NOT_ENOUGH_REPLICAS = 19
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
 # The controller fences a silent broker after 6 s; after 7 to 8 s when it led the
 # controller (an election first). The margin is for a loaded machine.
 FENCED_WITHIN_S = 20.0
@@ -87,8 +84,11 @@ def metadata(bootstrap: str) -> dict:
 
 
 def produce_v3(bootstrap: str, topic: str, partition: int, acks: int = 1,
-               timeout_ms: int = 10_000, value: bytes = b"raw") -> int:
-    """One valid batch of one record sent with Produce v3; the partition's error code."""
+               timeout_ms: int = 10_000, value: bytes = b"raw",
+               answer_within_s: float | None = None) -> int:
+    """One valid batch of one record sent with Produce v3; the partition's error code.
+    The answer is awaited `answer_within_s` (default: the request's timeout and
+    CALL_TIMEOUT_S more); TimeoutError when none came."""
     builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
     builder.append(timestamp=int(time.time() * 1000), key=b"k", value=value, headers=[])
     builder.close()
@@ -97,7 +97,9 @@ def produce_v3(bootstrap: str, topic: str, partition: int, acks: int = 1,
     body = (struct.pack(">hhi", -1, acks, timeout_ms) + struct.pack(">i", 1)
             + struct.pack(">h", len(name)) + name + struct.pack(">i", 1)
             + struct.pack(">ii", partition, len(records)) + records)
-    r = call(bootstrap, PRODUCE_KEY, 3, body, timeout_s=CALL_TIMEOUT_S + timeout_ms / 1000)
+    if answer_within_s is None:
+        answer_within_s = CALL_TIMEOUT_S + timeout_ms / 1000
+    r = call(bootstrap, PRODUCE_KEY, 3, body, timeout_s=answer_within_s)
     assert r.take(">i") == 1
     assert r.string() == topic
     assert r.take(">i") == 1
