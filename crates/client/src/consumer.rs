@@ -1,18 +1,26 @@
 //! The consumer: assigned partitions, fetched through a credit window.
 //!
-//! The window bounds the bytes fetched but not yet consumed. A fetcher (one per
-//! partition leader) asks for more only when the level (bytes buffered plus bytes
-//! requested by a fetch in flight) has fallen to `refill_threshold_bytes`, and then
-//! asks for `refill_increment_bytes` at most (never more than the room left in the
-//! window). Refilling early, around half-empty, keeps the consumer from stalling on an
-//! empty window (credit stall); refilling in large increments keeps the number of
-//! fetches per byte low (amortization). A broker may answer with more than was asked
-//! only when a single record batch is larger than the credit (Kafka always returns the
-//! first batch whole); such answers are counted as `overshoots`.
+//! The window bounds the bytes fetched but not yet consumed. There is one fetcher per
+//! partition leader, and each owns an equal share of the window (see [`credit`]): a
+//! fetcher asks for more only when its share's level (its bytes buffered plus the
+//! bytes requested by its fetch in flight) has fallen to its part of
+//! `refill_threshold_bytes`, and then asks for its part of `refill_increment_bytes` at
+//! most (never more than the room left in its share). With one leader the share is the
+//! whole window. Refilling early, around half-empty, keeps the consumer from stalling
+//! on an empty window (credit stall); refilling in large increments keeps the number of
+//! fetches per byte low (amortization); a share per fetcher keeps one leader's long
+//! polls or unread records from starving another leader's fetcher. A broker may answer
+//! with more than was asked only when a single record batch is larger than the credit
+//! (Kafka always returns the first batch whole); such answers are counted as
+//! `overshoots`.
+
+mod credit;
 
 use crate::cluster::{Cluster, EARLIEST, LATEST};
 use crate::error::{check, ClientError};
 use bytes::Bytes;
+use credit::Credit;
+pub use credit::WindowState;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
@@ -69,33 +77,16 @@ pub struct ConsumedRecord {
     pub headers: Vec<(String, Option<Bytes>)>,
 }
 
-/// The credit window as the client sees it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WindowState {
-    pub window_bytes: usize,
-    pub refill_threshold_bytes: usize,
-    /// Fetched, not yet consumed.
-    pub buffered_bytes: usize,
-    /// Credit of the fetches in flight.
-    pub requested_bytes: usize,
-    /// Highest level (buffered plus requested) ever reached.
-    pub level_max_bytes: usize,
-    /// Refills started, and the highest level at which one started.
-    pub refills: u64,
-    pub level_at_refill_max_bytes: usize,
-    /// Answers larger than their credit (a batch larger than the credit).
-    pub overshoots: u64,
-}
-
 #[derive(Default)]
 struct Chunk {
+    /// The fetcher whose share the bytes count against.
+    fetcher: usize,
     bytes: usize,
     records: VecDeque<ConsumedRecord>,
 }
 
-#[derive(Default)]
 struct Shared {
-    window: WindowState,
+    credit: Credit,
     chunks: VecDeque<Chunk>,
     /// Next offset to fetch and last known high watermark, per partition.
     positions: HashMap<(Arc<str>, i32), (i64, i64)>,
@@ -142,26 +133,29 @@ impl Consumer {
             positions.insert((Arc::clone(&topic), partition), (offset, -1));
             by_leader.entry(node).or_default().push((topic, partition));
         }
-        let window = WindowState {
-            window_bytes: config.window_bytes,
-            refill_threshold_bytes: config.refill_threshold_bytes,
-            ..WindowState::default()
-        };
+        let credit = Credit::new(
+            config.window_bytes,
+            config.refill_threshold_bytes,
+            config.refill_increment_bytes,
+            by_leader.len(),
+        );
         let inner = Arc::new(Inner {
             cluster,
             config,
             shared: Mutex::new(Shared {
-                window,
+                credit,
+                chunks: VecDeque::new(),
                 positions,
-                ..Shared::default()
+                closed: false,
             }),
             data: Notify::new(),
             credit: Notify::new(),
         });
         let fetchers = by_leader
             .into_iter()
-            .map(|(node, partitions)| {
-                tokio::spawn(fetch_loop(Arc::clone(&inner), node, partitions))
+            .enumerate()
+            .map(|(fetcher, (node, partitions))| {
+                tokio::spawn(fetch_loop(Arc::clone(&inner), fetcher, node, partitions))
             })
             .collect();
         Ok(Consumer { inner, fetchers })
@@ -202,9 +196,9 @@ impl Consumer {
         let chunk = shared.chunks.front_mut()?;
         let record = chunk.records.pop_front();
         if chunk.records.is_empty() {
-            let bytes = chunk.bytes;
+            let (fetcher, bytes) = (chunk.fetcher, chunk.bytes);
             shared.chunks.pop_front();
-            shared.window.buffered_bytes -= bytes;
+            shared.credit.consumed(fetcher, bytes);
             self.inner.credit.notify_waiters();
         }
         record
@@ -215,7 +209,8 @@ impl Consumer {
             .shared
             .lock()
             .expect("consumer lock")
-            .window
+            .credit
+            .state()
             .clone()
     }
 
@@ -238,8 +233,10 @@ impl Drop for Consumer {
     }
 }
 
-/// Waits until the level has fallen to the threshold, then reserves a refill's credit.
-async fn reserve_credit(inner: &Inner) -> Option<usize> {
+/// Waits until the fetcher's share has fallen to its threshold, then reserves a
+/// refill's credit. Only the consumption of this fetcher's own chunks lowers its share
+/// while it waits, and `try_next` wakes the waiters at each.
+async fn reserve_credit(inner: &Inner, fetcher: usize) -> Option<usize> {
     loop {
         let credit = inner.credit.notified();
         {
@@ -247,17 +244,7 @@ async fn reserve_credit(inner: &Inner) -> Option<usize> {
             if shared.closed {
                 return None;
             }
-            let w = &mut shared.window;
-            let level = w.buffered_bytes + w.requested_bytes;
-            if level <= w.refill_threshold_bytes {
-                let credit = inner
-                    .config
-                    .refill_increment_bytes
-                    .min(w.window_bytes - level);
-                w.requested_bytes += credit;
-                w.refills += 1;
-                w.level_at_refill_max_bytes = w.level_at_refill_max_bytes.max(level);
-                w.level_max_bytes = w.level_max_bytes.max(level + credit);
+            if let Some(credit) = shared.credit.reserve(fetcher) {
                 return Some(credit);
             }
         }
@@ -265,22 +252,23 @@ async fn reserve_credit(inner: &Inner) -> Option<usize> {
     }
 }
 
-async fn fetch_loop(inner: Arc<Inner>, node: i32, partitions: Vec<(Arc<str>, i32)>) {
+async fn fetch_loop(
+    inner: Arc<Inner>,
+    fetcher: usize,
+    node: i32,
+    partitions: Vec<(Arc<str>, i32)>,
+) {
     let mut backoff = inner.cluster.config().retry_backoff;
-    while let Some(credit) = reserve_credit(&inner).await {
-        let (chunk, failed) = match fetch_once(&inner, node, &partitions, credit).await {
+    while let Some(credit) = reserve_credit(&inner, fetcher).await {
+        let (mut chunk, failed) = match fetch_once(&inner, node, &partitions, credit).await {
             Ok(Fetched { chunk, failed }) => (chunk, failed),
             Err(e) => (Chunk::default(), Some(e)),
         };
+        chunk.fetcher = fetcher;
         {
             let mut shared = inner.shared.lock().expect("consumer lock");
-            let w = &mut shared.window;
-            w.requested_bytes -= credit;
-            if chunk.bytes > credit {
-                w.overshoots += 1;
-            }
-            w.buffered_bytes += chunk.bytes;
-            w.level_max_bytes = w.level_max_bytes.max(w.buffered_bytes + w.requested_bytes);
+            // Records or not, the credit comes back to this fetcher's share only.
+            shared.credit.answered(fetcher, credit, chunk.bytes);
             if !chunk.records.is_empty() {
                 shared.chunks.push_back(chunk);
                 inner.data.notify_waiters();
@@ -563,11 +551,13 @@ mod tests {
 
     fn shared_at(positions: &[(i32, i64)]) -> Mutex<Shared> {
         Mutex::new(Shared {
+            credit: Credit::new(64, 32, 32, 1),
+            chunks: VecDeque::new(),
             positions: positions
                 .iter()
                 .map(|(p, o)| ((Arc::from("t"), *p), (*o, -1)))
                 .collect(),
-            ..Shared::default()
+            closed: false,
         })
     }
 

@@ -8,7 +8,8 @@
 //!   when every lane is full. Each lane counts its full events and waits.
 //! - [`Consumer`]: reads assigned partitions through a credit window: at most
 //!   `window_bytes` fetched and not yet consumed, refilled when what is left falls to
-//!   `refill_threshold_bytes`, by `refill_increment_bytes` at a time.
+//!   `refill_threshold_bytes`, by `refill_increment_bytes` at a time; each partition
+//!   leader's fetcher owns an equal share of the window, so none starves another.
 //! - [`admin`]: topics, configs, offsets by time, group offset resets and deletes, and
 //!   the cluster's brokers, for operators' tools.
 //! - [`security`]: SCRAM users and ACLs, for operators' tools.
