@@ -7,6 +7,9 @@ take it all left the third waiting for credit that an empty long poll handed bac
 again at once: if the third leader held records, none of them were printed; if it led an
 empty partition, that partition's high watermark stayed unknown and `-e` never ended.
 Which fetcher starved depended on the order of a hash map, so a run hung now and then.
+Once none starved, a run now and then ended early, without one leader's records: a
+fetch answer moved its partitions' positions before its records were buffered, and
+`-e` took the consumer for caught up in between.
 Method: three brokers (`start_cluster`), a topic of 6 partitions at replication factor 3
 whose leaders are spread over the three, 1,000 records from librdkafka's producer on 5 of
 the partitions (the 6th stays empty, so `-e` must learn an empty partition's high

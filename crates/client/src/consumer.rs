@@ -260,13 +260,20 @@ async fn fetch_loop(
 ) {
     let mut backoff = inner.cluster.config().retry_backoff;
     while let Some(credit) = reserve_credit(&inner, fetcher).await {
-        let (mut chunk, failed) = match fetch_once(&inner, node, &partitions, credit).await {
-            Ok(Fetched { chunk, failed }) => (chunk, failed),
-            Err(e) => (Chunk::default(), Some(e)),
+        let (mut chunk, moves, failed) = match fetch_once(&inner, node, &partitions, credit).await {
+            Ok(Fetched {
+                chunk,
+                moves,
+                failed,
+            }) => (chunk, moves, failed),
+            Err(e) => (Chunk::default(), Vec::new(), Some(e)),
         };
         chunk.fetcher = fetcher;
         {
+            // Positions move and their records become readable under one lock, so that
+            // `caught_up` never sees a position past records not yet buffered.
             let mut shared = inner.shared.lock().expect("consumer lock");
+            move_positions(&mut shared, &moves);
             // Records or not, the credit comes back to this fetcher's share only.
             shared.credit.answered(fetcher, credit, chunk.bytes);
             if !chunk.records.is_empty() {
@@ -289,7 +296,23 @@ async fn fetch_loop(
 /// first error of those that did not.
 struct Fetched {
     chunk: Chunk,
+    moves: Vec<Move>,
     failed: Option<ClientError>,
+}
+
+/// A partition's position past the records of an answer: the partition, the next
+/// offset to fetch (if a batch was read) and the high watermark the leader answered.
+type Move = ((Arc<str>, i32), Option<i64>, i64);
+
+/// Moves positions past the records taken from an answer; the caller pushes those
+/// records into `chunks` under the same lock.
+fn move_positions(shared: &mut Shared, moves: &[Move]) {
+    for (key, next, high_watermark) in moves {
+        if let Some(position) = shared.positions.get_mut(key) {
+            position.0 = next.unwrap_or(position.0);
+            position.1 = *high_watermark;
+        }
+    }
 }
 
 /// Fetches once. A partition's position moves only together with its records going
@@ -313,6 +336,7 @@ async fn fetch_once(
     check(response.error_code, None)?;
     let Answer {
         chunk,
+        moves,
         out_of_range,
         mut failed,
     } = take_answer(&inner.shared, response.responses);
@@ -321,23 +345,31 @@ async fn fetch_once(
             failed.get_or_insert(e);
         }
     }
-    Ok(Fetched { chunk, failed })
+    Ok(Fetched {
+        chunk,
+        moves,
+        failed,
+    })
 }
 
 /// What a fetch answer brought, once its records are taken.
 struct Answer {
     chunk: Chunk,
+    /// Where the positions of the partitions in `chunk` move, once it is buffered.
+    moves: Vec<Move>,
     /// Partitions answered with OFFSET_OUT_OF_RANGE (their positions unchanged).
     out_of_range: Vec<(Arc<str>, i32)>,
     failed: Option<ClientError>,
 }
 
-/// Takes the records of every partition that answered without error into a chunk and
-/// moves those partitions' positions past them. A partition with an error, or whose
-/// batches do not decode, contributes nothing and keeps its position.
+/// Takes the records of every partition that answered without error into a chunk, and
+/// says where those partitions' positions move past them (moved by `move_positions`
+/// when the chunk is buffered). A partition with an error, or whose batches do not
+/// decode, contributes nothing and keeps its position.
 fn take_answer(shared: &Mutex<Shared>, responses: Vec<FetchableTopicResponse>) -> Answer {
     let mut answer = Answer {
         chunk: Chunk::default(),
+        moves: Vec::new(),
         out_of_range: Vec::new(),
         failed: None,
     };
@@ -349,7 +381,7 @@ fn take_answer(shared: &Mutex<Shared>, responses: Vec<FetchableTopicResponse>) -
                 answer.out_of_range.push(key);
                 continue;
             }
-            if let Err(e) = take_records(shared, &key, p, &mut answer.chunk) {
+            if let Err(e) = take_records(shared, &key, p, &mut answer) {
                 answer.failed.get_or_insert(e);
             }
         }
@@ -357,13 +389,13 @@ fn take_answer(shared: &Mutex<Shared>, responses: Vec<FetchableTopicResponse>) -
     answer
 }
 
-/// A partition's answer: its records go into `chunk` and its position moves past
-/// them, or, on an error or records that do not decode, neither happens.
+/// A partition's answer: its records go into the answer's chunk together with its
+/// move past them, or, on an error or records that do not decode, neither happens.
 fn take_records(
     shared: &Mutex<Shared>,
     key: &(Arc<str>, i32),
     p: PartitionData,
-    chunk: &mut Chunk,
+    answer: &mut Answer,
 ) -> Result<(), ClientError> {
     check(p.error_code, None)?;
     let records = p.records.unwrap_or_default();
@@ -380,12 +412,9 @@ fn take_records(
     // Decoded without the lock held: only this partition's fetcher moves its position.
     let mut decoded = VecDeque::new();
     let next = decode(&key.0, key.1, records, from, &mut decoded)?;
-    if let Some(position) = shared.lock().expect("consumer lock").positions.get_mut(key) {
-        position.0 = next.unwrap_or(position.0);
-        position.1 = p.high_watermark;
-    }
-    chunk.bytes += bytes;
-    chunk.records.extend(decoded);
+    answer.moves.push((key.clone(), next, p.high_watermark));
+    answer.chunk.bytes += bytes;
+    answer.chunk.records.extend(decoded);
     Ok(())
 }
 
@@ -571,6 +600,11 @@ mod tests {
         shared.lock().unwrap().positions[&(Arc::from("t"), p)].0
     }
 
+    /// Buffers an answer's chunk and moves its positions, as `fetch_loop` does.
+    fn settle(shared: &Mutex<Shared>, answer: &Answer) {
+        move_positions(&mut shared.lock().unwrap(), &answer.moves);
+    }
+
     #[test]
     fn an_error_on_one_partition_skips_nothing_on_the_others() {
         let shared = shared_at(&[(0, 10), (1, 20), (2, 30)]);
@@ -604,6 +638,17 @@ mod tests {
                 (2, 32)
             ]
         );
+        // Until the chunk is buffered no position moves, so a consumer never looks
+        // caught up while the records that would get it there are still in hand.
+        assert_eq!(
+            (
+                position(&shared, 0),
+                position(&shared, 1),
+                position(&shared, 2)
+            ),
+            (10, 20, 30)
+        );
+        settle(&shared, &got);
         assert_eq!(
             (
                 position(&shared, 0),
@@ -630,6 +675,7 @@ mod tests {
         );
         assert_eq!(got.chunk.records.len(), 2);
         assert!(got.chunk.records.iter().all(|r| r.partition == 1));
+        settle(&shared, &got);
         assert_eq!((position(&shared, 0), position(&shared, 1)), (0, 2));
         assert!(got.failed.is_some());
     }
@@ -646,6 +692,7 @@ mod tests {
             ]),
         );
         assert_eq!(got.out_of_range, vec![(Arc::from("t"), 0)]);
+        settle(&shared, &got);
         assert_eq!((position(&shared, 0), position(&shared, 1)), (50, 1));
         assert!(got.failed.is_none());
     }
