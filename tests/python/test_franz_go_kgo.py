@@ -12,7 +12,7 @@ Goal, three brokers: the 26 tests named in KGO_CLUSTER_TESTS (produce, consume, 
 and admin tests: topics created and deleted, partitions added, records produced, fetched,
 paused, purged and listed by offset and time; none joins a group or begins a
 transaction, since the coordinators are not clustered yet) pass against three brokers
-started as tests/python/test_cluster_metadata.py `start_cluster` does, with KGO_SEEDS
+started as tests/python/cluster_support.py `start_cluster` does, with KGO_SEEDS
 naming all three and KGO_TEST_RF=3: every topic the suite creates is replicated to all
 three brokers, and franz-go's producer (acks=all by default) waits for the followers.
 
@@ -41,8 +41,8 @@ from pathlib import Path
 
 import pytest
 
+from cluster_support import CLUSTER_UP_S, all_agree, start_cluster
 from go_support import build_kgo_suite, franz_go_module_dir
-from test_cluster_metadata import CLUSTER_UP_S, all_agree, start_cluster
 from support import wait_until
 
 KGO_TESTS = ("TestShareGroupETL", "TestShareGroupAckOnClose")
