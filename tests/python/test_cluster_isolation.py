@@ -451,8 +451,9 @@ def test_a_leader_cut_off_from_the_others_loses_no_acknowledged_record(make_brok
         held = HeldWrite(victim, bootstraps[victim], partition)
         held.start()
         time.sleep(max(0.0, isolated + ISOLATED_FOR_S - time.monotonic()))
-        cut.heal()
+        # Packets flow again from the first rule removed.
         healed = time.monotonic()
+        cut.heal()
 
         wait_until(lambda: settled(bootstraps, set(NODES), 3),
                    "the victim back in every ISR, every broker agreeing", CLUSTER_UP_S)
@@ -501,7 +502,8 @@ def test_a_leader_cut_off_from_the_others_loses_no_acknowledged_record(make_brok
                      and isolated < a.sent and healed <= a.answered]
     assert lost == held_and_lost, \
         f"acknowledged, not at the offset acknowledged: {lost} (now there: " \
-        f"{[consumed[a.partition].get(a.offset) for a in lost]})"
+        f"{[consumed[a.partition].get(a.offset) for a in lost]}); victim {victim}, " \
+        f"partition {partition}, cut at {isolated:.3f}, healed at {healed:.3f}"
     for p in range(PARTITIONS):
         values = list(consumed[p].values())
         assert len(values) == len(set(values)), f"partition {p}: a value written twice"
