@@ -69,7 +69,6 @@ TOPIC = "isolated"
 PARTITIONS = 3
 NODES = (1, 2, 3)
 PRODUCE_KEY, PRODUCE_VERSION = 0, 3
-NOT_LEADER_OR_FOLLOWER = 6
 # REPLICA_LAG_TIME_MAX_MS_DEFAULT and BROKER_SESSION_TIMEOUT_MS_DEFAULT: a leader whose
 # followers are silent for the first proposes to shrink its ISR; the controller fences a
 # silent broker after the second. A minority leader stops acknowledging within both.
@@ -446,7 +445,8 @@ def test_a_leader_cut_off_from_the_others_loses_no_acknowledged_record(make_brok
         successor = after["partitions"][partition]["leader"]
         wait_until(lambda: len(acks(producers, partition, successor, isolated)) >= ACKS_STEADY,
                    "the new leader acknowledging", CLUSTER_UP_S)
-        # The victim still takes itself for the leader: it has heard of nothing else.
+        # What the victim answers meanwhile (printed at the end): it has heard of nothing
+        # since the cut.
         victim_view = metadata(bootstraps[victim])["topics"][TOPIC]["partitions"][partition]
         held = HeldWrite(victim, bootstraps[victim], partition)
         held.start()
