@@ -11,13 +11,17 @@ except `acks=all`:
 Each is run `--runs` times after one unmeasured warm-up; every run is listed, bad ones
 included, with the median and the spread.
 
-The cluster under test is either given (`--bootstrap HOST:PORT`) or started here:
-`--start-kafka` starts three Kafka nodes with peers/kafka/start-cluster (replication 3,
-min.insync.replicas 2) in a temporary directory and stops them at the end.
+The cluster under test is either given (`--bootstrap HOST:PORT`) or started here, in a
+temporary directory, and stopped at the end: `--start-kafka` starts three Kafka nodes with
+peers/kafka/start-cluster (replication 3, min.insync.replicas 2), `--start-headway` three
+headway brokers with scripts/cluster (the binary: $HEADWAY_BIN, else
+target/release/headway). Either way the topic is created here at replication factor 3
+with min.insync.replicas 2.
 
 Usage:
     bench/cluster_acks.py --start-kafka [--kafka-setting KEY=VALUE ...] [--runs 5]
         [--seconds 30] [--out FILE.md]
+    bench/cluster_acks.py --start-headway [--headway-arg=--flag=value ...] [...]
     bench/cluster_acks.py --bootstrap 127.0.0.1:9092 --label headway [...]
 
 A run of the defaults takes about 6 minutes.
@@ -38,6 +42,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 KAFKA = REPO / "peers" / "kafka"
+CLUSTER = REPO / "scripts" / "cluster"
+MIN_INSYNC_REPLICAS = 2
 RESULT = re.compile(
     r"(?P<sent>\d+) records sent, (?P<rate>[\d.]+) records/sec .*?, (?P<avg>[\d.]+) ms avg latency, "
     r"(?P<max>[\d.]+) ms max latency, (?P<p50>\d+) ms 50th, (?P<p95>\d+) ms 95th, "
@@ -71,7 +77,9 @@ def create_topic(bootstrap: str, topic: str, partitions: int, replicas: int) -> 
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, partitions, replicas)], request_timeout=30)
+    config = {"min.insync.replicas": str(MIN_INSYNC_REPLICAS)}
+    futures = admin.create_topics([NewTopic(topic, partitions, replicas, config=config)],
+                                  request_timeout=30)
     for future in futures.values():
         future.result(timeout=60)
 
@@ -95,6 +103,34 @@ def perf(bootstrap: str, topic: str, records: int, size: int, rate: int) -> dict
     return {k: float(v) for k, v in result.items()}
 
 
+def headway_binary() -> str:
+    return os.environ.get("HEADWAY_BIN") or str(REPO / "target" / "release" / "headway")
+
+
+def headway_version() -> str:
+    """The label of a headway run: `headway --version` and the commit it was built from."""
+    try:
+        version = subprocess.run([headway_binary(), "--version"], capture_output=True,
+                                 text=True, timeout=30).stdout.strip()
+        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, timeout=30).stdout.strip()
+    except OSError:
+        return "headway"
+    return f"{version or 'headway'} ({commit})" if commit else (version or "headway")
+
+
+def start_headway(directory: Path, serve_args: list[str]) -> str:
+    """Three headway brokers started by scripts/cluster in `directory`; their bootstrap."""
+    command = [str(CLUSTER), "start", "--brokers", "3", "--dir", str(directory),
+               "--bin", headway_binary()]
+    if serve_args:
+        command += ["--", *serve_args]
+    started = subprocess.run(command, stdout=subprocess.PIPE, text=True, timeout=400)
+    if started.returncode != 0:
+        sys.exit(f"cluster_acks: scripts/cluster start failed ({started.returncode})")
+    return started.stdout.strip().splitlines()[-1]
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} (min {min(values):.1f}, max {max(values):.1f})"
 
@@ -105,8 +141,13 @@ def main() -> int:
     target.add_argument("--bootstrap", help="a running cluster's bootstrap address")
     target.add_argument("--start-kafka", action="store_true",
                         help="start three Kafka nodes here (peers/kafka/start-cluster)")
+    target.add_argument("--start-headway", action="store_true",
+                        help="start three headway brokers here (scripts/cluster)")
     parser.add_argument("--kafka-setting", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting for every Kafka node (with --start-kafka), repeatable")
+    parser.add_argument("--headway-arg", action="append", default=[], metavar="ARG",
+                        help="an argument for every `headway serve` (with --start-headway), "
+                             "repeatable; write it --headway-arg=--flush=interval:5")
     parser.add_argument("--label", default=None, help="the system's name in the report")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--seconds", type=int, default=30, help="length of a paced run")
@@ -119,10 +160,15 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="cluster-acks-"))
     bootstrap = args.bootstrap
-    label = args.label or ("Kafka 4.3.1" if args.start_kafka else bootstrap)
+    label = args.label or ("Kafka 4.3.1" if args.start_kafka
+                           else headway_version() if args.start_headway else bootstrap)
     if args.start_kafka and args.kafka_setting:
         label += " (" + ", ".join(args.kafka_setting) + ")"
+    if args.start_headway and args.headway_arg:
+        label += " (" + " ".join(args.headway_arg) + ")"
     try:
+        if args.start_headway:
+            bootstrap = start_headway(work / "headway", args.headway_arg)
         if args.start_kafka:
             first = free_port_block(3)
             subprocess.run([str(KAFKA / "start-cluster"), str(work / "kafka"), "3", str(first),
@@ -144,6 +190,9 @@ def main() -> int:
     finally:
         if args.start_kafka:
             subprocess.run([str(KAFKA / "stop-cluster"), str(work / "kafka")],
+                           timeout=200, stdout=sys.stderr)
+        if args.start_headway and (work / "headway" / "cluster.json").exists():
+            subprocess.run([str(CLUSTER), "stop", "--dir", str(work / "headway")],
                            timeout=200, stdout=sys.stderr)
 
     cores = os.cpu_count()

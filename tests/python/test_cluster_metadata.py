@@ -17,132 +17,15 @@ own, not whichever broker a client library picked.
 from __future__ import annotations
 
 import re
-import socket
-import struct
 import time
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.record.memory_records import MemoryRecordsBuilder
 
-from conftest import BrokerStartError
-from kafka_frames import frame, read_response
+from cluster_support import CLUSTER_UP_S, FENCED_WITHIN_S, NOT_LEADER_OR_FOLLOWER, all_agree, \
+    metadata, produce_v3, start_cluster
 from support import ADMIN_TIMEOUT_S, ErrorLog, raise_on_error, rdkafka_base, read_records, \
     wait_until
-
-METADATA_KEY, PRODUCE_KEY = 3, 0
-NOT_LEADER_OR_FOLLOWER = 6
-# The controller fences a silent broker after 6 s; after 7 to 8 s when it led the
-# controller (an election first). The margin is for a loaded machine.
-FENCED_WITHIN_S = 20.0
-CLUSTER_UP_S = 30.0
-
-
-# -- raw requests ----------------------------------------------------------------------------
-
-class Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.at = data, 0
-
-    def take(self, fmt: str):
-        values = struct.unpack_from(fmt, self.data, self.at)
-        self.at += struct.calcsize(fmt)
-        return values if len(values) > 1 else values[0]
-
-    def string(self) -> str | None:
-        n = self.take(">h")
-        if n < 0:
-            return None
-        s = self.data[self.at:self.at + n].decode()
-        self.at += n
-        return s
-
-    def ints(self) -> list[int]:
-        return [self.take(">i") for _ in range(self.take(">i"))]
-
-
-def call(bootstrap: str, key: int, version: int, body: bytes) -> Reader:
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(frame(key, version, body, correlation_id=11))
-        response = read_response(sock)
-    assert response is not None, f"{bootstrap}: connection closed without an answer"
-    reader = Reader(response)
-    assert reader.take(">i") == 11
-    return reader
-
-
-def metadata(bootstrap: str) -> dict:
-    """Metadata v5 of every topic, as this one broker answers it."""
-    r = call(bootstrap, METADATA_KEY, 5, struct.pack(">i?", -1, False))
-    r.take(">i")  # throttle
-    brokers = {}
-    for _ in range(r.take(">i")):
-        node, host, port, _rack = r.take(">i"), r.string(), r.take(">i"), r.string()
-        brokers[node] = f"{host}:{port}"
-    cluster_id, controller = r.string(), r.take(">i")
-    topics = {}
-    for _ in range(r.take(">i")):
-        error, name, _internal = r.take(">h"), r.string(), r.take(">?")
-        partitions = {}
-        for _ in range(r.take(">i")):
-            p_error, index, leader = r.take(">hii")
-            replicas, isr, offline = r.ints(), r.ints(), r.ints()
-            partitions[index] = dict(error=p_error, leader=leader,
-                                     replicas=replicas, isr=isr, offline=offline)
-        topics[name] = dict(error=error, partitions=partitions)
-    return dict(brokers=brokers, cluster_id=cluster_id, controller=controller, topics=topics)
-
-
-def produce_v3(bootstrap: str, topic: str, partition: int) -> int:
-    """One valid batch sent with Produce v3 (acks=1); the partition's error code."""
-    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
-    builder.append(timestamp=int(time.time() * 1000), key=b"k", value=b"raw", headers=[])
-    builder.close()
-    records = builder.buffer()
-    name = topic.encode()
-    body = (struct.pack(">hhi", -1, 1, 10_000) + struct.pack(">i", 1)
-            + struct.pack(">h", len(name)) + name + struct.pack(">i", 1)
-            + struct.pack(">ii", partition, len(records)) + records)
-    r = call(bootstrap, PRODUCE_KEY, 3, body)
-    assert r.take(">i") == 1
-    assert r.string() == topic
-    assert r.take(">i") == 1
-    index, error = r.take(">ih")
-    assert index == partition
-    return error
-
-
-# -- the cluster -----------------------------------------------------------------------------
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def start_cluster(make_broker, size: int = 3):
-    """`size` brokers, nodes 1..size, each a controller voter on a port picked free; the
-    whole start is tried again when a port was taken meanwhile."""
-    for _attempt in range(3):
-        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(free_ports(size)))
-        brokers = [make_broker("--node-id", str(i + 1), "--controller-quorum-voters", voters,
-                               start=False) for i in range(size)]
-        try:
-            for b in brokers:
-                b.start()
-            return brokers
-        except BrokerStartError as e:
-            for b in brokers:
-                b.kill()
-            if "in use" not in str(e):
-                raise
-    raise AssertionError("no free voter ports in three tries")
 
 
 def registered_epoch(broker, start: int) -> int:
@@ -151,27 +34,6 @@ def registered_epoch(broker, start: int) -> int:
     runs = text.split("### headway start #")
     found = re.findall(r"broker registered with the controller.*?epoch=(\d+)", runs[start])
     return int(found[-1]) if found else 0
-
-
-def all_agree(bootstraps: list[str], brokers: int, topics: dict[str, int] | None = None):
-    """The brokers' Metadata when all of them show `brokers` brokers, one controller, and
-    each of `topics` with its partition count, every partition led, identically."""
-    answers = [metadata(b) for b in bootstraps]
-    first = answers[0]
-    for a in answers:
-        if len(a["brokers"]) != brokers or a["controller"] < 0:
-            return None
-        if (a["brokers"], a["controller"], a["cluster_id"]) != \
-                (first["brokers"], first["controller"], first["cluster_id"]):
-            return None
-        for name, count in (topics or {}).items():
-            t = a["topics"].get(name)
-            if t is None or len(t["partitions"]) != count or any(
-                    p["leader"] < 0 for p in t["partitions"].values()):
-                return None
-            if t != first["topics"][name]:
-                return None
-    return first
 
 
 def test_three_brokers_share_metadata_topics_and_fencing(make_broker):

@@ -17,10 +17,9 @@ import time
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cluster_support import CLUSTER_UP_S, FENCED_WITHIN_S, all_agree, led_by, start_cluster
 from support import ADMIN_TIMEOUT_S, ErrorLog, raise_on_error, rdkafka_base, read_records, \
     wait_until
-from test_cluster_metadata import CLUSTER_UP_S, FENCED_WITHIN_S, all_agree, metadata, \
-    start_cluster
 
 TOPIC = "replicated"
 PARTITIONS = 3
@@ -53,23 +52,6 @@ def expected_values(count: int) -> list[bytes]:
     return sorted(f"v{seq}".encode() for seq in range(count))
 
 
-def led_by(bootstraps: list[str], alive: set[int], isr_size: int):
-    """The partitions' leaders when every partition is led by a live broker and has
-    `isr_size` replicas in sync, as every live broker answers."""
-    answers = [metadata(bootstraps[node - 1]) for node in sorted(alive)]
-    first = answers[0]["topics"].get(TOPIC)
-    if first is None:
-        return None
-    for a in answers:
-        t = a["topics"].get(TOPIC)
-        if t != first:
-            return None
-        for p in t["partitions"].values():
-            if p["leader"] not in alive or len(p["isr"]) != isr_size:
-                return None
-    return {i: p["leader"] for i, p in first["partitions"].items()}
-
-
 def test_acknowledged_records_survive_the_leaders_sigkill(make_broker):
     started = time.monotonic()
     brokers = start_cluster(make_broker)
@@ -79,20 +61,20 @@ def test_acknowledged_records_survive_the_leaders_sigkill(make_broker):
     raise_on_error(admin.create_topics(
         [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=3)],
         operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S))
-    leaders = wait_until(lambda: led_by(bootstraps, {1, 2, 3}, 3), "the topic led, ISR 3",
-                         CLUSTER_UP_S)
+    partitions = wait_until(lambda: led_by(bootstraps, TOPIC, {1, 2, 3}, 3),
+                            "the topic led, ISR 3", CLUSTER_UP_S)
 
     first_batch = 300
     produce(",".join(bootstraps), 0, first_batch)
 
     # The leader of partition 0 dies; every acknowledged record is on the other two.
-    victim = leaders[0]
+    victim = partitions[0]["leader"]
     brokers[victim - 1].kill()
     killed = time.monotonic()
     alive = {1, 2, 3} - {victim}
     survivors = [bootstraps[n - 1] for n in sorted(alive)]
-    leaders = wait_until(lambda: led_by(bootstraps, alive, 2),
-                         "new leaders among the survivors, ISR 2", FENCED_WITHIN_S)
+    wait_until(lambda: led_by(bootstraps, TOPIC, alive, 2),
+               "new leaders among the survivors, ISR 2", FENCED_WITHIN_S)
     failover = time.monotonic() - killed
     assert values_from(",".join(survivors), first_batch) == expected_values(first_batch)
 
@@ -105,16 +87,16 @@ def test_acknowledged_records_survive_the_leaders_sigkill(make_broker):
     brokers[victim - 1].start()
     bootstraps[victim - 1] = brokers[victim - 1].bootstrap
     rejoined_from = time.monotonic()
-    leaders = wait_until(lambda: led_by(bootstraps, {1, 2, 3}, 3),
-                         "the restarted broker back in every ISR", CLUSTER_UP_S)
+    partitions = wait_until(lambda: led_by(bootstraps, TOPIC, {1, 2, 3}, 3),
+                            "the restarted broker back in every ISR", CLUSTER_UP_S)
     rejoined = time.monotonic() - rejoined_from
 
     # The first new leader dies too: the restarted broker holds everything.
-    second_victim = leaders[0]
+    second_victim = partitions[0]["leader"]
     brokers[second_victim - 1].kill()
     alive = {1, 2, 3} - {second_victim}
     survivors = [bootstraps[n - 1] for n in sorted(alive)]
-    wait_until(lambda: led_by(bootstraps, alive, 2), "leaders among the last two",
+    wait_until(lambda: led_by(bootstraps, TOPIC, alive, 2), "leaders among the last two",
                FENCED_WITHIN_S)
     assert values_from(",".join(survivors), total) == expected_values(total)
     print(f"new leaders {failover:.1f} s after the SIGKILL; the restarted broker back in "

@@ -7,7 +7,8 @@
 //! - an unfenced broker not heard from for the session timeout is fenced, which moves the
 //!   leadership of its partitions to the next in-sync replica;
 //! - a fenced broker heard from within the session timeout whose metadata reaches its own
-//!   registration is unfenced;
+//!   registration is unfenced, unless it is shutting down (it stays fenced until it
+//!   registers again);
 //! - once nothing is fenced or unfenced, partitions whose preferred leader is back in the
 //!   ISR are given back to it.
 //!
@@ -54,7 +55,7 @@ pub fn decide(
                 .get(&broker.id)
                 .and_then(|h| h.matched_index)
                 .is_some_and(|index| i64::try_from(index).unwrap_or(i64::MAX) >= broker.epoch);
-        if broker.fenced && alive && caught_up {
+        if broker.fenced && alive && caught_up && !broker.shutting_down {
             commands.push(Command::UnfenceBroker {
                 id: broker.id,
                 epoch: broker.epoch,
@@ -230,6 +231,29 @@ mod tests {
             commands[..],
             [Command::UnfenceBroker { id: 2, .. }]
         ));
+    }
+
+    #[test]
+    fn a_broker_shutting_down_stays_fenced_while_it_is_heard() {
+        let mut image = image_with(&[1, 2], &[1, 2]);
+        let epoch = image.metadata.brokers[&2].epoch;
+        let index = image.applied_index;
+        image
+            .metadata
+            .apply(index + 1, &Command::ShutdownBroker { id: 2, epoch });
+        let caught_up = BTreeMap::from([(2, heard(10, epoch as u64 + 1))]);
+        assert!(decide(&image, 1, &caught_up, LONG, TIMEOUT).is_empty());
+        image.metadata.apply(
+            index + 2,
+            &Command::ShutdownBroker {
+                id: 1,
+                epoch: image.metadata.brokers[&1].epoch,
+            },
+        );
+        assert!(
+            decide(&image, 1, &caught_up, LONG, TIMEOUT).is_empty(),
+            "the leader does not unfence itself while it shuts down"
+        );
     }
 
     #[test]

@@ -61,6 +61,10 @@ pub struct BrokerRecord {
     pub epoch: i64,
     /// A fenced broker leads nothing and is in no ISR it could be removed from.
     pub fenced: bool,
+    /// The broker asked to shut down (a controlled shutdown): it stays fenced, even
+    /// while it is still heard from, until it registers again.
+    #[serde(default)]
+    pub shutting_down: bool,
 }
 
 /// One partition's replicas and their state.
@@ -131,6 +135,13 @@ pub enum Command {
     },
     /// The broker stopped heartbeating, or shut down.
     FenceBroker {
+        id: BrokerId,
+        epoch: i64,
+    },
+    /// The broker is shutting down (a controlled shutdown): it is fenced at once, so its
+    /// partitions are led by other in-sync replicas before it stops, and stays fenced
+    /// until it registers again.
+    ShutdownBroker {
         id: BrokerId,
         epoch: i64,
     },
@@ -222,6 +233,7 @@ impl std::fmt::Display for Command {
         match self {
             Command::RegisterBroker { id, .. } => write!(f, "register broker {id}"),
             Command::FenceBroker { id, .. } => write!(f, "fence broker {id}"),
+            Command::ShutdownBroker { id, .. } => write!(f, "shut down broker {id}"),
             Command::UnfenceBroker { id, .. } => write!(f, "unfence broker {id}"),
             Command::CreateTopic { name, .. } => write!(f, "create topic {name}"),
             Command::DeleteTopic { name, .. } => write!(f, "delete topic {name}"),
@@ -292,8 +304,22 @@ impl Metadata {
                     Outcome::Done
                 }
             },
+            Command::ShutdownBroker { id, epoch } => match self.current_broker(*id, *epoch) {
+                Err(refused) => refused,
+                Ok(_) => {
+                    if let Some(broker) = self.brokers.get_mut(id) {
+                        broker.shutting_down = true;
+                    }
+                    self.fence(*id);
+                    Outcome::Done
+                }
+            },
             Command::UnfenceBroker { id, epoch } => match self.current_broker(*id, *epoch) {
                 Err(refused) => refused,
+                Ok(broker) if broker.shutting_down => Outcome::refused(
+                    ResponseError::BrokerIdNotRegistered,
+                    format!("broker {id} is shutting down; it registers again to return"),
+                ),
                 Ok(_) => {
                     self.unfence(*id);
                     Outcome::Done
@@ -438,6 +464,7 @@ impl Metadata {
                 endpoints: endpoints.to_vec(),
                 epoch,
                 fenced: true,
+                shutting_down: false,
             },
         );
         Outcome::Registered { epoch }

@@ -279,6 +279,10 @@ pub struct Partition {
     delete_records: Mutex<()>,
     /// Mirrors the state's high watermark (and failure) for waiters and readers.
     durable: watch::Sender<DurableState>,
+    /// The log end, moved at every append while this broker leads the partition in a
+    /// cluster: what wakes its followers' waiting fetches, so that a follower copies a
+    /// write while the leader syncs it instead of after.
+    appended: watch::Sender<Offset>,
     /// Mirrors the state's log start offset for readers.
     log_start_offset: AtomicI64,
     /// The highest offset a flusher reported synced on this broker, published without
@@ -402,10 +406,12 @@ impl Partition {
             first_unstable_offset: shell.first_unstable_offset,
             synced: shell.high_watermark,
         });
+        let (appended, _) = watch::channel(Offset::ZERO);
         Arc::new_cyclic(|me| Partition {
             topic,
             index,
             flush,
+            appended,
             log_start_offset: AtomicI64::new(shell.log_start_offset.value()),
             synced_to: AtomicI64::new(shell.high_watermark.value()),
             high_watermark_to: AtomicI64::new(shell.high_watermark.value()),
@@ -691,6 +697,9 @@ impl Partition {
             s.first_unstable_offset = first_unstable;
             changed
         });
+        if self.leading.load(Ordering::Acquire) {
+            self.appended.send_replace(log_end_offset);
+        }
         if self.flush != FlushPolicy::Sync {
             // No sync to wait for: written is as durable as it gets.
             self.publish_durable(log_end_offset, false);
@@ -932,6 +941,12 @@ impl Partition {
     /// A receiver that wakes when the high watermark moves (for long-polling fetches).
     pub fn watch(&self) -> watch::Receiver<DurableState> {
         self.durable.subscribe()
+    }
+
+    /// A receiver that wakes at every append while this broker leads the partition
+    /// (for followers' long-polling fetches, which read past the high watermark).
+    pub fn watch_appends(&self) -> watch::Receiver<Offset> {
+        self.appended.subscribe()
     }
 
     /// Reads whole batches from `offset`, at most about `max_bytes` (the first batch is

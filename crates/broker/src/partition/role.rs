@@ -190,6 +190,9 @@ impl Partition {
                 .store(if leading { epoch } else { -1 }, Ordering::Release);
             self.leading.store(leading, Ordering::Release);
             self.replicated.store(true, Ordering::Release);
+            // Followers' fetches waiting here look again: at the new epoch, or to hear
+            // that this broker leads no more.
+            self.appended.send_replace(log_end);
             let replication = guard.as_mut().expect("a role was just set");
             let high_watermark = replication.synced(synced);
             drop(guard);

@@ -130,6 +130,53 @@ fn creating_a_topic_twice_with_one_id_is_one_creation() {
 }
 
 #[test]
+fn a_broker_shutting_down_hands_over_at_once_and_stays_fenced_until_it_registers_again() {
+    let mut log = Log::new();
+    let epochs = log.brokers(&[1, 2, 3]);
+    log.topic("t", vec![vec![1, 2, 3], vec![2, 1, 3]]);
+
+    let outcome = log.apply(Command::ShutdownBroker {
+        id: 1,
+        epoch: epochs[0],
+    });
+    assert_eq!(outcome, Outcome::Done);
+    let led = log.partition("t", 0);
+    assert_eq!((led.leader, led.isr.clone()), (2, vec![2, 3]));
+    assert_eq!(led.leader_epoch, 1);
+    assert_eq!(log.partition("t", 1).isr, vec![2, 3]);
+    assert!(log.metadata.brokers[&1].fenced);
+
+    let refused = log.apply(Command::UnfenceBroker {
+        id: 1,
+        epoch: epochs[0],
+    });
+    assert_eq!(code(&refused), ResponseError::BrokerIdNotRegistered.code());
+    assert!(
+        log.metadata.brokers[&1].fenced,
+        "heard from, it stays fenced"
+    );
+
+    let Outcome::Registered { epoch } = log.apply(Command::RegisterBroker {
+        id: 1,
+        incarnation: Uuid::new_v4(),
+        endpoints: Vec::new(),
+    }) else {
+        panic!("registration refused")
+    };
+    assert!(!log.metadata.brokers[&1].shutting_down);
+    assert_eq!(
+        log.apply(Command::UnfenceBroker { id: 1, epoch }),
+        Outcome::Done
+    );
+    let stale = log.apply(Command::ShutdownBroker {
+        id: 1,
+        epoch: epochs[0],
+    });
+    assert_eq!(code(&stale), ResponseError::StaleBrokerEpoch.code());
+    assert!(!log.metadata.brokers[&1].fenced);
+}
+
+#[test]
 fn fencing_moves_leadership_in_the_isr_and_never_elects_outside_it() {
     let mut log = Log::new();
     let epochs = log.brokers(&[1, 2, 3]);

@@ -40,6 +40,7 @@ fn broker(id: i32, fenced: bool) -> BrokerRecord {
         ],
         epoch: i64::from(id) * 10,
         fenced,
+        shutting_down: false,
     }
 }
 

@@ -24,7 +24,9 @@
 //! A fetch with a replica id (v15+: its replica state) is a follower's, and needs
 //! `ClusterAction` on the cluster: it reads up to the leader's log end instead of the
 //! high watermark, empty batches included, and its fetch offset tells the leader what
-//! the follower synced ([`Partition::read_for_replica`]); a follower whose last epoch
+//! the follower synced ([`Partition::read_for_replica`]), and while it waits it wakes
+//! at the leader's appends rather than at its syncs, so a follower copies a write while
+//! the leader syncs it ([`Partition::watch_appends`]); a follower whose last epoch
 //! diverges from the leader's history gets the diverging epoch (v12+) instead of
 //! records. A client's fetch is checked against the partition's leader epoch (v9+,
 //! `FENCED_LEADER_EPOCH`/`UNKNOWN_LEADER_EPOCH`) and refused by a follower
@@ -226,12 +228,16 @@ async fn poll(
     max_bytes: usize,
 ) -> Polled {
     let deadline = Instant::now() + wait;
-    let watches = topics
+    let partitions = topics
         .iter()
         .flat_map(|t| t.partitions.iter())
-        .filter_map(|w| w.partition.as_ref().ok().map(|p| p.watch()))
-        .collect();
-    let mut wakes = Wakes::new(watches);
+        .filter_map(|w| w.partition.as_ref().ok());
+    // A follower copies what the leader appended, synced or not: its fetch wakes at the
+    // append, so the follower's sync runs beside the leader's instead of after it.
+    let mut wakes = match replica {
+        None => Wakes::new(partitions.map(|p| p.watch()).collect()),
+        Some(_) => Wakes::on_appends(partitions.map(|p| p.watch_appends()).collect()),
+    };
     let mut reading = Reading {
         topics,
         conn,

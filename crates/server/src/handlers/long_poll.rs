@@ -22,6 +22,7 @@
 use crate::call::shutting_down;
 use crate::outbound::{ConnectionBudget, Reservation};
 use futures::future::select_all;
+use headway_base::Offset;
 use headway_broker::partition::DurableState;
 use std::future::Future;
 use std::pin::Pin;
@@ -60,10 +61,12 @@ pub struct Polled<T> {
     pub looked: Duration,
 }
 
-/// What wakes a waiting poll: a move of any of its partitions' watches, or a notice
-/// on the release [`Notify`] when it has one.
+/// What wakes a waiting poll: a move of any of its partitions' watches (or, for a
+/// follower's fetch, of their log ends), or a notice on the release [`Notify`] when it
+/// has one.
 pub struct Wakes<'a> {
     watches: Vec<watch::Receiver<DurableState>>,
+    appends: Vec<watch::Receiver<Offset>>,
     released: Option<&'a Notify>,
 }
 
@@ -72,6 +75,17 @@ impl<'a> Wakes<'a> {
     pub fn new(watches: Vec<watch::Receiver<DurableState>>) -> Wakes<'a> {
         Wakes {
             watches,
+            appends: Vec::new(),
+            released: None,
+        }
+    }
+
+    /// Wakes at an append to any of the partitions `appends` watch
+    /// (`Partition::watch_appends`): a follower copies past the high watermark.
+    pub fn on_appends(appends: Vec<watch::Receiver<Offset>>) -> Wakes<'a> {
+        Wakes {
+            watches: Vec::new(),
+            appends,
             released: None,
         }
     }
@@ -90,19 +104,28 @@ impl<'a> Wakes<'a> {
         self.watches.iter_mut().for_each(|w| {
             w.borrow_and_update();
         });
+        self.appends.iter_mut().for_each(|w| {
+            w.borrow_and_update();
+        });
         let released: Option<Pin<Box<Notified<'a>>>> = self.released.map(|notify| {
             let mut notified = Box::pin(notify.notified());
             notified.as_mut().enable();
             notified
         });
-        let watches = &mut self.watches;
+        let (watches, appends) = (&mut self.watches, &mut self.appends);
         async move {
             let moved = async {
-                if watches.is_empty() {
+                if watches.is_empty() && appends.is_empty() {
                     std::future::pending::<()>().await;
                 }
-                let changes = watches.iter_mut().map(|w| Box::pin(w.changed()));
-                let _ = select_all(changes).await;
+                type Change<'w> = Pin<Box<dyn Future<Output = bool> + Send + 'w>>;
+                let durable = watches
+                    .iter_mut()
+                    .map(|w| Box::pin(async { w.changed().await.is_ok() }) as Change<'_>);
+                let ends = appends
+                    .iter_mut()
+                    .map(|w| Box::pin(async { w.changed().await.is_ok() }) as Change<'_>);
+                let _ = select_all(durable.chain(ends)).await;
             };
             match released {
                 None => moved.await,

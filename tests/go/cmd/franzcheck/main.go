@@ -4,7 +4,10 @@
 //
 // Usage:
 //
-//	franzcheck -brokers HOST:PORT -topic T -group G -from F -count N [-timeout 120s]
+//	franzcheck -brokers HOST:PORT[,...] -topic T [-group G] -from F -count N [-timeout 120s]
+//
+// Without -group the consumer is a direct one (no group, every partition, no commits),
+// for brokers whose group coordinators are not shared, such as a headway cluster's.
 //
 // Steps, each with its own client:
 //
@@ -15,6 +18,9 @@
 //     the commit happens exactly once, at the end) until every partition's position has
 //     reached the end offset listed in step 2, then commit and leave the group.
 //  4. Fetch the group's committed offsets again.
+//
+// Without a group, steps 2 and 4 list no committed offsets, step 3 reads every partition
+// from its start offset with a direct consumer and commits nothing.
 //
 // A partition with no committed offset is read from its start offset, so a group that
 // already consumed F records reads only the new ones: anything outside F..F+N-1 is
@@ -40,6 +46,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -138,15 +145,15 @@ func main() {
 
 func parseFlags() config {
 	var cfg config
-	flag.StringVar(&cfg.brokers, "brokers", "127.0.0.1:9092", "bootstrap broker, HOST:PORT")
+	flag.StringVar(&cfg.brokers, "brokers", "127.0.0.1:9092", "bootstrap brokers, HOST:PORT[,HOST:PORT...]")
 	flag.StringVar(&cfg.topic, "topic", "", "topic to produce to and consume from")
-	flag.StringVar(&cfg.group, "group", "", "consumer group")
+	flag.StringVar(&cfg.group, "group", "", "consumer group (none: a direct consumer)")
 	flag.IntVar(&cfg.from, "from", 0, "first sequence number to produce")
 	flag.IntVar(&cfg.count, "count", 1000, "records to produce (0: only consume)")
 	flag.DurationVar(&cfg.timeout, "timeout", 120*time.Second, "deadline for the whole run")
 	flag.Parse()
-	if cfg.topic == "" || cfg.group == "" || cfg.from < 0 || cfg.count < 0 {
-		fmt.Fprintln(os.Stderr, "franzcheck: -topic and -group are required; -from and -count must be >= 0")
+	if cfg.topic == "" || cfg.from < 0 || cfg.count < 0 {
+		fmt.Fprintln(os.Stderr, "franzcheck: -topic is required; -from and -count must be >= 0")
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -184,7 +191,7 @@ func run(ctx context.Context, cfg config, s *summary) {
 // of the client go to stderr, where the Python test shows them with a failure.
 func newClient(cfg config, opts ...kgo.Opt) (*kgo.Client, error) {
 	base := []kgo.Opt{
-		kgo.SeedBrokers(cfg.brokers),
+		kgo.SeedBrokers(strings.Split(cfg.brokers, ",")...),
 		kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelWarn, nil)),
 	}
 	return kgo.NewClient(append(base, opts...)...)
@@ -310,6 +317,9 @@ func listOffsets(ctx context.Context, cfg config, s *summary) error {
 // fetchCommitted returns the group's committed offsets for the topic (OffsetFetch for
 // all topics of the group); a partition without a commit is absent.
 func fetchCommitted(ctx context.Context, cfg config) (map[int32]int64, error) {
+	if cfg.group == "" {
+		return map[int32]int64{}, nil
+	}
 	cl, err := newClient(cfg)
 	if err != nil {
 		return nil, err
@@ -338,23 +348,32 @@ func consume(ctx context.Context, cfg config, s *summary) error {
 	// with nothing new to read joins the group and starts from its committed offsets.
 	var assignedMu sync.Mutex
 	assigned := map[int32]bool{}
-	cl, err := newClient(cfg,
-		kgo.ConsumerGroup(cfg.group),
+	opts := []kgo.Opt{
 		kgo.ConsumeTopics(cfg.topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.DisableAutoCommit(),
-		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, got map[string][]int32) {
-			assignedMu.Lock()
-			defer assignedMu.Unlock()
-			for _, p := range got[cfg.topic] {
-				assigned[p] = true
-			}
-		}),
-	)
+	}
+	if cfg.group == "" {
+		// A direct consumer reads every partition of the topic.
+		for p := range s.EndOffsets {
+			assigned[p] = true
+		}
+	} else {
+		opts = append(opts,
+			kgo.ConsumerGroup(cfg.group),
+			kgo.DisableAutoCommit(),
+			kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, got map[string][]int32) {
+				assignedMu.Lock()
+				defer assignedMu.Unlock()
+				for _, p := range got[cfg.topic] {
+					assigned[p] = true
+				}
+			}))
+	}
+	cl, err := newClient(cfg, opts...)
 	if err != nil {
 		return err
 	}
-	// Close leaves the group; it runs after the commit below.
+	// Close leaves the group (if any); it runs after the commit below.
 	defer cl.Close()
 
 	// Where each partition's reading starts: the committed offset, else the log start.
@@ -402,6 +421,9 @@ func consume(ctx context.Context, cfg config, s *summary) error {
 		})
 	}
 	t.finish()
+	if cfg.group == "" {
+		return nil
+	}
 	if err := cl.CommitUncommittedOffsets(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
