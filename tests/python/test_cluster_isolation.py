@@ -63,7 +63,7 @@ from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 from conftest import BrokerStartError
 from kafka_frames import frame, read_response
 from support import ADMIN_TIMEOUT_S, raise_on_error, rdkafka_base, read_records, wait_until
-from test_cluster_metadata import CLUSTER_UP_S, FENCED_WITHIN_S, Reader, all_agree, metadata
+from cluster_support import CLUSTER_UP_S, FENCED_WITHIN_S, Reader, all_agree, metadata
 
 TOPIC = "isolated"
 PARTITIONS = 3
