@@ -60,10 +60,10 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
+from cluster_support import CLUSTER_UP_S, FENCED_WITHIN_S, Reader, all_agree, metadata
 from conftest import BrokerStartError
 from kafka_frames import frame, read_response
 from support import ADMIN_TIMEOUT_S, raise_on_error, rdkafka_base, read_records, wait_until
-from cluster_support import CLUSTER_UP_S, FENCED_WITHIN_S, Reader, all_agree, metadata
 
 TOPIC = "isolated"
 PARTITIONS = 3
