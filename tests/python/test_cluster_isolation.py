@@ -21,12 +21,10 @@ offset it was acknowledged at, no value is in the log twice, and each partition'
 the three brokers' disks (read after they stop) is the same, batch for batch, byte for
 byte, and holds what a consumer reads.
 
-A known broker bug: a write the victim holds across the healing (one is sent on purpose
-and waited for with a long timeout; others are sent just after the healing, before the
-victim hears that it no longer leads) is acknowledged once the victim follows again,
-although its record was cut and another took its offset (docs/cluster.md, the replicas'
-known limits). The test then marks itself xfail, naming those writes, after every other
-check has passed; any other lost acknowledgement fails it.
+A write the victim holds across the healing (one is sent on purpose and waited for with a
+long timeout; others are sent just after the healing, before the victim hears that it no
+longer leads) must not be acknowledged: its record was cut and another took its offset, so
+the victim answers it NOT_LEADER_OR_FOLLOWER (or REQUEST_TIMED_OUT) once it follows again.
 
 How the cut is made: a connection between brokers starts at 127.0.0.1 (the kernel's
 source address for loopback destinations; the brokers do not bind their outgoing sockets),
@@ -492,15 +490,12 @@ def test_a_leader_cut_off_from_the_others_loses_no_acknowledged_record(make_brok
     for b in brokers:
         b.stop()
 
-    # Every acknowledged record is where it was acknowledged, and no value is there twice.
-    # The one loss known today is told apart (see the end): a write sent to the victim
-    # once it was cut off (or healed, before it heard that it no longer leads), held there,
-    # and acknowledged once it follows again.
+    # Every acknowledged record is where it was acknowledged, and no value is there twice:
+    # a write sent to the victim once it was cut off (or healed, before it heard that it no
+    # longer leads) and held there is refused once it follows again, not acknowledged.
     lost = [a for a in attempts
             if a.acknowledged and consumed[a.partition].get(a.offset) != a.value]
-    held_and_lost = [a for a in lost if a.node == victim and a.partition == partition
-                     and isolated < a.sent and healed <= a.answered]
-    assert lost == held_and_lost, \
+    assert lost == [], \
         f"acknowledged, not at the offset acknowledged: {lost} (now there: " \
         f"{[consumed[a.partition].get(a.offset) for a in lost]}); victim {victim}, " \
         f"partition {partition}, cut at {isolated:.3f}, healed at {healed:.3f}"
@@ -539,17 +534,3 @@ def test_a_leader_cut_off_from_the_others_loses_no_acknowledged_record(make_brok
           f"unanswered; back in every ISR {back_after:.1f} s after the healing; "
           f"{sum(a.acknowledged for a in attempts)} writes acknowledged in all; "
           f"whole test {time.monotonic() - started:.1f} s")
-    if held_and_lost:
-        # A broker bug, outside what this test may change: a produce waiting for the high
-        # watermark is answered once the watermark passes its offset, even when the
-        # partition stopped leading meanwhile and its record was cut and replaced (the wait
-        # does not check that the partition still leads at the epoch it appended at; Kafka
-        # completes such a produce with NOT_LEADER_OR_FOLLOWER when leadership moves).
-        pytest.xfail(
-            f"broker bug: the deposed leader (node {victim}) acknowledged writes sent to it "
-            f"after the cut, answered once it followed again, whose records it had cut: "
-            f"{len(held_and_lost)} writes, "
-            + "; ".join(f"{a.value!r} at {a.partition}/{a.offset} (now "
-                        f"{consumed[a.partition].get(a.offset)!r}), answered "
-                        f"{a.answered - healed:.2f} s after the healing, sent "
-                        f"{a.sent - healed:+.2f} s from it" for a in held_and_lost))
