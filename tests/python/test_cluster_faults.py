@@ -398,3 +398,42 @@ def test_two_of_three_down_acknowledge_nothing(make_broker):
           f"{refused_for:.1f} s; all back in every ISR {back:.1f} s after the restart; "
           f"{len(acked)} acked records read back once, {len(unacked)} unacknowledged ones "
           f"present; whole test {time.monotonic() - started:.1f} s")
+
+
+# -- 4. a controlled shutdown ----------------------------------------------------------------
+
+def test_a_leader_stopped_with_sigterm_hands_its_partitions_over_before_it_exits(make_broker):
+    """SIGTERM to the leader of partition 0: before it exits, the controller has fenced it
+    and the two others lead all its partitions. The session timeout (6 s of silence) cannot
+    be what moved them: the others are asked the moment the process has exited. Records
+    written before and after are all read back, and the broker, restarted, registers
+    again and rejoins every ISR."""
+    topic = "sigterm"
+    brokers, bootstraps, partitions = replicated_topic(make_broker, topic)
+    bootstrap = ",".join(bootstraps)
+    before, failed = produce_batch(bootstrap, topic, range(0, 300))
+    assert (len(before), failed) == (300, {})
+
+    stopped = partitions[0]["leader"]
+    others = NODES - {stopped}
+    led = sorted(i for i, p in partitions.items() if p["leader"] == stopped)
+    brokers[stopped - 1].stop()
+    views = [metadata(bootstraps[n - 1]) for n in sorted(others)]
+    for n, view in zip(sorted(others), views):
+        assert stopped not in view["brokers"], \
+            f"node {n} still lists the stopped broker {stopped}: {view['brokers']}"
+        for i, p in view["topics"][topic]["partitions"].items():
+            assert p["leader"] in others, \
+                f"node {n}: partition {i} led by {p['leader']} after {stopped} stopped"
+            assert stopped not in p["isr"], f"node {n}: partition {i} ISR {p['isr']}"
+    text = brokers[stopped - 1].stderr_path.read_text("utf-8", "replace")
+    assert "controlled shutdown: fenced" in text, "the stopped broker logged no handover"
+
+    after, failed = produce_batch(bootstrap, topic, range(300, 600))
+    assert (len(after), failed) == (300, {})
+    brokers[stopped - 1].start()
+    bootstraps[stopped - 1] = brokers[stopped - 1].bootstrap
+    wait_until(lambda: led_by(bootstraps, topic, NODES, 3), "all three back in every ISR",
+               CLUSTER_UP_S)
+    check_in_order(",".join(bootstraps), topic, 600)
+    print(f"node {stopped} led partitions {led}; handed over before it exited")
