@@ -69,14 +69,16 @@ class Broker:
     `stderr_path` (all starts append to it), `returncode` (of the last exited instance).
     `listen` is the address each start listens on: by default a new ephemeral port each
     time, or a fixed "127.0.0.1:PORT" for clients that must find the broker again after a
-    restart.
+    restart. `group`, when set, is the group id the process runs as (root only): packet
+    filter rules can then tell its sockets from others' (`-m owner --gid-owner`).
     """
 
     def __init__(self, binary: Path, data_dir: Path, log_dir: Path, extra_args: list[str],
                  extra_env: dict[str, str] | None = None, listen: str = "127.0.0.1:0",
-                 open_files_max: int | None = None):
+                 open_files_max: int | None = None, group: int | None = None):
         self.binary = binary
         self.open_files_max = open_files_max
+        self.group = group
         self.data_dir = data_dir
         self.listen = listen
         self.extra_args = list(extra_args)
@@ -116,7 +118,8 @@ class Broker:
             err.write(f"### headway start #{self.starts}: {' '.join(args)}\n".encode())
             err.flush()
             self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=err, env=env, preexec_fn=self._limit_files)
+                                          stderr=err, env=env, preexec_fn=self._limit_files,
+                                          group=self.group)
         _LIVE_PROCESSES.add(self._proc)
         self.returncode = None
         self.bootstrap = None
@@ -276,20 +279,22 @@ def _require_binary() -> Path:
 @pytest.fixture
 def make_broker(request, tmp_path):
     """Factory: make_broker(*extra_args, env=None, start=True, listen=...,
-    open_files_max=None) -> Broker. Each call gets its own data directory; every broker is
-    shut down after the test. `env` adds environment variables (the broker's own HEADWAY_*
-    are otherwise removed); `listen` fixes the address (see Broker); `open_files_max` sets
-    the broker process's open files limit (soft and hard)."""
+    open_files_max=None, group=None) -> Broker. Each call gets its own data directory; every
+    broker is shut down after the test. `env` adds environment variables (the broker's own
+    HEADWAY_* are otherwise removed); `listen` fixes the address (see Broker);
+    `open_files_max` sets the broker process's open files limit (soft and hard); `group`
+    the group id it runs as (see Broker)."""
     brokers: list[Broker] = []
     request.node.headway_brokers = brokers
 
     def factory(*extra_args: str, env: dict[str, str] | None = None, start: bool = True,
-                listen: str = "127.0.0.1:0", open_files_max: int | None = None) -> Broker:
+                listen: str = "127.0.0.1:0", open_files_max: int | None = None,
+                group: int | None = None) -> Broker:
         binary = _require_binary()
         index = len(brokers)
         base = tmp_path / f"broker{index}"
         broker = Broker(binary, base / "data", base, list(extra_args), env, listen,
-                        open_files_max)
+                        open_files_max, group)
         brokers.append(broker)
         return broker.start() if start else broker
 

@@ -36,10 +36,9 @@ def build_go_command(tmp_path_factory, name: str) -> Path:
     return out
 
 
-def build_kgo_suite(tmp_path_factory) -> Path:
-    """Compiles franz-go's own pkg/kgo test suite (`go test -c`) from the franz-go module
-    pinned in tests/go/go.mod, as scripts/setup-go downloaded it; returns the test binary.
-    Its tests run against the broker named by KGO_SEEDS."""
+def franz_go_module_dir() -> Path:
+    """The franz-go module pinned in tests/go/go.mod, as scripts/setup-go downloaded it
+    into the module cache (read-only)."""
     go = shutil.which("go")
     if go is None:
         pytest.fail("the Go toolchain is not installed: install Go (1.26 or newer, see "
@@ -52,6 +51,17 @@ def build_kgo_suite(tmp_path_factory) -> Path:
     if found.returncode != 0 or not module_dir:
         pytest.fail(f"the franz-go module is not downloaded; did scripts/setup-go run?\n"
                     f"{found.stderr}", pytrace=False)
+    return Path(module_dir)
+
+
+def build_kgo_suite(tmp_path_factory) -> Path:
+    """Compiles franz-go's own pkg/kgo test suite (`go test -c`) from the franz-go module
+    pinned in tests/go/go.mod; returns the test binary. Its tests run against the broker
+    named by KGO_SEEDS; a run of the whole suite runs in franz_go_module_dir() / "pkg/kgo",
+    as `go test` would (one test reads the package's source)."""
+    go = shutil.which("go")
+    module_dir = franz_go_module_dir()
+    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly -buildvcs=false"}
     out = tmp_path_factory.mktemp("kgo") / "kgo.test"
     result = subprocess.run([go, "test", "-c", "-o", str(out), "./pkg/kgo"], cwd=module_dir,
                             env=env, capture_output=True, text=True,

@@ -14,9 +14,9 @@ at 200 records/s to one partition and stops one of its followers: the leader dro
 silent follower from the ISR through the controller after the replica lag bound (5 s), the
 controller fences the stopped broker after its 6 s session and moves the partitions it led;
 acknowledgements resume while it is stopped and, after SIGCONT, it rejoins every ISR. The
-two-down test asks the survivor directly (raw Produce, acks=-1) and through librdkafka with
-a short message.timeout.ms: without a controller quorum the ISR cannot shrink, so nothing is
-acknowledged; once both are back (written to by an idempotent producer, as the leaders
+two-down test asks the survivor directly (raw Produce, acks=-1: REQUEST_TIMED_OUT at the
+request's timeout) and through librdkafka with a short message.timeout.ms: without a
+controller quorum the ISR cannot shrink, so nothing is acknowledged; once both are back (written to by an idempotent producer, as the leaders
 move back and forth meanwhile) every acknowledged record is read back once.
 """
 
@@ -61,6 +61,7 @@ ACKS_LATE_FROM_S = 15.0
 REFUSED_MESSAGE_TIMEOUT_MS = 5_000
 RAW_TIMEOUT_MS = 3_000
 RAW_ANSWER_MARGIN_S = 5.0
+REQUEST_TIMED_OUT = 7
 
 
 def replicated_topic(make_broker, topic: str):
@@ -345,16 +346,12 @@ def test_two_of_three_down_acknowledge_nothing(make_broker):
                               timeout_ms=RAW_TIMEOUT_MS) == NOT_LEADER_OR_FOLLOWER
     # The survivor leads partition 0 and still counts the dead brokers in its ISR: only
     # the controller shrinks an ISR, and one voter of three decides nothing. An acks=all
-    # write waits for them and is never acknowledged: the answer is an error, or none at
-    # all (the wait does not end at the request's timeout; Kafka would answer
-    # REQUEST_TIMED_OUT).
-    try:
-        raw = produce_v3(bootstraps[survivor - 1], topic, 0, acks=-1,
-                         timeout_ms=RAW_TIMEOUT_MS, value=make_record(900).value,
-                         answer_within_s=RAW_TIMEOUT_MS / 1000 + RAW_ANSWER_MARGIN_S)
-    except TimeoutError:
-        raw = "no answer"
-    assert raw != 0, "the survivor acknowledged an acks=all write alone"
+    # write waits for them and is never acknowledged: at the request's timeout it is
+    # answered REQUEST_TIMED_OUT, as Kafka answers it.
+    raw = produce_v3(bootstraps[survivor - 1], topic, 0, acks=-1,
+                     timeout_ms=RAW_TIMEOUT_MS, value=make_record(900).value,
+                     answer_within_s=RAW_TIMEOUT_MS / 1000 + RAW_ANSWER_MARGIN_S)
+    assert raw == REQUEST_TIMED_OUT, f"the survivor answered {raw} to an acks=all write alone"
     seen = metadata(bootstraps[survivor - 1])["topics"][topic]["partitions"]
     refused, failures = produce_batch(bootstrap, topic, range(1000, 1060),
                                       **{"message.timeout.ms": REFUSED_MESSAGE_TIMEOUT_MS})
@@ -401,3 +398,42 @@ def test_two_of_three_down_acknowledge_nothing(make_broker):
           f"{refused_for:.1f} s; all back in every ISR {back:.1f} s after the restart; "
           f"{len(acked)} acked records read back once, {len(unacked)} unacknowledged ones "
           f"present; whole test {time.monotonic() - started:.1f} s")
+
+
+# -- 4. a controlled shutdown ----------------------------------------------------------------
+
+def test_a_leader_stopped_with_sigterm_hands_its_partitions_over_before_it_exits(make_broker):
+    """SIGTERM to the leader of partition 0: before it exits, the controller has fenced it
+    and the two others lead all its partitions. The session timeout (6 s of silence) cannot
+    be what moved them: the others are asked the moment the process has exited. Records
+    written before and after are all read back, and the broker, restarted, registers
+    again and rejoins every ISR."""
+    topic = "sigterm"
+    brokers, bootstraps, partitions = replicated_topic(make_broker, topic)
+    bootstrap = ",".join(bootstraps)
+    before, failed = produce_batch(bootstrap, topic, range(0, 300))
+    assert (len(before), failed) == (300, {})
+
+    stopped = partitions[0]["leader"]
+    others = NODES - {stopped}
+    led = sorted(i for i, p in partitions.items() if p["leader"] == stopped)
+    brokers[stopped - 1].stop()
+    views = [metadata(bootstraps[n - 1]) for n in sorted(others)]
+    for n, view in zip(sorted(others), views):
+        assert stopped not in view["brokers"], \
+            f"node {n} still lists the stopped broker {stopped}: {view['brokers']}"
+        for i, p in view["topics"][topic]["partitions"].items():
+            assert p["leader"] in others, \
+                f"node {n}: partition {i} led by {p['leader']} after {stopped} stopped"
+            assert stopped not in p["isr"], f"node {n}: partition {i} ISR {p['isr']}"
+    text = brokers[stopped - 1].stderr_path.read_text("utf-8", "replace")
+    assert "controlled shutdown: fenced" in text, "the stopped broker logged no handover"
+
+    after, failed = produce_batch(bootstrap, topic, range(300, 600))
+    assert (len(after), failed) == (300, {})
+    brokers[stopped - 1].start()
+    bootstraps[stopped - 1] = brokers[stopped - 1].bootstrap
+    wait_until(lambda: led_by(bootstraps, topic, NODES, 3), "all three back in every ISR",
+               CLUSTER_UP_S)
+    check_in_order(",".join(bootstraps), topic, 600)
+    print(f"node {stopped} led partitions {led}; handed over before it exited")

@@ -471,6 +471,12 @@ pub const CONTROLLER_CONNECTIONS_MAX: usize = 256;
 /// some forty heartbeats, so a voter slowed by a loaded machine is not fenced for it.
 pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 6_000;
 
+/// How long a broker in a cluster that is shutting down waits for the controller to fence
+/// it (a controlled shutdown, which hands its partitions to other in-sync replicas before
+/// it stops). Past it, the broker stops all the same and the others fence it after the
+/// session timeout, as they do a killed broker.
+pub const CONTROLLED_SHUTDOWN_WAIT_MS: u64 = 5_000;
+
 /// How long a leader holds a follower's Fetch that finds nothing new (Kafka's
 /// `replica.fetch.wait.max.ms`): a caught-up follower costs one waiting request per
 /// leader broker.

@@ -127,6 +127,10 @@ pub enum BrokerError {
     /// `min.insync.replicas` before they were replicated.
     #[error("written, but {in_sync} replicas in sync, fewer than min.insync.replicas {required}")]
     NotEnoughReplicasAfterAppend { in_sync: usize, required: usize },
+    /// An acks=all produce was not replicated to the in-sync replicas within the
+    /// request's `timeout_ms` (REQUEST_TIMED_OUT); the records may still be.
+    #[error("not replicated to the in-sync replicas within the request's {timeout_ms} ms")]
+    ReplicationTimedOut { timeout_ms: i64 },
     /// The authorizer refused the request on `resource`: `code` is Kafka's
     /// *_AUTHORIZATION_FAILED code for the resource's type.
     #[error("not authorized to access {resource}")]

@@ -68,6 +68,7 @@ fn response_error(error: &BrokerError) -> ResponseError {
         BrokerError::UnknownLeaderEpoch { .. } => R::UnknownLeaderEpoch,
         BrokerError::NotEnoughReplicas { .. } => R::NotEnoughReplicas,
         BrokerError::NotEnoughReplicasAfterAppend { .. } => R::NotEnoughReplicasAfterAppend,
+        BrokerError::ReplicationTimedOut { .. } => R::RequestTimedOut,
     }
 }
 

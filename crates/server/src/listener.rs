@@ -369,6 +369,7 @@ impl Server {
         }
         self.ctx.stats.accepting.store(false, Ordering::Relaxed);
         if let Some(cluster) = &self.ctx.cluster {
+            cluster.shut_down().await;
             cluster.stop_reconciling();
         }
         tracing::info!("shutting down: closing logs");

@@ -169,6 +169,9 @@ pub struct Appended {
     pub base_offset: Offset,
     pub log_end_offset: Offset,
     pub log_start_offset: Offset,
+    /// The leader epoch the batches were appended at (-1 on a broker that runs alone):
+    /// what [`Partition::wait_acknowledged`] checks the role against.
+    pub leader_epoch: i32,
 }
 
 /// A partition's storage health, for `/metrics`.
@@ -623,7 +626,7 @@ impl Partition {
             crate::panics::catch(crate::panics::Component::Append, append)
                 .unwrap_or_else(|_| Err(self.panicked_under_lock(slot)))
         })?;
-        let (base_offset, log_end_offset, written) = appended;
+        let (base_offset, log_end_offset, written, leader_epoch) = appended;
         if written {
             self.traffic.took_in(owned.len(), owned.headers());
             if self.flush == FlushPolicy::Sync {
@@ -634,26 +637,29 @@ impl Partition {
             base_offset,
             log_end_offset,
             log_start_offset: self.log_start_offset(),
+            leader_epoch,
         })
     }
 
-    /// The append proper, under the mutex: `(base offset, log end, written)`.
+    /// The append proper, under the mutex: `(base offset, log end, written, leader
+    /// epoch)`.
     fn append_under_lock(
         &self,
         slot: &mut Slot,
         idempotent: Option<&BatchHeader>,
         owned: &mut Validated<Vec<u8>>,
         now_ms: i64,
-    ) -> Result<(Offset, Offset, bool), BrokerError> {
+    ) -> Result<(Offset, Offset, bool, i32), BrokerError> {
         let planned = slot.state.plan_append(idempotent)?;
         if let AppendPlan::Duplicate {
             base_offset,
             log_end_offset,
         } = planned
         {
-            return Ok((base_offset, log_end_offset, false));
+            let epoch = self.stamping_epoch();
+            return Ok((base_offset, log_end_offset, false, epoch));
         }
-        self.stamp(owned)?;
+        let epoch = self.stamp(owned)?;
         let info = slot
             .log
             .append(owned, now_ms)
@@ -661,7 +667,7 @@ impl Partition {
         slot.state
             .appended(idempotent, info.base_offset, info.log_end_offset, now_ms);
         self.wrote(slot, info.log_end_offset);
-        Ok((info.base_offset, info.log_end_offset, true))
+        Ok((info.base_offset, info.log_end_offset, true, epoch))
     }
 
     /// An append panicked under the mutex: what it wrote is unknown, so the partition

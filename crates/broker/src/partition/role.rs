@@ -227,15 +227,7 @@ impl Partition {
         if !self.replicated.load(Ordering::Acquire) || self.leading.load(Ordering::Acquire) {
             return Ok(());
         }
-        let leader = self
-            .replication()
-            .as_ref()
-            .and_then(Replication::leader_hint);
-        Err(BrokerError::NotLeaderOrFollower {
-            topic: self.topic.to_string(),
-            partition: self.index,
-            leader,
-        })
+        Err(self.deposed())
     }
 
     /// Checks a request's leader epoch against the partition's (a missing one, -1,
@@ -252,14 +244,21 @@ impl Partition {
         }
     }
 
-    /// Stamps the leader epoch on batches about to be appended. Under the log mutex.
-    pub(super) fn stamp(&self, batches: &mut Validated<Vec<u8>>) -> Result<(), BrokerError> {
+    /// Stamps the leader epoch on batches about to be appended, and answers it (-1 when
+    /// the partition is not replicated). Under the log mutex.
+    pub(super) fn stamp(&self, batches: &mut Validated<Vec<u8>>) -> Result<i32, BrokerError> {
         self.check_leading()?;
         let epoch = self.stamp_epoch.load(Ordering::Acquire);
         if epoch >= 0 {
             batches.stamp_leader_epoch(epoch);
         }
-        Ok(())
+        Ok(epoch)
+    }
+
+    /// The leader epoch appends are stamped with now (-1 when the partition is not
+    /// replicated or this broker does not lead it). Under the log mutex.
+    pub(super) fn stamping_epoch(&self) -> i32 {
+        self.stamp_epoch.load(Ordering::Acquire)
     }
 
     /// Where `epoch` ended in this partition's log, as OffsetForLeaderEpoch answers:
@@ -426,36 +425,88 @@ impl Partition {
         }
     }
 
-    /// Waits until everything below `offset` is replicated to the in-sync replicas
-    /// (the high watermark reached it), then refuses when fewer than `min_insync`
-    /// replicas are in sync (NOT_ENOUGH_REPLICAS_AFTER_APPEND): what acks=all answers.
+    /// Waits until everything below `offset`, appended while this broker led the
+    /// partition at `epoch`, is replicated to the in-sync replicas, at least
+    /// `min_insync` of them. A leader that loses its role meanwhile answers
+    /// `NOT_LEADER_OR_FOLLOWER`: the new leader may hold other records at those offsets,
+    /// and a high watermark this broker reaches later as a follower says nothing of them.
     pub async fn wait_replicated(
         &self,
         offset: Offset,
         min_insync: usize,
+        epoch: i32,
     ) -> Result<(), BrokerError> {
-        self.wait_durable(offset).await?;
-        match self.in_sync_replicas().unwrap_or(1) {
-            in_sync if in_sync < min_insync => Err(BrokerError::NotEnoughReplicasAfterAppend {
+        if !self.replicated.load(Ordering::Acquire) {
+            self.wait_durable(offset).await?;
+            return self.require_after_append(1, min_insync);
+        }
+        let mut durable = self.durable.subscribe();
+        let mut roles = self.appended.subscribe();
+        loop {
+            // Marked seen before they are read, so a change after the reads wakes the
+            // wait below. The epoch is read after the high watermark: when it has not
+            // changed, that high watermark was this leader's.
+            roles.borrow_and_update();
+            let state = *durable.borrow_and_update();
+            if self.stamp_epoch.load(Ordering::Acquire) != epoch {
+                return Err(self.deposed());
+            }
+            if state.failed {
+                return Err(BrokerError::Storage(format!(
+                    "{}/{}: log failed before offset {offset} was replicated",
+                    self.topic, self.index
+                )));
+            }
+            if state.high_watermark >= offset {
+                break;
+            }
+            let changed = tokio::select! {
+                changed = durable.changed() => changed,
+                changed = roles.changed() => changed,
+            };
+            changed.map_err(|_| BrokerError::Storage("partition dropped".into()))?;
+        }
+        let in_sync = self.in_sync_replicas().ok_or_else(|| self.deposed())?;
+        self.require_after_append(in_sync, min_insync)
+    }
+
+    fn require_after_append(&self, in_sync: usize, min_insync: usize) -> Result<(), BrokerError> {
+        match in_sync < min_insync {
+            true => Err(BrokerError::NotEnoughReplicasAfterAppend {
                 in_sync,
                 required: min_insync,
             }),
-            _ => Ok(()),
+            false => Ok(()),
         }
     }
 
-    /// Waits until a produce whose batches end before `offset` may be acknowledged:
-    /// with acks=all (`all`), replicated to the in-sync replicas, at least `min_insync`
-    /// of them ([`Partition::wait_replicated`]); with acks=1, synced on this broker (on a
-    /// broker that runs alone, the two are the same high watermark).
+    /// What a write waiting on a leader that lost its role answers.
+    fn deposed(&self) -> BrokerError {
+        let leader = self
+            .replication()
+            .as_ref()
+            .and_then(Replication::leader_hint);
+        BrokerError::NotLeaderOrFollower {
+            topic: self.topic.to_string(),
+            partition: self.index,
+            leader,
+        }
+    }
+
+    /// Waits until a produce whose batches end before `offset`, appended at leader
+    /// `epoch` ([`Appended::leader_epoch`]), may be acknowledged: with acks=all
+    /// (`all`), replicated to the in-sync replicas, at least `min_insync` of them
+    /// ([`Partition::wait_replicated`]); with acks=1, synced on this broker (on a broker
+    /// that runs alone, the two are the same high watermark).
     pub async fn wait_acknowledged(
         &self,
         offset: Offset,
         all: bool,
         min_insync: usize,
+        epoch: i32,
     ) -> Result<(), BrokerError> {
         if all {
-            self.wait_replicated(offset, min_insync).await
+            self.wait_replicated(offset, min_insync, epoch).await
         } else if self.replicated.load(Ordering::Acquire) {
             self.wait_synced_here(offset).await
         } else {

@@ -151,7 +151,7 @@ async fn a_leader_acknowledges_only_what_every_in_sync_replica_synced() {
     );
     let acked = {
         let l = Arc::clone(&l);
-        tokio::spawn(async move { l.wait_replicated(end, 2).await })
+        tokio::spawn(async move { l.wait_replicated(end, 2, 1).await })
     };
     catch_up(&l, &f, 2).await;
     within("acks=all", acked).await.unwrap().unwrap();
@@ -206,8 +206,26 @@ async fn a_deposed_leaders_divergent_tail_is_cut_and_replaced() {
     within("the old leader's sync", a.wait_synced_here(Offset::new(4)))
         .await
         .unwrap();
+    let waiting = {
+        let a = Arc::clone(&a);
+        tokio::spawn(async move { a.wait_acknowledged(Offset::new(4), true, 1, 1).await })
+    };
     b.set_role(2, leader(2, &[1, 2], &[1, 2]), now()).unwrap();
     a.set_role(1, follower(2, 2), now()).unwrap();
+    let deposed = within("the deposed leader's answer", waiting)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(
+            deposed,
+            BrokerError::NotLeaderOrFollower {
+                leader: Some(2),
+                ..
+            }
+        ),
+        "a write waiting on a deposed leader is never acknowledged: {deposed:?}"
+    );
     b.append(validate_all(&plain_batch()), MAX).unwrap();
     let position = a.fetch_position().unwrap();
     assert_eq!(
@@ -270,13 +288,13 @@ async fn a_follower_that_stops_leaves_the_isr_and_min_insync_decides_acks_all() 
     assert_eq!(l.in_sync_replicas(), Some(1));
     within(
         "acks=all with min.insync.replicas=1",
-        l.wait_replicated(Offset::new(1), 1),
+        l.wait_replicated(Offset::new(1), 1, 1),
     )
     .await
     .unwrap();
     let after = within(
         "acks=all with min.insync.replicas=2",
-        l.wait_replicated(Offset::new(1), 2),
+        l.wait_replicated(Offset::new(1), 2, 1),
     )
     .await
     .unwrap_err();

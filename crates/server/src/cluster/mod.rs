@@ -23,7 +23,7 @@ pub mod view;
 mod tests;
 
 use crate::replica_fetcher::ReplicaFetchers;
-use headway_base::PartitionIndex;
+use headway_base::{limits, PartitionIndex};
 use headway_broker::{Broker, BrokerError};
 use headway_controller::metadata::Endpoint;
 use headway_controller::{
@@ -49,6 +49,8 @@ pub struct Cluster {
     node_id: BrokerId,
     settings: ClusterSettings,
     cluster_id: String,
+    /// This start's registration (a new one at every start).
+    incarnation: uuid::Uuid,
     tasks: Vec<JoinHandle<()>>,
     /// Turned true when the broker stops: the replica fetchers end.
     stopping: watch::Sender<bool>,
@@ -81,6 +83,7 @@ impl Cluster {
             node_id,
             settings,
             cluster_id,
+            incarnation,
             tasks: Vec::new(),
             controller,
             stopping,
@@ -175,9 +178,56 @@ impl Cluster {
         Ok(decision.outcome)
     }
 
+    /// A controlled shutdown, before the broker closes its logs: the controller fences
+    /// this broker at once (`ShutdownBroker`), which hands the partitions it leads to
+    /// other in-sync replicas and takes it out of every ISR, so clients and followers
+    /// move on without waiting for the session timeout. Waits for the decision at most
+    /// `CONTROLLED_SHUTDOWN_WAIT_MS`; without it (no controller quorum) the broker stops
+    /// all the same, and the others fence it once it is silent.
+    pub async fn shut_down(&self) {
+        let image = self.image();
+        let registered = image
+            .metadata
+            .brokers
+            .get(&self.node_id)
+            .filter(|b| b.incarnation == self.incarnation && !b.fenced);
+        let Some(me) = registered else {
+            return;
+        };
+        let led = image
+            .metadata
+            .topics
+            .values()
+            .flat_map(|t| &t.partitions)
+            .filter(|p| p.leader == self.node_id)
+            .count();
+        let command = Command::ShutdownBroker {
+            id: self.node_id,
+            epoch: me.epoch,
+        };
+        let wait = Duration::from_millis(limits::CONTROLLED_SHUTDOWN_WAIT_MS);
+        match tokio::time::timeout(wait, self.decide(command)).await {
+            Ok(Ok(Outcome::Done)) => {
+                tracing::info!(
+                    partitions_led = led,
+                    "controlled shutdown: fenced, this broker's partitions handed over"
+                )
+            }
+            Ok(Ok(outcome)) => {
+                tracing::warn!(%outcome, "controlled shutdown refused; stopping all the same")
+            }
+            Ok(Err((_, reason))) => {
+                tracing::warn!(%reason, "controlled shutdown not decided; stopping all the same")
+            }
+            Err(_) => tracing::warn!(
+                wait_ms = limits::CONTROLLED_SHUTDOWN_WAIT_MS,
+                "controlled shutdown not decided in time; stopping all the same"
+            ),
+        }
+    }
+
     /// Stops the reconciler before the broker closes its logs. The voter runs on until
-    /// the process ends: its log is synced at every append, and the others fence this
-    /// broker once it is silent for the session timeout (no controlled shutdown yet).
+    /// the process ends: its log is synced at every append.
     pub fn stop_reconciling(&self) {
         self.stopping.send_replace(true);
         for task in &self.tasks {

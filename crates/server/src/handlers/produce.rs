@@ -44,7 +44,7 @@ use headway_protocol::kafka_protocol::ResponseError;
 use headway_protocol::{decode_body, Request};
 use headway_txn::{TxnCoordinator, TxnError};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::runtime::{Handle, RuntimeFlavor};
 
 pub const HANDLER: Handler = Handler {
@@ -70,6 +70,16 @@ struct Outcome {
     at: Instant,
     /// acks=all, with the topic's `min.insync.replicas`.
     acks_all: Option<usize>,
+    /// An acks=all wait on a replicated partition ends here (the request's arrival
+    /// plus its `timeout_ms`) with REQUEST_TIMED_OUT.
+    deadline: Deadline,
+}
+
+/// The request's `timeout_ms`, from its arrival.
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    timeout_ms: i64,
 }
 
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
@@ -101,6 +111,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     };
     let acks = body.acks;
     let valid_acks = matches!(acks, -1..=1);
+    let timeout_ms = i64::from(body.timeout_ms.max(0));
+    let deadline = Deadline {
+        at: arrival.started + Duration::from_millis(timeout_ms as u64),
+        timeout_ms,
+    };
     let largest = body
         .topic_data
         .iter()
@@ -172,6 +187,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     appended,
                     at,
                     acks_all,
+                    deadline,
                 }
             })
             .collect();
@@ -328,10 +344,8 @@ async fn topic_response(
     for outcome in outcomes {
         let durable = match outcome.appended {
             Ok((partition, appended)) => {
-                let (all, min_insync) = (outcome.acks_all.is_some(), outcome.acks_all.unwrap_or(1));
-                let durable = partition
-                    .wait_acknowledged(appended.log_end_offset, all, min_insync)
-                    .await;
+                let acks = (outcome.acks_all, outcome.deadline);
+                let durable = acknowledged(&partition, &appended, acks).await;
                 let waited = outcome.at.elapsed();
                 timings::observe(&stages.durable, waited);
                 if let Some(light) = light {
@@ -362,6 +376,28 @@ async fn topic_response(
     TopicProduceResponse::default()
         .with_name(name)
         .with_partition_responses(partitions)
+}
+
+/// Waits until the append may be acknowledged. On a replicated partition acks=all
+/// waits for the in-sync replicas no longer than the request's `timeout_ms`, as Kafka
+/// does: where the ISR cannot shrink (no controller quorum), the producer hears
+/// REQUEST_TIMED_OUT instead of nothing. A broker that runs alone waits for its own
+/// sync, as it always has.
+async fn acknowledged(
+    partition: &Partition,
+    appended: &Appended,
+    (acks_all, deadline): (Option<usize>, Deadline),
+) -> Result<(), BrokerError> {
+    let (all, min_insync) = (acks_all.is_some(), acks_all.unwrap_or(1));
+    let offset = appended.log_end_offset;
+    let wait = partition.wait_acknowledged(offset, all, min_insync, appended.leader_epoch);
+    if !all || partition.role_epoch().is_none() {
+        return wait.await;
+    }
+    let Deadline { at, timeout_ms } = deadline;
+    tokio::time::timeout_at(at.into(), wait)
+        .await
+        .unwrap_or(Err(BrokerError::ReplicationTimedOut { timeout_ms }))
 }
 
 /// The records a refused batch was refused for (KIP-467), so that a client fails only
