@@ -414,8 +414,10 @@ impl Partition {
 
     /// Refuses an acks=all produce before it is written when fewer replicas are in sync
     /// than `min_insync` (NOT_ENOUGH_REPLICAS). A partition that is not replicated has
-    /// one, as Kafka's with one replica.
+    /// one, as Kafka's with one replica; a replica that does not lead answers
+    /// NOT_LEADER_OR_FOLLOWER first.
     pub fn require_in_sync(&self, min_insync: usize) -> Result<(), BrokerError> {
+        self.check_leading()?;
         match self.in_sync_replicas().unwrap_or(1) {
             in_sync if in_sync < min_insync => Err(BrokerError::NotEnoughReplicas {
                 in_sync,
