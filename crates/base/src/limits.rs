@@ -482,6 +482,16 @@ pub const CONTROLLED_SHUTDOWN_WAIT_MS: u64 = 5_000;
 /// leader broker.
 pub const REPLICA_FETCH_WAIT_MS: u64 = 500;
 
+/// How long a replica fetcher waits for its partitions still syncing what the last fetch
+/// brought before it fetches without them. Their next fetch is what tells the leader they
+/// hold it, which an acks=all produce waits for: a round that left them out and then
+/// waited `REPLICA_FETCH_WAIT_MS` for the others would hold that produce as long.
+pub const REPLICA_FETCH_SYNC_GRACE_MS: u64 = 100;
+
+/// How long the leader may hold a follower's Fetch that leaves out partitions still
+/// syncing past `REPLICA_FETCH_SYNC_GRACE_MS`: they join the next round this soon.
+pub const REPLICA_FETCH_WAIT_SYNCING_MS: u64 = 5;
+
 /// How long a replica fetcher waits before it tries a leader it could not reach again,
 /// and how long a partition the leader refused sits out (Kafka's
 /// `replica.fetch.backoff.ms` is 1 s; the controller's metadata usually moves the

@@ -17,10 +17,14 @@
 //!
 //! A follower fetches an offset only once everything before it is synced on its own
 //! disk, so its fetch offset tells the leader its durable end: the leader's high
-//! watermark, and so acks=all, counts only what the in-sync replicas synced. A partition
-//! waiting for its sync is left out of the round and joins the next one; the leader
-//! holds a Fetch with nothing new for up to `REPLICA_FETCH_WAIT_MS`, so a caught-up
-//! follower costs one waiting request per leader, not a busy loop.
+//! watermark, and so acks=all, counts only what the in-sync replicas synced. A round
+//! waits for partitions still syncing what the last one brought, up to
+//! `REPLICA_FETCH_SYNC_GRACE_MS` (their next fetch is what an acks=all produce waits
+//! for); one still syncing after that is left out and joins the next round, which the
+//! leader then holds only `REPLICA_FETCH_WAIT_SYNCING_MS`. Otherwise the leader holds a
+//! Fetch with nothing new for up to `REPLICA_FETCH_WAIT_MS` and answers it at its next
+//! append, so a caught-up follower costs one waiting request per leader, not a busy
+//! loop.
 //!
 //! Replication has its own connections: a follower's fetches never queue behind a
 //! client's requests on a shared socket, and the leader serves them on the read
@@ -212,7 +216,7 @@ impl Run {
             if *self.shutdown.borrow() {
                 return;
             }
-            let round = self.ready_partitions().await;
+            let (round, syncing) = self.ready_partitions().await;
             if round.is_empty() {
                 continue;
             }
@@ -228,7 +232,7 @@ impl Run {
                     }
                 },
             };
-            let request = self.request(&round);
+            let request = self.request(&round, syncing);
             match conn.request(&request).await {
                 Ok(response) => {
                     let answers = response
@@ -262,10 +266,34 @@ impl Run {
         let _ = tokio::time::timeout(how_long, self.shutdown.wait_for(|s| *s)).await;
     }
 
-    /// The partitions that may fetch now: synced to their log end and not resting.
-    /// Waits (for a sync, a change of what is followed, or a resting partition's time)
-    /// while there are none.
-    async fn ready_partitions(&mut self) -> Vec<InRound> {
+    /// The partitions that may fetch now, synced to their log end and not resting, and
+    /// whether others are still syncing. Partitions still syncing what the last round
+    /// brought are waited for, up to `REPLICA_FETCH_SYNC_GRACE_MS`, so that they fetch
+    /// in this round (their fetch offset is what acks=all waits for). Waits (for a sync,
+    /// a change of what is followed, or a resting partition's time) while none is ready.
+    async fn ready_partitions(&mut self) -> (Vec<InRound>, bool) {
+        let (ready, syncing) = self.partitions_by_sync();
+        if ready.is_empty() {
+            self.wait_for_any(syncing).await;
+            return (Vec::new(), false);
+        }
+        if syncing.is_empty() {
+            return (ready, false);
+        }
+        let grace = Duration::from_millis(limits::REPLICA_FETCH_SYNC_GRACE_MS);
+        let synced = futures::future::join_all(syncing.iter().map(|p| p.wait_synced_to_end()));
+        let mut shutdown = self.shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::timeout(grace, synced) => {}
+            _ = shutdown.wait_for(|s| *s) => {}
+        }
+        let (ready, syncing) = self.partitions_by_sync();
+        (ready, !syncing.is_empty())
+    }
+
+    /// The followed partitions that are not resting: ready (synced to their log end), or
+    /// still syncing.
+    fn partitions_by_sync(&mut self) -> (Vec<InRound>, Vec<Arc<Partition>>) {
         let now = Instant::now();
         self.resting.retain(|_, until| *until > now);
         let mut ready = Vec::new();
@@ -288,29 +316,32 @@ impl Run {
                 }
             }
         }
-        if ready.is_empty() {
-            let soonest = self
-                .resting
-                .values()
-                .min()
-                .copied()
-                .unwrap_or(now + Duration::from_millis(limits::REPLICA_FETCH_WAIT_MS));
-            let synced = async {
-                if syncing.is_empty() {
-                    std::future::pending::<()>().await;
-                }
-                let waits = syncing.iter().map(|p| Box::pin(p.wait_synced_to_end()));
-                let _ = futures::future::select_all(waits).await;
-            };
-            let mut shutdown = self.shutdown.clone();
-            tokio::select! {
-                _ = synced => {}
-                _ = self.followed.changed.notified() => {}
-                _ = tokio::time::sleep_until(soonest) => {}
-                _ = shutdown.wait_for(|s| *s) => {}
+        (ready, syncing)
+    }
+
+    /// With no partition ready: waits for one of `syncing` to be synced, a change of what
+    /// is followed, a resting partition's time, or the shutdown.
+    async fn wait_for_any(&mut self, syncing: Vec<Arc<Partition>>) {
+        let soonest = self
+            .resting
+            .values()
+            .min()
+            .copied()
+            .unwrap_or(Instant::now() + Duration::from_millis(limits::REPLICA_FETCH_WAIT_MS));
+        let synced = async {
+            if syncing.is_empty() {
+                std::future::pending::<()>().await;
             }
+            let waits = syncing.iter().map(|p| Box::pin(p.wait_synced_to_end()));
+            let _ = futures::future::select_all(waits).await;
+        };
+        let mut shutdown = self.shutdown.clone();
+        tokio::select! {
+            _ = synced => {}
+            _ = self.followed.changed.notified() => {}
+            _ = tokio::time::sleep_until(soonest) => {}
+            _ = shutdown.wait_for(|s| *s) => {}
         }
-        ready
     }
 
     fn rest(&mut self, key: Key) {
@@ -318,7 +349,10 @@ impl Run {
         self.resting.insert(key, until);
     }
 
-    fn request(&self, round: &[InRound]) -> FetchRequest {
+    /// The round's Fetch. The leader holds it up to `REPLICA_FETCH_WAIT_MS` when it
+    /// finds nothing new, or only `REPLICA_FETCH_WAIT_SYNCING_MS` when partitions left
+    /// out are `syncing`: they join the next round soon.
+    fn request(&self, round: &[InRound], syncing: bool) -> FetchRequest {
         let mut topics: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
         for r in round {
             let partition = FetchPartition::default()
@@ -340,7 +374,10 @@ impl Run {
             .collect();
         FetchRequest::default()
             .with_replica_id(BrokerId(self.me))
-            .with_max_wait_ms(limits::REPLICA_FETCH_WAIT_MS as i32)
+            .with_max_wait_ms(match syncing {
+                true => limits::REPLICA_FETCH_WAIT_SYNCING_MS as i32,
+                false => limits::REPLICA_FETCH_WAIT_MS as i32,
+            })
             .with_min_bytes(1)
             .with_max_bytes(limits::REPLICA_FETCH_RESPONSE_BYTES_MAX as i32)
             .with_isolation_level(0)
