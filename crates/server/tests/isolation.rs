@@ -9,6 +9,7 @@ use common::*;
 use headway_protocol::kafka_protocol::messages::*;
 use headway_server::call::{ConnectionSnapshot, StatsSnapshot};
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 
@@ -54,6 +55,9 @@ async fn fetched_values(client: &mut Client, offset: i64) -> usize {
 }
 
 /// A Fetch of every partition from offset 0, asking for 50 MiB.
+/// How long a stuck connection's counts stay put before it counts as stopped.
+const STUCK_QUIET: Duration = Duration::from_secs(1);
+
 fn greedy_fetch() -> FetchRequest {
     fetch_every_partition(TOPIC, PARTITIONS, 500, 1, 50 << 20, 50 << 20)
 }
@@ -89,9 +93,22 @@ async fn a_client_that_never_reads_holds_at_most_its_outbound_budget() {
     });
 
     let window = headway_base::limits::REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX;
+    // Stopped: the window full (plus the reply in the writer and the one waiting for
+    // room), and its counts unchanged for a second. Until the kernel's socket buffers
+    // are full, each reply written makes room for one more request.
+    let unchanged_since: std::sync::Mutex<Option<((u64, u64), Instant)>> =
+        std::sync::Mutex::new(None);
     wait_for(&broker, "the stuck connection's reader to stop", |s| {
-        // The window, plus the reply in the writer and the one waiting for room.
-        connection(s, stuck_peer).is_some_and(|c| c.reader_paused && c.in_flight >= window)
+        let Some(c) = connection(s, stuck_peer) else {
+            return false;
+        };
+        let counts = (c.requests_read, c.responses_written);
+        let mut seen = unchanged_since.lock().unwrap();
+        let since = match *seen {
+            Some((before, at)) if before == counts => at,
+            _ => seen.insert((counts, Instant::now())).1,
+        };
+        c.reader_paused && c.in_flight >= window && since.elapsed() >= STUCK_QUIET
     })
     .await;
     let before = connection(&broker.server.stats.snapshot(), stuck_peer).unwrap();
@@ -247,7 +264,7 @@ async fn acknowledgements_and_fetches_are_timed_by_stage_on_metrics() {
             break metrics;
         }
         assert!(tokio::time::Instant::now() < deadline, "{metrics}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     };
     // One produce, timed at every stage.
     for stage in ["read", "append", "durable", "reply", "total"] {
