@@ -11,10 +11,12 @@ import socket
 import struct
 import time
 
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from conftest import BrokerStartError
 from kafka_frames import frame, read_response
+from support import ADMIN_TIMEOUT_S, raise_on_error, rdkafka_base, wait_until
 
 METADATA_KEY, PRODUCE_KEY = 3, 0
 NOT_LEADER_OR_FOLLOWER = 6
@@ -177,3 +179,19 @@ def led_by(bootstraps: list[str], topic: str, alive: set[int], isr_size: int):
             if p["leader"] not in alive or len(p["isr"]) != isr_size:
                 return None
     return first["partitions"]
+
+
+def cluster_with_topic(make_broker, topic: str, partitions: int):
+    """Three brokers agreeing on one controller and `topic` (`partitions` partitions,
+    replication factor 3), every partition led with all three in sync; returns the
+    brokers, their addresses and the topic's partitions as Metadata shows them."""
+    brokers = start_cluster(make_broker)
+    bootstraps = [b.bootstrap for b in brokers]
+    wait_until(lambda: all_agree(bootstraps, 3), "three brokers, one controller", CLUSTER_UP_S)
+    admin = AdminClient(rdkafka_base(",".join(bootstraps)))
+    raise_on_error(admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=3)],
+        operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S))
+    led = wait_until(lambda: led_by(bootstraps, topic, {1, 2, 3}, 3),
+                     "the topic led, ISR 3", CLUSTER_UP_S)
+    return brokers, bootstraps, led

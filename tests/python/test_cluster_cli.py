@@ -25,11 +25,10 @@ import subprocess
 import time
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from cluster_support import CLUSTER_UP_S, all_agree, led_by, start_cluster
+from cluster_support import cluster_with_topic
 from conftest import HEADWAY_BIN
-from support import ADMIN_TIMEOUT_S, ErrorLog, raise_on_error, rdkafka_base, wait_until
+from support import ADMIN_TIMEOUT_S, ErrorLog, rdkafka_base
 
 TOPIC = "cli-three-leaders"
 PARTITIONS = 6
@@ -88,15 +87,7 @@ def consume(bootstrap: str, run: int) -> list[tuple[int, int, str]]:
 
 
 def test_consume_to_the_end_reads_every_record_from_three_leaders(make_broker):
-    brokers = start_cluster(make_broker)
-    bootstraps = [b.bootstrap for b in brokers]
-    wait_until(lambda: all_agree(bootstraps, 3), "three brokers, one controller", CLUSTER_UP_S)
-    admin = AdminClient(rdkafka_base(",".join(bootstraps)))
-    raise_on_error(admin.create_topics(
-        [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=3)],
-        operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S))
-    partitions = wait_until(lambda: led_by(bootstraps, TOPIC, {1, 2, 3}, 3),
-                            "the topic led, ISR 3", CLUSTER_UP_S)
+    brokers, bootstraps, partitions = cluster_with_topic(make_broker, TOPIC, PARTITIONS)
     leaders = {p["leader"] for p in partitions.values()}
     # The controller spreads the leaders; three fetchers is the case under test.
     assert leaders == {1, 2, 3}, partitions

@@ -15,11 +15,9 @@ from __future__ import annotations
 import time
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from cluster_support import CLUSTER_UP_S, FENCED_WITHIN_S, all_agree, led_by, start_cluster
-from support import ADMIN_TIMEOUT_S, ErrorLog, raise_on_error, rdkafka_base, read_records, \
-    wait_until
+from cluster_support import CLUSTER_UP_S, FENCED_WITHIN_S, cluster_with_topic, led_by
+from support import ADMIN_TIMEOUT_S, ErrorLog, rdkafka_base, read_records, wait_until
 
 TOPIC = "replicated"
 PARTITIONS = 3
@@ -54,15 +52,7 @@ def expected_values(count: int) -> list[bytes]:
 
 def test_acknowledged_records_survive_the_leaders_sigkill(make_broker):
     started = time.monotonic()
-    brokers = start_cluster(make_broker)
-    bootstraps = [b.bootstrap for b in brokers]
-    wait_until(lambda: all_agree(bootstraps, 3), "three brokers, one controller", CLUSTER_UP_S)
-    admin = AdminClient(rdkafka_base(",".join(bootstraps)))
-    raise_on_error(admin.create_topics(
-        [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=3)],
-        operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S))
-    partitions = wait_until(lambda: led_by(bootstraps, TOPIC, {1, 2, 3}, 3),
-                            "the topic led, ISR 3", CLUSTER_UP_S)
+    brokers, bootstraps, partitions = cluster_with_topic(make_broker, TOPIC, PARTITIONS)
 
     first_batch = 300
     produce(",".join(bootstraps), 0, first_batch)
