@@ -20,6 +20,8 @@
 //!   hands out producer ids that stay unique across restarts.
 //! - [`internal_log`] opens, writes and replays the logs the broker keeps for itself
 //!   (committed offsets, transaction state).
+//! - [`coordinator_shards`] says which coordinator serves a key: one for every key on
+//!   a broker alone, one per led partition of the internal topic in a cluster.
 //! - [`io`] schedules the broker's I/O: `io::read_pool` runs reads that may wait for
 //!   the disk on threads of their own, one read per connection at a time; reads of
 //!   cached data skip it (`io::read_route` decides which way a fetch's read goes);
@@ -42,6 +44,7 @@
 
 pub mod cleaner;
 pub mod config;
+pub mod coordinator_shards;
 pub mod disk;
 mod durability;
 mod error;

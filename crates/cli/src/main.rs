@@ -165,6 +165,10 @@ struct ServeArgs {
     /// 3 and the registered brokers].
     #[arg(long, env = "HEADWAY_DEFAULT_REPLICATION_FACTOR")]
     default_replication_factor: Option<i16>,
+    /// Partitions of `__consumer_offsets` in a cluster, over which the group
+    /// coordinators spread [default: 12].
+    #[arg(long, env = "HEADWAY_OFFSETS_TOPIC_NUM_PARTITIONS")]
+    offsets_topic_num_partitions: Option<i32>,
     /// Create unknown topics on Metadata requests [default: true].
     #[arg(long, env = "HEADWAY_AUTO_CREATE_TOPICS")]
     auto_create_topics: Option<bool>,
@@ -377,6 +381,9 @@ impl ServeArgs {
         set!(server.cluster.controller_quorum_voters = self.controller_quorum_voters);
         if self.default_replication_factor.is_some() {
             config.server.cluster.default_replication_factor = self.default_replication_factor;
+        }
+        if self.offsets_topic_num_partitions.is_some() {
+            config.server.cluster.offsets_topic_num_partitions = self.offsets_topic_num_partitions;
         }
         set!(broker.auto_create_topics = self.auto_create_topics);
         set!(broker.default_partitions = self.default_partitions);

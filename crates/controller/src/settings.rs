@@ -1,5 +1,6 @@
 //! The cluster's section of the broker's settings: which controller voters there are,
-//! and the defaults of topics created through the controller.
+//! the defaults of topics created through the controller, and the size of the
+//! offsets topic.
 //!
 //! Without `controller_quorum_voters` the broker runs alone and nothing of the cluster
 //! runs; with it, `node_id` (the broker section's) must be one of the voters.
@@ -18,7 +19,17 @@ pub struct ClusterSettings {
     /// The replication factor of topics created with -1 (Kafka's
     /// `default.replication.factor`); unset: the smaller of 3 and the registered brokers.
     pub default_replication_factor: Option<i16>,
+    /// Partitions of `__consumer_offsets` when the cluster creates it (Kafka's
+    /// `offsets.topic.num.partitions`); unset: [`OFFSETS_TOPIC_PARTITIONS_DEFAULT`].
+    pub offsets_topic_num_partitions: Option<i32>,
 }
+
+/// The partitions of a cluster's `__consumer_offsets`: the group coordinators are
+/// spread over this many leaders. Kafka's default is 50; on small clusters each
+/// partition costs a replica on every broker, so fewer.
+pub const OFFSETS_TOPIC_PARTITIONS_DEFAULT: i32 = 12;
+/// The most partitions `offsets_topic_num_partitions` may ask for.
+pub const OFFSETS_TOPIC_PARTITIONS_MAX: i32 = 1_000;
 
 /// The voters and this node's place among them, once checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +43,12 @@ impl ClusterSettings {
     /// `node_id` is the broker's `--node-id`.
     pub fn membership(&self, node_id: i32) -> Result<Option<Membership>, String> {
         if self.controller_quorum_voters.trim().is_empty() {
+            if self.offsets_topic_num_partitions.is_some() {
+                return Err(
+                    "offsets_topic_num_partitions needs controller_quorum_voters: a broker alone keeps one offsets log"
+                        .into(),
+                );
+            }
             if self.default_replication_factor.is_some() {
                 return Err(
                     "default_replication_factor needs controller_quorum_voters: a broker alone keeps one copy"
@@ -58,10 +75,23 @@ impl ClusterSettings {
                 ));
             }
         }
+        if let Some(n) = self.offsets_topic_num_partitions {
+            if !(1..=OFFSETS_TOPIC_PARTITIONS_MAX).contains(&n) {
+                return Err(format!(
+                    "offsets_topic_num_partitions is 1 to {OFFSETS_TOPIC_PARTITIONS_MAX}, not {n}"
+                ));
+            }
+        }
         Ok(Some(Membership {
             node_id: id,
             voters,
         }))
+    }
+
+    /// The partitions `__consumer_offsets` is created with.
+    pub fn offsets_topic_partitions(&self) -> i32 {
+        self.offsets_topic_num_partitions
+            .unwrap_or(OFFSETS_TOPIC_PARTITIONS_DEFAULT)
     }
 
     /// The replication factor of a topic created with -1 when `registered` brokers are.
@@ -78,7 +108,7 @@ mod tests {
     fn with(voters: &str) -> ClusterSettings {
         ClusterSettings {
             controller_quorum_voters: voters.into(),
-            default_replication_factor: None,
+            ..ClusterSettings::default()
         }
     }
 
@@ -118,6 +148,7 @@ mod tests {
         let alone = ClusterSettings {
             controller_quorum_voters: String::new(),
             default_replication_factor: Some(3),
+            ..ClusterSettings::default()
         };
         assert!(alone
             .membership(1)
@@ -126,8 +157,23 @@ mod tests {
         let zero = ClusterSettings {
             controller_quorum_voters: "1@a:1".into(),
             default_replication_factor: Some(0),
+            ..ClusterSettings::default()
         };
         assert!(zero.membership(1).unwrap_err().contains("at least 1"));
+        let offsets_alone = ClusterSettings {
+            offsets_topic_num_partitions: Some(12),
+            ..ClusterSettings::default()
+        };
+        let e = offsets_alone.membership(1).unwrap_err();
+        assert!(e.contains("offsets_topic_num_partitions needs"), "{e}");
+        let none = ClusterSettings {
+            controller_quorum_voters: "1@a:1".into(),
+            offsets_topic_num_partitions: Some(0),
+            ..ClusterSettings::default()
+        };
+        let e = none.membership(1).unwrap_err();
+        assert!(e.contains("offsets_topic_num_partitions is 1 to"), "{e}");
+        assert_eq!(with("1@a:1").offsets_topic_partitions(), 12);
     }
 
     #[test]

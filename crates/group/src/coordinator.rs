@@ -72,12 +72,18 @@ pub struct GroupCoordinator {
     /// held (in that order), so it matches the log's order.
     written: Mutex<Written>,
     log: Arc<Partition>,
+    /// The leader epoch of the partition this coordinator serves ([`NO_EPOCH`] for a
+    /// broker alone).
+    epoch: i32,
     closed: AtomicBool,
 }
 
+/// The epoch of a coordinator on a broker alone, whose log has no leader epochs.
+pub const NO_EPOCH: i32 = -1;
+
 impl GroupCoordinator {
     /// Opens the offsets log under `data_dir/groups/offsets`, replays it, and starts
-    /// the ticker. Must run inside a tokio runtime.
+    /// the ticker (a broker alone). Must run inside a tokio runtime.
     pub async fn open(
         data_dir: &Path,
         flush: FlushPolicy,
@@ -85,6 +91,19 @@ impl GroupCoordinator {
     ) -> Result<Arc<GroupCoordinator>, BrokerError> {
         let dir = data_dir.join("groups").join("offsets");
         let log = internal_log::open(dir, "__consumer_offsets", flush).await?;
+        Self::serve(log, config, NO_EPOCH).await
+    }
+
+    /// Replays `log` and serves from it: the broker's own offsets log, or a partition
+    /// of a cluster's `__consumer_offsets` this broker leads at `epoch` (what its
+    /// writes wait for then is every in-sync replica, and a change of leader fails
+    /// them). Replays up to the high watermark: a new leader's loader waits until that
+    /// reaches what the log held when it took over.
+    pub async fn serve(
+        log: Arc<Partition>,
+        config: GroupConfig,
+        epoch: i32,
+    ) -> Result<Arc<GroupCoordinator>, BrokerError> {
         let mut groups = Groups::new(config);
         let mut recovery = Recovery::default();
         let records = replay(&log, &mut groups, &mut recovery).await?;
@@ -97,6 +116,8 @@ impl GroupCoordinator {
         groups.consumer.extend(consumer);
         let count: usize = groups.iter().map(|g| g.offsets.len()).sum();
         tracing::info!(
+            partition = log.index().value(),
+            epoch,
             records,
             groups = groups.iter().count(),
             offsets = count,
@@ -108,6 +129,7 @@ impl GroupCoordinator {
             groups: Mutex::new(groups),
             written: Mutex::new(written),
             log,
+            epoch,
             closed: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&coordinator);
@@ -312,6 +334,9 @@ impl GroupCoordinator {
         self.log
             .append(validate_all(batch), usize::MAX)
             .map_err(|e| {
+                if let BrokerError::NotLeaderOrFollower { .. } = e {
+                    return GroupError::NotCoordinator;
+                }
                 tracing::error!(error = %e, "appending to the offsets log failed");
                 GroupError::CoordinatorNotAvailable
             })
@@ -320,9 +345,14 @@ impl GroupCoordinator {
     /// Waits until the offsets log is durable up to `end` (nothing to wait for: `None`).
     async fn wait_durable(&self, end: Option<Offset>) -> Result<(), GroupError> {
         let Some(end) = end else { return Ok(()) };
-        self.log.wait_durable(end).await.map_err(|e| {
-            tracing::error!(error = %e, "syncing the offsets log failed");
-            GroupError::CoordinatorNotAvailable
+        // In a cluster: every in-sync replica holds it; a change of leader fails it.
+        let waited = self.log.wait_replicated(end, 1, self.epoch).await;
+        waited.map_err(|e| match e {
+            BrokerError::NotLeaderOrFollower { .. } => GroupError::NotCoordinator,
+            e => {
+                tracing::error!(error = %e, "syncing the offsets log failed");
+                GroupError::CoordinatorNotAvailable
+            }
         })
     }
 
@@ -538,12 +568,36 @@ impl GroupCoordinator {
         Ok(())
     }
 
+    /// Whether [`Shard::retire`] or [`GroupCoordinator::close`] ended it.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     /// Closes the offsets log (syncing it). Blocking.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
         if let Err(e) = self.log.close() {
             tracing::error!(error = %e, "closing the offsets log");
         }
+    }
+}
+
+/// A coordinator of one partition of a cluster's `__consumer_offsets`: retired when
+/// another broker leads it. Its groups go with it, so whatever waited on them (a join
+/// waiting for the rebalance) is answered, and its members find the new coordinator.
+impl headway_broker::coordinator_shards::Shard for GroupCoordinator {
+    fn retire(&self) {
+        self.closed.store(true, Ordering::Release);
+        let mut groups = self.groups();
+        let config = groups.config.clone();
+        let topics = groups.topics.clone();
+        *groups = Groups::new(config);
+        groups.topics = topics;
+        tracing::info!(
+            partition = self.log.index().value(),
+            epoch = self.epoch,
+            "group coordinator retired: the partition is led elsewhere"
+        );
     }
 }
 

@@ -28,6 +28,10 @@ pub enum GroupError {
     OffsetMetadataTooLarge,
     #[error("the group coordinator is loading or failed to store offsets")]
     CoordinatorNotAvailable,
+    #[error("this broker does not coordinate the group: another leads its partition")]
+    NotCoordinator,
+    #[error("this broker is still loading the group's partition")]
+    CoordinatorLoadInProgress,
     #[error("open transactions hold as many pending offsets as the broker keeps")]
     TooManyPendingOffsets,
     #[error("the request is malformed")]

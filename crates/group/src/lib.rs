@@ -14,6 +14,8 @@
 //!   offsets log: a commit is answered once its record is durable, and the log is
 //!   replayed at start-up, so committed offsets survive restarts and crashes. So do
 //!   consumer-protocol groups: a heartbeat is answered once what it changed is durable.
+//! - [`GroupShards`]: which coordinator serves a group: the one of a broker alone, or
+//!   in a cluster the one of the `__consumer_offsets` partition this broker leads.
 //! - [`probe`]: the groups' committed offsets and lag on `/metrics`.
 //! - [`GroupSettings`]: the coordinator's section of the broker's settings.
 
@@ -26,13 +28,15 @@ pub mod offsets;
 pub mod probe;
 pub mod requests;
 mod settings;
+mod shards;
 pub mod state;
 
 pub use consumer::TopicsSource;
-pub use coordinator::{CommitEntry, GroupCoordinator, GroupSummary, MemberSummary};
+pub use coordinator::{CommitEntry, GroupCoordinator, GroupSummary, MemberSummary, NO_EPOCH};
 pub use error::GroupError;
 pub use generation::GenerationId;
 pub use migration::MigrationPolicy;
 pub use requests::{JoinRequest, JoinResult, JoinedMember, SyncRequest, SyncResult};
 pub use settings::GroupSettings;
+pub use shards::GroupShards;
 pub use state::{CommittedOffset, ConsumerOverrides, GroupConfig, GroupState, OffsetCommit};

@@ -3,7 +3,7 @@
 //! watermark, for the first `limits::METRICS_GROUP_PARTITIONS_MAX` committed group
 //! partitions (groups by id, then partitions); a gauge counts the ones left out.
 
-use crate::GroupCoordinator;
+use crate::GroupShards;
 use headway_base::limits;
 use headway_broker::probe::{gauge, labels, Bounded, Gauges};
 use headway_broker::Broker;
@@ -12,12 +12,14 @@ use prometheus_client::registry::Registry;
 /// Registers `headway_groups`, `headway_group_partitions_omitted`,
 /// `headway_group_committed_offset` and `headway_group_lag`; `broker` gives each
 /// partition's high watermark.
-pub fn register(r: &mut Registry, coordinator: &GroupCoordinator, broker: &Broker) {
+pub fn register(r: &mut Registry, shards: &GroupShards, broker: &Broker) {
     let (committed, lag) = (Gauges::default(), Gauges::default());
-    let mut groups = coordinator.list();
-    groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+    let groups = shards.list();
     let mut bound = Bounded::new(limits::METRICS_GROUP_PARTITIONS_MAX);
     for group in &groups {
+        let Ok(coordinator) = shards.of(&group.group_id) else {
+            continue;
+        };
         let mut offsets = coordinator.committed(&group.group_id, None);
         offsets.sort_by(|a, b| a.0.cmp(&b.0));
         for (tp, offset) in offsets {

@@ -313,8 +313,11 @@ mod tests {
     ];
 
     /// The keys added since, by the cluster's section.
-    const KEYS_OF_THE_CLUSTER: &[&str] =
-        &["controller_quorum_voters", "default_replication_factor"];
+    const KEYS_OF_THE_CLUSTER: &[&str] = &[
+        "controller_quorum_voters",
+        "default_replication_factor",
+        "offsets_topic_num_partitions",
+    ];
 
     #[test]
     fn every_key_belongs_to_exactly_one_section_and_the_keys_are_unchanged() {

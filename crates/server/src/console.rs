@@ -281,7 +281,8 @@ pub fn state(ctx: &Ctx) -> State {
 
 /// One group, bounded; `None` if it went away since it was listed.
 fn group_state(ctx: &Ctx, group_id: &str) -> Option<GroupState> {
-    let group = ctx.groups.describe(group_id)?;
+    let coordinator = ctx.groups.of(group_id).ok()?;
+    let group = coordinator.describe(group_id)?;
     let max = limits::CONSOLE_GROUP_ENTRIES_MAX;
     let members_omitted = group.members.len().saturating_sub(max);
     let consumer = group.protocol_type == "consumer" || group.protocol_type.is_empty();
@@ -291,7 +292,7 @@ fn group_state(ctx: &Ctx, group_id: &str) -> Option<GroupState> {
         .take(max)
         .map(|m| member_state(m, consumer))
         .collect();
-    let mut committed = ctx.groups.committed(group_id, None);
+    let mut committed = coordinator.committed(group_id, None);
     committed.sort_by(|a, b| a.0.cmp(&b.0));
     let offsets_omitted = committed.len().saturating_sub(max);
     let offsets: Vec<GroupOffset> = committed

@@ -88,6 +88,8 @@ pub fn group_error_code(error: GroupError) -> i16 {
         GroupError::OffsetMetadataTooLarge => R::OffsetMetadataTooLarge,
         GroupError::GroupMaxSizeReached => R::GroupMaxSizeReached,
         GroupError::CoordinatorNotAvailable => R::CoordinatorNotAvailable,
+        GroupError::NotCoordinator => R::NotCoordinator,
+        GroupError::CoordinatorLoadInProgress => R::CoordinatorLoadInProgress,
         GroupError::TooManyPendingOffsets => R::InvalidCommitOffsetSize,
         GroupError::InvalidRequest => R::InvalidRequest,
         GroupError::InvalidRegularExpression => R::InvalidRegularExpression,

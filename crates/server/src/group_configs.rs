@@ -20,7 +20,7 @@
 //! is answered or applied, and read back at start-up.
 
 use headway_broker::BrokerError;
-use headway_group::{ConsumerOverrides, GroupCoordinator, GroupSettings};
+use headway_group::{ConsumerOverrides, GroupSettings, GroupShards};
 use headway_share::{AutoOffsetReset, ShareCoordinator, ShareOverrides, ShareSettings};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -362,12 +362,7 @@ impl GroupConfigStore {
 }
 
 /// Applies a group's settings to the coordinators that use them.
-pub fn apply(
-    groups: &GroupCoordinator,
-    shares: &ShareCoordinator,
-    group_id: &str,
-    settings: &Settings,
-) {
+pub fn apply(groups: &GroupShards, shares: &ShareCoordinator, group_id: &str, settings: &Settings) {
     groups.set_consumer_overrides(group_id, consumer_overrides(settings));
     shares.set_overrides(group_id, share_overrides(settings));
 }
@@ -378,7 +373,7 @@ pub async fn open(
     data_dir: &Path,
     group: &GroupSettings,
     share: &ShareSettings,
-    groups: &GroupCoordinator,
+    groups: &GroupShards,
     shares: &ShareCoordinator,
 ) -> std::io::Result<Arc<GroupConfigStore>> {
     let definitions = definitions(group, share, shares.config().heartbeat_interval_ms);

@@ -17,7 +17,7 @@ use headway_base::limits;
 use headway_broker::listeners::{ListenerSpec, SecurityProtocol};
 use headway_broker::Broker;
 use headway_controller::metadata::Endpoint;
-use headway_group::GroupCoordinator;
+use headway_group::{GroupCoordinator, GroupShards};
 use headway_share::{ShareCoordinator, SHARE_STATE_TOPIC};
 use headway_txn::{ProducerIdSource, TxnCoordinator, TRANSACTION_STATE_TOPIC};
 use std::net::SocketAddr;
@@ -202,16 +202,30 @@ impl Server {
             listeners.push(Bound::bind(spec, &tls).await?);
         }
         let group_config = settings.group.group_config().map_err(invalid)?;
-        let groups = GroupCoordinator::open(&config.data_dir, config.flush, group_config)
-            .await
-            .map_err(|e| std::io::Error::other(format!("opening the group coordinator: {e}")))?;
+        let in_cluster = settings
+            .cluster
+            .membership(config.node_id)
+            .map_err(invalid)?
+            .is_some();
+        // In a cluster the group coordinators come with the leadership of the
+        // partitions of the replicated `__consumer_offsets` (`cluster::coordinators`).
+        let groups = if in_cluster {
+            Arc::new(GroupShards::clustered(group_config))
+        } else {
+            let one = GroupCoordinator::open(&config.data_dir, config.flush, group_config.clone())
+                .await
+                .map_err(|e| {
+                    std::io::Error::other(format!("opening the group coordinator: {e}"))
+                })?;
+            // Readable as `__consumer_offsets`, and compacted like a topic with the
+            // broker's default settings.
+            broker.add_internal_log("__consumer_offsets", Arc::clone(one.offsets_log()));
+            Arc::new(GroupShards::alone(one, group_config))
+        };
         let topics_of = Arc::clone(&broker);
         groups.set_topics_source(headway_group::TopicsSource::new(move || {
             handlers::consumer_group_heartbeat::topics_view_of(&topics_of)
         }));
-        // Readable as `__consumer_offsets`, and compacted like a topic with the
-        // broker's default settings.
-        broker.add_internal_log("__consumer_offsets", Arc::clone(groups.offsets_log()));
         let txns = TxnCoordinator::open(
             &config.data_dir,
             config.flush,
@@ -249,6 +263,9 @@ impl Server {
             Arc::clone(&security),
         ));
         let cluster = start_cluster(&broker, &settings, &listeners).await?;
+        if let Some(cluster) = &cluster {
+            cluster.follow_group_coordinators(&broker, Arc::clone(&groups));
+        }
         let ctx = Arc::new(Ctx {
             cluster,
             groups,

@@ -10,14 +10,14 @@
 
 use headway_base::{Offset, ProducerEpoch, ProducerId, TopicPartition};
 use headway_broker::{Broker, BrokerError, Partition};
-use headway_group::GroupCoordinator;
+use headway_group::GroupShards;
 use headway_txn::{MarkerFuture, MarkerWriter, TransactionResult, TxnError, OFFSETS_TOPIC};
 use std::sync::{Arc, Weak};
 
 pub struct PartitionMarkers {
     /// Weak, as the coordinator holding this outlives nothing of the broker's.
     pub broker: Weak<Broker>,
-    pub groups: Arc<GroupCoordinator>,
+    pub groups: Arc<GroupShards>,
 }
 
 type Written = (Arc<Partition>, Offset);

@@ -13,7 +13,7 @@ use crate::cluster::Cluster;
 use crate::group_configs::GroupConfigStore;
 use crate::sasl_settings::Sasl;
 use headway_broker::{Broker, Partition};
-use headway_group::GroupCoordinator;
+use headway_group::GroupShards;
 use headway_protocol::kafka_protocol::messages::ApiKey;
 use headway_protocol::Request;
 use headway_share::ShareCoordinator;
@@ -26,7 +26,9 @@ use tokio::sync::watch;
 /// and how clients reach this broker.
 pub struct Ctx {
     pub broker: Arc<Broker>,
-    pub groups: Arc<GroupCoordinator>,
+    /// The group coordinators: one on a broker alone, one per led partition of
+    /// `__consumer_offsets` in a cluster.
+    pub groups: Arc<GroupShards>,
     pub txns: Arc<TxnCoordinator>,
     /// Share groups: membership, share sessions and share-partition state.
     pub shares: Arc<ShareCoordinator>,

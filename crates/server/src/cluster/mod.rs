@@ -15,6 +15,7 @@
 //! Handlers read the image through [`Cluster::image`] and change it through
 //! [`Cluster::decide`]; [`view`] turns the image into Kafka's answers.
 
+pub mod coordinators;
 pub mod reconcile;
 pub mod roles;
 pub mod view;
@@ -30,6 +31,7 @@ use headway_controller::{
     BrokerId, ClusterSettings, Command, Controller, ControllerSettings, Image, Membership, Outcome,
     Tuning,
 };
+use headway_group::GroupShards;
 use headway_protocol::kafka_protocol::ResponseError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,7 +53,9 @@ pub struct Cluster {
     cluster_id: String,
     /// This start's registration (a new one at every start).
     incarnation: uuid::Uuid,
-    tasks: Vec<JoinHandle<()>>,
+    /// Voters of the controller: every broker of the cluster.
+    voters: usize,
+    tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
     /// Turned true when the broker stops: the replica fetchers end.
     stopping: watch::Sender<bool>,
 }
@@ -67,6 +71,7 @@ impl Cluster {
         let node_id = i32::try_from(membership.node_id)
             .map_err(|_| std::io::Error::other("node id out of range"))?;
         let cluster_id = cluster_id(&membership);
+        let voters = membership.voters.len();
         let controller = Controller::start(ControllerSettings {
             node_id: membership.node_id,
             voters: membership.voters,
@@ -84,7 +89,8 @@ impl Cluster {
             settings,
             cluster_id,
             incarnation,
-            tasks: Vec::new(),
+            voters,
+            tasks: std::sync::Mutex::new(Vec::new()),
             controller,
             stopping,
         };
@@ -100,11 +106,13 @@ impl Cluster {
             cluster.controller.metadata(),
             fetchers,
         );
-        cluster.tasks.push(tokio::spawn(reconciler.run(registered)));
+        cluster
+            .tasks_mut()
+            .push(tokio::spawn(reconciler.run(registered)));
         let cluster = Arc::new_cyclic(|weak: &std::sync::Weak<Cluster>| {
             let proposer =
                 roles::propose_isr_changes(Arc::downgrade(broker), node_id, weak.clone());
-            cluster.tasks.push(tokio::spawn(proposer));
+            cluster.tasks_mut().push(tokio::spawn(proposer));
             cluster
         });
         let weak = Arc::downgrade(&cluster);
@@ -114,6 +122,55 @@ impl Cluster {
         // The registration task ends on its own; it needs no handle kept.
         drop(task);
         Ok(cluster)
+    }
+
+    fn tasks_mut(&mut self) -> &mut Vec<JoinHandle<()>> {
+        self.tasks.get_mut().expect("cluster tasks lock")
+    }
+
+    /// Serves the groups of the `__consumer_offsets` partitions this broker leads
+    /// ([`coordinators`]) until the broker stops.
+    pub fn follow_group_coordinators(&self, broker: &Arc<Broker>, groups: Arc<GroupShards>) {
+        let task = coordinators::follow_group_coordinators(
+            Arc::downgrade(broker),
+            self.node_id,
+            self.controller.metadata(),
+            groups,
+            self.stopping.subscribe(),
+        );
+        let mut tasks = self.tasks.lock().expect("cluster tasks lock");
+        tasks.push(tokio::spawn(task));
+    }
+
+    /// Creates `__consumer_offsets` through the controller unless the image has it
+    /// ([`coordinators`]).
+    pub async fn ensure_offsets_topic(&self, default_partitions: i32) -> Result<(), Refusal> {
+        let image = self.image();
+        let command = coordinators::offsets_topic_command(
+            &image,
+            self.voters,
+            &self.settings,
+            default_partitions,
+        )?;
+        let Some(command) = command else {
+            return Ok(());
+        };
+        match self.decide(command).await? {
+            Outcome::Refused { code, .. } if code == ResponseError::TopicAlreadyExists.code() => {
+                Ok(())
+            }
+            Outcome::Refused { code, message } => Err((code, message)),
+            _ => {
+                let partitions = self.settings.offsets_topic_partitions();
+                tracing::info!(partitions, "created __consumer_offsets");
+                Ok(())
+            }
+        }
+    }
+
+    /// How many voters the controller has: every broker of the cluster.
+    pub fn voters(&self) -> usize {
+        self.voters
     }
 
     pub fn node_id(&self) -> BrokerId {
@@ -230,7 +287,7 @@ impl Cluster {
     /// the process ends: its log is synced at every append.
     pub fn stop_reconciling(&self) {
         self.stopping.send_replace(true);
-        for task in &self.tasks {
+        for task in self.tasks.lock().expect("cluster tasks lock").iter() {
             task.abort();
         }
     }

@@ -68,7 +68,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             if let Some(code) = authorize::group_refusal(call, Operation::Describe, &id) {
                 return described.with_error_code(code);
             }
-            let Some(g) = ctx.groups.consumer_group(&id) else {
+            let coordinator = match ctx.groups.of(&id) {
+                Ok(c) => c,
+                Err(e) => return described.with_error_code(group_error_code(e)),
+            };
+            let Some(g) = coordinator.consumer_group(&id) else {
                 let e = GroupError::GroupIdNotFound;
                 let message = format!("group {} is not a consumer group", id.as_str());
                 return described

@@ -155,7 +155,10 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     }
     let ctx = Arc::clone(ctx);
     pending(request, async move {
-        let answer = ctx.groups.consumer_heartbeat(&req, &topics).await;
+        let answer = match ctx.groups.of(&req.group_id) {
+            Ok(coordinator) => coordinator.consumer_heartbeat(&req, &topics).await,
+            Err(e) => Err(e),
+        };
         encode(&ctx, &req.group_id, response, answer, &topics)
     })
 }
@@ -185,7 +188,13 @@ fn encode(
         }) => response
             .with_member_id(Some(StrBytes::from_string(member_id)))
             .with_member_epoch(member_epoch)
-            .with_heartbeat_interval_ms(ctx.groups.consumer_heartbeat_interval_ms(group_id))
+            .with_heartbeat_interval_ms(
+                ctx.groups
+                    .of(group_id)
+                    .map_or(ctx.groups.default_heartbeat_interval_ms(), |c| {
+                        c.consumer_heartbeat_interval_ms(group_id)
+                    }),
+            )
             .with_assignment(assignment.map(|a| {
                 WireAssignment::default().with_topic_partitions(
                     a.into_iter()

@@ -39,7 +39,10 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     Ok(()) => 0,
                     Err(e) => share_error_code(&e),
                 },
-                false => group_code(ctx.groups.delete(&id).await.err()),
+                false => match ctx.groups.of(&id) {
+                    Ok(coordinator) => group_code(coordinator.delete(&id).await.err()),
+                    Err(e) => group_code(Some(e)),
+                },
             };
             results.push(
                 DeletableGroupResult::default()

@@ -4,6 +4,7 @@
 
 use crate::authorize;
 use crate::call::{ready, Call, Ctx, Handler, HandlerError, Reply};
+use crate::errors::group_code;
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::describe_groups_response::{
@@ -44,7 +45,15 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
 }
 
 fn describe(ctx: &Ctx, id: GroupId) -> DescribedGroup {
-    match ctx.groups.describe(&id) {
+    let coordinator = match ctx.groups.of(&id) {
+        Ok(c) => c,
+        Err(e) => {
+            return DescribedGroup::default()
+                .with_group_id(id)
+                .with_error_code(group_code(Some(e)))
+        }
+    };
+    match coordinator.describe(&id) {
         None => DescribedGroup::default()
             .with_group_id(id)
             .with_group_state(StrBytes::from_static_str("Dead")),

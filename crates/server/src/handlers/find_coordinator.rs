@@ -1,8 +1,12 @@
-//! FindCoordinator: this broker coordinates every group (and, for clients that ask,
-//! every transactional id). v4+ asks for several keys at once.
+//! FindCoordinator: a broker alone coordinates every group (and, for clients that ask,
+//! every transactional id and share group). In a cluster a group's coordinator is the
+//! leader of its partition of `__consumer_offsets` (`crate::cluster::coordinators`),
+//! created on the first request; transactional ids and share groups are still each
+//! broker's own. v4+ asks for several keys at once.
 
 use crate::authorize;
-use crate::call::{ready, Call, Handler, HandlerError, Reply};
+use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
+use crate::cluster::coordinators;
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -11,6 +15,7 @@ use headway_protocol::kafka_protocol::messages::{
 };
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
+use std::sync::Arc;
 
 pub const HANDLER: Handler = Handler {
     key: ApiKey::FindCoordinator,
@@ -30,37 +35,112 @@ fn refusal(call: &Call<'_>, key_type: i8, key: &str) -> Option<i16> {
     }
 }
 
+const GROUP_KEY_TYPE: i8 = 0;
 const TRANSACTION_KEY_TYPE: i8 = 1;
+
+/// Where a key's coordinator is: its node, host and port, or an error code with a
+/// message.
+type Found = Result<(BrokerId, StrBytes, i32), (i16, String)>;
 
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let ctx = call.ctx;
     let body: FindCoordinatorRequest = decode_body(request)?;
-    let node = BrokerId(ctx.broker.config().node_id);
-    let host = StrBytes::from_string(call.conn.listener.advertised_host.clone());
-    let response = if request.api_version() >= BATCHED_KEYS_MIN_VERSION {
-        FindCoordinatorResponse::default().with_coordinators(
-            body.coordinator_keys
-                .into_iter()
-                .map(|key| {
-                    let refused = refusal(call, body.key_type, &key);
-                    Coordinator::default()
-                        .with_error_code(refused.unwrap_or(0))
-                        .with_key(key)
-                        .with_node_id(node)
-                        .with_host(host.clone())
-                        .with_port(call.conn.listener.advertised_port)
-                })
-                .collect(),
-        )
+    let keys: Vec<StrBytes> = if request.api_version() >= BATCHED_KEYS_MIN_VERSION {
+        body.coordinator_keys.clone()
     } else {
-        let refused = refusal(call, body.key_type, &body.key);
-        FindCoordinatorResponse::default()
-            .with_error_code(refused.unwrap_or(0))
+        vec![body.key.clone()]
+    };
+    let refused: Vec<Option<i16>> = keys
+        .iter()
+        .map(|k| refusal(call, body.key_type, k))
+        .collect();
+    let here: Found = Ok((
+        BrokerId(ctx.broker.config().node_id),
+        StrBytes::from_string(call.conn.listener.advertised_host.clone()),
+        call.conn.listener.advertised_port,
+    ));
+    // In a cluster a group's coordinator leads its partition of `__consumer_offsets`;
+    // transactions and share groups are still each broker's own.
+    let cluster = ctx
+        .cluster
+        .clone()
+        .filter(|_| body.key_type == GROUP_KEY_TYPE);
+    let Some(cluster) = cluster else {
+        let found = keys.iter().map(|_| here.clone()).collect();
+        return ready(
+            request,
+            &answer(request.api_version(), keys, refused, found),
+        );
+    };
+    let (ctx, listener) = (Arc::clone(ctx), call.conn.listener.name.clone());
+    let version = request.api_version();
+    pending(request, async move {
+        let default_partitions = ctx.broker.config().default_partitions;
+        let ensured = cluster.ensure_offsets_topic(default_partitions).await;
+        let image = cluster.image();
+        let found = keys
+            .iter()
+            .map(|key| {
+                ensured.clone()?;
+                let node = coordinators::group_coordinator(&image, key, &listener)?;
+                Ok((
+                    BrokerId(node.id),
+                    StrBytes::from_string(node.host),
+                    node.port,
+                ))
+            })
+            .collect();
+        answer(version, keys, refused, found)
+    })
+}
+
+/// The answer: one coordinator per key (v4+), or the only key's in the top-level fields.
+fn answer(
+    version: i16,
+    keys: Vec<StrBytes>,
+    refused: Vec<Option<i16>>,
+    found: Vec<Found>,
+) -> FindCoordinatorResponse {
+    let each = keys
+        .into_iter()
+        .zip(refused)
+        .zip(found)
+        .map(|((key, refused), found)| {
+            let (code, message, (node, host, port)) = match (refused, found) {
+                (Some(code), _) => (code, None, (BrokerId(-1), StrBytes::default(), -1)),
+                (None, Ok(at)) => (0, None, at),
+                (None, Err((code, message))) => {
+                    (code, Some(message), (BrokerId(-1), StrBytes::default(), -1))
+                }
+            };
+            // v0 has no error message.
+            let message = message.filter(|_| version >= 1).map(StrBytes::from_string);
+            (key, code, message, node, host, port)
+        });
+    if version >= BATCHED_KEYS_MIN_VERSION {
+        let coordinators = each
+            .map(|(key, code, message, node, host, port)| {
+                Coordinator::default()
+                    .with_key(key)
+                    .with_error_code(code)
+                    .with_error_message(message)
+                    .with_node_id(node)
+                    .with_host(host)
+                    .with_port(port)
+            })
+            .collect();
+        return FindCoordinatorResponse::default().with_coordinators(coordinators);
+    }
+    let mut response = FindCoordinatorResponse::default();
+    if let Some((_, code, message, node, host, port)) = each.into_iter().next() {
+        response = response
+            .with_error_code(code)
+            .with_error_message(message)
             .with_node_id(node)
             .with_host(host)
-            .with_port(call.conn.listener.advertised_port)
-    };
-    ready(request, &response)
+            .with_port(port);
+    }
+    response
 }
 
 /// The codes counted on `/metrics`: every one the answer carries.

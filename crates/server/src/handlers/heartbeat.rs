@@ -23,12 +23,14 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     if let Some(code) = authorize::group_refusal(call, Operation::Read, &body.group_id) {
         return ready(request, &HeartbeatResponse::default().with_error_code(code));
     }
-    let outcome = ctx.groups.heartbeat(
-        &body.group_id,
-        &body.member_id,
-        body.group_instance_id.as_deref(),
-        GenerationId::from_wire(body.generation_id),
-    );
+    let outcome = ctx.groups.of(&body.group_id).and_then(|c| {
+        c.heartbeat(
+            &body.group_id,
+            &body.member_id,
+            body.group_instance_id.as_deref(),
+            GenerationId::from_wire(body.generation_id),
+        )
+    });
     ready(
         request,
         &HeartbeatResponse::default().with_error_code(group_code(outcome.err())),

@@ -7,7 +7,7 @@ use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
-use headway_group::{GenerationId, JoinRequest};
+use headway_group::{GenerationId, JoinRequest, JoinResult};
 use headway_protocol::kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use headway_protocol::kafka_protocol::messages::{ApiKey, JoinGroupRequest, JoinGroupResponse};
 use headway_protocol::kafka_protocol::protocol::StrBytes;
@@ -74,7 +74,15 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     }
     let ctx = Arc::clone(ctx);
     pending(request, async move {
-        let r = ctx.groups.join(join).await;
+        let r = match ctx.groups.of(&join.group_id) {
+            Ok(coordinator) => coordinator.join(join).await,
+            Err(e) => JoinResult {
+                error: Some(e),
+                generation_id: None,
+                member_id: join.member_id,
+                ..JoinResult::default()
+            },
+        };
         JoinGroupResponse::default()
             .with_error_code(group_code(r.error))
             .with_generation_id(GenerationId::to_wire(r.generation_id))

@@ -42,7 +42,8 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     } else {
         vec![(body.member_id.to_string(), None)]
     };
-    let response = match ctx.groups.leave(&body.group_id, &leaving) {
+    let left = ctx.groups.of(&body.group_id);
+    let response = match left.and_then(|c| c.leave(&body.group_id, &leaving)) {
         Err(e) => LeaveGroupResponse::default().with_error_code(group_error_code(e)),
         Ok(results) if !batched => {
             LeaveGroupResponse::default().with_error_code(group_code(results[0].err()))

@@ -59,24 +59,28 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         && !body.member_id.is_empty()
         && ctx
             .groups
-            .commits_with_member_epoch(&body.group_id, &body.member_id);
+            .of(&body.group_id)
+            .is_ok_and(|c| c.commits_with_member_epoch(&body.group_id, &body.member_id));
     let ctx = Arc::clone(ctx);
     pending(request, async move {
         let (refused, entries) = (asked.refused, asked.entries);
         let outcome = match entries.is_empty() {
             true => Ok(Vec::new()),
             false if too_old => Err(GroupError::UnsupportedVersion),
-            false => {
-                ctx.groups
-                    .commit(
-                        &body.group_id,
-                        &body.member_id,
-                        body.group_instance_id.as_deref(),
-                        GenerationId::from_wire(body.generation_id_or_member_epoch),
-                        entries,
-                    )
-                    .await
-            }
+            false => match ctx.groups.of(&body.group_id) {
+                Err(e) => Err(e),
+                Ok(coordinator) => {
+                    coordinator
+                        .commit(
+                            &body.group_id,
+                            &body.member_id,
+                            body.group_instance_id.as_deref(),
+                            GenerationId::from_wire(body.generation_id_or_member_epoch),
+                            entries,
+                        )
+                        .await
+                }
+            },
         };
         let committed = outcome.map_err(group_error_code);
         let mut codes = partition_codes(&refused, asked.unauthorized, committed);

@@ -11,13 +11,13 @@
 //! offsets leaves such topics out, as Kafka does.
 
 use crate::authorize;
-use crate::call::{ready, Call, Ctx, Handler, HandlerError, Reply};
+use crate::call::{ready, Call, Handler, HandlerError, Reply};
 use crate::errors::group_error_code;
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::{Operation, ResourceType};
 use headway_base::{PartitionIndex, TopicPartition};
 use headway_group::state::leader_epoch_to_wire;
-use headway_group::CommittedOffset;
+use headway_group::{CommittedOffset, GroupCoordinator};
 use headway_protocol::kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
@@ -38,12 +38,14 @@ pub const HANDLER: Handler = Handler {
 };
 
 const MULTI_GROUP_MIN_VERSION: i16 = 8;
+/// The first version with a top-level error code.
+const TOP_LEVEL_ERROR_MIN_VERSION: i16 = 2;
 
 /// Per topic, per partition: the committed offset, if any, or an error code.
 type Found = BTreeMap<String, Vec<(PartitionIndex, Result<Option<CommittedOffset>, i16>)>>;
 
 fn lookup(
-    ctx: &Ctx,
+    coordinator: &GroupCoordinator,
     group_id: &str,
     wanted: Option<Vec<(String, Vec<i32>)>>,
     require_stable: bool,
@@ -51,7 +53,7 @@ fn lookup(
     let mut found: Found = BTreeMap::new();
     match wanted {
         None => {
-            for (key, offset) in ctx.groups.committed(group_id, None) {
+            for (key, offset) in coordinator.committed(group_id, None) {
                 found
                     .entry(key.topic)
                     .or_default()
@@ -64,14 +66,13 @@ fn lookup(
                     .iter()
                     .map(|p| TopicPartition::new(topic.clone(), PartitionIndex::new(*p)))
                     .collect();
-                let committed: BTreeMap<TopicPartition, CommittedOffset> = ctx
-                    .groups
+                let committed: BTreeMap<TopicPartition, CommittedOffset> = coordinator
                     .committed(group_id, Some(&keys))
                     .into_iter()
                     .collect();
                 let entry = found.entry(topic).or_default();
                 for key in keys {
-                    let offset = match require_stable && ctx.groups.has_pending(group_id, &key) {
+                    let offset = match require_stable && coordinator.has_pending(group_id, &key) {
                         true => Err(ResponseError::UnstableOffsetCommit.code()),
                         false => Ok(committed.get(&key).cloned()),
                     };
@@ -81,6 +82,21 @@ fn lookup(
         }
     }
     found
+}
+
+/// Every named partition answered with `code` (OffsetFetch before v2).
+fn refused_all(wanted: Option<Vec<(String, Vec<i32>)>>, code: i16) -> Found {
+    wanted
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(topic, partitions)| {
+            let refused = partitions
+                .into_iter()
+                .map(|p| (PartitionIndex::new(p), Err(code)))
+                .collect();
+            (topic, refused)
+        })
+        .collect()
 }
 
 fn parts(offset: Result<Option<CommittedOffset>, i16>) -> (i64, i32, Option<StrBytes>, i16) {
@@ -176,14 +192,21 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                         .with_group_id(g.group_id)
                         .with_error_code(code);
                 }
-                if let Err(e) = ctx.groups.check_fetch(&g.group_id, member_id, member_epoch) {
-                    return OffsetFetchResponseGroup::default()
-                        .with_group_id(g.group_id)
-                        .with_error_code(group_error_code(e));
-                }
+                let checked = ctx.groups.of(&g.group_id).and_then(|c| {
+                    c.check_fetch(&g.group_id, member_id, member_epoch)?;
+                    Ok(c)
+                });
+                let coordinator = match checked {
+                    Ok(c) => c,
+                    Err(e) => {
+                        return OffsetFetchResponseGroup::default()
+                            .with_group_id(g.group_id)
+                            .with_error_code(group_error_code(e))
+                    }
+                };
                 let asked = wanted(g.topics, |t| (t.name.to_string(), t.partition_indexes));
                 let named = asked.is_some();
-                let found = lookup(ctx, &g.group_id, asked, body.require_stable);
+                let found = lookup(&coordinator, &g.group_id, asked, body.require_stable);
                 let found = authorized(call, found, named);
                 OffsetFetchResponseGroup::default()
                     .with_group_id(g.group_id)
@@ -204,7 +227,16 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     }
     let asked = wanted(body.topics, |t| (t.name.to_string(), t.partition_indexes));
     let named = asked.is_some();
-    let found = lookup(ctx, &body.group_id, asked, body.require_stable);
+    let found = match ctx.groups.of(&body.group_id) {
+        Ok(coordinator) => lookup(&coordinator, &body.group_id, asked, body.require_stable),
+        // v2+ has a top-level error code; before it, each named partition carries it.
+        Err(e) if request.api_version() >= TOP_LEVEL_ERROR_MIN_VERSION => {
+            let code = group_error_code(e);
+            let response = OffsetFetchResponse::default().with_error_code(code);
+            return ready(request, &response);
+        }
+        Err(e) => refused_all(asked, group_error_code(e)),
+    };
     let found = authorized(call, found, named);
     let topics = answer_topics!(
         found,

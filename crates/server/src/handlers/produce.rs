@@ -309,7 +309,8 @@ fn append(
     max_message_bytes: usize,
     acks_all: Option<usize>,
 ) -> Result<(Arc<Partition>, Appended), BrokerError> {
-    if broker.is_internal(name) {
+    // In a cluster `__consumer_offsets` is a replicated topic the coordinators write.
+    if broker.is_internal(name) || **name == *headway_txn::OFFSETS_TOPIC {
         return Err(BrokerError::InternalTopic(name.to_string()));
     }
     let partition = broker.partition(name, index)?;

@@ -6,7 +6,7 @@ use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::errors::group_code;
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
-use headway_group::{GenerationId, SyncRequest};
+use headway_group::{GenerationId, SyncRequest, SyncResult};
 use headway_protocol::kafka_protocol::messages::{ApiKey, SyncGroupRequest, SyncGroupResponse};
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
@@ -40,7 +40,13 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     };
     let ctx = Arc::clone(ctx);
     pending(request, async move {
-        let r = ctx.groups.sync(sync).await;
+        let r = match ctx.groups.of(&sync.group_id) {
+            Ok(coordinator) => coordinator.sync(sync).await,
+            Err(e) => SyncResult {
+                error: Some(e),
+                ..SyncResult::default()
+            },
+        };
         SyncGroupResponse::default()
             .with_error_code(group_code(r.error))
             .with_protocol_type(r.protocol_type.map(StrBytes::from_string))

@@ -71,18 +71,20 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             _ if asked.unauthorized.is_some() => Ok(Vec::new()),
             (Err(code), _) => Err(code),
             (Ok(()), true) => Ok(Vec::new()),
-            (Ok(()), false) => ctx
-                .groups
-                .txn_commit(
-                    producer_id,
-                    &body.group_id,
-                    &body.member_id,
-                    body.group_instance_id.as_deref(),
-                    GenerationId::from_wire(body.generation_id),
-                    entries,
-                )
-                .await
-                .map_err(crate::errors::group_error_code),
+            (Ok(()), false) => match ctx.groups.of(&body.group_id) {
+                Err(e) => Err(crate::errors::group_error_code(e)),
+                Ok(coordinator) => coordinator
+                    .txn_commit(
+                        producer_id,
+                        &body.group_id,
+                        &body.member_id,
+                        body.group_instance_id.as_deref(),
+                        GenerationId::from_wire(body.generation_id),
+                        entries,
+                    )
+                    .await
+                    .map_err(crate::errors::group_error_code),
+            },
         };
         let mut codes = partition_codes(&refused, asked.unauthorized, committed);
         let topics = body
