@@ -331,7 +331,7 @@ mod tests {
             .copied()
             .collect();
         assert_eq!(distinct, expected);
-        assert_eq!(keys.len(), 74);
+        assert_eq!(keys.len(), 75);
     }
 
     #[test]
