@@ -181,16 +181,18 @@ def led_by(bootstraps: list[str], topic: str, alive: set[int], isr_size: int):
     return first["partitions"]
 
 
-def cluster_with_topic(make_broker, topic: str, partitions: int):
+def cluster_with_topic(make_broker, topic: str, partitions: int,
+                       config: dict[str, str] | None = None):
     """Three brokers agreeing on one controller and `topic` (`partitions` partitions,
-    replication factor 3), every partition led with all three in sync; returns the
-    brokers, their addresses and the topic's partitions as Metadata shows them."""
+    replication factor 3, `config` its settings), every partition led with all three in
+    sync; returns the brokers, their addresses and the topic's partitions as Metadata
+    shows them."""
     brokers = start_cluster(make_broker)
     bootstraps = [b.bootstrap for b in brokers]
     wait_until(lambda: all_agree(bootstraps, 3), "three brokers, one controller", CLUSTER_UP_S)
     admin = AdminClient(rdkafka_base(",".join(bootstraps)))
     raise_on_error(admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=3)],
+        [NewTopic(topic, num_partitions=partitions, replication_factor=3, config=config or {})],
         operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S))
     led = wait_until(lambda: led_by(bootstraps, topic, {1, 2, 3}, 3),
                      "the topic led, ISR 3", CLUSTER_UP_S)

@@ -6,6 +6,7 @@
 //! connections a grace period to write those acknowledgements; return.
 
 use crate::call::{self, Ctx, ListenerInfo, ServerStats};
+use crate::cluster::producer_ids::ClusterProducerIds;
 use crate::cluster::Cluster;
 use crate::config::{Config, ServerConfig};
 use crate::handlers;
@@ -222,6 +223,8 @@ impl Server {
             broker.add_internal_log("__consumer_offsets", Arc::clone(one.offsets_log()));
             Arc::new(GroupShards::alone(one, group_config))
         };
+        // In a cluster producer ids come in blocks from the controller.
+        let cluster_ids = in_cluster.then(|| Arc::new(ClusterProducerIds::new()));
         let topics_of = Arc::clone(&broker);
         groups.set_topics_source(headway_group::TopicsSource::new(move || {
             handlers::consumer_group_heartbeat::topics_view_of(&topics_of)
@@ -235,7 +238,10 @@ impl Server {
                 broker: Arc::downgrade(&broker),
                 groups: Arc::clone(&groups),
             }),
-            Arc::new(Arc::downgrade(&broker)) as Arc<dyn ProducerIdSource>,
+            match &cluster_ids {
+                Some(ids) => Arc::clone(ids) as Arc<dyn ProducerIdSource>,
+                None => Arc::new(Arc::downgrade(&broker)) as Arc<dyn ProducerIdSource>,
+            },
         )
         .await
         .map_err(|e| std::io::Error::other(format!("opening the transaction coordinator: {e}")))?;
@@ -265,6 +271,9 @@ impl Server {
         let cluster = start_cluster(&broker, &settings, &listeners).await?;
         if let Some(cluster) = &cluster {
             cluster.follow_group_coordinators(&broker, Arc::clone(&groups));
+        }
+        if let (Some(cluster), Some(ids)) = (&cluster, &cluster_ids) {
+            ids.attach(Arc::downgrade(cluster));
         }
         let ctx = Arc::new(Ctx {
             cluster,

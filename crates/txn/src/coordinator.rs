@@ -226,7 +226,11 @@ impl TxnCoordinator {
         Ok(())
     }
 
-    async fn allocate_id(&self) -> Result<ProducerId, TxnError> {
+    /// A producer id never handed out before, from the coordinator's source (the
+    /// broker's own counter alone, the controller's blocks in a cluster): transactional
+    /// producers get theirs through [`TxnCoordinator::init_producer_id`], idempotent
+    /// ones through this.
+    pub async fn allocate_id(&self) -> Result<ProducerId, TxnError> {
         let source = Arc::clone(&self.producer_ids);
         tokio::task::spawn_blocking(move || source.allocate())
             .await

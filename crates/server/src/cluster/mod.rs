@@ -16,6 +16,7 @@
 //! [`Cluster::decide`]; [`view`] turns the image into Kafka's answers.
 
 pub mod coordinators;
+pub mod producer_ids;
 pub mod reconcile;
 pub mod roles;
 pub mod view;

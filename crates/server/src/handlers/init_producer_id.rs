@@ -11,11 +11,10 @@
 
 use crate::authorize;
 use crate::call::{pending, Call, Handler, HandlerError, Reply};
-use crate::errors::{error_code, txn_error_code};
+use crate::errors::txn_error_code;
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_base::ProducerEpoch;
-use headway_broker::BrokerError;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId,
 };
@@ -61,15 +60,14 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                 .init_producer_id(&transactional_id, body.transaction_timeout_ms, expected)
                 .await
                 .map_err(|e| txn_error_code(&e)),
-            None => {
-                // Allocation may sync a new block of ids to disk.
-                let broker = Arc::clone(&ctx.broker);
-                tokio::task::spawn_blocking(move || broker.producer_ids().allocate())
-                    .await
-                    .unwrap_or_else(|e| Err(BrokerError::Storage(e.to_string())))
-                    .map(|id| (id, ProducerEpoch::FIRST))
-                    .map_err(|e| error_code(&e))
-            }
+            // One source for every producer id, so that a cluster's brokers never hand
+            // out the same one (`crate::cluster::producer_ids`).
+            None => ctx
+                .txns
+                .allocate_id()
+                .await
+                .map(|id| (id, ProducerEpoch::FIRST))
+                .map_err(|e| txn_error_code(&e)),
         };
         let (id, epoch, code) = match answer {
             Ok((id, epoch)) => (Some(id), Some(epoch), 0),
