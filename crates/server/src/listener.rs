@@ -224,7 +224,8 @@ impl Server {
             Arc::new(GroupShards::alone(one, group_config))
         };
         // In a cluster producer ids come in blocks from the controller.
-        let cluster_ids = in_cluster.then(|| Arc::new(ClusterProducerIds::new()));
+        let cluster_ids = in_cluster
+            .then(|| Arc::new(ClusterProducerIds::new(tokio::runtime::Handle::current())));
         let topics_of = Arc::clone(&broker);
         groups.set_topics_source(headway_group::TopicsSource::new(move || {
             handlers::consumer_group_heartbeat::topics_view_of(&topics_of)

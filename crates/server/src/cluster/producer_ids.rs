@@ -29,11 +29,11 @@ pub struct ClusterProducerIds {
 }
 
 impl ClusterProducerIds {
-    /// Must be called inside the runtime the controller runs on.
-    pub fn new() -> ClusterProducerIds {
+    /// `runtime` is the one the controller runs on.
+    pub fn new(runtime: tokio::runtime::Handle) -> ClusterProducerIds {
         ClusterProducerIds {
             cluster: OnceLock::new(),
-            runtime: tokio::runtime::Handle::current(),
+            runtime,
             block: Mutex::new((0, 0)),
         }
     }
