@@ -8,10 +8,11 @@ tests TestShareGroupETL (two levels of share groups, each set to
 IncrementalAlterConfigs on their GROUP config resource, consuming half a million records
 with accepts, releases, rejects and consumers killed mid-way) and TestShareGroupAckOnClose.
 
-Goal, three brokers: the 26 tests named in KGO_CLUSTER_TESTS (produce, consume, metadata
+Goal, three brokers: the 29 tests named in KGO_CLUSTER_TESTS (produce, consume, metadata
 and admin tests: topics created and deleted, partitions added, records produced, fetched,
-paused, purged and listed by offset and time; none joins a group or begins a
-transaction, since the coordinators are not clustered yet) pass against three brokers
+paused, purged and listed by offset and time; three group tests, a KIP-848 regex
+subscription among them; none begins a transaction, since the transaction coordinator
+is not clustered yet) pass against three brokers
 started as tests/python/cluster_support.py `start_cluster` does, with KGO_SEEDS
 naming all three and KGO_TEST_RF=3: every topic the suite creates is replicated to all
 three brokers, and franz-go's producer (acks=all by default) waits for the followers.
@@ -59,6 +60,8 @@ KGO_CLUSTER_TESTS = (
     "TestIssue831", "TestIssue865", "TestIssueFetchLargerThanBrokerMaxReadBytes",
     "TestIssueProduceSyncManualPartitionNegativeDoesNotPanic", "TestLookbackMilli",
     "TestPauseIssue489", "TestPauseIssueOct2023", "TestPing", "TestPooling",
+    # Groups, whose coordinators lead their partitions of the replicated __consumer_offsets.
+    "Test848RegexBrokerResolves", "TestGroupSimple", "TestUnknownGroupOffsetFetchPinned",
 )
 CLUSTER_SUITE_TIMEOUT_S = 600
 FULL_SUITE_TIMEOUT_S = 2400
