@@ -152,13 +152,34 @@ impl GroupCoordinator {
             .expect("groups mutex poisoned by a panic")
     }
 
+    /// The groups, unless this coordinator was retired: then `NOT_COORDINATOR`, so that
+    /// no request waits on a coordinator whose ticker has stopped. Checked under the
+    /// lock, which retiring takes after it marks the coordinator closed.
+    fn serving(&self) -> Result<std::sync::MutexGuard<'_, Groups>, GroupError> {
+        let groups = self.groups();
+        if self.closed.load(Ordering::Acquire) {
+            return Err(GroupError::NotCoordinator);
+        }
+        Ok(groups)
+    }
+
     pub async fn join(&self, req: JoinRequest) -> JoinResult {
         let member_id = req.member_id.clone();
         let (reply, answer) = oneshot::channel();
         {
             // A classic join takes over an empty consumer-protocol group: its records go.
             let group_id = req.group_id.clone();
-            let mut groups = self.groups();
+            let mut groups = match self.serving() {
+                Ok(groups) => groups,
+                Err(e) => {
+                    return JoinResult {
+                        error: Some(e),
+                        generation_id: None,
+                        member_id,
+                        ..JoinResult::default()
+                    }
+                }
+            };
             groups.join(req, reply, now_ms());
             let _ = self.persist_locked(&groups, &group_id, None);
         }
@@ -172,7 +193,15 @@ impl GroupCoordinator {
 
     pub async fn sync(&self, req: SyncRequest) -> SyncResult {
         let (reply, answer) = oneshot::channel();
-        self.groups().sync(req, reply, now_ms());
+        match self.serving() {
+            Ok(mut groups) => groups.sync(req, reply, now_ms()),
+            Err(e) => {
+                return SyncResult {
+                    error: Some(e),
+                    ..SyncResult::default()
+                }
+            }
+        }
         answer.await.unwrap_or_else(|_| SyncResult {
             error: Some(GroupError::CoordinatorNotAvailable),
             ..SyncResult::default()
@@ -186,7 +215,7 @@ impl GroupCoordinator {
         instance: Option<&str>,
         generation_id: Option<GenerationId>,
     ) -> Result<(), GroupError> {
-        self.groups()
+        self.serving()?
             .heartbeat(group_id, member_id, instance, generation_id, now_ms())
     }
 
@@ -195,7 +224,7 @@ impl GroupCoordinator {
         group_id: &str,
         members: &[(String, Option<String>)],
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
-        self.groups().leave(group_id, members, now_ms())
+        self.serving()?.leave(group_id, members, now_ms())
     }
 
     /// Commits offsets: answered once their record is durable in the offsets log.
@@ -251,7 +280,7 @@ impl GroupCoordinator {
         check: impl FnOnce(&Groups) -> Result<(), GroupError>,
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
         let metadata_max = {
-            let groups = self.groups();
+            let groups = self.serving()?;
             check(&groups)?;
             groups.config.offset_metadata_bytes_max
         };
@@ -498,7 +527,7 @@ impl GroupCoordinator {
         topics: &TopicsView,
     ) -> Result<HeartbeatAnswer, GroupError> {
         let (answer, end) = {
-            let mut groups = self.groups();
+            let mut groups = self.serving()?;
             let answer = groups.consumer_heartbeat(req, topics, now_ms());
             let end = match &answer {
                 Ok(HeartbeatAnswer::Member { member_id, .. })
@@ -548,7 +577,7 @@ impl GroupCoordinator {
     /// Deletes a group without members and tombstones its offsets.
     pub async fn delete(&self, group_id: &str) -> Result<(), GroupError> {
         let (keys, end) = {
-            let mut groups = self.groups();
+            let mut groups = self.serving()?;
             let keys = groups.delete(group_id)?;
             (keys, self.persist_locked(&groups, group_id, None)?)
         };
@@ -807,6 +836,44 @@ mod tests {
         GroupCoordinator::open(dir, FlushPolicy::Sync, GroupConfig::default())
             .await
             .expect("open")
+    }
+
+    #[tokio::test]
+    async fn a_retired_coordinator_answers_not_coordinator_at_once() {
+        use headway_broker::coordinator_shards::Shard;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let c = open(dir.path()).await;
+        c.retire();
+        // A join would wait for the ticker to end the rebalance; the ticker has stopped.
+        let join = JoinRequest {
+            group_id: "g".into(),
+            member_id: String::new(),
+            group_instance_id: None,
+            client_id: "c".into(),
+            client_host: "h".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 10_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::new())],
+            require_known_member_id: false,
+        };
+        let answered = tokio::time::timeout(Duration::from_secs(10), c.join(join))
+            .await
+            .expect("a join on a retired coordinator is answered");
+        assert_eq!(answered.error, Some(GroupError::NotCoordinator));
+        assert_eq!(
+            c.heartbeat("g", "m", None, None),
+            Err(GroupError::NotCoordinator)
+        );
+        let entry = CommitEntry {
+            topic_partition: TopicPartition::new("t".to_string(), PartitionIndex::new(0)),
+            offset: Offset::new(1),
+            leader_epoch: None,
+            metadata: None,
+        };
+        let commit = c.commit("g", "", None, None, vec![entry]).await;
+        assert_eq!(commit.err(), Some(GroupError::NotCoordinator));
+        c.close();
     }
 
     fn committed_offset(c: &GroupCoordinator, group: &str, key: &TopicPartition) -> Option<i64> {

@@ -69,7 +69,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         let found = keys.iter().map(|_| here.clone()).collect();
         return ready(
             request,
-            &answer(request.api_version(), keys, refused, found),
+            &answer(request.api_version(), keys, refused, found, here),
         );
     };
     let (ctx, listener) = (Arc::clone(ctx), call.conn.listener.name.clone());
@@ -90,7 +90,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                 ))
             })
             .collect();
-        answer(version, keys, refused, found)
+        answer(version, keys, refused, found, here)
     })
 }
 
@@ -100,18 +100,20 @@ fn answer(
     keys: Vec<StrBytes>,
     refused: Vec<Option<i16>>,
     found: Vec<Found>,
+    here: Found,
 ) -> FindCoordinatorResponse {
+    // A refused key names the broker asked, as it always has.
+    let nowhere = (BrokerId(-1), StrBytes::default(), -1);
+    let here = here.unwrap_or_else(|_| nowhere.clone());
     let each = keys
         .into_iter()
         .zip(refused)
         .zip(found)
         .map(|((key, refused), found)| {
             let (code, message, (node, host, port)) = match (refused, found) {
-                (Some(code), _) => (code, None, (BrokerId(-1), StrBytes::default(), -1)),
+                (Some(code), _) => (code, None, here.clone()),
                 (None, Ok(at)) => (0, None, at),
-                (None, Err((code, message))) => {
-                    (code, Some(message), (BrokerId(-1), StrBytes::default(), -1))
-                }
+                (None, Err((code, message))) => (code, Some(message), nowhere.clone()),
             };
             // v0 has no error message.
             let message = message.filter(|_| version >= 1).map(StrBytes::from_string);
