@@ -838,14 +838,9 @@ mod tests {
             .expect("open")
     }
 
-    #[tokio::test]
-    async fn a_retired_coordinator_answers_not_coordinator_at_once() {
-        use headway_broker::coordinator_shards::Shard;
-        let dir = tempfile::tempdir().expect("temp dir");
-        let c = open(dir.path()).await;
-        c.retire();
-        // A join would wait for the ticker to end the rebalance; the ticker has stopped.
-        let join = JoinRequest {
+    /// A new member's JoinGroup to group "g".
+    fn first_join() -> JoinRequest {
+        JoinRequest {
             group_id: "g".into(),
             member_id: String::new(),
             group_instance_id: None,
@@ -856,8 +851,17 @@ mod tests {
             protocol_type: "consumer".into(),
             protocols: vec![("range".into(), Bytes::new())],
             require_known_member_id: false,
-        };
-        let answered = tokio::time::timeout(Duration::from_secs(10), c.join(join))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_retired_coordinator_answers_not_coordinator_at_once() {
+        use headway_broker::coordinator_shards::Shard;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let c = open(dir.path()).await;
+        c.retire();
+        // A join would wait for the ticker to end the rebalance; the ticker has stopped.
+        let answered = tokio::time::timeout(Duration::from_secs(10), c.join(first_join()))
             .await
             .expect("a join on a retired coordinator is answered");
         assert_eq!(answered.error, Some(GroupError::NotCoordinator));
@@ -1062,22 +1066,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let c = open(dir.path()).await;
         let (tx, _rx) = oneshot::channel();
-        c.groups().join(
-            JoinRequest {
-                group_id: "g".into(),
-                member_id: String::new(),
-                group_instance_id: None,
-                client_id: "c".into(),
-                client_host: "h".into(),
-                session_timeout_ms: 10_000,
-                rebalance_timeout_ms: 10_000,
-                protocol_type: "consumer".into(),
-                protocols: vec![("range".into(), Bytes::new())],
-                require_known_member_id: false,
-            },
-            tx,
-            now_ms(),
-        );
+        c.groups().join(first_join(), tx, now_ms());
         let producer = ProducerId::new(1);
         let named = c
             .txn_commit(
