@@ -170,6 +170,19 @@ impl Cluster {
         Err(last)
     }
 
+    /// Every known broker's address (as the last Metadata named them), in order.
+    pub fn broker_addrs(&self) -> Vec<String> {
+        let mut addrs: Vec<String> = self
+            .brokers
+            .lock()
+            .expect("brokers lock")
+            .values()
+            .cloned()
+            .collect();
+        addrs.sort();
+        addrs
+    }
+
     pub fn broker_addr(&self, node_id: i32) -> Option<String> {
         self.brokers
             .lock()

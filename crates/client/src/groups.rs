@@ -99,25 +99,25 @@ impl Cluster {
         self.connection(&addr).await
     }
 
-    /// Every group every broker knows.
+    /// Every group every broker knows: each broker lists the groups it coordinates (in
+    /// a cluster, those of the `__consumer_offsets` partitions it leads), so every
+    /// broker is asked, as Kafka's admin client does.
     pub async fn list_groups(self: &Arc<Self>) -> Result<Vec<GroupListing>, ClientError> {
-        let response = self
-            .any_broker()
-            .await?
-            .request(&ListGroupsRequest::default())
-            .await?;
-        check(response.error_code, None)?;
-        let mut groups: Vec<GroupListing> = response
-            .groups
-            .into_iter()
-            .map(|g| GroupListing {
+        self.refresh(&[]).await?;
+        let mut groups: Vec<GroupListing> = Vec::new();
+        for addr in self.broker_addrs() {
+            let connection = self.connection(&addr).await?;
+            let response = connection.request(&ListGroupsRequest::default()).await?;
+            check(response.error_code, None)?;
+            groups.extend(response.groups.into_iter().map(|g| GroupListing {
                 group_id: g.group_id.to_string(),
                 protocol_type: g.protocol_type.to_string(),
                 state: g.group_state.to_string(),
                 group_type: g.group_type.to_string(),
-            })
-            .collect();
+            }));
+        }
         groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        groups.dedup_by(|a, b| a.group_id == b.group_id);
         Ok(groups)
     }
 
