@@ -10,7 +10,10 @@
 //! 3. the reconciler ([`reconcile`]) keeps the local topics in step with the image and
 //!    gives each replica its role ([`roles`]): leader, or follower whose replica fetcher
 //!    copies from its leader;
-//! 4. a task proposes the ISR changes of the partitions this broker leads.
+//! 4. a task proposes the ISR changes of the partitions this broker leads;
+//! 5. the group coordinators follow the partitions of `__consumer_offsets` this broker
+//!    leads ([`coordinators`]), and producer ids come in blocks from the controller
+//!    ([`producer_ids`]).
 //!
 //! Handlers read the image through [`Cluster::image`] and change it through
 //! [`Cluster::decide`]; [`view`] turns the image into Kafka's answers.
@@ -167,11 +170,6 @@ impl Cluster {
                 Ok(())
             }
         }
-    }
-
-    /// How many voters the controller has: every broker of the cluster.
-    pub fn voters(&self) -> usize {
-        self.voters
     }
 
     pub fn node_id(&self) -> BrokerId {
