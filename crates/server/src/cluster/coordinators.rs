@@ -2,7 +2,8 @@
 //! `__consumer_offsets` this broker leads.
 //!
 //! - The topic is created through the controller the first time a client looks for a
-//!   group's coordinator ([`ensure_offsets_topic`]), as Kafka does: compacted,
+//!   group's coordinator (`Cluster::ensure_offsets_topic`, the command from
+//!   [`offsets_topic_command`]), as Kafka does: compacted,
 //!   `offsets_topic_num_partitions` partitions, replicated on the smaller of 3 and the
 //!   voters, and only once that many brokers are unfenced (a cluster starting up does
 //!   not get an offsets topic on one broker).
