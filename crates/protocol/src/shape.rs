@@ -31,6 +31,11 @@ use kafka_protocol::messages::ApiKey;
 /// The largest size of one unknown tagged field held by the decoder (its tag and a
 /// `Bytes` handle in a `BTreeMap` node, amortised), charged per tagged field.
 const UNKNOWN_TAG_BYTES: usize = 64;
+/// What a struct's first unknown tagged field costs on top: the decoder's `BTreeMap`
+/// allocates a whole leaf node (eleven keys and values) for it, so one tag in each of
+/// many small structs costs far more than the amortised size.
+const UNKNOWN_TAGS_FIRST_NODE_BYTES: usize =
+    16 + 11 * (std::mem::size_of::<i32>() + std::mem::size_of::<bytes::Bytes>());
 
 /// What a checked request body costs once decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,6 +210,7 @@ impl Walk<'_> {
                 left: self.left(),
             });
         }
+        let mut unknown = 0usize;
         for _ in 0..count {
             let at = self.at;
             let tag = self.varint()?;
@@ -231,6 +237,10 @@ impl Walk<'_> {
                 }
                 None => {
                     self.skip("tagged field size", declared)?;
+                    if unknown == 0 {
+                        self.charge(UNKNOWN_TAGS_FIRST_NODE_BYTES)?;
+                    }
+                    unknown += 1;
                     self.charge(UNKNOWN_TAG_BYTES)?;
                 }
             }
