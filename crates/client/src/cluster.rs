@@ -152,13 +152,7 @@ impl Cluster {
     }
 
     async fn any_connection(&self) -> Result<Arc<Connection>, ClientError> {
-        let mut candidates: Vec<String> = self
-            .brokers
-            .lock()
-            .expect("brokers lock")
-            .values()
-            .cloned()
-            .collect();
+        let mut candidates = self.broker_addrs();
         candidates.extend(self.bootstrap.iter().cloned());
         let mut last = ClientError::Invalid("no broker address".into());
         for addr in candidates {

@@ -597,11 +597,6 @@ impl GroupCoordinator {
         Ok(())
     }
 
-    /// Whether [`Shard::retire`] or [`GroupCoordinator::close`] ended it.
-    pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
-    }
-
     /// Closes the offsets log (syncing it). Blocking.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);

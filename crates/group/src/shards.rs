@@ -115,11 +115,16 @@ impl GroupShards {
     }
 
     /// A group's own timings, for its coordinator now and whichever loads it later.
+    /// Kept only for groups with settings of their own, so the map is as bounded as the
+    /// GROUP config store it mirrors.
     pub fn set_consumer_overrides(&self, group_id: &str, overrides: ConsumerOverrides) {
-        self.overrides
-            .lock()
-            .expect("overrides lock")
-            .insert(group_id.to_string(), overrides);
+        let mut kept = self.overrides.lock().expect("overrides lock");
+        if overrides == ConsumerOverrides::default() {
+            kept.remove(group_id);
+        } else {
+            kept.insert(group_id.to_string(), overrides);
+        }
+        drop(kept);
         if let Ok(c) = self.of(group_id) {
             c.set_consumer_overrides(group_id, overrides);
         }
@@ -159,5 +164,26 @@ impl GroupShards {
                 c.close();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_are_kept_only_for_groups_with_settings_of_their_own() {
+        let shards = GroupShards::clustered(GroupConfig::default());
+        let own = ConsumerOverrides {
+            session_timeout_ms: Some(20_000),
+            ..ConsumerOverrides::default()
+        };
+        shards.set_consumer_overrides("a", own);
+        shards.set_consumer_overrides("b", own);
+        assert_eq!(shards.overrides.lock().unwrap().len(), 2);
+        // Settings deleted: the group's entry goes, so the map never outgrows the store.
+        shards.set_consumer_overrides("a", ConsumerOverrides::default());
+        let kept = shards.overrides.lock().unwrap();
+        assert_eq!(kept.keys().collect::<Vec<_>>(), vec!["b"]);
     }
 }
