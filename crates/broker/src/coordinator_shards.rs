@@ -20,6 +20,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+/// The epoch of a coordinator on a broker alone, whose internal log has no leader
+/// epochs.
+pub const NO_EPOCH: i32 = -1;
+
 /// A coordinator that serves one partition of its internal topic.
 pub trait Shard: Send + Sync + 'static {
     /// Stops serving: the partition is led elsewhere now (or at another epoch). Ends
@@ -127,10 +131,34 @@ impl<C: Shard> Shards<C> {
         if led.partitions == 0 {
             return Err(Unserved::NotCoordinator);
         }
-        match led.slots.get(&partition_for(key, led.partitions)) {
+        let index = partition_for(key, led.partitions);
+        drop(led);
+        self.at(index)
+    }
+
+    /// The coordinator of partition `index` of the internal topic, if this broker
+    /// serves it now (a broker alone: its one coordinator).
+    pub fn at(&self, index: i32) -> Result<Arc<C>, Unserved> {
+        let Some(led) = self.led() else {
+            let Mode::Alone(one) = &self.mode else {
+                unreachable!("a broker alone has its coordinator")
+            };
+            return Ok(Arc::clone(one));
+        };
+        match led.slots.get(&index) {
             Some(Slot::Serving { shard, .. }) => Ok(Arc::clone(shard)),
             Some(Slot::Loading { .. }) => Err(Unserved::Loading),
             None => Err(Unserved::NotCoordinator),
+        }
+    }
+
+    /// The partition of the internal topic that holds `key`: 0 on a broker alone (one
+    /// log), `None` while a cluster's topic does not exist yet.
+    pub fn partition_of(&self, key: &str) -> Option<i32> {
+        match self.led() {
+            None => Some(0),
+            Some(led) if led.partitions == 0 => None,
+            Some(led) => Some(partition_for(key, led.partitions)),
         }
     }
 

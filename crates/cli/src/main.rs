@@ -169,6 +169,10 @@ struct ServeArgs {
     /// coordinators spread [default: 12].
     #[arg(long, env = "HEADWAY_OFFSETS_TOPIC_NUM_PARTITIONS")]
     offsets_topic_num_partitions: Option<i32>,
+    /// Partitions of `__transaction_state` in a cluster, over which the transaction
+    /// coordinators spread [default: 12].
+    #[arg(long, env = "HEADWAY_TRANSACTION_STATE_LOG_NUM_PARTITIONS")]
+    transaction_state_log_num_partitions: Option<i32>,
     /// Create unknown topics on Metadata requests [default: true].
     #[arg(long, env = "HEADWAY_AUTO_CREATE_TOPICS")]
     auto_create_topics: Option<bool>,
@@ -384,6 +388,10 @@ impl ServeArgs {
         }
         if self.offsets_topic_num_partitions.is_some() {
             config.server.cluster.offsets_topic_num_partitions = self.offsets_topic_num_partitions;
+        }
+        if self.transaction_state_log_num_partitions.is_some() {
+            config.server.cluster.transaction_state_log_num_partitions =
+                self.transaction_state_log_num_partitions;
         }
         set!(broker.auto_create_topics = self.auto_create_topics);
         set!(broker.default_partitions = self.default_partitions);

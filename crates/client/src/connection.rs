@@ -59,6 +59,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteAcls, 1, 3),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    // Brokers' own requests to each other, for transactions.
+    (ApiKey::AddPartitionsToTxn, 4, 5),
+    (ApiKey::WriteTxnMarkers, 1, 1),
 ];
 
 /// Largest answer accepted; a larger length means a corrupt stream.

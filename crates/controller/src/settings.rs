@@ -22,13 +22,18 @@ pub struct ClusterSettings {
     /// Partitions of `__consumer_offsets` when the cluster creates it (Kafka's
     /// `offsets.topic.num.partitions`); unset: [`OFFSETS_TOPIC_PARTITIONS_DEFAULT`].
     pub offsets_topic_num_partitions: Option<i32>,
+    /// Partitions of `__transaction_state` when the cluster creates it (Kafka's
+    /// `transaction.state.log.num.partitions`); unset: [`OFFSETS_TOPIC_PARTITIONS_DEFAULT`].
+    pub transaction_state_log_num_partitions: Option<i32>,
 }
 
-/// The partitions of a cluster's `__consumer_offsets`: the group coordinators are
-/// spread over this many leaders. Kafka's default is 50; on small clusters each
-/// partition costs a replica on every broker, so fewer.
+/// The partitions of a cluster's `__consumer_offsets` and `__transaction_state`: the
+/// group and transaction coordinators are spread over this many leaders. Kafka's
+/// default is 50; on small clusters each partition costs a replica on every broker,
+/// so fewer.
 pub const OFFSETS_TOPIC_PARTITIONS_DEFAULT: i32 = 12;
-/// The most partitions `offsets_topic_num_partitions` may ask for.
+/// The most partitions `offsets_topic_num_partitions` (or
+/// `transaction_state_log_num_partitions`) may ask for.
 pub const OFFSETS_TOPIC_PARTITIONS_MAX: i32 = 1_000;
 
 /// The voters and this node's place among them, once checked.
@@ -46,6 +51,12 @@ impl ClusterSettings {
             if self.offsets_topic_num_partitions.is_some() {
                 return Err(
                     "offsets_topic_num_partitions needs controller_quorum_voters: a broker alone keeps one offsets log"
+                        .into(),
+                );
+            }
+            if self.transaction_state_log_num_partitions.is_some() {
+                return Err(
+                    "transaction_state_log_num_partitions needs controller_quorum_voters: a broker alone keeps one transaction log"
                         .into(),
                 );
             }
@@ -75,10 +86,17 @@ impl ClusterSettings {
                 ));
             }
         }
-        if let Some(n) = self.offsets_topic_num_partitions {
-            if !(1..=OFFSETS_TOPIC_PARTITIONS_MAX).contains(&n) {
+        let counts = [
+            ("offsets_topic_num_partitions", self.offsets_topic_num_partitions),
+            (
+                "transaction_state_log_num_partitions",
+                self.transaction_state_log_num_partitions,
+            ),
+        ];
+        for (key, n) in counts {
+            if let Some(n) = n.filter(|n| !(1..=OFFSETS_TOPIC_PARTITIONS_MAX).contains(n)) {
                 return Err(format!(
-                    "offsets_topic_num_partitions is 1 to {OFFSETS_TOPIC_PARTITIONS_MAX}, not {n}"
+                    "{key} is 1 to {OFFSETS_TOPIC_PARTITIONS_MAX}, not {n}"
                 ));
             }
         }
@@ -91,6 +109,12 @@ impl ClusterSettings {
     /// The partitions `__consumer_offsets` is created with.
     pub fn offsets_topic_partitions(&self) -> i32 {
         self.offsets_topic_num_partitions
+            .unwrap_or(OFFSETS_TOPIC_PARTITIONS_DEFAULT)
+    }
+
+    /// The partitions `__transaction_state` is created with.
+    pub fn transaction_state_partitions(&self) -> i32 {
+        self.transaction_state_log_num_partitions
             .unwrap_or(OFFSETS_TOPIC_PARTITIONS_DEFAULT)
     }
 

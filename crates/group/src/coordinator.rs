@@ -78,8 +78,7 @@ pub struct GroupCoordinator {
     closed: AtomicBool,
 }
 
-/// The epoch of a coordinator on a broker alone, whose log has no leader epochs.
-pub const NO_EPOCH: i32 = -1;
+pub use headway_broker::coordinator_shards::NO_EPOCH;
 
 impl GroupCoordinator {
     /// Opens the offsets log under `data_dir/groups/offsets`, replays it, and starts

@@ -62,6 +62,13 @@ impl GroupShards {
         Ok(self.shards.of(group_id)?)
     }
 
+    /// The partition of `__consumer_offsets` that holds `group_id` (where a
+    /// transaction's offsets for it are marked); `None` while a cluster has no such
+    /// topic yet.
+    pub fn partition_of(&self, group_id: &str) -> Option<i32> {
+        self.shards.partition_of(group_id)
+    }
+
     /// The broker's heartbeat interval for consumer-protocol groups.
     pub fn default_heartbeat_interval_ms(&self) -> i32 {
         self.config.consumer_heartbeat_interval_ms
@@ -142,17 +149,17 @@ impl GroupShards {
         self.of(group_id).is_ok_and(|c| c.group_exists(group_id))
     }
 
-    /// Ends the transaction of `producer_id` for the offsets it holds in any
-    /// coordinator here.
+    /// Ends the transaction of `producer_id` for the offsets it holds in the
+    /// coordinator of partition `index` of `__consumer_offsets` (the marker a
+    /// transaction writes there); `NOT_COORDINATOR` when this broker does not serve it.
     pub async fn end_transaction(
         &self,
+        index: i32,
         producer_id: ProducerId,
         commit: bool,
     ) -> Result<(), GroupError> {
-        for c in self.all() {
-            c.end_transaction(producer_id, commit).await?;
-        }
-        Ok(())
+        let coordinator = self.shards.at(index)?;
+        coordinator.end_transaction(producer_id, commit).await
     }
 
     /// Closes a broker alone's offsets log; retires a cluster's coordinators.

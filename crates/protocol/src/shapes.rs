@@ -234,6 +234,12 @@ pub(crate) static MESSAGES: &[Message] = &[
         root: &ADD_PARTITIONS_TO_TXN,
     },
     Message {
+        api_key: ApiKey::WriteTxnMarkers,
+        min_version: 1,
+        flexible_min: 1,
+        root: &WRITE_TXN_MARKERS,
+    },
+    Message {
         api_key: ApiKey::AddOffsetsToTxn,
         min_version: 0,
         flexible_min: 3,
@@ -1087,6 +1093,33 @@ static DELETE_RECORDS_DELETE_RECORDS_TOPIC: Struct = Struct {
             Kind::Array(Elem::Struct(&DELETE_RECORDS_DELETE_RECORDS_PARTITION)),
         ), // partitions
     ],
+    tags: &[],
+};
+
+static WRITE_TXN_MARKERS_TOPIC: Struct = Struct {
+    size: size_of::<write_txn_markers_request::WritableTxnMarkerTopic>(),
+    fields: &[
+        field(1, i16::MAX, Kind::Str), // name
+        field(1, i16::MAX, Kind::Array(Elem::Fixed(4, size_of::<i32>()))), // partition_indexes
+    ],
+    tags: &[],
+};
+
+static WRITE_TXN_MARKERS_MARKER: Struct = Struct {
+    size: size_of::<write_txn_markers_request::WritableTxnMarker>(),
+    fields: &[
+        field(1, i16::MAX, Kind::Fixed(8)), // producer_id
+        field(1, i16::MAX, Kind::Fixed(2)), // producer_epoch
+        field(1, i16::MAX, Kind::Fixed(1)), // transaction_result
+        field(1, i16::MAX, Kind::Array(Elem::Struct(&WRITE_TXN_MARKERS_TOPIC))), // topics
+        field(1, i16::MAX, Kind::Fixed(4)), // coordinator_epoch
+    ],
+    tags: &[],
+};
+
+static WRITE_TXN_MARKERS: Struct = Struct {
+    size: size_of::<write_txn_markers_request::WriteTxnMarkersRequest>(),
+    fields: &[field(1, i16::MAX, Kind::Array(Elem::Struct(&WRITE_TXN_MARKERS_MARKER)))], // markers
     tags: &[],
 };
 

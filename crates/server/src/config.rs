@@ -317,6 +317,7 @@ mod tests {
         "controller_quorum_voters",
         "default_replication_factor",
         "offsets_topic_num_partitions",
+        "transaction_state_log_num_partitions",
     ];
 
     #[test]
@@ -331,7 +332,7 @@ mod tests {
             .copied()
             .collect();
         assert_eq!(distinct, expected);
-        assert_eq!(keys.len(), 75);
+        assert_eq!(keys.len(), 76);
     }
 
     #[test]

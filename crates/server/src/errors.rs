@@ -147,6 +147,7 @@ pub fn txn_error_code(error: &TxnError) -> i16 {
         TxnError::ConcurrentTransactions => R::ConcurrentTransactions,
         TxnError::TransactionalIdNotFound => R::TransactionalIdNotFound,
         TxnError::CoordinatorLoadInProgress => R::CoordinatorLoadInProgress,
+        TxnError::NotCoordinator => R::NotCoordinator,
         // Retriable: the client finds the coordinator again and retries.
         TxnError::CoordinatorNotAvailable | TxnError::Markers(_) => R::CoordinatorNotAvailable,
         // Not retriable: the client reports it (aborting the transaction where one is
@@ -154,6 +155,24 @@ pub fn txn_error_code(error: &TxnError) -> i16 {
         TxnError::LimitReached { .. } => R::PolicyViolation,
     };
     e.code()
+}
+
+/// The transaction error another broker's coordinator answered with `code` (a check
+/// sent to it); a code no transaction error has is the coordinator's failure to
+/// answer, which a client retries.
+pub fn txn_error_from_code(code: i16) -> TxnError {
+    use ResponseError as R;
+    match ResponseError::try_from_code(code) {
+        Some(R::InvalidProducerEpoch) => TxnError::InvalidProducerEpoch,
+        Some(R::ProducerFenced) => TxnError::ProducerFenced,
+        Some(R::InvalidProducerIdMapping) => TxnError::InvalidProducerIdMapping,
+        Some(R::InvalidTxnState) => TxnError::InvalidTxnState,
+        Some(R::ConcurrentTransactions) => TxnError::ConcurrentTransactions,
+        Some(R::TransactionalIdNotFound) => TxnError::TransactionalIdNotFound,
+        Some(R::CoordinatorLoadInProgress) => TxnError::CoordinatorLoadInProgress,
+        Some(R::NotCoordinator) => TxnError::NotCoordinator,
+        _ => TxnError::CoordinatorNotAvailable,
+    }
 }
 
 /// The code for a transaction result (0 for success).

@@ -61,6 +61,7 @@ pub mod requests;
 pub mod sasl;
 pub mod sasl_settings;
 pub mod tls;
+pub mod txn_checks;
 pub mod txn_markers;
 
 pub use config::{Config, ServerConfig};

@@ -12,6 +12,7 @@ use crate::config::{Config, ServerConfig};
 use crate::handlers;
 use crate::requests::RequestMetrics;
 use crate::tls::ReloadableTls;
+use crate::cluster::transactions::ClusterMarkers;
 use crate::txn_markers::PartitionMarkers;
 use crate::{connection, console, metrics};
 use headway_base::limits;
@@ -20,7 +21,9 @@ use headway_broker::Broker;
 use headway_controller::metadata::Endpoint;
 use headway_group::{GroupCoordinator, GroupShards};
 use headway_share::{ShareCoordinator, SHARE_STATE_TOPIC};
-use headway_txn::{ProducerIdSource, TxnCoordinator, TRANSACTION_STATE_TOPIC};
+use headway_txn::{
+    MarkerWriter, ProducerIdSource, TxnCoordinator, TxnParts, TxnShards, TRANSACTION_STATE_TOPIC,
+};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -230,23 +233,40 @@ impl Server {
         groups.set_topics_source(headway_group::TopicsSource::new(move || {
             handlers::consumer_group_heartbeat::topics_view_of(&topics_of)
         }));
-        let txns = TxnCoordinator::open(
-            &config.data_dir,
-            config.flush,
-            settings.txn.txn_config(),
-            settings.txn.abort_check_interval(),
-            Arc::new(PartitionMarkers {
-                broker: Arc::downgrade(&broker),
-                groups: Arc::clone(&groups),
-            }),
-            match &cluster_ids {
+        // In a cluster the transaction coordinators come with the leadership of the
+        // partitions of the replicated `__transaction_state`, and their markers reach
+        // partitions led elsewhere through the other brokers.
+        let local_markers = PartitionMarkers {
+            broker: Arc::downgrade(&broker),
+            groups: Arc::clone(&groups),
+        };
+        let cluster_markers = in_cluster.then(|| Arc::new(ClusterMarkers::new(local_markers)));
+        let txn_parts = TxnParts {
+            config: settings.txn.txn_config(),
+            check_interval: settings.txn.abort_check_interval(),
+            markers: match &cluster_markers {
+                Some(markers) => Arc::clone(markers) as Arc<dyn MarkerWriter>,
+                None => Arc::new(PartitionMarkers {
+                    broker: Arc::downgrade(&broker),
+                    groups: Arc::clone(&groups),
+                }),
+            },
+            producer_ids: match &cluster_ids {
                 Some(ids) => Arc::clone(ids) as Arc<dyn ProducerIdSource>,
                 None => Arc::new(Arc::downgrade(&broker)) as Arc<dyn ProducerIdSource>,
             },
-        )
-        .await
-        .map_err(|e| std::io::Error::other(format!("opening the transaction coordinator: {e}")))?;
-        broker.add_internal_log(TRANSACTION_STATE_TOPIC, Arc::clone(txns.state_log()));
+        };
+        let txns = if in_cluster {
+            Arc::new(TxnShards::clustered(txn_parts))
+        } else {
+            let one = TxnCoordinator::open(&config.data_dir, config.flush, txn_parts.clone())
+                .await
+                .map_err(|e| {
+                    std::io::Error::other(format!("opening the transaction coordinator: {e}"))
+                })?;
+            broker.add_internal_log(TRANSACTION_STATE_TOPIC, Arc::clone(one.state_log()));
+            Arc::new(TxnShards::alone(one, txn_parts))
+        };
         let shares = ShareCoordinator::open(
             &config.data_dir,
             config.flush,
@@ -271,10 +291,14 @@ impl Server {
         ));
         let cluster = start_cluster(&broker, &settings, &listeners).await?;
         if let Some(cluster) = &cluster {
-            cluster.follow_group_coordinators(&broker, Arc::clone(&groups));
+            cluster.follow_coordinators(&broker, Arc::clone(&groups));
+            cluster.follow_coordinators(&broker, Arc::clone(&txns));
         }
         if let (Some(cluster), Some(ids)) = (&cluster, &cluster_ids) {
             ids.attach(Arc::downgrade(cluster));
+        }
+        if let (Some(cluster), Some(markers)) = (&cluster, &cluster_markers) {
+            markers.attach(Arc::downgrade(cluster));
         }
         let ctx = Arc::new(Ctx {
             cluster,

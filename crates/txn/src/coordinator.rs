@@ -10,6 +10,12 @@
 //! persists CompleteCommit or CompleteAbort. At start-up the log is replayed in the
 //! background (requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS) and every
 //! transaction found prepared is completed the same way.
+//!
+//! In a cluster each partition of the replicated `__transaction_state` this broker
+//! leads has a coordinator of its own ([`TxnCoordinator::serve`], routed by
+//! [`crate::TxnShards`]): its records wait for every in-sync replica, its markers
+//! carry the partition's leader epoch as the coordinator epoch, and once the partition
+//! moves it is retired and answers `NOT_COORDINATOR`.
 
 use crate::record::{encode_batch, TxnRecord};
 use crate::state::{
@@ -17,24 +23,34 @@ use crate::state::{
     TxnMetadata, TxnState,
 };
 use crate::TxnError;
-use headway_base::{now_ms, PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
+use headway_base::{now_ms, ProducerEpoch, ProducerId, TopicPartition};
+use headway_broker::coordinator_shards::{Shard, NO_EPOCH};
 use headway_broker::panics::{self, Component};
 use headway_broker::{internal_log, Broker, BrokerError, FlushPolicy, Partition};
 use headway_log::batch::validate_all;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 use tokio::sync::watch;
 
 /// The internal topic clients read the coordinator's log as.
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
-/// The partition that holds a group's offsets in a transaction: every group's
-/// committed offsets are in this broker's one offsets log.
+/// The topic whose partitions hold groups' offsets: a transaction that commits a
+/// group's offsets holds the group's partition of it (partition 0 on a broker alone,
+/// which keeps one offsets log).
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// Whether `name` is one of the internal topics the coordinators write (in a cluster,
+/// replicated topics; clients may read them, never write or create them).
+pub fn is_coordinators_topic(name: &str) -> bool {
+    name == OFFSETS_TOPIC || name == TRANSACTION_STATE_TOPIC
+}
+
 /// Markers carry the coordinator's epoch, which only grows when another coordinator
-/// takes over; one broker coordinates every transaction, always at this epoch.
+/// takes over: on a broker alone, always this one; in a cluster, the leader epoch of
+/// the coordinator's partition of `__transaction_state`.
 pub const COORDINATOR_EPOCH: i32 = 0;
 /// First wait before a failed marker write or record is tried again; doubles up to
 /// [`RETRY_BACKOFF_MAX`].
@@ -96,35 +112,74 @@ pub struct TxnCoordinator {
     markers: Arc<dyn MarkerWriter>,
     producer_ids: Arc<dyn ProducerIdSource>,
     check_interval: Duration,
+    /// The leader epoch of the partition this coordinator serves ([`NO_EPOCH`] on a
+    /// broker alone).
+    epoch: i32,
+    /// Retired: the partition is led elsewhere now.
+    retired: AtomicBool,
     shutdown: watch::Sender<bool>,
     loaded: watch::Sender<bool>,
+}
+
+/// What a coordinator is given besides its log.
+#[derive(Clone)]
+pub struct TxnParts {
+    pub config: TxnConfig,
+    /// How often timed-out transactions are looked for.
+    pub check_interval: Duration,
+    pub markers: Arc<dyn MarkerWriter>,
+    pub producer_ids: Arc<dyn ProducerIdSource>,
 }
 
 impl TxnCoordinator {
     /// Opens the log under `data_dir/transactions/state`, starts replaying it in the
     /// background, then completes the transactions found prepared and checks timeouts
-    /// every `check_interval`. Must run inside a tokio runtime.
+    /// every `check_interval` (a broker alone). Must run inside a tokio runtime.
     pub async fn open(
         data_dir: &Path,
         flush: FlushPolicy,
-        config: TxnConfig,
-        check_interval: Duration,
-        markers: Arc<dyn MarkerWriter>,
-        producer_ids: Arc<dyn ProducerIdSource>,
+        parts: TxnParts,
     ) -> Result<Arc<TxnCoordinator>, BrokerError> {
         let dir = data_dir.join("transactions").join("state");
         let log = internal_log::open(dir, TRANSACTION_STATE_TOPIC, flush).await?;
-        let coordinator = Arc::new(TxnCoordinator {
-            txns: Mutex::new(Transactions::new(config)),
+        let coordinator = Self::new(log, NO_EPOCH, parts);
+        let loading = Arc::clone(&coordinator);
+        panics::spawn_supervised(Component::Coordinator, async move {
+            if let Err(e) = loading.load().await {
+                // Requests keep getting COORDINATOR_LOAD_IN_PROGRESS: better than
+                // answering from a state that misses what the log holds.
+                tracing::error!(error = %e, "replaying the transaction log failed");
+            }
+        });
+        Ok(coordinator)
+    }
+
+    /// Replays `log`, a partition of a cluster's `__transaction_state` this broker
+    /// leads at `epoch`, and serves from it: its writes wait for every in-sync replica
+    /// and a change of leader fails them. Replays up to the high watermark: the loader
+    /// waits until that reaches what the log held when this broker took over.
+    pub async fn serve(
+        log: Arc<Partition>,
+        epoch: i32,
+        parts: TxnParts,
+    ) -> Result<Arc<TxnCoordinator>, BrokerError> {
+        let coordinator = Self::new(log, epoch, parts);
+        Arc::clone(&coordinator).load().await?;
+        Ok(coordinator)
+    }
+
+    fn new(log: Arc<Partition>, epoch: i32, parts: TxnParts) -> Arc<TxnCoordinator> {
+        Arc::new(TxnCoordinator {
+            txns: Mutex::new(Transactions::new(parts.config)),
             log,
-            markers,
-            producer_ids,
-            check_interval,
+            markers: parts.markers,
+            producer_ids: parts.producer_ids,
+            check_interval: parts.check_interval,
+            epoch,
+            retired: AtomicBool::new(false),
             shutdown: watch::channel(false).0,
             loaded: watch::channel(false).0,
-        });
-        panics::spawn_supervised(Component::Coordinator, Arc::clone(&coordinator).load());
-        Ok(coordinator)
+        })
     }
 
     /// The coordinator's log, served as `__transaction_state` and compacted by key.
@@ -144,21 +199,22 @@ impl TxnCoordinator {
             .expect("transactions mutex poisoned by a panic")
     }
 
-    async fn load(self: Arc<Self>) {
+    /// The state, for a request's step: `NOT_COORDINATOR` once retired.
+    fn state(&self) -> Result<MutexGuard<'_, Transactions>, TxnError> {
+        self.serving()?;
+        Ok(self.txns())
+    }
+
+    async fn load(self: Arc<Self>) -> Result<(), BrokerError> {
         let mut replayed = Transactions::new(self.txns().config.clone());
-        match replay(&self.log, &mut replayed).await {
-            Ok(records) => tracing::info!(
-                records,
-                transactional_ids = replayed.len(),
-                "transaction log replayed"
-            ),
-            Err(e) => {
-                // Requests keep getting COORDINATOR_LOAD_IN_PROGRESS: better than
-                // answering from a state that misses what the log holds.
-                tracing::error!(error = %e, "replaying the transaction log failed");
-                return;
-            }
-        }
+        let records = replay(&self.log, &mut replayed).await?;
+        tracing::info!(
+            partition = self.log.index().value(),
+            epoch = self.epoch,
+            records,
+            transactional_ids = replayed.len(),
+            "transaction log replayed"
+        );
         replayed.loaded();
         let prepared = replayed.prepared();
         *self.txns() = replayed;
@@ -178,25 +234,46 @@ impl TxnCoordinator {
         panics::spawn_restarting(Component::Coordinator, "transaction expiry", move || {
             run_expiry(weak.clone(), interval)
         });
+        Ok(())
     }
 
-    /// Appends one record and waits until it is durable.
+    /// `NOT_COORDINATOR` once retired, so that no request waits on a coordinator whose
+    /// tasks have stopped.
+    fn serving(&self) -> Result<(), TxnError> {
+        match self.retired.load(Ordering::Acquire) {
+            true => Err(TxnError::NotCoordinator),
+            false => Ok(()),
+        }
+    }
+
+    /// The epoch markers carry.
+    fn coordinator_epoch(&self) -> i32 {
+        match self.epoch {
+            NO_EPOCH => COORDINATOR_EPOCH,
+            epoch => epoch,
+        }
+    }
+
+    /// Appends one record and waits until it is durable (in a cluster: on every
+    /// in-sync replica).
     async fn append(&self, record: TxnRecord) -> Result<(), TxnError> {
+        self.serving()?;
         let batch = encode_batch(std::slice::from_ref(&record), now_ms());
+        let not_coordinator = |e: BrokerError, doing: &str| match e {
+            BrokerError::NotLeaderOrFollower { .. } => TxnError::NotCoordinator,
+            e => {
+                tracing::error!(error = %e, "{doing} the transaction log failed");
+                TxnError::CoordinatorNotAvailable
+            }
+        };
         let appended = self
             .log
             .append(validate_all(&batch), usize::MAX)
-            .map_err(|e| {
-                tracing::error!(error = %e, "appending to the transaction log failed");
-                TxnError::CoordinatorNotAvailable
-            })?;
+            .map_err(|e| not_coordinator(e, "appending to"))?;
         self.log
-            .wait_durable(appended.log_end_offset)
+            .wait_replicated(appended.log_end_offset, 1, self.epoch)
             .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "syncing the transaction log failed");
-                TxnError::CoordinatorNotAvailable
-            })
+            .map_err(|e| not_coordinator(e, "syncing"))
     }
 
     /// Persists a pending id's new metadata, then applies it (or, when the write
@@ -246,7 +323,7 @@ impl TxnCoordinator {
     ) -> Result<(ProducerId, ProducerEpoch), TxnError> {
         // Drawn before the step, as it may sync; unused when the id keeps its own.
         let fresh = self.allocate_id().await?;
-        let outcome = self.txns().init_producer_id(
+        let outcome = self.state()?.init_producer_id(
             transactional_id,
             timeout_ms,
             expected,
@@ -278,7 +355,7 @@ impl TxnCoordinator {
         producer_epoch: ProducerEpoch,
         partitions: &[TopicPartition],
     ) -> Result<(), TxnError> {
-        let change = self.txns().add_partitions(
+        let change = self.state()?.add_partitions(
             transactional_id,
             producer_id,
             producer_epoch,
@@ -296,26 +373,26 @@ impl TxnCoordinator {
         producer_epoch: ProducerEpoch,
         partitions: &[TopicPartition],
     ) -> Result<Vec<Result<(), TxnError>>, TxnError> {
-        self.txns()
+        self.state()?
             .verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
     }
 
-    /// AddOffsetsToTxn: the offsets partition ([`OFFSETS_TOPIC`] 0) joins the
-    /// transaction and the group is recorded in it.
+    /// AddOffsetsToTxn: the group's partition of [`OFFSETS_TOPIC`] (`offsets`) joins
+    /// the transaction and the group is recorded in it.
     pub async fn add_offsets(
         &self,
         transactional_id: &str,
         producer_id: ProducerId,
         producer_epoch: ProducerEpoch,
         group_id: &str,
+        offsets: &TopicPartition,
     ) -> Result<(), TxnError> {
-        let offsets = TopicPartition::new(OFFSETS_TOPIC, PartitionIndex::new(0));
-        let change = self.txns().add_offsets(
+        let change = self.state()?.add_offsets(
             transactional_id,
             producer_id,
             producer_epoch,
             group_id,
-            &offsets,
+            offsets,
             now_ms(),
         )?;
         self.persist_change(change).await
@@ -336,7 +413,7 @@ impl TxnCoordinator {
         tp: &TopicPartition,
         implicit_add: bool,
     ) -> Result<(), TxnError> {
-        let change = self.txns().check_produce(
+        let change = self.state()?.check_produce(
             transactional_id,
             producer_id,
             producer_epoch,
@@ -358,15 +435,15 @@ impl TxnCoordinator {
         producer_id: ProducerId,
         producer_epoch: ProducerEpoch,
         group_id: &str,
+        offsets: &TopicPartition,
         implicit_add: bool,
     ) -> Result<(), TxnError> {
-        let offsets = TopicPartition::new(OFFSETS_TOPIC, PartitionIndex::new(0));
-        let change = self.txns().check_offset_commit(
+        let change = self.state()?.check_offset_commit(
             transactional_id,
             producer_id,
             producer_epoch,
             group_id,
-            &offsets,
+            offsets,
             implicit_add,
             now_ms(),
         )?;
@@ -384,12 +461,12 @@ impl TxnCoordinator {
         result: TransactionResult,
         version2: bool,
     ) -> Result<(ProducerId, ProducerEpoch), TxnError> {
-        let fresh = if self.txns().end_needs_fresh_id(transactional_id, version2) {
+        let fresh = if self.state()?.end_needs_fresh_id(transactional_id, version2) {
             Some(self.allocate_id().await?)
         } else {
             None
         };
-        let outcome = self.txns().end_txn(
+        let outcome = self.state()?.end_txn(
             transactional_id,
             producer_id,
             producer_epoch,
@@ -414,7 +491,10 @@ impl TxnCoordinator {
 
     /// DescribeTransactions: each id's metadata, or TRANSACTIONAL_ID_NOT_FOUND.
     pub fn describe(&self, transactional_ids: &[String]) -> Vec<Result<TxnMetadata, TxnError>> {
-        let txns = self.txns();
+        let txns = match self.state() {
+            Ok(txns) => txns,
+            Err(e) => return transactional_ids.iter().map(|_| Err(e.clone())).collect(),
+        };
         transactional_ids
             .iter()
             .map(|id| {
@@ -430,7 +510,7 @@ impl TxnCoordinator {
 
     /// ListTransactions: the ids that pass every filter.
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<TxnMetadata>, TxnError> {
-        let txns = self.txns();
+        let txns = self.state()?;
         if txns.is_loading() {
             return Err(TxnError::CoordinatorLoadInProgress);
         }
@@ -475,7 +555,7 @@ impl TxnCoordinator {
                     meta.producer_id,
                     meta.producer_epoch,
                     result,
-                    COORDINATOR_EPOCH,
+                    self.coordinator_epoch(),
                     &partitions,
                 );
                 tokio::select! {
@@ -539,12 +619,23 @@ impl TxnCoordinator {
         }
     }
 
-    /// Stops the background tasks and closes the log (syncing it). Blocking.
+    /// Stops the background tasks and closes the log (syncing it). Blocking; a broker
+    /// alone's coordinator only (a cluster's are retired, their logs are the broker's).
     pub fn close(&self) {
         self.shutdown.send_replace(true);
         if let Err(e) = self.log.close() {
             tracing::error!(error = %e, "closing the transaction log");
         }
+    }
+}
+
+impl Shard for TxnCoordinator {
+    /// Stops answering (`NOT_COORDINATOR`) and stops the tasks: completions and
+    /// expiry are the new leader's now, which finds the prepared transactions in the
+    /// log and completes them.
+    fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        self.shutdown.send_replace(true);
     }
 }
 

@@ -20,6 +20,8 @@ pub enum TxnError {
     ConcurrentTransactions,
     #[error("the transactional id is unknown")]
     TransactionalIdNotFound,
+    #[error("this broker does not coordinate the transactional id (now)")]
+    NotCoordinator,
     #[error("the transaction coordinator is loading its log")]
     CoordinatorLoadInProgress,
     #[error("the transaction coordinator could not store its state")]

@@ -10,18 +10,22 @@
 //!   answered once durable; the log is replayed at start-up and transactions found
 //!   prepared are completed. Markers go through a [`MarkerWriter`], the data path's
 //!   side, so this crate does no partition I/O of its own.
+//! - [`TxnShards`]: which coordinator serves a transactional id: one on a broker
+//!   alone, one per led partition of `__transaction_state` in a cluster.
 //! - [`TxnSettings`]: the coordinator's section of the broker's settings.
 
 mod coordinator;
 mod error;
 pub mod record;
 mod settings;
+mod shards;
 pub mod state;
 
 pub use coordinator::{
-    ListFilter, MarkerFuture, MarkerWriter, ProducerIdSource, TxnCoordinator, COORDINATOR_EPOCH,
-    OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
+    is_coordinators_topic, ListFilter, MarkerFuture, MarkerWriter, ProducerIdSource, TxnCoordinator, TxnParts,
+    COORDINATOR_EPOCH, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
 };
+pub use shards::TxnShards;
 pub use error::TxnError;
 pub use settings::TxnSettings;
 pub use state::{

@@ -13,7 +13,7 @@ use headway_base::{PartitionIndex, ProducerEpoch, ProducerId, TopicPartition};
 use headway_broker::FlushPolicy;
 use headway_txn::{
     MarkerFuture, MarkerWriter, ProducerIdSource, TransactionResult, TxnConfig, TxnCoordinator,
-    TxnError, TxnState,
+    TxnError, TxnParts, TxnState,
 };
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
@@ -115,15 +115,14 @@ async fn open_checking_every(
     first_id: i64,
     check_interval: Duration,
 ) -> Arc<TxnCoordinator> {
-    let c = TxnCoordinator::open(
-        dir,
-        FlushPolicy::Sync,
-        TxnConfig::default(),
+    let parts = TxnParts {
+        config: TxnConfig::default(),
         check_interval,
-        Arc::clone(markers) as Arc<dyn MarkerWriter>,
-        Arc::new(Counter(AtomicI64::new(first_id))),
-    )
-    .await
+        markers: Arc::clone(markers) as Arc<dyn MarkerWriter>,
+        producer_ids: Arc::new(Counter(AtomicI64::new(first_id))),
+    };
+    let c = TxnCoordinator::open(dir, FlushPolicy::Sync, parts)
+        .await
     .expect("coordinator opens");
     tokio::time::timeout(Duration::from_secs(30), c.wait_loaded())
         .await
@@ -353,4 +352,38 @@ async fn init_over_an_open_transaction_aborts_it_and_the_retry_gets_a_new_epoch(
     assert_eq!(epoch2.value(), epoch.value() + 2, "fenced, then bumped");
     assert_eq!(markers.calls()[0].result, TransactionResult::Abort);
     crash(c).await;
+}
+
+#[tokio::test]
+async fn a_retired_coordinator_answers_not_coordinator_and_its_successor_completes() {
+    use headway_broker::coordinator_shards::Shard;
+    let dir = tempfile::tempdir().unwrap();
+    let failing = FakeMarkers::new(Mode::FailFirst(usize::MAX));
+    let c = open(dir.path(), &failing, 1).await;
+    let (id, epoch) = begin(&c).await;
+    c.end_txn(T, id, epoch, TransactionResult::Commit, false)
+        .await
+        .unwrap();
+    // The partition moves: every request is sent to look for the coordinator again.
+    c.retire();
+    assert_eq!(
+        c.init_producer_id(T, 60_000, None).await,
+        Err(TxnError::NotCoordinator)
+    );
+    assert_eq!(
+        c.add_partitions(T, id, epoch, &partitions()).await,
+        Err(TxnError::NotCoordinator)
+    );
+    assert_eq!(
+        c.describe(&[T.to_string()]),
+        vec![Err(TxnError::NotCoordinator)]
+    );
+    assert_eq!(failing.calls(), Vec::new(), "no marker was written");
+    crash(c).await;
+    // The next leader replays the log and writes the markers of what was prepared.
+    let markers = FakeMarkers::new(Mode::Write);
+    let next = open(dir.path(), &markers, 100).await;
+    wait_for_state(&next, TxnState::CompleteCommit).await;
+    assert_eq!(markers.calls(), vec![expected_commit(id, epoch)]);
+    crash(next).await;
 }

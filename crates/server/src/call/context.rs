@@ -17,7 +17,7 @@ use headway_group::GroupShards;
 use headway_protocol::kafka_protocol::messages::ApiKey;
 use headway_protocol::Request;
 use headway_share::ShareCoordinator;
-use headway_txn::TxnCoordinator;
+use headway_txn::TxnShards;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -29,7 +29,9 @@ pub struct Ctx {
     /// The group coordinators: one on a broker alone, one per led partition of
     /// `__consumer_offsets` in a cluster.
     pub groups: Arc<GroupShards>,
-    pub txns: Arc<TxnCoordinator>,
+    /// The transaction coordinators: one on a broker alone, one per led partition of
+    /// `__transaction_state` in a cluster.
+    pub txns: Arc<TxnShards>,
     /// Share groups: membership, share sessions and share-partition state.
     pub shares: Arc<ShareCoordinator>,
     /// Groups' own settings (the GROUP config resource), kept durably.

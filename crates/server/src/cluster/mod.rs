@@ -11,17 +11,22 @@
 //!    gives each replica its role ([`roles`]): leader, or follower whose replica fetcher
 //!    copies from its leader;
 //! 4. a task proposes the ISR changes of the partitions this broker leads;
-//! 5. the group coordinators follow the partitions of `__consumer_offsets` this broker
-//!    leads ([`coordinators`]), and producer ids come in blocks from the controller
-//!    ([`producer_ids`]).
+//! 5. the group and transaction coordinators follow the partitions of
+//!    `__consumer_offsets` and `__transaction_state` this broker leads
+//!    ([`coordinators`]), and producer ids come in blocks from the controller
+//!    ([`producer_ids`]);
+//! 6. a transaction's checks and markers reach the brokers that coordinate it or lead
+//!    its partitions ([`transactions`], over [`peers`]).
 //!
 //! Handlers read the image through [`Cluster::image`] and change it through
 //! [`Cluster::decide`]; [`view`] turns the image into Kafka's answers.
 
 pub mod coordinators;
+pub mod peers;
 pub mod producer_ids;
 pub mod reconcile;
 pub mod roles;
+pub mod transactions;
 pub mod view;
 
 #[cfg(test)]
@@ -35,7 +40,7 @@ use headway_controller::{
     BrokerId, ClusterSettings, Command, Controller, ControllerSettings, Image, Membership, Outcome,
     Tuning,
 };
-use headway_group::GroupShards;
+use coordinators::LedCoordinators;
 use headway_protocol::kafka_protocol::ResponseError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,6 +67,8 @@ pub struct Cluster {
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
     /// Turned true when the broker stops: the replica fetchers end.
     stopping: watch::Sender<bool>,
+    /// Connections to the other brokers for transactions' checks and markers.
+    peers: peers::Peers,
 }
 
 impl Cluster {
@@ -97,6 +104,7 @@ impl Cluster {
             tasks: std::sync::Mutex::new(Vec::new()),
             controller,
             stopping,
+            peers: peers::Peers::new(node_id, Default::default()),
         };
         let register = Command::RegisterBroker {
             id: node_id,
@@ -132,28 +140,33 @@ impl Cluster {
         self.tasks.get_mut().expect("cluster tasks lock")
     }
 
-    /// Serves the groups of the `__consumer_offsets` partitions this broker leads
+    /// Serves the keys of the partitions of `C`'s internal topic this broker leads
     /// ([`coordinators`]) until the broker stops.
-    pub fn follow_group_coordinators(&self, broker: &Arc<Broker>, groups: Arc<GroupShards>) {
-        let task = coordinators::follow_group_coordinators(
+    pub fn follow_coordinators<C: LedCoordinators>(&self, broker: &Arc<Broker>, shards: Arc<C>) {
+        let task = coordinators::follow_coordinators(
             Arc::downgrade(broker),
             self.node_id,
             self.controller.metadata(),
-            groups,
+            shards,
             self.stopping.subscribe(),
         );
         let mut tasks = self.tasks.lock().expect("cluster tasks lock");
         tasks.push(tokio::spawn(task));
     }
 
-    /// Creates `__consumer_offsets` through the controller unless the image has it
+    /// Creates `C`'s internal topic through the controller unless the image has it
     /// ([`coordinators`]).
-    pub async fn ensure_offsets_topic(&self, default_partitions: i32) -> Result<(), Refusal> {
+    pub async fn ensure_coordinator_topic<C: LedCoordinators>(
+        &self,
+        default_partitions: i32,
+    ) -> Result<(), Refusal> {
         let image = self.image();
-        let command = coordinators::offsets_topic_command(
+        let partitions = C::partitions(&self.settings);
+        let command = coordinators::coordinator_topic_command(
             &image,
             self.voters,
             &self.settings,
+            (C::TOPIC, partitions),
             default_partitions,
         )?;
         let Some(command) = command else {
@@ -165,11 +178,15 @@ impl Cluster {
             }
             Outcome::Refused { code, message } => Err((code, message)),
             _ => {
-                let partitions = self.settings.offsets_topic_partitions();
-                tracing::info!(partitions, "created __consumer_offsets");
+                tracing::info!(topic = C::TOPIC, partitions, "created a coordinators' topic");
                 Ok(())
             }
         }
+    }
+
+    /// The connections to the other brokers.
+    pub fn peers(&self) -> &peers::Peers {
+        &self.peers
     }
 
     pub fn node_id(&self) -> BrokerId {

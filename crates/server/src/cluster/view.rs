@@ -113,7 +113,7 @@ pub fn topic_metadata(meta: &Metadata, name: &str, topic: &TopicRecord) -> Metad
     MetadataResponseTopic::default()
         .with_name(Some(TopicName(StrBytes::from_string(name.to_string()))))
         .with_topic_id(topic.id)
-        .with_is_internal(name == headway_txn::OFFSETS_TOPIC)
+        .with_is_internal(headway_txn::is_coordinators_topic(name))
         .with_partitions(partitions)
         .with_topic_authorized_operations(OPERATIONS_OMITTED)
 }

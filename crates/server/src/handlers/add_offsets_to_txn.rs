@@ -36,15 +36,20 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     }
     let ctx = Arc::clone(call.ctx);
     pending(request, async move {
-        let result = ctx
-            .txns
-            .add_offsets(
-                &body.transactional_id,
-                ProducerId::new(body.producer_id.0),
-                ProducerEpoch::new(body.producer_epoch),
-                &body.group_id,
-            )
-            .await;
+        let added = async {
+            let coordinator = ctx.txns.of(&body.transactional_id)?;
+            let offsets = crate::txn_checks::offsets_partition(&ctx, &body.group_id)?;
+            coordinator
+                .add_offsets(
+                    &body.transactional_id,
+                    ProducerId::new(body.producer_id.0),
+                    ProducerEpoch::new(body.producer_epoch),
+                    &body.group_id,
+                    &offsets,
+                )
+                .await
+        };
+        let result = added.await;
         AddOffsetsToTxnResponse::default().with_error_code(txn_code(&result))
     })
 }

@@ -72,8 +72,12 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             ),
         },
     };
-    pending(request, async move {
-        if batched {
+    if batched {
+        // Another broker's checks, all over one connection: each starts now rather
+        // than when its reply's turn comes, so they do not wait on each other's writes.
+        // A task that did not finish answers no transaction, which the asking broker
+        // takes as its coordinator not answering.
+        let work = tokio::spawn(async move {
             let mut results = Vec::with_capacity(body.transactions.len());
             for txn in body.transactions {
                 let topic_results = add_one(&ctx, &txn, &Refused::default()).await;
@@ -84,7 +88,11 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                 );
             }
             AddPartitionsToTxnResponse::default().with_results_by_transaction(results)
-        } else {
+        });
+        return pending(request, async move { work.await.unwrap_or_default() });
+    }
+    pending(request, async move {
+        {
             let txn = AddPartitionsToTxnTransaction::default()
                 .with_transactional_id(body.v3_and_below_transactional_id)
                 .with_producer_id(body.v3_and_below_producer_id)
@@ -116,6 +124,20 @@ fn partitions_of(topics: &[AddPartitionsToTxnTopic]) -> Vec<TopicPartition> {
         .collect()
 }
 
+/// Whether `tp` exists: in a cluster by the metadata (this broker may hold no replica
+/// of it, as it may not of the group's partition of `__consumer_offsets`).
+fn partition_exists(ctx: &Ctx, tp: &TopicPartition) -> bool {
+    match &ctx.cluster {
+        Some(cluster) => cluster
+            .image()
+            .metadata
+            .topics
+            .get(&tp.topic)
+            .is_some_and(|t| usize::try_from(tp.partition.value()).is_ok_and(|i| i < t.partitions.len())),
+        None => ctx.broker.partition(&tp.topic, tp.partition).is_ok(),
+    }
+}
+
 /// One transaction's adds (or verification): one code per partition, in the
 /// request's order.
 async fn add_one(
@@ -130,7 +152,7 @@ async fn add_one(
         .map(|tp| {
             if refused.topics.contains(&tp.topic) {
                 Some(ResponseError::TopicAuthorizationFailed.code())
-            } else if ctx.broker.partition(&tp.topic, tp.partition).is_err() {
+            } else if !partition_exists(ctx, tp) {
                 Some(ResponseError::UnknownTopicOrPartition.code())
             } else {
                 None
@@ -150,11 +172,14 @@ async fn add_one(
             .iter()
             .map(|s| s.unwrap_or(ResponseError::OperationNotAttempted.code()))
             .collect()
+    } else if let Err(e) = ctx.txns.of(id) {
+        vec![txn_error_code(&e); partitions.len()]
     } else if txn.verify_only {
-        match ctx
+        let verified = ctx
             .txns
-            .verify_partitions(id, producer_id, epoch, &partitions)
-        {
+            .of(id)
+            .and_then(|c| c.verify_partitions(id, producer_id, epoch, &partitions));
+        match verified {
             Ok(each) => each
                 .iter()
                 .map(|r| r.as_ref().err().map_or(0, txn_error_code))
@@ -162,11 +187,11 @@ async fn add_one(
             Err(e) => vec![txn_error_code(&e); partitions.len()],
         }
     } else {
-        let code = match ctx
-            .txns
-            .add_partitions(id, producer_id, epoch, &partitions)
-            .await
-        {
+        let added = match ctx.txns.of(id) {
+            Ok(c) => c.add_partitions(id, producer_id, epoch, &partitions).await,
+            Err(e) => Err(e),
+        };
+        let code = match added {
             Ok(()) => 0,
             Err(e) => txn_error_code(&e),
         };

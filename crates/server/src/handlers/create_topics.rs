@@ -204,8 +204,8 @@ pub(crate) async fn create_in_cluster(
             topic.name.to_string(),
         )));
     }
-    if *topic.name == *headway_txn::OFFSETS_TOPIC {
-        // Created by the group coordinators with the settings they need.
+    if headway_txn::is_coordinators_topic(&topic.name) {
+        // Created by the cluster for its coordinators, with the settings they need.
         return Err(refused(BrokerError::InternalTopic(topic.name.to_string())));
     }
     let configs: BTreeMap<String, String> = topic

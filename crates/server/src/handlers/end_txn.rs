@@ -47,16 +47,19 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         } else {
             TransactionResult::Abort
         };
-        let answer = ctx
-            .txns
-            .end_txn(
-                &body.transactional_id,
-                ProducerId::new(body.producer_id.0),
-                ProducerEpoch::new(body.producer_epoch),
-                result,
-                version2,
-            )
-            .await;
+        let answer = match ctx.txns.of(&body.transactional_id) {
+            Ok(c) => {
+                c.end_txn(
+                    &body.transactional_id,
+                    ProducerId::new(body.producer_id.0),
+                    ProducerEpoch::new(body.producer_epoch),
+                    result,
+                    version2,
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
         let (id, epoch, code) = match answer {
             Ok((id, epoch)) => (Some(id), Some(epoch), 0),
             Err(e) => (None, None, txn_error_code(&e)),

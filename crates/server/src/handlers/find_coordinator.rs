@@ -1,12 +1,15 @@
 //! FindCoordinator: a broker alone coordinates every group (and, for clients that ask,
 //! every transactional id and share group). In a cluster a group's coordinator is the
-//! leader of its partition of `__consumer_offsets` (`crate::cluster::coordinators`),
-//! created on the first request; transactional ids and share groups are still each
-//! broker's own. v4+ asks for several keys at once.
+//! leader of its partition of `__consumer_offsets`, a transactional id's the leader of
+//! its partition of `__transaction_state` (`crate::cluster::coordinators`), each topic
+//! created on the first request for its kind; share groups are still each broker's
+//! own. v4+ asks for several keys at once.
 
 use crate::authorize;
 use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
-use crate::cluster::coordinators;
+use crate::cluster::coordinators::{self, LedCoordinators};
+use headway_group::GroupShards;
+use headway_txn::TxnShards;
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
 use headway_protocol::kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -59,12 +62,12 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         StrBytes::from_string(call.conn.listener.advertised_host.clone()),
         call.conn.listener.advertised_port,
     ));
-    // In a cluster a group's coordinator leads its partition of `__consumer_offsets`;
-    // transactions and share groups are still each broker's own.
+    // In a cluster a group's or a transactional id's coordinator leads its partition
+    // of the kind's internal topic; share groups are still each broker's own.
     let cluster = ctx
         .cluster
         .clone()
-        .filter(|_| body.key_type == GROUP_KEY_TYPE);
+        .filter(|_| matches!(body.key_type, GROUP_KEY_TYPE | TRANSACTION_KEY_TYPE));
     let Some(cluster) = cluster else {
         let found = keys.iter().map(|_| here.clone()).collect();
         return ready(
@@ -76,13 +79,22 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     let version = request.api_version();
     pending(request, async move {
         let default_partitions = ctx.broker.config().default_partitions;
-        let ensured = cluster.ensure_offsets_topic(default_partitions).await;
+        let (ensured, topic) = match body.key_type {
+            TRANSACTION_KEY_TYPE => (
+                cluster.ensure_coordinator_topic::<TxnShards>(default_partitions).await,
+                TxnShards::TOPIC,
+            ),
+            _ => (
+                cluster.ensure_coordinator_topic::<GroupShards>(default_partitions).await,
+                GroupShards::TOPIC,
+            ),
+        };
         let image = cluster.image();
         let found = keys
             .iter()
             .map(|key| {
                 ensured.clone()?;
-                let node = coordinators::group_coordinator(&image, key, &listener)?;
+                let node = coordinators::coordinator_of(&image, topic, key, &listener)?;
                 Ok((
                     BrokerId(node.id),
                     StrBytes::from_string(node.host),

@@ -55,11 +55,14 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     pending(request, async move {
         let answer = match body.transactional_id {
             _ if refused.is_some() => Err(refused.unwrap_or_default()),
-            Some(transactional_id) => ctx
-                .txns
-                .init_producer_id(&transactional_id, body.transaction_timeout_ms, expected)
-                .await
-                .map_err(|e| txn_error_code(&e)),
+            Some(transactional_id) => {
+                let timeout_ms = body.transaction_timeout_ms;
+                let initialized = match ctx.txns.of(&transactional_id) {
+                    Ok(c) => c.init_producer_id(&transactional_id, timeout_ms, expected).await,
+                    Err(e) => Err(e),
+                };
+                initialized.map_err(|e| txn_error_code(&e))
+            }
             // One source for every producer id, so that a cluster's brokers never hand
             // out the same one (`crate::cluster::producer_ids`).
             None => ctx

@@ -52,6 +52,7 @@ pub mod share_group_heartbeat;
 pub mod share_group_offsets;
 pub mod sync_group;
 pub mod txn_offset_commit;
+pub mod write_txn_markers;
 
 use crate::call::{Arrival, Call, Connection, Ctx, Handler, HandlerError, Reply};
 use headway_broker::panics::{self, Component};
@@ -91,6 +92,7 @@ pub const APIS: &[Handler] = &[
     add_offsets_to_txn::HANDLER,
     end_txn::HANDLER,
     txn_offset_commit::HANDLER,
+    write_txn_markers::HANDLER,
     describe_transactions::HANDLER,
     list_transactions::HANDLER,
     consumer_group_heartbeat::HANDLER,

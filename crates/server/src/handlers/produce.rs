@@ -42,7 +42,7 @@ use headway_protocol::kafka_protocol::messages::{
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::kafka_protocol::ResponseError;
 use headway_protocol::{decode_body, Request};
-use headway_txn::{TxnCoordinator, TxnError};
+use headway_txn::TxnError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::runtime::{Handle, RuntimeFlavor};
@@ -105,7 +105,7 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         .collect();
     let hold = &mut *call.hold;
     let transaction = Transaction {
-        txns: &ctx.txns,
+        ctx,
         transactional_id: body.transactional_id.as_ref().map(|id| &***id),
         implicit_add: request.api_version() >= TRANSACTIONS_V2_MIN_VERSION,
     };
@@ -240,7 +240,7 @@ fn refusal(call: &Call<'_>, transactional: Option<&str>, topic: &str) -> Option<
 
 /// What a transactional batch of the request is checked against.
 struct Transaction<'a> {
-    txns: &'a Arc<TxnCoordinator>,
+    ctx: &'a crate::call::Ctx,
     transactional_id: Option<&'a str>,
     implicit_add: bool,
 }
@@ -268,9 +268,14 @@ impl Transaction<'_> {
             ));
         };
         let tp = TopicPartition::new(topic, index);
-        let check =
-            self.txns
-                .check_produce(transactional_id, producer_id, epoch, &tp, self.implicit_add);
+        let check = crate::txn_checks::check_produce(
+            self.ctx,
+            transactional_id,
+            producer_id,
+            epoch,
+            &tp,
+            self.implicit_add,
+        );
         // Blocks this reader (not the runtime): later requests of the connection wait,
         // as their batches must follow this one. On a runtime worker (the connection's
         // task) `block_in_place` hands the worker's other tasks away first; on a read
@@ -289,10 +294,14 @@ impl Transaction<'_> {
         }
         let checked = tokio::task::block_in_place(|| handle.block_on(check));
         checked.map_err(|e| BrokerError::TransactionRefused {
-            // The previous transaction's markers are still being written: a retriable
-            // code every client retries a produce on (Kafka does the same).
+            // The previous transaction's markers are still being written, or the
+            // coordinator (on another broker) is moving: a retriable code every client
+            // retries a produce on (Kafka does the same).
             code: match e {
-                TxnError::ConcurrentTransactions => ResponseError::NotEnoughReplicas.code(),
+                TxnError::ConcurrentTransactions
+                | TxnError::NotCoordinator
+                | TxnError::CoordinatorLoadInProgress
+                | TxnError::CoordinatorNotAvailable => ResponseError::NotEnoughReplicas.code(),
                 _ => txn_error_code(&e),
             },
             reason: e.to_string(),
@@ -309,8 +318,8 @@ fn append(
     max_message_bytes: usize,
     acks_all: Option<usize>,
 ) -> Result<(Arc<Partition>, Appended), BrokerError> {
-    // In a cluster `__consumer_offsets` is a replicated topic the coordinators write.
-    if broker.is_internal(name) || **name == *headway_txn::OFFSETS_TOPIC {
+    // In a cluster the coordinators' topics are replicated topics only they write.
+    if broker.is_internal(name) || headway_txn::is_coordinators_topic(name) {
         return Err(BrokerError::InternalTopic(name.to_string()));
     }
     let partition = broker.partition(name, index)?;

@@ -56,17 +56,16 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     pending(request, async move {
         let (refused, entries) = (asked.refused, asked.entries);
         let producer_id = ProducerId::new(body.producer_id.0);
-        let checked = ctx
-            .txns
-            .check_offset_commit(
-                &body.transactional_id,
-                producer_id,
-                ProducerEpoch::new(body.producer_epoch),
-                &body.group_id,
-                implicit_add,
-            )
-            .await
-            .map_err(|e| txn_error_code(&e));
+        let checked = crate::txn_checks::check_offset_commit(
+            &ctx,
+            &body.transactional_id,
+            producer_id,
+            ProducerEpoch::new(body.producer_epoch),
+            &body.group_id,
+            implicit_add,
+        )
+        .await
+        .map_err(|e| txn_error_code(&e));
         let committed = match (checked, entries.is_empty()) {
             _ if asked.unauthorized.is_some() => Ok(Vec::new()),
             (Err(code), _) => Err(code),
