@@ -23,6 +23,20 @@
 //!
 //! No I/O and no clock: the partition passes the times in.
 
+/// A deliberately broken broker, for proving that the fault tests' history checker
+/// catches lost writes: the high watermark follows the leader's own sync alone, so an
+/// acks=all write is acknowledged before any follower holds it and a leader's crash
+/// loses it. Set only by [`break_high_watermark`] (the `headway` binary does so when
+/// `HEADWAY_UNSAFE_HIGH_WATERMARK=leader-only`); never part of a real deployment.
+static LEADER_ONLY_HIGH_WATERMARK: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Breaks every partition's high watermark as [`LEADER_ONLY_HIGH_WATERMARK`] says, for
+/// the rest of the process.
+pub fn break_high_watermark() {
+    LEADER_ONLY_HIGH_WATERMARK.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 use headway_base::Offset;
 use std::collections::BTreeMap;
 
@@ -139,6 +153,10 @@ impl ReplicaSet {
                     .map_or(Offset::ZERO, |f| f.durable_end)
             })
             .fold(self.own_durable_end, Offset::min);
+        let least = match LEADER_ONLY_HIGH_WATERMARK.load(std::sync::atomic::Ordering::Relaxed) {
+            true => self.own_durable_end,
+            false => least,
+        };
         if least > self.high_watermark {
             self.high_watermark = least;
             return true;

@@ -532,6 +532,12 @@ fn serve(config: Config) -> anyhow::Result<()> {
     runtime.block_on(async move {
         tracing::info!(data_dir = %config.data_dir.display(), flush = %config.flush,
             sync_scope = %config.sync_scope, "starting");
+        // Only for checking the fault tests' checker (`docs/cluster.md`): a broker that
+        // acknowledges acks=all writes before its followers hold them.
+        if std::env::var("HEADWAY_UNSAFE_HIGH_WATERMARK").as_deref() == Ok("leader-only") {
+            tracing::warn!("HEADWAY_UNSAFE_HIGH_WATERMARK=leader-only: acks=all waits for this broker's own sync alone; acknowledged writes are lost when a leader crashes");
+            headway_broker::replication::break_high_watermark();
+        }
         let specs = config.listener_specs().map_err(anyhow::Error::msg)?;
         let listen = specs[0].bind.clone();
         // Tried before the data directory is opened (and created), so that a busy or

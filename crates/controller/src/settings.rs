@@ -87,7 +87,10 @@ impl ClusterSettings {
             }
         }
         let counts = [
-            ("offsets_topic_num_partitions", self.offsets_topic_num_partitions),
+            (
+                "offsets_topic_num_partitions",
+                self.offsets_topic_num_partitions,
+            ),
             (
                 "transaction_state_log_num_partitions",
                 self.transaction_state_log_num_partitions,

@@ -1111,7 +1111,11 @@ static WRITE_TXN_MARKERS_MARKER: Struct = Struct {
         field(1, i16::MAX, Kind::Fixed(8)), // producer_id
         field(1, i16::MAX, Kind::Fixed(2)), // producer_epoch
         field(1, i16::MAX, Kind::Fixed(1)), // transaction_result
-        field(1, i16::MAX, Kind::Array(Elem::Struct(&WRITE_TXN_MARKERS_TOPIC))), // topics
+        field(
+            1,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&WRITE_TXN_MARKERS_TOPIC)),
+        ), // topics
         field(1, i16::MAX, Kind::Fixed(4)), // coordinator_epoch
     ],
     tags: &[],
@@ -1119,7 +1123,11 @@ static WRITE_TXN_MARKERS_MARKER: Struct = Struct {
 
 static WRITE_TXN_MARKERS: Struct = Struct {
     size: size_of::<write_txn_markers_request::WriteTxnMarkersRequest>(),
-    fields: &[field(1, i16::MAX, Kind::Array(Elem::Struct(&WRITE_TXN_MARKERS_MARKER)))], // markers
+    fields: &[field(
+        1,
+        i16::MAX,
+        Kind::Array(Elem::Struct(&WRITE_TXN_MARKERS_MARKER)),
+    )], // markers
     tags: &[],
 };
 

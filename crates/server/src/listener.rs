@@ -7,12 +7,12 @@
 
 use crate::call::{self, Ctx, ListenerInfo, ServerStats};
 use crate::cluster::producer_ids::ClusterProducerIds;
+use crate::cluster::transactions::ClusterMarkers;
 use crate::cluster::Cluster;
 use crate::config::{Config, ServerConfig};
 use crate::handlers;
 use crate::requests::RequestMetrics;
 use crate::tls::ReloadableTls;
-use crate::cluster::transactions::ClusterMarkers;
 use crate::txn_markers::PartitionMarkers;
 use crate::{connection, console, metrics};
 use headway_base::limits;

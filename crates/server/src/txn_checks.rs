@@ -19,7 +19,10 @@ pub fn offsets_partition(ctx: &Ctx, group_id: &str) -> Result<TopicPartition, Tx
         .groups
         .partition_of(group_id)
         .ok_or(TxnError::CoordinatorNotAvailable)?;
-    Ok(TopicPartition::new(OFFSETS_TOPIC, PartitionIndex::new(index)))
+    Ok(TopicPartition::new(
+        OFFSETS_TOPIC,
+        PartitionIndex::new(index),
+    ))
 }
 
 /// The produce path's check of a transactional batch for `tp` (see
@@ -34,12 +37,24 @@ pub async fn check_produce(
 ) -> Result<(), TxnError> {
     match (coordinator(ctx, transactional_id), &ctx.cluster) {
         (Ok(c), _) => {
-            c.check_produce(transactional_id, producer_id, producer_epoch, tp, implicit_add)
-                .await
+            c.check_produce(
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                tp,
+                implicit_add,
+            )
+            .await
         }
         (Err(TxnError::NotCoordinator), Some(cluster)) => {
             cluster
-                .check_transaction(transactional_id, producer_id, producer_epoch, tp, implicit_add)
+                .check_transaction(
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    tp,
+                    implicit_add,
+                )
                 .await
         }
         (Err(e), _) => Err(e),

@@ -100,6 +100,7 @@ fn every_request() -> Vec<(i16, i16, BytesMut)> {
         defaults::<AddOffsetsToTxnRequest>(),
         defaults::<EndTxnRequest>(),
         defaults::<TxnOffsetCommitRequest>(),
+        defaults::<WriteTxnMarkersRequest>(),
         defaults::<DescribeTransactionsRequest>(),
         defaults::<ListTransactionsRequest>(),
         defaults::<ConsumerGroupHeartbeatRequest>(),

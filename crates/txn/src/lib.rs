@@ -22,12 +22,12 @@ mod shards;
 pub mod state;
 
 pub use coordinator::{
-    is_coordinators_topic, ListFilter, MarkerFuture, MarkerWriter, ProducerIdSource, TxnCoordinator, TxnParts,
-    COORDINATOR_EPOCH, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
+    is_coordinators_topic, ListFilter, MarkerFuture, MarkerWriter, ProducerIdSource,
+    TxnCoordinator, TxnParts, COORDINATOR_EPOCH, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
 };
-pub use shards::TxnShards;
 pub use error::TxnError;
 pub use settings::TxnSettings;
+pub use shards::TxnShards;
 pub use state::{
     EndOutcome, ExpectedProducer, InitOutcome, TransactionResult, TxnConfig, TxnMetadata, TxnState,
 };

@@ -123,7 +123,7 @@ async fn open_checking_every(
     };
     let c = TxnCoordinator::open(dir, FlushPolicy::Sync, parts)
         .await
-    .expect("coordinator opens");
+        .expect("coordinator opens");
     tokio::time::timeout(Duration::from_secs(30), c.wait_loaded())
         .await
         .expect("the log loads");

@@ -154,7 +154,12 @@ pub fn coordinator_id(image: &Image, topic: &str, key: &str) -> Result<BrokerId,
 
 /// The broker coordinating `key` by the internal topic `topic`, on the listener named
 /// `listener`.
-pub fn coordinator_of(image: &Image, topic: &str, key: &str, listener: &str) -> Result<Node, Refusal> {
+pub fn coordinator_of(
+    image: &Image,
+    topic: &str,
+    key: &str,
+    listener: &str,
+) -> Result<Node, Refusal> {
     let leader = coordinator_id(image, topic, key)?;
     let unavailable = |why: String| (ResponseError::CoordinatorNotAvailable.code(), why);
     image

@@ -33,6 +33,7 @@ pub mod view;
 mod tests;
 
 use crate::replica_fetcher::ReplicaFetchers;
+use coordinators::LedCoordinators;
 use headway_base::{limits, PartitionIndex};
 use headway_broker::{Broker, BrokerError};
 use headway_controller::metadata::Endpoint;
@@ -40,7 +41,6 @@ use headway_controller::{
     BrokerId, ClusterSettings, Command, Controller, ControllerSettings, Image, Membership, Outcome,
     Tuning,
 };
-use coordinators::LedCoordinators;
 use headway_protocol::kafka_protocol::ResponseError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -178,7 +178,11 @@ impl Cluster {
             }
             Outcome::Refused { code, message } => Err((code, message)),
             _ => {
-                tracing::info!(topic = C::TOPIC, partitions, "created a coordinators' topic");
+                tracing::info!(
+                    topic = C::TOPIC,
+                    partitions,
+                    "created a coordinators' topic"
+                );
                 Ok(())
             }
         }

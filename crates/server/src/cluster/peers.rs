@@ -66,8 +66,8 @@ impl Peers {
                         PEER_TIMEOUT,
                         &self.security,
                     )
-                            .await
-                            .map_err(|e| format!("broker {to} at {address}: {e}"))?;
+                    .await
+                    .map_err(|e| format!("broker {to} at {address}: {e}"))?;
                     let opened = Arc::new(opened);
                     *held = Some(Arc::clone(&opened));
                     opened

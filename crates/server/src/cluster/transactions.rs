@@ -123,7 +123,11 @@ impl ClusterMarkers {
         marker: WritableTxnMarker,
     ) -> Result<(), TxnError> {
         let image = cluster.image();
-        let asked: usize = marker.topics.iter().map(|t| t.partition_indexes.len()).sum();
+        let asked: usize = marker
+            .topics
+            .iter()
+            .map(|t| t.partition_indexes.len())
+            .sum();
         let request = WriteTxnMarkersRequest::default().with_markers(vec![marker]);
         let response = cluster
             .peers()
@@ -138,7 +142,14 @@ impl ClusterMarkers {
                 t.partitions
                     .iter()
                     .filter(|p| p.error_code != 0)
-                    .map(move |p| format!("{}/{}: code {}", t.name.as_str(), p.partition_index, p.error_code))
+                    .map(move |p| {
+                        format!(
+                            "{}/{}: code {}",
+                            t.name.as_str(),
+                            p.partition_index,
+                            p.error_code
+                        )
+                    })
             })
             .collect();
         let answered: usize = response
@@ -178,11 +189,11 @@ impl MarkerWriter for ClusterMarkers {
             let image = cluster.image();
             let mut by_leader: BTreeMap<BrokerId, Vec<TopicPartition>> = BTreeMap::new();
             for tp in partitions {
-                let state = image
-                    .metadata
-                    .topics
-                    .get(&tp.topic)
-                    .and_then(|t| usize::try_from(tp.partition.value()).ok().and_then(|i| t.partitions.get(i)));
+                let state = image.metadata.topics.get(&tp.topic).and_then(|t| {
+                    usize::try_from(tp.partition.value())
+                        .ok()
+                        .and_then(|i| t.partitions.get(i))
+                });
                 let Some(state) = state else {
                     tracing::info!(topic = %tp.topic, partition = tp.partition.value(),
                         "no marker for a partition that no longer exists");
@@ -203,12 +214,21 @@ impl MarkerWriter for ClusterMarkers {
                     if leader == cluster.node_id() {
                         let local = &self.local;
                         return local
-                            .write_markers(producer_id, producer_epoch, result, coordinator_epoch, &tps)
+                            .write_markers(
+                                producer_id,
+                                producer_epoch,
+                                result,
+                                coordinator_epoch,
+                                &tps,
+                            )
                             .await;
                     }
                     let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
                     for tp in &tps {
-                        topics.entry(&tp.topic).or_default().push(tp.partition.value());
+                        topics
+                            .entry(&tp.topic)
+                            .or_default()
+                            .push(tp.partition.value());
                     }
                     let topics = topics
                         .into_iter()

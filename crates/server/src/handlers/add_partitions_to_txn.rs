@@ -133,7 +133,9 @@ fn partition_exists(ctx: &Ctx, tp: &TopicPartition) -> bool {
             .metadata
             .topics
             .get(&tp.topic)
-            .is_some_and(|t| usize::try_from(tp.partition.value()).is_ok_and(|i| i < t.partitions.len())),
+            .is_some_and(|t| {
+                usize::try_from(tp.partition.value()).is_ok_and(|i| i < t.partitions.len())
+            }),
         None => ctx.broker.partition(&tp.topic, tp.partition).is_ok(),
     }
 }

@@ -8,16 +8,16 @@
 use crate::authorize;
 use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
 use crate::cluster::coordinators::{self, LedCoordinators};
-use headway_group::GroupShards;
-use headway_txn::TxnShards;
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
+use headway_group::GroupShards;
 use headway_protocol::kafka_protocol::messages::find_coordinator_response::Coordinator;
 use headway_protocol::kafka_protocol::messages::{
     ApiKey, BrokerId, FindCoordinatorRequest, FindCoordinatorResponse,
 };
 use headway_protocol::kafka_protocol::protocol::StrBytes;
 use headway_protocol::{decode_body, Request};
+use headway_txn::TxnShards;
 use std::sync::Arc;
 
 pub const HANDLER: Handler = Handler {
@@ -81,11 +81,15 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
         let default_partitions = ctx.broker.config().default_partitions;
         let (ensured, topic) = match body.key_type {
             TRANSACTION_KEY_TYPE => (
-                cluster.ensure_coordinator_topic::<TxnShards>(default_partitions).await,
+                cluster
+                    .ensure_coordinator_topic::<TxnShards>(default_partitions)
+                    .await,
                 TxnShards::TOPIC,
             ),
             _ => (
-                cluster.ensure_coordinator_topic::<GroupShards>(default_partitions).await,
+                cluster
+                    .ensure_coordinator_topic::<GroupShards>(default_partitions)
+                    .await,
                 GroupShards::TOPIC,
             ),
         };

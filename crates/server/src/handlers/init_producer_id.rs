@@ -58,7 +58,10 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             Some(transactional_id) => {
                 let timeout_ms = body.transaction_timeout_ms;
                 let initialized = match ctx.txns.of(&transactional_id) {
-                    Ok(c) => c.init_producer_id(&transactional_id, timeout_ms, expected).await,
+                    Ok(c) => {
+                        c.init_producer_id(&transactional_id, timeout_ms, expected)
+                            .await
+                    }
                     Err(e) => Err(e),
                 };
                 initialized.map_err(|e| txn_error_code(&e))
