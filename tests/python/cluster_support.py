@@ -123,13 +123,32 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def start_cluster(make_broker, size: int = 3):
+def free_port_on(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def start_cluster(make_broker, size: int = 3, hosts: dict[int, str] | None = None,
+                  groups: dict[int, int] | None = None):
     """`size` brokers, nodes 1..size, each a controller voter on a port picked free; the
-    whole start is tried again when a port was taken meanwhile."""
+    whole start is tried again when a port was taken meanwhile. With `hosts` node N
+    listens (Kafka and controller listeners) on its own loopback address hosts[N]
+    instead of 127.0.0.1; with `groups` it runs as group id groups[N] (root only), so
+    that packet filter rules can tell its sockets from the others'."""
     for _attempt in range(3):
-        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(free_ports(size)))
+        if hosts is None:
+            voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(free_ports(size)))
+        else:
+            voters = ",".join(f"{n}@{hosts[n]}:{free_port_on(hosts[n])}"
+                              for n in range(1, size + 1))
+        placed = [{} if hosts is None else {"listen": f"{hosts[i + 1]}:0"}
+                  for i in range(size)]
+        for i in range(size):
+            if groups is not None:
+                placed[i]["group"] = groups[i + 1]
         brokers = [make_broker("--node-id", str(i + 1), "--controller-quorum-voters", voters,
-                               start=False) for i in range(size)]
+                               start=False, **placed[i]) for i in range(size)]
         try:
             for b in brokers:
                 b.start()
@@ -182,12 +201,14 @@ def led_by(bootstraps: list[str], topic: str, alive: set[int], isr_size: int):
 
 
 def cluster_with_topic(make_broker, topic: str, partitions: int,
-                       config: dict[str, str] | None = None):
+                       config: dict[str, str] | None = None,
+                       hosts: dict[int, str] | None = None,
+                       groups: dict[int, int] | None = None):
     """Three brokers agreeing on one controller and `topic` (`partitions` partitions,
     replication factor 3, `config` its settings), every partition led with all three in
     sync; returns the brokers, their addresses and the topic's partitions as Metadata
-    shows them."""
-    brokers = start_cluster(make_broker)
+    shows them. `hosts` and `groups` place the brokers as start_cluster does."""
+    brokers = start_cluster(make_broker, hosts=hosts, groups=groups)
     bootstraps = [b.bootstrap for b in brokers]
     wait_until(lambda: all_agree(bootstraps, 3), "three brokers, one controller", CLUSTER_UP_S)
     admin = AdminClient(rdkafka_base(",".join(bootstraps)))

@@ -109,9 +109,12 @@ class Broker:
                 "--listen", self.listen, *self.extra_args]
         # The broker reads every setting from HEADWAY_<NAME> too: keep the caller's
         # environment (HEADWAY_BIN, a stray HEADWAY_DATA_DIR...) out of it, except the
-        # log filter HEADWAY_LOG (e.g. HEADWAY_LOG=info,headway_server::handlers=debug).
+        # log filter HEADWAY_LOG (e.g. HEADWAY_LOG=info,headway_server::handlers=debug)
+        # and the deliberately broken high watermark that proves the fault tests'
+        # checker catches lost writes (HEADWAY_UNSAFE_HIGH_WATERMARK, docs/cluster.md).
+        passed = ("HEADWAY_LOG", "HEADWAY_UNSAFE_HIGH_WATERMARK")
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith("HEADWAY_") or k == "HEADWAY_LOG"}
+               if not k.startswith("HEADWAY_") or k in passed}
         env["NO_COLOR"] = "1"  # plain log lines in the stderr file
         env.update(self.extra_env)
         with open(self.stderr_path, "ab") as err:
