@@ -45,6 +45,11 @@ pub struct RecoveryReport {
     pub repaired_segments: usize,
     pub log_start_offset: Offset,
     pub log_end_offset: Offset,
+    /// Where a segment before the last was cut (a damaged batch found by its scan)
+    /// while later segments were kept: the log holds nothing from here to the next
+    /// segment. A replica cuts its log here before it follows anyone, and fetches the
+    /// rest again (`Partition::set_role`); a broker alone keeps the later segments.
+    pub hole_at: Option<Offset>,
 }
 
 /// Written by `Log::close` after everything was synced; removed by the next open.
@@ -111,6 +116,10 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> Result<Rec
         durable_file::sync_dir(dir)?;
     }
     report.segments = segments.len();
+    // A cut before the last segment that the chain's repair took the later segments
+    // after (a crash's torn tail) left no hole.
+    let end = segments.values().last().map(Segment::end_offset);
+    report.hole_at = report.hole_at.filter(|at| Some(at.value()) != end);
     report.log_start_offset = Offset::new(*segments.keys().next().expect("a log has a segment"));
     Ok(Recovered {
         segments,
@@ -166,6 +175,9 @@ fn load_segments(
             now_ms,
         };
         let (segment, load) = Segment::load(dir, base, options)?;
+        if load.truncated_bytes > 0 && i + 1 < bases.len() && report.hole_at.is_none() {
+            report.hole_at = Some(Offset::new(segment.end_offset()));
+        }
         report.truncated_bytes += load.truncated_bytes;
         report.rebuilt_indexes += load.rebuilt_indexes;
         if marked {

@@ -211,6 +211,9 @@ struct Slot {
     state: PartitionState,
     /// Which leader epoch wrote which offsets (empty until the partition is replicated).
     epochs: LeaderEpochs,
+    /// Where recovery left a hole below the log end (`RecoveryReport::hole_at`), until
+    /// the partition's first replicated role cuts the log there.
+    hole_at: Option<Offset>,
 }
 
 /// What a partition shows before its first step: from its recovered log, or nothing
@@ -365,7 +368,12 @@ impl Partition {
             segments_to_repair,
             unopened: None,
         };
-        let slot = Some(Slot { log, state, epochs });
+        let slot = Some(Slot {
+            log,
+            state,
+            epochs,
+            hole_at: report.hole_at,
+        });
         let partition = Partition::assemble(dir, topic, index, flush, clock, slot, shell);
         Ok((partition, report))
     }

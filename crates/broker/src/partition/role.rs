@@ -104,6 +104,9 @@ impl Partition {
     /// a new leader epoch is written to the partition's epoch history.
     pub fn set_role(&self, me: ReplicaId, role: Role, now_ms: i64) -> Result<(), BrokerError> {
         self.with_slot(|slot| {
+            if self.replication().is_none() {
+                self.cut_at_hole(slot)?;
+            }
             // Roles change only here, under the log's mutex: what is read now still holds
             // once the replication mutex is taken again below.
             let current = self
@@ -720,6 +723,31 @@ impl Partition {
             self.publish_high_watermark(end, end);
             Ok(())
         })
+    }
+
+    /// A replica whose recovery cut a damaged batch out of a segment before the last
+    /// (keeping the later segments) holds a hole no fetch would fill: its log end says
+    /// it has everything. Before its first role it cuts its log at the hole, so that as
+    /// a follower it fetches the rest again from its leader, and as a leader it never
+    /// serves a log with records missing below its end. Its high watermark starts over
+    /// at the log start, as every replica's does at its first role.
+    fn cut_at_hole(&self, slot: &mut Slot) -> Result<(), BrokerError> {
+        let Some(at) = slot.hole_at.take() else {
+            return Ok(());
+        };
+        if at >= slot.log.log_end_offset() {
+            return Ok(());
+        }
+        let start = slot.state.log_start_offset();
+        slot.state.reset_high_watermark(start);
+        tracing::warn!(topic = %self.topic, partition = self.index.value(), at = at.value(),
+            log_end_offset = slot.log.log_end_offset().value(),
+            "recovery cut a damaged batch out of a sealed segment; cutting the log there to fetch the rest again");
+        self.truncate_locked(slot, at)?;
+        self.high_watermark_to
+            .store(start.value(), Ordering::Release);
+        self.durable.send_modify(|s| s.high_watermark = start);
+        Ok(())
     }
 
     fn truncate_locked(&self, slot: &mut Slot, target: Offset) -> Result<Offset, BrokerError> {

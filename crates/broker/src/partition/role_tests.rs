@@ -390,3 +390,49 @@ async fn a_follower_takes_in_the_leaders_producers_and_answers_their_retries_as_
         "and did not append it again"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hole_recovery_left_in_a_sealed_segment_is_cut_before_the_first_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let open_small = || {
+        // Every batch in a segment of its own.
+        let config = LogConfig {
+            segment_bytes_max: 1,
+            ..LogConfig::default()
+        };
+        let (partition, report) = Partition::open(
+            dir.path().to_path_buf(),
+            "t".into(),
+            PartitionIndex::new(0),
+            config,
+            FlushPolicy::Sync,
+            Clock::system(),
+        )
+        .unwrap();
+        partition.start_flusher();
+        (partition, report)
+    };
+    let (p, _) = open_small();
+    for _ in 0..3 {
+        p.append(validate_all(&plain_batch()), MAX).unwrap();
+    }
+    within("the appends' sync", p.wait_synced_here(Offset::new(3)))
+        .await
+        .unwrap();
+    p.close().unwrap();
+    drop(p);
+    // The first segment's batch is damaged, and the segment marked for repair (as a
+    // read that found it does): the next open cuts it and keeps the segments after it.
+    let segment = dir.path().join(format!("{:020}.log", 0));
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[40] ^= 0x01;
+    std::fs::write(&segment, &bytes).unwrap();
+    std::fs::write(dir.path().join(format!("{:020}.repair", 0)), b"").unwrap();
+    let (p, report) = open_small();
+    assert_eq!(report.hole_at, Some(Offset::ZERO));
+    assert_eq!(p.log_end_offset().unwrap(), Offset::new(3));
+    // As a follower it holds nothing past the hole, so it fetches the rest again.
+    p.set_role(2, follower(1, 1), now()).unwrap();
+    assert_eq!(p.log_end_offset().unwrap(), Offset::ZERO);
+    assert_eq!(p.fetch_position().unwrap().offset, Offset::ZERO);
+}

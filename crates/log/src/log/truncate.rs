@@ -170,10 +170,14 @@ impl Log {
     }
 }
 
-/// Cuts `segment`'s `.log` at `position` and syncs it.
+/// Cuts `segment`'s `.log` at `position` and syncs it. Opened for writing here: a
+/// sealed segment's own handle is read-only, and a truncation may fall in one.
 fn cut_at(segment: &Segment, position: u64) -> Result<(), LogError> {
-    let file = segment.log_file()?;
     let path = &segment.paths().log;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(LogError::io("open", path))?;
     file.set_len(position)
         .map_err(LogError::io("truncate", path))?;
     file.sync_all().map_err(LogError::io("sync", path))
