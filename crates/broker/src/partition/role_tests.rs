@@ -21,17 +21,21 @@ const PATIENCE: Duration = Duration::from_secs(30);
 const LAG_MAX_MS: i64 = 10_000;
 
 fn open(dir: &Path) -> Arc<Partition> {
-    let (partition, _) = Partition::open(
+    open_with(dir, LogConfig::default()).0
+}
+
+fn open_with(dir: &Path, config: LogConfig) -> (Arc<Partition>, RecoveryReport) {
+    let (partition, report) = Partition::open(
         dir.to_path_buf(),
         "t".into(),
         PartitionIndex::new(0),
-        LogConfig::default(),
+        config,
         FlushPolicy::Sync,
         Clock::system(),
     )
     .unwrap();
     partition.start_flusher();
-    partition
+    (partition, report)
 }
 
 fn via() -> ReadVia {
@@ -394,23 +398,13 @@ async fn a_follower_takes_in_the_leaders_producers_and_answers_their_retries_as_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hole_recovery_left_in_a_sealed_segment_is_cut_before_the_first_role() {
     let dir = tempfile::tempdir().unwrap();
+    // Every batch in a segment of its own.
     let open_small = || {
-        // Every batch in a segment of its own.
         let config = LogConfig {
             segment_bytes_max: 1,
             ..LogConfig::default()
         };
-        let (partition, report) = Partition::open(
-            dir.path().to_path_buf(),
-            "t".into(),
-            PartitionIndex::new(0),
-            config,
-            FlushPolicy::Sync,
-            Clock::system(),
-        )
-        .unwrap();
-        partition.start_flusher();
-        (partition, report)
+        open_with(dir.path(), config)
     };
     let (p, _) = open_small();
     for _ in 0..3 {
