@@ -18,7 +18,8 @@ from conftest import BrokerStartError
 from kafka_frames import frame, read_response
 from support import ADMIN_TIMEOUT_S, raise_on_error, rdkafka_base, wait_until
 
-METADATA_KEY, PRODUCE_KEY = 3, 0
+METADATA_KEY, PRODUCE_KEY, DESCRIBE_CONFIGS_KEY = 3, 0, 32
+GROUP_RESOURCE = 32
 NOT_LEADER_OR_FOLLOWER = 6
 # The controller fences a silent broker after 6 s; after 7 to 8 s when it led the
 # controller (an election first). The margin is for a loaded machine.
@@ -83,6 +84,29 @@ def metadata(bootstrap: str) -> dict:
                                      replicas=replicas, isr=isr, offline=offline)
         topics[name] = dict(error=error, partitions=partitions)
     return dict(brokers=brokers, cluster_id=cluster_id, controller=controller, topics=topics)
+
+
+def group_configs(bootstrap: str, group: str) -> dict[str, tuple[str | None, int]]:
+    """DescribeConfigs v1 of a GROUP resource, as this one broker answers it: each
+    setting's value and source (8: set on the group)."""
+    name = group.encode()
+    body = (struct.pack(">ib", 1, GROUP_RESOURCE) + struct.pack(">h", len(name)) + name
+            + struct.pack(">i?", -1, False))
+    r = call(bootstrap, DESCRIBE_CONFIGS_KEY, 1, body)
+    r.take(">i")  # throttle
+    assert r.take(">i") == 1
+    error, message = r.take(">h"), r.string()
+    assert error == 0, (error, message)
+    r.take(">b")
+    assert r.string() == group
+    configs = {}
+    for _ in range(r.take(">i")):
+        key, value = r.string(), r.string()
+        _read_only, source, _sensitive = r.take(">?b?")
+        for _ in range(r.take(">i")):  # synonyms
+            r.string(), r.string(), r.take(">b")
+        configs[key] = (value, source)
+    return configs
 
 
 def produce_v3(bootstrap: str, topic: str, partition: int, acks: int = 1,

@@ -1,4 +1,5 @@
-"""Consumer groups on three brokers: the group's coordinator killed, nothing lost.
+"""Consumer groups on three brokers: the group's coordinator killed, nothing lost; a
+group's settings are every broker's.
 
 Goal: in a cluster a group's coordinator is the leader of the group's partition of the
 replicated `__consumer_offsets`. When that broker is SIGKILLed, another in-sync replica
@@ -14,17 +15,22 @@ offsets until the new coordinator answers them, then the first consumer reads an
 commits the rest. Java (tests/java/src/GroupMember.java, classic and consumer protocol):
 two members consume while records are produced; each reports records only once their
 commit succeeded; the coordinator is killed mid-way and restarted after the group moved.
+Group settings: `headway group config --set` at one broker, then DescribeConfigs sent to
+each broker on its own (a raw request), before and after a broker's SIGKILL and restart.
 """
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from cluster_support import CLUSTER_UP_S, cluster_with_topic, led_by
+from cluster_support import (CLUSTER_UP_S, all_agree, cluster_with_topic, group_configs,
+                             led_by, start_cluster)
+from group_support import HEADWAY_BIN, headway_cli
 from java_support import JavaClient
 from support import rdkafka_base, wait_until
 
@@ -227,3 +233,40 @@ def test_a_java_group_carries_on_when_its_coordinator_is_killed(make_broker, tmp
     finally:
         for m in members:
             m.kill()
+
+
+def test_a_groups_settings_set_at_one_broker_are_every_brokers_and_survive_a_restart(
+        make_broker):
+    """In a cluster a group's settings are the controller's: set through one broker, every
+    broker describes (and its coordinators use) the same values, a broker restarted after
+    SIGKILL has them again, and a deletion reaches every broker too."""
+    brokers = start_cluster(make_broker)
+    bootstraps = [b.bootstrap for b in brokers]
+    wait_until(lambda: all_agree(bootstraps, 3), "three brokers, one controller", CLUSTER_UP_S)
+    group, reset = "rf3-settings", "share.auto.offset.reset"
+    assert group_configs(bootstraps[0], group)[reset] == ("latest", 5)  # the broker's value
+
+    headway_cli("group", "config", group, "-b", bootstraps[1],
+                "--set", f"{reset}=earliest", "--set", "share.record.lock.duration.ms=15000")
+
+    def everywhere(value, source):
+        return all(group_configs(b, group)[reset] == (value, source) for b in bootstraps)
+    wait_until(lambda: everywhere("earliest", 8), "the setting on every broker", FAILOVER_S)
+    assert group_configs(bootstraps[2], group)["share.record.lock.duration.ms"] == ("15000", 8)
+
+    refused = subprocess.run(
+        [str(HEADWAY_BIN), "group", "config", group, "-b", bootstraps[0],
+         "--set", f"{reset}=sideways"], capture_output=True, text=True, timeout=DEADLINE_S)
+    assert refused.returncode != 0 and "sideways" in refused.stderr, refused
+    assert everywhere("earliest", 8), "a refused value changed the settings"
+
+    brokers[0].kill()
+    brokers[0].start()
+    bootstraps[0] = brokers[0].bootstrap  # a new port
+    wait_until(lambda: all_agree(bootstraps, 3), "the restarted broker back", CLUSTER_UP_S * 2)
+    wait_until(lambda: group_configs(bootstraps[0], group)[reset] == ("earliest", 8),
+               "the setting on the restarted broker", FAILOVER_S)
+
+    headway_cli("group", "config", group, "-b", bootstraps[0], "--delete", reset)
+    wait_until(lambda: everywhere("latest", 5), "the deletion on every broker", FAILOVER_S)
+    assert group_configs(bootstraps[1], group)["share.record.lock.duration.ms"] == ("15000", 8)

@@ -1,8 +1,8 @@
 //! The cluster's metadata as plain values, and the decisions that change it.
 //!
 //! [`Metadata`] is the controller's state machine: broker registrations, topics with their
-//! partitions (replicas, ISR, leader, epochs), the next producer-id block, ACLs and SCRAM
-//! credentials. [`Metadata::apply`] decides one [`Command`] at the log index that carries
+//! partitions (replicas, ISR, leader, epochs), the next producer-id block, ACLs, SCRAM
+//! credentials and groups' own settings (Kafka's GROUP config resources). [`Metadata::apply`] decides one [`Command`] at the log index that carries
 //! it and answers an [`Outcome`]; it does no I/O and reads no clock, so every voter that
 //! applies the same log reaches the same state, and the tests drive it directly
 //! (`metadata/tests.rs`).
@@ -20,8 +20,8 @@
 //! - Commands may be delivered twice (a proposal retried after a timeout or a leader
 //!   change), so each answers the same the second time: registration by incarnation,
 //!   topic creation and deletion by topic id, new partitions by the total they make, an
-//!   ISR change by the partition epoch it was made at; fencing, unfencing and ACL and
-//!   credential upserts are the same applied twice. (A credential deleted twice answers
+//!   ISR change by the partition epoch it was made at; fencing, unfencing, ACL and
+//!   credential upserts and a group's settings are the same applied twice. (A credential deleted twice answers
 //!   `RESOURCE_NOT_FOUND` the second time.)
 //! - New partitions need at least one unfenced replica, which leads them.
 
@@ -122,6 +122,10 @@ pub struct Metadata {
     pub acls: BTreeSet<AclRecord>,
     /// By user, then mechanism.
     pub scram: BTreeMap<String, BTreeMap<String, ScramRecord>>,
+    /// Groups' own settings (GROUP config resources), by group id, then Kafka name;
+    /// checked by the broker that proposed them. A group without settings is absent.
+    #[serde(default)]
+    pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// A change to the metadata, as proposed to the controller and written to its log.
@@ -203,6 +207,11 @@ pub enum Command {
         user: String,
         mechanism: String,
     },
+    /// A group's settings become `configs` (none: the group has no settings of its own).
+    SetGroupConfigs {
+        group: String,
+        configs: BTreeMap<String, String>,
+    },
 }
 
 /// What applying a command answered.
@@ -256,6 +265,9 @@ impl std::fmt::Display for Command {
             }
             Command::DeleteScram { user, mechanism } => {
                 write!(f, "delete {mechanism} credential of {user}")
+            }
+            Command::SetGroupConfigs { group, configs } => {
+                write!(f, "set {} configs of group {group}", configs.len())
             }
         }
     }
@@ -414,6 +426,14 @@ impl Metadata {
                         format!("no {mechanism} credential for {user:?}"),
                     ),
                 }
+            }
+            Command::SetGroupConfigs { group, configs } => {
+                if configs.is_empty() {
+                    self.group_configs.remove(group);
+                } else {
+                    self.group_configs.insert(group.clone(), configs.clone());
+                }
+                Outcome::Done
             }
         }
     }

@@ -15,9 +15,13 @@
 //! always allowed), and a heartbeat interval must stay below its session timeout. A
 //! wrong name or value is INVALID_CONFIG.
 //!
-//! The settings of every group are kept in `<data_dir>/group-configs.json`, replaced
-//! durably on each change ([`headway_base::durable_file::replace`]) before the change
-//! is answered or applied, and read back at start-up.
+//! On a broker alone the settings of every group are kept in
+//! `<data_dir>/group-configs.json`, replaced durably on each change
+//! ([`headway_base::durable_file::replace`]) before the change is answered or applied,
+//! and read back at start-up. In a cluster they are the controller's: the broker asked
+//! checks a change and proposes the group's whole settings (`SetGroupConfigs`), and
+//! every broker applies what its image holds ([`follow`]), so the coordinators of the
+//! group's members and of its share-partitions, wherever they are, use the same values.
 
 use headway_broker::BrokerError;
 use headway_group::{ConsumerOverrides, GroupSettings, GroupShards};
@@ -243,9 +247,11 @@ pub fn share_overrides(settings: &Settings) -> ShareOverrides {
     }
 }
 
-/// The settings of every group, kept durably in one file of the data directory.
+/// The settings of every group: kept durably in one file of the data directory, or,
+/// in a cluster, a copy of the controller's.
 pub struct GroupConfigStore {
-    path: PathBuf,
+    /// `None` in a cluster: nothing is written here.
+    path: Option<PathBuf>,
     definitions: Vec<Definition>,
     groups: Mutex<BTreeMap<String, Settings>>,
     /// Most groups with settings (`limits::GROUP_CONFIG_GROUPS_MAX`).
@@ -289,12 +295,24 @@ impl GroupConfigStore {
             }
         };
         Ok(GroupConfigStore {
-            path,
+            path: Some(path),
             definitions,
             groups: Mutex::new(groups),
             groups_max,
             writing: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// The store of a broker in a cluster: empty until [`follow`] copies the
+    /// controller's settings in, and never written to disk.
+    pub fn clustered(definitions: Vec<Definition>) -> GroupConfigStore {
+        GroupConfigStore {
+            path: None,
+            definitions,
+            groups: Mutex::new(BTreeMap::new()),
+            groups_max: headway_base::limits::GROUP_CONFIG_GROUPS_MAX,
+            writing: tokio::sync::Mutex::new(()),
+        }
     }
 
     pub fn definitions(&self) -> &[Definition] {
@@ -317,47 +335,81 @@ impl GroupConfigStore {
         self.groups().clone()
     }
 
-    /// Changes a group's settings with `change`, checks the result, and (unless
-    /// `validate_only`) writes it durably. Returns the group's new settings.
-    pub async fn alter(
+    /// Changes a group's settings with `change` and checks the result, changing nothing
+    /// here: the group's settings as they would become.
+    pub fn check(
         &self,
         group_id: &str,
         change: impl FnOnce(&mut Settings) -> Result<(), BrokerError>,
-        validate_only: bool,
     ) -> Result<Settings, BrokerError> {
         if group_id.is_empty() {
             return Err(BrokerError::InvalidRequest(
                 "a group config resource needs a group name".into(),
             ));
         }
-        let _writing = self.writing.lock().await;
         let mut settings = self.get(group_id);
         change(&mut settings)?;
         validate(&self.definitions, &settings)?;
+        let groups = self.groups();
+        if !settings.is_empty() && !groups.contains_key(group_id) && groups.len() >= self.groups_max
+        {
+            return Err(BrokerError::InvalidRequest(format!(
+                "{} groups have settings of their own, the most this broker keeps; \
+                 delete some group's settings first",
+                self.groups_max
+            )));
+        }
+        Ok(settings)
+    }
+
+    /// Changes a group's settings with `change`, checks the result, and (unless
+    /// `validate_only`) writes it durably. Returns the group's new settings. On a
+    /// broker alone only.
+    pub async fn alter(
+        &self,
+        group_id: &str,
+        change: impl FnOnce(&mut Settings) -> Result<(), BrokerError>,
+        validate_only: bool,
+    ) -> Result<Settings, BrokerError> {
+        let _writing = self.writing.lock().await;
+        let settings = self.check(group_id, change)?;
         if validate_only {
             return Ok(settings);
         }
+        let Some(path) = self.path.clone() else {
+            return Err(BrokerError::Storage(
+                "a clustered broker's group configs are the controller's".into(),
+            ));
+        };
         let mut all = self.all();
         if settings.is_empty() {
             all.remove(group_id);
         } else {
-            if !all.contains_key(group_id) && all.len() >= self.groups_max {
-                return Err(BrokerError::InvalidRequest(format!(
-                    "{} groups have settings of their own, the most this broker keeps; \
-                     delete some group's settings first",
-                    self.groups_max
-                )));
-            }
             all.insert(group_id.to_string(), settings.clone());
         }
         let bytes = serde_json::to_vec_pretty(&all)
             .map_err(|e| BrokerError::Storage(format!("encoding group configs: {e}")))?;
-        let path = self.path.clone();
         tokio::task::spawn_blocking(move || headway_base::durable_file::replace(&path, &bytes))
             .await
             .map_err(|e| BrokerError::Storage(format!("writing group configs: {e}")))??;
         *self.groups() = all;
         Ok(settings)
+    }
+
+    /// Takes a group's settings as decided elsewhere (the controller's); whether they
+    /// changed.
+    pub fn set(&self, group_id: &str, settings: &Settings) -> bool {
+        let mut groups = self.groups();
+        let old = groups.get(group_id);
+        if old == Some(settings) || (old.is_none() && settings.is_empty()) {
+            return false;
+        }
+        if settings.is_empty() {
+            groups.remove(group_id);
+        } else {
+            groups.insert(group_id.to_string(), settings.clone());
+        }
+        true
     }
 }
 
@@ -368,15 +420,19 @@ pub fn apply(groups: &GroupShards, shares: &ShareCoordinator, group_id: &str, se
 }
 
 /// Opens the store and applies every group's settings (at start-up, after the
-/// coordinators replayed their state).
+/// coordinators replayed their state); in a cluster, an empty store [`follow`] fills.
 pub async fn open(
     data_dir: &Path,
     group: &GroupSettings,
     share: &ShareSettings,
     groups: &GroupShards,
     shares: &ShareCoordinator,
+    in_cluster: bool,
 ) -> std::io::Result<Arc<GroupConfigStore>> {
     let definitions = definitions(group, share, shares.config().heartbeat_interval_ms);
+    if in_cluster {
+        return Ok(Arc::new(GroupConfigStore::clustered(definitions)));
+    }
     let dir = data_dir.to_path_buf();
     let store = tokio::task::spawn_blocking(move || GroupConfigStore::open(&dir, definitions))
         .await
@@ -386,6 +442,35 @@ pub async fn open(
         apply(groups, shares, &group_id, &settings);
     }
     Ok(Arc::new(store))
+}
+
+/// In a cluster: keeps `store` and the coordinators in step with the groups' settings
+/// in the controller's image, until the image's sender is gone.
+pub async fn follow(
+    mut image: tokio::sync::watch::Receiver<Arc<headway_controller::Image>>,
+    store: Arc<GroupConfigStore>,
+    groups: Arc<GroupShards>,
+    shares: Arc<ShareCoordinator>,
+) {
+    loop {
+        let decided = image.borrow_and_update().metadata.group_configs.clone();
+        if decided != store.all() {
+            let mut ids: Vec<&String> = decided.keys().collect();
+            let known = store.all();
+            ids.extend(known.keys().filter(|g| !decided.contains_key(*g)));
+            let none = Settings::new();
+            for group_id in ids {
+                let settings = decided.get(group_id).unwrap_or(&none);
+                if store.set(group_id, settings) {
+                    tracing::info!(group = %group_id, ?settings, "group configs changed by the controller");
+                    apply(&groups, &shares, group_id, settings);
+                }
+            }
+        }
+        if image.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -281,6 +281,7 @@ impl Server {
             &settings.share,
             &groups,
             &shares,
+            in_cluster,
         )
         .await?;
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -293,6 +294,11 @@ impl Server {
         if let Some(cluster) = &cluster {
             cluster.follow_coordinators(&broker, Arc::clone(&groups));
             cluster.follow_coordinators(&broker, Arc::clone(&txns));
+            cluster.follow_group_configs(
+                Arc::clone(&group_configs),
+                Arc::clone(&groups),
+                Arc::clone(&shares),
+            );
         }
         if let (Some(cluster), Some(ids)) = (&cluster, &cluster_ids) {
             ids.attach(Arc::downgrade(cluster));

@@ -392,6 +392,30 @@ fn acls_and_credentials_are_kept_and_removed() {
 }
 
 #[test]
+fn a_groups_settings_are_replaced_whole_and_removed_when_empty() {
+    let mut log = Log::new();
+    let set = |pairs: &[(&str, &str)]| Command::SetGroupConfigs {
+        group: "g".into(),
+        configs: pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
+    let reset = set(&[("share.auto.offset.reset", "earliest")]);
+    assert_eq!(log.apply(reset.clone()), Outcome::Done);
+    assert_eq!(log.apply(reset), Outcome::Done);
+    assert_eq!(
+        log.metadata.group_configs["g"]["share.auto.offset.reset"],
+        "earliest"
+    );
+    log.apply(set(&[("share.record.lock.duration.ms", "15000")]));
+    assert_eq!(log.metadata.group_configs["g"].len(), 1);
+    assert!(!log.metadata.group_configs["g"].contains_key("share.auto.offset.reset"));
+    log.apply(set(&[]));
+    assert!(log.metadata.group_configs.is_empty());
+}
+
+#[test]
 fn retried_deletions_and_new_partitions_change_nothing_the_second_time() {
     let mut log = Log::new();
     log.brokers(&[1, 2]);

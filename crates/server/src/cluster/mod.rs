@@ -188,6 +188,40 @@ impl Cluster {
         }
     }
 
+    /// Keeps the groups' settings in `store` and in the coordinators those of the
+    /// image ([`crate::group_configs::follow`]) until the broker stops.
+    pub fn follow_group_configs(
+        &self,
+        store: Arc<crate::group_configs::GroupConfigStore>,
+        groups: Arc<headway_group::GroupShards>,
+        shares: Arc<headway_share::ShareCoordinator>,
+    ) {
+        let task = crate::group_configs::follow(self.controller.metadata(), store, groups, shares);
+        let mut tasks = self.tasks.lock().expect("cluster tasks lock");
+        tasks.push(tokio::spawn(task));
+    }
+
+    /// Makes `settings` a group's whole settings through the controller.
+    pub async fn set_group_configs(
+        &self,
+        group_id: &str,
+        settings: &crate::group_configs::Settings,
+    ) -> Result<(), BrokerError> {
+        let command = Command::SetGroupConfigs {
+            group: group_id.to_string(),
+            configs: settings.clone(),
+        };
+        match self.decide(command).await {
+            Ok(Outcome::Refused { code, message }) | Err((code, message)) => {
+                Err(BrokerError::ControllerRefused {
+                    code,
+                    reason: message,
+                })
+            }
+            Ok(_) => Ok(()),
+        }
+    }
+
     /// The connections to the other brokers.
     pub fn peers(&self) -> &peers::Peers {
         &self.peers

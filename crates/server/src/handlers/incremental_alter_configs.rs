@@ -117,17 +117,32 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     })
 }
 
-/// Changes a group's settings durably, then applies them to its coordinators.
+/// Changes a group's settings durably, then applies them to its coordinators; in a
+/// cluster, through the controller, whose decision every broker applies.
 pub(crate) async fn alter_group(
     ctx: &Ctx,
     group_id: &str,
     change: impl FnOnce(&mut Settings) -> Result<(), BrokerError>,
     validate_only: bool,
 ) -> Result<(), BrokerError> {
-    let settings = ctx
-        .group_configs
-        .alter(group_id, change, validate_only)
-        .await?;
+    let settings = match &ctx.cluster {
+        Some(cluster) => {
+            let settings = ctx.group_configs.check(group_id, change)?;
+            if validate_only {
+                return Ok(());
+            }
+            cluster.set_group_configs(group_id, &settings).await?;
+            if !ctx.group_configs.set(group_id, &settings) {
+                return Ok(());
+            }
+            settings
+        }
+        None => {
+            ctx.group_configs
+                .alter(group_id, change, validate_only)
+                .await?
+        }
+    };
     if !validate_only {
         tracing::info!(group = %group_id, ?settings, "group configs changed");
         group_configs::apply(&ctx.groups, &ctx.shares, group_id, &settings);
