@@ -267,13 +267,15 @@ impl Server {
             broker.add_internal_log(TRANSACTION_STATE_TOPIC, Arc::clone(one.state_log()));
             Arc::new(TxnShards::alone(one, txn_parts))
         };
-        let shares = ShareCoordinator::open(
-            &config.data_dir,
-            config.flush,
-            settings.share.share_config(),
-        )
-        .await
-        .map_err(|e| std::io::Error::other(format!("opening the share coordinator: {e}")))?;
+        // In a cluster a share group's members are known to its coordinator, and each
+        // share-partition's state to the partition's leader.
+        let share_config = headway_share::ShareConfig {
+            members_elsewhere: in_cluster,
+            ..settings.share.share_config()
+        };
+        let shares = ShareCoordinator::open(&config.data_dir, config.flush, share_config)
+            .await
+            .map_err(|e| std::io::Error::other(format!("opening the share coordinator: {e}")))?;
         broker.add_internal_log(SHARE_STATE_TOPIC, Arc::clone(shares.state_log()));
         let group_configs = crate::group_configs::open(
             &config.data_dir,

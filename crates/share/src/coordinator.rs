@@ -228,7 +228,7 @@ impl ShareCoordinator {
         forget: &[(uuid::Uuid, i32)],
     ) -> Result<Vec<(uuid::Uuid, i32)>, ShareError> {
         self.groups()
-            .session_step(group_id, member_id, epoch, add, forget)
+            .session_step(group_id, member_id, epoch, add, forget, now_ms())
     }
 
     /// Every lock the member holds in the group goes back to the others (its share
@@ -273,17 +273,20 @@ impl ShareCoordinator {
     /// share of the records waiting in it (see [`fair_share`]): a spike is spread over
     /// every member instead of being taken whole by the first to fetch while the others
     /// wait.
+    /// `key` is the partition's topic id and index.
+    #[allow(clippy::too_many_arguments)]
     pub fn acquire(
         &self,
         group_id: &str,
         member: &MemberId,
         tp: &TopicPartition,
+        key: (uuid::Uuid, i32),
         batches: &[LogBatch],
         max_records: u32,
         high_watermark: Offset,
     ) -> Vec<Acquired> {
         let mut groups = self.groups();
-        let sharing = groups.get(group_id).map_or(1, |g| g.members_assigned(tp));
+        let sharing = groups.sharing(group_id, tp, key);
         let Some(p) = groups.partition(group_id, tp) else {
             return Vec::new();
         };
@@ -608,6 +611,9 @@ mod tests {
     use super::*;
     use crate::group::topic_partition;
 
+    /// The topic id and index the tests' share-partitions are named by on the wire.
+    const KEY: (uuid::Uuid, i32) = (uuid::Uuid::nil(), 0);
+
     fn batch(first: i64, last: i64) -> LogBatch {
         LogBatch {
             first: Offset::new(first),
@@ -743,7 +749,7 @@ mod tests {
             Some(Offset::ZERO)
         );
         // Alone, a member takes the whole read.
-        let alone = c.acquire("g", &Arc::from("m0"), &tp, &[batch(0, 99)], 500, hw);
+        let alone = c.acquire("g", &Arc::from("m0"), &tp, KEY, &[batch(0, 99)], 500, hw);
         assert_eq!(
             alone
                 .iter()
@@ -763,7 +769,7 @@ mod tests {
         }
         let mut taken = Vec::new();
         for m in ["m0", "m1", "m2", "m3", "m4"] {
-            let got = c.acquire("g", &Arc::from(m), &tp, &[batch(0, 99)], 500, hw);
+            let got = c.acquire("g", &Arc::from(m), &tp, KEY, &[batch(0, 99)], 500, hw);
             let records: i64 = got
                 .iter()
                 .map(|a| a.last.value() - a.first.value() + 1)
@@ -783,7 +789,7 @@ mod tests {
                 .await;
             assert_eq!(results[0].1, Ok(()));
         }
-        let got = c.acquire("g", &Arc::from("m0"), &tp, &[batch(40, 99)], 500, hw);
+        let got = c.acquire("g", &Arc::from("m0"), &tp, KEY, &[batch(40, 99)], 500, hw);
         assert_eq!(
             got.iter()
                 .map(|a| (a.first.value(), a.last.value()))
@@ -824,7 +830,7 @@ mod tests {
                 c.next_fetch_offset("g", &tp, Offset::ZERO, Offset::new(10)),
                 Some(Offset::ZERO)
             );
-            let got = c.acquire("g", &member, &tp, &[batch(0, 9)], 100, Offset::new(10));
+            let got = c.acquire("g", &member, &tp, KEY, &[batch(0, 9)], 100, Offset::new(10));
             assert_eq!(got.len(), 1);
             let results = c
                 .acknowledge(
@@ -859,6 +865,7 @@ mod tests {
             "g",
             &Arc::from("n"),
             &tp,
+            KEY,
             &[batch(0, 9)],
             100,
             Offset::new(10),

@@ -46,6 +46,12 @@ pub struct ShareConfig {
     pub sessions_max: usize,
     /// Members of one share group at most.
     pub members_max: usize,
+    /// In a cluster the members are known to the group's coordinator, not to the
+    /// leaders of its share-partitions: a share session opens for any member id and
+    /// reads any partition it names that this broker leads, a fetch's fair share
+    /// counts the sessions reading the partition, and a session unused for the
+    /// group's session timeout closes (its locks go back to the group).
+    pub members_elsewhere: bool,
 }
 
 impl Default for ShareConfig {
@@ -57,6 +63,7 @@ impl Default for ShareConfig {
             auto_offset_reset: AutoOffsetReset::Latest,
             sessions_max: 2_000,
             members_max: 1_000,
+            members_elsewhere: false,
         }
     }
 }
@@ -291,6 +298,8 @@ impl ShareGroup {
 pub struct Session {
     pub next_epoch: i32,
     pub partitions: BTreeSet<(uuid::Uuid, i32)>,
+    /// When the member last used it (ms since the epoch).
+    pub used_ms: i64,
 }
 
 /// Every share group on this broker, and the share sessions.
@@ -501,6 +510,20 @@ impl ShareGroups {
                 changed.push((group_id.clone(), tp));
             }
         }
+        if self.config.members_elsewhere {
+            let idle: Vec<(String, MemberId)> = self
+                .sessions
+                .iter()
+                .filter(|((g, _), s)| now_ms - s.used_ms >= self.group_config(g).session_timeout_ms)
+                .map(|(key, _)| key.clone())
+                .collect();
+            for (group_id, member_id) in &idle {
+                tracing::info!(group = %group_id, member = %member_id, "idle share session closed");
+                for tp in self.leave(group_id, member_id) {
+                    changed.push((group_id.clone(), tp));
+                }
+            }
+        }
         let mut released = 0;
         for g in self.groups.values_mut() {
             for (tp, p) in g.partitions.iter_mut() {
@@ -527,18 +550,20 @@ impl ShareGroups {
         epoch: i32,
         add: &[(uuid::Uuid, i32)],
         forget: &[(uuid::Uuid, i32)],
+        now_ms: i64,
     ) -> Result<Vec<(uuid::Uuid, i32)>, ShareError> {
         let member: MemberId = Arc::from(member_id);
         let key = (group_id.to_string(), member);
         match epoch {
             0 => {
                 // Only a member of the group opens a session: share-partition state is
-                // made for the group's members, not for whoever names a group.
+                // made for the group's members, not for whoever names a group. (In a
+                // cluster the group's coordinator knows them, not this broker.)
                 let member = self
                     .groups
                     .get(group_id)
                     .and_then(|g| g.members.get(member_id));
-                if member.is_none() {
+                if member.is_none() && !self.config.members_elsewhere {
                     return Err(ShareError::UnknownMemberId);
                 }
                 if !self.sessions.contains_key(&key)
@@ -552,6 +577,7 @@ impl ShareGroups {
                     Session {
                         next_epoch: 1,
                         partitions,
+                        used_ms: now_ms,
                     },
                 );
                 Ok(add.to_vec())
@@ -575,6 +601,7 @@ impl ShareGroups {
                     });
                 }
                 session.next_epoch = if epoch == i32::MAX { 1 } else { epoch + 1 };
+                session.used_ms = now_ms;
                 session.partitions.extend(add.iter().copied());
                 for f in forget {
                     session.partitions.remove(f);
@@ -582,6 +609,23 @@ impl ShareGroups {
                 Ok(session.partitions.iter().copied().collect())
             }
         }
+    }
+
+    /// How many members share `tp` (topic id and index) of `group_id`: the members
+    /// assigned it, or, when the members are known elsewhere, the open sessions that
+    /// read it. At least one.
+    pub fn sharing(&self, group_id: &str, tp: &TopicPartition, key: (uuid::Uuid, i32)) -> usize {
+        let n = if self.config.members_elsewhere {
+            self.sessions
+                .iter()
+                .filter(|((g, _), s)| g == group_id && s.partitions.contains(&key))
+                .count()
+        } else {
+            self.groups
+                .get(group_id)
+                .map_or(1, |g| g.members_assigned(tp))
+        };
+        n.max(1)
     }
 
     /// The share-partition of `group_id` for `tp`, made (starting where
@@ -892,6 +936,41 @@ mod tests {
     }
 
     #[test]
+    fn with_members_elsewhere_sessions_open_for_any_member_share_and_close_when_idle() {
+        let mut groups = ShareGroups::new(ShareConfig {
+            members_elsewhere: true,
+            ..ShareConfig::default()
+        });
+        let tp = topic_partition("t", 0);
+        let key = (uuid::Uuid::from_u128(7), 0);
+        // No member joined here: the group's coordinator knows them.
+        assert_eq!(groups.session_step("g", "a", 0, &[key], &[], 0), Ok(vec![key]));
+        assert_eq!(groups.session_step("g", "b", 0, &[key], &[], 0), Ok(vec![key]));
+        assert_eq!(groups.sharing("g", &tp, key), 2);
+        assert_eq!(groups.sharing("g", &tp, (uuid::Uuid::nil(), 0)), 1);
+
+        let (p, _) = groups.partition_mut("g", &tp, Offset::new(0), Offset::new(0));
+        let batch = crate::partition::LogBatch {
+            first: Offset::new(0),
+            last: Offset::new(4),
+            skip: false,
+        };
+        // Locked until 70 s: only closing `b`'s session gives the records back sooner.
+        assert_eq!(p.acquire(&Arc::from("b"), &[batch], 100, 40_000).len(), 1);
+        // `a` keeps using its session; `b` falls silent past the session timeout.
+        assert!(groups.session_step("g", "a", 1, &[], &[], 40_000).is_ok());
+        groups.tick(44_999);
+        assert_eq!(groups.sessions(), 2);
+        assert_eq!(groups.partition("g", &tp).unwrap().acquired(), 5);
+        groups.tick(45_000);
+        assert_eq!(groups.sessions(), 1);
+        assert_eq!(groups.partition("g", &tp).unwrap().acquired(), 0);
+        assert_eq!(groups.sharing("g", &tp, key), 1);
+        groups.tick(85_000);
+        assert_eq!(groups.sessions(), 0);
+    }
+
+    #[test]
     fn share_sessions_check_their_epochs_and_are_bounded() {
         let mut groups = ShareGroups::new(ShareConfig {
             sessions_max: 1,
@@ -899,28 +978,28 @@ mod tests {
         });
         let p = (uuid::Uuid::nil(), 0);
         assert_eq!(
-            groups.session_step("g", "a", 0, &[p], &[]),
+            groups.session_step("g", "a", 0, &[p], &[], 0),
             Err(ShareError::UnknownMemberId)
         );
         join(&mut groups, "a", 1);
         join(&mut groups, "b", 1);
-        assert_eq!(groups.session_step("g", "a", 0, &[p], &[]), Ok(vec![p]));
+        assert_eq!(groups.session_step("g", "a", 0, &[p], &[], 0), Ok(vec![p]));
         assert_eq!(
-            groups.session_step("g", "a", 2, &[], &[]),
+            groups.session_step("g", "a", 2, &[], &[], 0),
             Err(ShareError::InvalidShareSessionEpoch {
                 got: 2,
                 expected: 1
             })
         );
-        assert_eq!(groups.session_step("g", "a", 1, &[], &[]), Ok(vec![p]));
-        assert_eq!(groups.session_step("g", "a", 2, &[], &[p]), Ok(vec![]));
+        assert_eq!(groups.session_step("g", "a", 1, &[], &[], 0), Ok(vec![p]));
+        assert_eq!(groups.session_step("g", "a", 2, &[], &[p], 0), Ok(vec![]));
         assert_eq!(
-            groups.session_step("g", "b", 0, &[p], &[]),
+            groups.session_step("g", "b", 0, &[p], &[], 0),
             Err(ShareError::ShareSessionLimitReached)
         );
-        assert_eq!(groups.session_step("g", "a", -1, &[], &[]), Ok(vec![]));
+        assert_eq!(groups.session_step("g", "a", -1, &[], &[], 0), Ok(vec![]));
         assert_eq!(
-            groups.session_step("g", "a", 1, &[], &[]),
+            groups.session_step("g", "a", 1, &[], &[], 0),
             Err(ShareError::ShareSessionNotFound)
         );
     }

@@ -33,8 +33,10 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
     pending(request, async move {
         let mut results = Vec::with_capacity(body.groups_names.len());
         for (id, refused) in body.groups_names.into_iter().zip(refused) {
+            let elsewhere = super::share_group_heartbeat::coordinated_elsewhere(&ctx, &id);
             let code = match ctx.shares.group_exists(&id) {
                 _ if refused.is_some() => refused.unwrap_or_default(),
+                _ if elsewhere.is_some() => elsewhere.unwrap_or_default(),
                 true => match ctx.shares.delete(&id).await {
                     Ok(()) => 0,
                     Err(e) => share_error_code(&e),

@@ -57,7 +57,10 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .shares
             .list()
             .into_iter()
-            .filter(|g| state_ok(g.state) && shown(&g.group_id));
+            .filter(|g| state_ok(g.state) && shown(&g.group_id))
+            .filter(|g| {
+                super::share_group_heartbeat::coordinated_elsewhere(ctx, &g.group_id).is_none()
+            });
         groups.extend(shares.map(|g| listed(g.group_id, SHARE.to_string(), g.state, SHARE)));
     }
     ready(request, &ListGroupsResponse::default().with_groups(groups))

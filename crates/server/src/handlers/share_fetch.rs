@@ -23,7 +23,9 @@
 //! renewals (type 4), and such a fetch applies them and answers at once, acquiring
 //! nothing, as Kafka does.
 //!
-//! Only partitions assigned to the member are read. Reads are held to a Fetch's
+//! Only partitions assigned to the member are read (in a cluster, where the group's
+//! coordinator assigns and this broker does not know the members, only partitions this
+//! broker leads: the others answer NOT_LEADER_OR_FOLLOWER). Reads are held to a Fetch's
 //! budgets: each look reserves outbound bytes from the connection's budget and reads no
 //! more (the reservation stays with the answer until it is written), and each read
 //! takes the connection's turn on the read threads and goes through
@@ -341,11 +343,27 @@ impl Poll<'_> {
             }
             let named = named(ctx, id, index);
             if let Some(tp) = &named {
-                let mine = assigned
-                    .get(&tp.topic)
-                    .is_some_and(|ps| ps.contains(&index));
-                if !mine {
-                    continue;
+                // In a cluster the group's coordinator assigns, elsewhere; a partition
+                // led by another broker is answered NOT_LEADER_OR_FOLLOWER so the
+                // client looks its leader up again.
+                if let Some(cluster) = &ctx.cluster {
+                    if cluster.not_leader(&tp.topic, index).is_some() {
+                        out.insert(
+                            (id, index),
+                            Fetched {
+                                error_code: ResponseError::NotLeaderOrFollower.code(),
+                                ..Fetched::default()
+                            },
+                        );
+                        continue;
+                    }
+                } else {
+                    let mine = assigned
+                        .get(&tp.topic)
+                        .is_some_and(|ps| ps.contains(&index));
+                    if !mine {
+                        continue;
+                    }
                 }
             }
             let found = named.and_then(|tp| {
@@ -431,7 +449,7 @@ impl Poll<'_> {
             if records_left == 0 || bytes_left == 0 {
                 break;
             }
-            let found = self.fetch_one(tp, p, records_left, bytes_left).await;
+            let found = self.fetch_one(*key, tp, p, records_left, bytes_left).await;
             let records: u64 = found
                 .acquired
                 .iter()
@@ -452,6 +470,7 @@ impl Poll<'_> {
     /// returned; the answer keeps only the batches that hold acquired records.
     async fn fetch_one(
         &self,
+        key: (Uuid, i32),
         tp: &TopicPartition,
         p: &Partition,
         records_left: u32,
@@ -502,6 +521,7 @@ impl Poll<'_> {
             self.group_id,
             self.member,
             tp,
+            key,
             &batches,
             records_left,
             p.high_watermark(),

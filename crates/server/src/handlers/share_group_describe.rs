@@ -42,6 +42,12 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     .with_error_code(code)
                     .with_authorized_operations(i32::MIN);
             }
+            if let Some(code) = super::share_group_heartbeat::coordinated_elsewhere(ctx, &id) {
+                return DescribedGroup::default()
+                    .with_group_id(id)
+                    .with_error_code(code)
+                    .with_authorized_operations(i32::MIN);
+            }
             let Some(g) = ctx.shares.describe(&id) else {
                 return DescribedGroup::default()
                     .with_group_id(id)

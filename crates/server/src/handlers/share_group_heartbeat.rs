@@ -7,8 +7,9 @@
 //! Needs Read on the group and Describe on each topic of the subscription, as a
 //! consumer group's heartbeat does.
 
+use crate::call::Ctx;
 use crate::call::{pending, ready, Call, Handler, HandlerError, Reply};
-use crate::errors::share_error_code;
+use crate::errors::{group_error_code, share_error_code};
 use crate::requests::ErrorCodes;
 use headway_base::TopicPartition;
 use headway_protocol::kafka_protocol::messages::share_group_heartbeat_response::{
@@ -34,6 +35,12 @@ pub const HANDLER: Handler = Handler {
 pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerError> {
     let (ctx, peer) = (call.ctx, call.conn.peer);
     let body: ShareGroupHeartbeatRequest = decode_body(request)?;
+    if let Some(code) = coordinated_elsewhere(ctx, &body.group_id) {
+        let response = ShareGroupHeartbeatResponse::default()
+            .with_error_code(code)
+            .with_member_epoch(body.member_epoch);
+        return ready(request, &response);
+    }
     if let Some(code) = super::consumer_group_heartbeat::subscription_refusal(
         call,
         &body.group_id,
@@ -100,6 +107,14 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     continue;
                 };
                 for &i in indexes {
+                    // A share-partition's state is kept by the partition's leader.
+                    let led_elsewhere = ctx
+                        .cluster
+                        .as_ref()
+                        .is_some_and(|c| c.not_leader(topic, i).is_some());
+                    if led_elsewhere {
+                        continue;
+                    }
                     if let Some(p) = t.partition(headway_base::PartitionIndex::new(i)) {
                         partitions.push((
                             TopicPartition::new(topic.as_str(), p.index()),
@@ -128,6 +143,15 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
             .with_heartbeat_interval_ms(interval_ms)
             .with_assignment(assignment)
     })
+}
+
+/// In a cluster, where a share group's members are known to the group's coordinator
+/// (the leader of its partition of `__consumer_offsets`, as for a consumer group): the
+/// code that answers a membership request for `group_id` on another broker
+/// (NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while this one loads).
+pub(crate) fn coordinated_elsewhere(ctx: &Ctx, group_id: &str) -> Option<i16> {
+    ctx.cluster.as_ref()?;
+    ctx.groups.of(group_id).err().map(group_error_code)
 }
 
 /// The topics (id and partition count) the member subscribes to, from the request

@@ -1,0 +1,98 @@
+"""Share groups on three brokers: members at the group's coordinator, records at the
+partitions' leaders.
+
+Goal: in a cluster a share group's members heartbeat to the group's coordinator (the
+leader of its partition of `__consumer_offsets`), which assigns the partitions; each
+member fetches and acknowledges at the leaders of its partitions, which keep the
+share-partitions' state. Java share consumers on a topic whose partitions are led by
+different brokers get every record exactly once (no failure, so no redelivery), the
+group's `share.auto.offset.reset=earliest`, set through one broker, holds on every
+leader, and a broker that does not coordinate the group answers its heartbeat
+NOT_COORDINATOR.
+Method: three brokers (cluster_support), a 3-partition topic at replication factor 3
+with its leaders spread; `headway group config` sets the group's reset; the consumers
+are threads of tests/java/share/ShareConsumerCheck.java (as test_share_groups.py);
+records come from confluent-kafka, before and after the consumers start. Every wait
+polls for its condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+from cluster_support import CALL_TIMEOUT_S, Reader, call, cluster_with_topic, group_configs
+from kafka_frames import read_response
+from group_support import headway_cli
+from support import wait_until
+from test_share_groups import (  # noqa: F401 (fixtures)
+    DEADLINE_S, close, consumer, java, produce, records, share_classes, wait_records)
+
+TOPIC = "shares-rf3"
+PARTITIONS = 3
+FIND_COORDINATOR_KEY, SHARE_GROUP_HEARTBEAT_KEY = 10, 76
+NOT_COORDINATOR = 16
+
+
+def coordinator_of(bootstrap: str, group: str) -> int:
+    """FindCoordinator v1 (key type GROUP) as one broker answers it: the node id."""
+    key = group.encode()
+    r = call(bootstrap, FIND_COORDINATOR_KEY, 1, struct.pack(">h", len(key)) + key + b"\x00")
+    r.take(">i")  # throttle
+    error, _message = r.take(">h"), r.string()
+    assert error == 0, error
+    return r.take(">i")
+
+
+def heartbeat_error(bootstrap: str, group: str, topic: str) -> int:
+    """A new member's ShareGroupHeartbeat v1 (flexible) at one broker: its error code."""
+    def compact(s: str) -> bytes:
+        b = s.encode()
+        return bytes([len(b) + 1]) + b
+    body = (compact(group) + compact("") + struct.pack(">i", 0) + b"\x00"  # rack: null
+            + bytes([2]) + compact(topic) + b"\x00")
+    # kafka-python has no schema of this API, so the flexible header (v2) is made here.
+    client = b"cluster-share-test"
+    header = (struct.pack(">hhih", SHARE_GROUP_HEARTBEAT_KEY, 1, 11, len(client)) + client
+              + b"\x00")
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=CALL_TIMEOUT_S) as sock:
+        sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+        response = read_response(sock)
+    assert response is not None, f"{bootstrap}: connection closed without an answer"
+    r = Reader(response)
+    assert r.take(">i") == 11
+    r.take(">b")  # the response header's tagged fields
+    r.take(">i")  # throttle
+    return r.take(">h")
+
+
+def test_share_consumers_read_every_record_once_from_leaders_on_three_brokers(
+        make_broker, java):
+    _brokers, bootstraps, led = cluster_with_topic(make_broker, TOPIC, PARTITIONS)
+    assert len({p["leader"] for p in led.values()}) > 1, f"leaders not spread: {led}"
+    bootstrap = ",".join(bootstraps)
+    group, reset = "rf3-share", "share.auto.offset.reset"
+    headway_cli("group", "config", group, "-b", bootstraps[0], "--set", f"{reset}=earliest")
+    wait_until(lambda: all(group_configs(b, group)[reset] == ("earliest", 8)
+                           for b in bootstraps), "the reset on every broker", DEADLINE_S)
+
+    before = [f"old{i}" for i in range(150)]
+    produce(bootstrap, TOPIC, before, partitions=PARTITIONS)
+    coordinator = coordinator_of(bootstraps[0], group)
+    others = [b for n, b in enumerate(bootstraps, 1) if n != coordinator]
+    assert heartbeat_error(others[0], group, TOPIC) == NOT_COORDINATOR
+
+    proc = consumer(java, bootstrap, TOPIC, group, "--consumers", "3")
+    try:
+        after = [f"new{i}" for i in range(150)]
+        produce(bootstrap, TOPIC, after, partitions=PARTITIONS)
+        wanted = set(before) | set(after)
+        got = wait_records(proc, lambda rs: {r["value"] for r in rs} >= wanted,
+                           "every record, from every leader")
+    finally:
+        close(proc)
+    values = [r["value"] for r in got]
+    assert sorted(values) == sorted(wanted), "a record delivered twice or one not produced"
+    assert all(r["delivery"] == 1 for r in got), [r for r in got if r["delivery"] != 1]
+    assert {r["partition"] for r in got} == set(range(PARTITIONS))
