@@ -8,7 +8,10 @@ share-partitions' state. Java share consumers on a topic whose partitions are le
 different brokers get every record exactly once (no failure, so no redelivery), the
 group's `share.auto.offset.reset=earliest`, set through one broker, holds on every
 leader, and a broker that does not coordinate the group answers its heartbeat
-NOT_COORDINATOR.
+NOT_COORDINATOR. When the leader of a partition is SIGKILLed after every record so far was
+acknowledged, its successor reads the share-partition's state from the replicated
+`__share_group_state`: no acknowledged record is delivered again, and the records
+produced afterwards all arrive.
 Method: three brokers (cluster_support), a 3-partition topic at replication factor 3
 with its leaders spread; `headway group config` sets the group's reset; the consumers
 are threads of tests/java/share/ShareConsumerCheck.java (as test_share_groups.py);
@@ -21,7 +24,8 @@ from __future__ import annotations
 import socket
 import struct
 
-from cluster_support import CALL_TIMEOUT_S, Reader, call, cluster_with_topic, group_configs
+from cluster_support import (CALL_TIMEOUT_S, Reader, call, cluster_with_topic, group_configs,
+                             led_by)
 from kafka_frames import read_response
 from group_support import headway_cli
 from support import wait_until
@@ -67,15 +71,22 @@ def heartbeat_error(bootstrap: str, group: str, topic: str) -> int:
     return r.take(">h")
 
 
+def start_at_earliest(bootstraps: list[str], group: str) -> None:
+    """Sets the group's `share.auto.offset.reset=earliest` through the first broker and
+    waits until every broker describes it."""
+    reset = "share.auto.offset.reset"
+    headway_cli("group", "config", group, "-b", bootstraps[0], "--set", f"{reset}=earliest")
+    wait_until(lambda: all(group_configs(b, group)[reset] == ("earliest", 8)
+                           for b in bootstraps), "the reset on every broker", DEADLINE_S)
+
+
 def test_share_consumers_read_every_record_once_from_leaders_on_three_brokers(
         make_broker, java):
     _brokers, bootstraps, led = cluster_with_topic(make_broker, TOPIC, PARTITIONS)
     assert len({p["leader"] for p in led.values()}) > 1, f"leaders not spread: {led}"
     bootstrap = ",".join(bootstraps)
-    group, reset = "rf3-share", "share.auto.offset.reset"
-    headway_cli("group", "config", group, "-b", bootstraps[0], "--set", f"{reset}=earliest")
-    wait_until(lambda: all(group_configs(b, group)[reset] == ("earliest", 8)
-                           for b in bootstraps), "the reset on every broker", DEADLINE_S)
+    group = "rf3-share"
+    start_at_earliest(bootstraps, group)
 
     before = [f"old{i}" for i in range(150)]
     produce(bootstrap, TOPIC, before, partitions=PARTITIONS)
@@ -96,3 +107,43 @@ def test_share_consumers_read_every_record_once_from_leaders_on_three_brokers(
     assert sorted(values) == sorted(wanted), "a record delivered twice or one not produced"
     assert all(r["delivery"] == 1 for r in got), [r for r in got if r["delivery"] != 1]
     assert {r["partition"] for r in got} == set(range(PARTITIONS))
+
+
+def acknowledged(proc) -> int:
+    """Records whose acknowledgement the broker confirmed, over every consumer."""
+    with proc._cond:
+        events = [e for e in proc.events if e.get("event") == "acknowledged"]
+    assert all(e["error"] is None for e in events), [e for e in events if e["error"]]
+    return sum(e["records"] for e in events)
+
+
+def test_a_killed_leaders_successor_starts_from_the_replicated_share_state(make_broker, java):
+    brokers, bootstraps, led = cluster_with_topic(
+        make_broker, TOPIC, PARTITIONS, config={"min.insync.replicas": "2"})
+    bootstrap = ",".join(bootstraps)
+    group = "rf3-share-failover"
+    start_at_earliest(bootstraps, group)
+    before = [f"old{i}" for i in range(300)]
+    produce(bootstrap, TOPIC, before, partitions=PARTITIONS)
+
+    proc = consumer(java, bootstrap, TOPIC, group, "--consumers", "3")
+    try:
+        wait_records(proc, lambda rs: {r["value"] for r in rs} >= set(before), "the first 300")
+        wait_until(lambda: acknowledged(proc) >= len(before), "the first 300 acknowledged",
+                   DEADLINE_S)
+        victim = led[0]["leader"]
+        brokers[victim - 1].kill()
+        alive = {1, 2, 3} - {victim}
+        survivors = ",".join(bootstraps[n - 1] for n in sorted(alive))
+        wait_until(lambda: led_by(bootstraps, TOPIC, alive, 2), "partition 0 led again",
+                   DEADLINE_S)
+        after = [f"new{i}" for i in range(300)]
+        produce(survivors, TOPIC, after, partitions=PARTITIONS)
+        got = wait_records(proc, lambda rs: {r["value"] for r in rs} >= set(after),
+                           "the records produced after the kill", DEADLINE_S * 2)
+    finally:
+        close(proc)
+    values = [r["value"] for r in got]
+    again = sorted({v for v in values if v in set(before) and values.count(v) > 1})
+    assert not again, f"acknowledged records delivered again after the failover: {again[:10]}"
+    assert set(values) == set(before) | set(after)

@@ -173,6 +173,10 @@ struct ServeArgs {
     /// coordinators spread [default: 12].
     #[arg(long, env = "HEADWAY_TRANSACTION_STATE_LOG_NUM_PARTITIONS")]
     transaction_state_log_num_partitions: Option<i32>,
+    /// Partitions of `__share_group_state` in a cluster, over which the share-partition
+    /// state stores spread [default: 12].
+    #[arg(long, env = "HEADWAY_SHARE_COORDINATOR_STATE_TOPIC_NUM_PARTITIONS")]
+    share_coordinator_state_topic_num_partitions: Option<i32>,
     /// Create unknown topics on Metadata requests [default: true].
     #[arg(long, env = "HEADWAY_AUTO_CREATE_TOPICS")]
     auto_create_topics: Option<bool>,
@@ -392,6 +396,13 @@ impl ServeArgs {
         if self.transaction_state_log_num_partitions.is_some() {
             config.server.cluster.transaction_state_log_num_partitions =
                 self.transaction_state_log_num_partitions;
+        }
+        if self.share_coordinator_state_topic_num_partitions.is_some() {
+            config
+                .server
+                .cluster
+                .share_coordinator_state_topic_num_partitions =
+                self.share_coordinator_state_topic_num_partitions;
         }
         set!(broker.auto_create_topics = self.auto_create_topics);
         set!(broker.default_partitions = self.default_partitions);

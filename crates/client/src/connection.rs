@@ -62,6 +62,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // Brokers' own requests to each other, for transactions.
     (ApiKey::AddPartitionsToTxn, 4, 5),
     (ApiKey::WriteTxnMarkers, 1, 1),
+    (ApiKey::ReadShareGroupState, 0, 0),
+    (ApiKey::WriteShareGroupState, 0, 0),
 ];
 
 /// Largest answer accepted; a larger length means a corrupt stream.

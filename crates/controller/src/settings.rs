@@ -25,6 +25,10 @@ pub struct ClusterSettings {
     /// Partitions of `__transaction_state` when the cluster creates it (Kafka's
     /// `transaction.state.log.num.partitions`); unset: [`OFFSETS_TOPIC_PARTITIONS_DEFAULT`].
     pub transaction_state_log_num_partitions: Option<i32>,
+    /// Partitions of `__share_group_state` when the cluster creates it (Kafka's
+    /// `share.coordinator.state.topic.num.partitions`); unset:
+    /// [`OFFSETS_TOPIC_PARTITIONS_DEFAULT`].
+    pub share_coordinator_state_topic_num_partitions: Option<i32>,
 }
 
 /// The partitions of a cluster's `__consumer_offsets` and `__transaction_state`: the
@@ -57,6 +61,12 @@ impl ClusterSettings {
             if self.transaction_state_log_num_partitions.is_some() {
                 return Err(
                     "transaction_state_log_num_partitions needs controller_quorum_voters: a broker alone keeps one transaction log"
+                        .into(),
+                );
+            }
+            if self.share_coordinator_state_topic_num_partitions.is_some() {
+                return Err(
+                    "share_coordinator_state_topic_num_partitions needs controller_quorum_voters: a broker alone keeps one share state log"
                         .into(),
                 );
             }
@@ -95,6 +105,10 @@ impl ClusterSettings {
                 "transaction_state_log_num_partitions",
                 self.transaction_state_log_num_partitions,
             ),
+            (
+                "share_coordinator_state_topic_num_partitions",
+                self.share_coordinator_state_topic_num_partitions,
+            ),
         ];
         for (key, n) in counts {
             if let Some(n) = n.filter(|n| !(1..=OFFSETS_TOPIC_PARTITIONS_MAX).contains(n)) {
@@ -118,6 +132,12 @@ impl ClusterSettings {
     /// The partitions `__transaction_state` is created with.
     pub fn transaction_state_partitions(&self) -> i32 {
         self.transaction_state_log_num_partitions
+            .unwrap_or(OFFSETS_TOPIC_PARTITIONS_DEFAULT)
+    }
+
+    /// The partitions `__share_group_state` is created with.
+    pub fn share_state_partitions(&self) -> i32 {
+        self.share_coordinator_state_topic_num_partitions
             .unwrap_or(OFFSETS_TOPIC_PARTITIONS_DEFAULT)
     }
 

@@ -282,6 +282,18 @@ pub(crate) static MESSAGES: &[Message] = &[
         root: &CONSUMER_GROUP_DESCRIBE,
     },
     Message {
+        api_key: ApiKey::ReadShareGroupState,
+        min_version: 0,
+        flexible_min: 0,
+        root: &READ_SHARE_GROUP_STATE,
+    },
+    Message {
+        api_key: ApiKey::WriteShareGroupState,
+        min_version: 0,
+        flexible_min: 0,
+        root: &WRITE_SHARE_GROUP_STATE,
+    },
+    Message {
         api_key: ApiKey::ShareGroupHeartbeat,
         min_version: 1,
         flexible_min: 0,
@@ -1299,6 +1311,94 @@ static CONSUMER_GROUP_DESCRIBE: Struct = Struct {
     fields: &[
         field(0, i16::MAX, Kind::Array(Elem::Str)), // group_ids
         field(0, i16::MAX, Kind::Fixed(1)),         // include_authorized_operations
+    ],
+    tags: &[],
+};
+
+static READ_SHARE_GROUP_STATE_PARTITION: Struct = Struct {
+    size: size_of::<read_share_group_state_request::PartitionData>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(4)), // partition
+        field(0, i16::MAX, Kind::Fixed(4)), // leader_epoch
+    ],
+    tags: &[],
+};
+
+static READ_SHARE_GROUP_STATE_TOPIC: Struct = Struct {
+    size: size_of::<read_share_group_state_request::ReadStateData>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(16)), // topic_id
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&READ_SHARE_GROUP_STATE_PARTITION)),
+        ), // partitions
+    ],
+    tags: &[],
+};
+
+static READ_SHARE_GROUP_STATE: Struct = Struct {
+    size: size_of::<read_share_group_state_request::ReadShareGroupStateRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // group_id
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&READ_SHARE_GROUP_STATE_TOPIC)),
+        ), // topics
+    ],
+    tags: &[],
+};
+
+static WRITE_SHARE_GROUP_STATE_BATCH: Struct = Struct {
+    size: size_of::<write_share_group_state_request::StateBatch>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(8)), // first_offset
+        field(0, i16::MAX, Kind::Fixed(8)), // last_offset
+        field(0, i16::MAX, Kind::Fixed(1)), // delivery_state
+        field(0, i16::MAX, Kind::Fixed(2)), // delivery_count
+    ],
+    tags: &[],
+};
+
+static WRITE_SHARE_GROUP_STATE_PARTITION: Struct = Struct {
+    size: size_of::<write_share_group_state_request::PartitionData>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(4)), // partition
+        field(0, i16::MAX, Kind::Fixed(4)), // state_epoch
+        field(0, i16::MAX, Kind::Fixed(4)), // leader_epoch
+        field(0, i16::MAX, Kind::Fixed(8)), // start_offset
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&WRITE_SHARE_GROUP_STATE_BATCH)),
+        ), // state_batches
+    ],
+    tags: &[],
+};
+
+static WRITE_SHARE_GROUP_STATE_TOPIC: Struct = Struct {
+    size: size_of::<write_share_group_state_request::WriteStateData>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Fixed(16)), // topic_id
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&WRITE_SHARE_GROUP_STATE_PARTITION)),
+        ), // partitions
+    ],
+    tags: &[],
+};
+
+static WRITE_SHARE_GROUP_STATE: Struct = Struct {
+    size: size_of::<write_share_group_state_request::WriteShareGroupStateRequest>(),
+    fields: &[
+        field(0, i16::MAX, Kind::Str), // group_id
+        field(
+            0,
+            i16::MAX,
+            Kind::Array(Elem::Struct(&WRITE_SHARE_GROUP_STATE_TOPIC)),
+        ), // topics
     ],
     tags: &[],
 };

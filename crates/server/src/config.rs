@@ -318,6 +318,7 @@ mod tests {
         "default_replication_factor",
         "offsets_topic_num_partitions",
         "transaction_state_log_num_partitions",
+        "share_coordinator_state_topic_num_partitions",
     ];
 
     #[test]
@@ -332,7 +333,7 @@ mod tests {
             .copied()
             .collect();
         assert_eq!(distinct, expected);
-        assert_eq!(keys.len(), 76);
+        assert_eq!(keys.len(), 77);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 use crate::call::{self, Ctx, ListenerInfo, ServerStats};
 use crate::cluster::producer_ids::ClusterProducerIds;
+use crate::cluster::share_state::ClusterShareState;
 use crate::cluster::transactions::ClusterMarkers;
 use crate::cluster::Cluster;
 use crate::config::{Config, ServerConfig};
@@ -20,6 +21,7 @@ use headway_broker::listeners::{ListenerSpec, SecurityProtocol};
 use headway_broker::Broker;
 use headway_controller::metadata::Endpoint;
 use headway_group::{GroupCoordinator, GroupShards};
+use headway_share::state_store::StateStores;
 use headway_share::{ShareCoordinator, SHARE_STATE_TOPIC};
 use headway_txn::{
     MarkerWriter, ProducerIdSource, TxnCoordinator, TxnParts, TxnShards, TRANSACTION_STATE_TOPIC,
@@ -268,15 +270,30 @@ impl Server {
             Arc::new(TxnShards::alone(one, txn_parts))
         };
         // In a cluster a share group's members are known to its coordinator, and each
-        // share-partition's state to the partition's leader.
+        // share-partition to the partition's leader, which keeps its state in the
+        // replicated `__share_group_state` (`cluster::share_state`).
         let share_config = headway_share::ShareConfig {
             members_elsewhere: in_cluster,
             ..settings.share.share_config()
         };
-        let shares = ShareCoordinator::open(&config.data_dir, config.flush, share_config)
-            .await
-            .map_err(|e| std::io::Error::other(format!("opening the share coordinator: {e}")))?;
-        broker.add_internal_log(SHARE_STATE_TOPIC, Arc::clone(shares.state_log()));
+        let share_stores = in_cluster.then(|| Arc::new(StateStores::default()));
+        let share_state = share_stores.as_ref().map(|stores| {
+            ClusterShareState::new(Arc::clone(stores), broker.config().default_partitions)
+        });
+        let shares = match &share_state {
+            Some(state) => ShareCoordinator::clustered(share_config, Arc::new(state.clone())),
+            None => {
+                let one = ShareCoordinator::open(&config.data_dir, config.flush, share_config)
+                    .await
+                    .map_err(|e| {
+                        std::io::Error::other(format!("opening the share coordinator: {e}"))
+                    })?;
+                if let Some(log) = one.state_log() {
+                    broker.add_internal_log(SHARE_STATE_TOPIC, Arc::clone(log));
+                }
+                one
+            }
+        };
         let group_configs = crate::group_configs::open(
             &config.data_dir,
             &settings.group,
@@ -296,6 +313,9 @@ impl Server {
         if let Some(cluster) = &cluster {
             cluster.follow_coordinators(&broker, Arc::clone(&groups));
             cluster.follow_coordinators(&broker, Arc::clone(&txns));
+            if let Some(stores) = &share_stores {
+                cluster.serve_share_state(&broker, Arc::clone(stores));
+            }
             cluster.follow_group_configs(
                 Arc::clone(&group_configs),
                 Arc::clone(&groups),
@@ -307,6 +327,9 @@ impl Server {
         }
         if let (Some(cluster), Some(markers)) = (&cluster, &cluster_markers) {
             markers.attach(Arc::downgrade(cluster));
+        }
+        if let (Some(cluster), Some(state)) = (&cluster, &share_state) {
+            state.attach(Arc::downgrade(cluster));
         }
         let ctx = Arc::new(Ctx {
             cluster,

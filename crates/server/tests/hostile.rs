@@ -101,6 +101,8 @@ fn every_request() -> Vec<(i16, i16, BytesMut)> {
         defaults::<EndTxnRequest>(),
         defaults::<TxnOffsetCommitRequest>(),
         defaults::<WriteTxnMarkersRequest>(),
+        defaults::<ReadShareGroupStateRequest>(),
+        defaults::<WriteShareGroupStateRequest>(),
         defaults::<DescribeTransactionsRequest>(),
         defaults::<ListTransactionsRequest>(),
         defaults::<ConsumerGroupHeartbeatRequest>(),

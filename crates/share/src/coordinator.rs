@@ -10,13 +10,17 @@
 use crate::group::{
     Heartbeat, HeartbeatAnswer, ShareConfig, ShareError, ShareGroups, ShareOverrides, TopicInfo,
 };
+use crate::partition::Snapshot;
 use crate::partition::{AckError, AcknowledgeType, Acquired, LogBatch, MemberId, SharePartition};
-use crate::state_log::{encode_batch, StateRecord};
+use crate::state_log::{encode_batch, StateRecord, Written};
 use headway_base::{now_ms, Offset, TopicPartition};
 use headway_broker::{internal_log, BrokerError, FlushPolicy, Partition};
 use headway_log::batch::validate_all;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -87,9 +91,72 @@ pub struct ShareGroupSummary {
     pub partitions: Vec<PartitionSummary>,
 }
 
+/// What a write of share-partition state leaves to wait for.
+pub type Durable = Pin<Box<dyn Future<Output = Result<(), ShareError>> + Send>>;
+
+/// In a cluster: the replicated share state (`__share_group_state`), reached through
+/// the leaders of its partitions.
+pub trait RemoteState: Send + Sync + 'static {
+    /// Writes snapshots (each with its [`Written`]); resolves once they are kept.
+    fn write(&self, records: Vec<StateRecord>) -> Durable;
+    /// The share-partition's last snapshot, read by the data partition's leader at
+    /// `leader_epoch` (which fences writes of older leaders from then on).
+    fn read(
+        &self,
+        group_id: &str,
+        tp: &TopicPartition,
+        leader_epoch: i32,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<Snapshot>, ShareError>> + Send>>;
+}
+
+/// Where a coordinator keeps its share-partitions' state.
+enum Keeper {
+    /// A broker alone: its own state log.
+    Log(Arc<Partition>),
+    /// A cluster: the replicated state; `loaded` holds the leader epoch at which each
+    /// share-partition here was read from it, `sequence` orders this broker's writes.
+    Remote {
+        state: Arc<dyn RemoteState>,
+        loaded: Mutex<HashMap<(String, TopicPartition), i32>>,
+        loading: tokio::sync::Mutex<()>,
+        sequence: AtomicI64,
+    },
+}
+
+/// A write made under the mutex, waited for (or left to finish) after it.
+enum Pending {
+    Nothing,
+    Log(Arc<Partition>, Offset),
+    Remote(Durable),
+}
+
+impl Pending {
+    async fn wait(self) -> Result<(), ShareError> {
+        match self {
+            Pending::Nothing => Ok(()),
+            Pending::Log(log, end) => log.wait_durable(end).await.map_err(|e| {
+                tracing::error!(error = %e, "syncing the share state log failed");
+                ShareError::CoordinatorNotAvailable
+            }),
+            Pending::Remote(durable) => durable.await,
+        }
+    }
+
+    /// Nobody waits: the log's flusher makes it durable, a remote write runs on.
+    fn detach(self) {
+        if let Pending::Remote(durable) = self {
+            tokio::spawn(async move {
+                if let Err(e) = durable.await {
+                    tracing::debug!(error = %e, "a share state write nobody waited for failed");
+                }
+            });
+        }
+    }
+}
+
 pub struct ShareCoordinator {
     groups: Mutex<ShareGroups>,
-    log: Arc<Partition>,
+    keeper: Keeper,
     /// Notified when records become available again (a lock expired, a release), so
     /// waiting fetches look again.
     released: Notify,
@@ -112,9 +179,28 @@ impl ShareCoordinator {
             groups = groups.iter().count(),
             "share state log replayed"
         );
+        Ok(ShareCoordinator::start(groups, Keeper::Log(log)))
+    }
+
+    /// A coordinator in a cluster: its share-partitions' state is read from and written
+    /// to the replicated share state through `state`. Must run inside a tokio runtime.
+    pub fn clustered(config: ShareConfig, state: Arc<dyn RemoteState>) -> Arc<ShareCoordinator> {
+        // Sequences start at the clock's microseconds: a restarted broker's writes
+        // still come after its earlier ones.
+        let sequence = now_ms().saturating_mul(1000);
+        let keeper = Keeper::Remote {
+            state,
+            loaded: Mutex::new(HashMap::new()),
+            loading: tokio::sync::Mutex::new(()),
+            sequence: AtomicI64::new(sequence),
+        };
+        ShareCoordinator::start(ShareGroups::new(config), keeper)
+    }
+
+    fn start(groups: ShareGroups, keeper: Keeper) -> Arc<ShareCoordinator> {
         let coordinator = Arc::new(ShareCoordinator {
             groups: Mutex::new(groups),
-            log,
+            keeper,
             released: Notify::new(),
         });
         let weak = Arc::downgrade(&coordinator);
@@ -122,12 +208,59 @@ impl ShareCoordinator {
         headway_broker::panics::spawn_restarting(component, "share-group ticker", move || {
             run_ticker(weak.clone())
         });
-        Ok(coordinator)
+        coordinator
     }
 
-    /// The share state log, compacted by key like a topic.
-    pub fn state_log(&self) -> &Arc<Partition> {
-        &self.log
+    /// The share state log, compacted by key like a topic (a broker alone).
+    pub fn state_log(&self) -> Option<&Arc<Partition>> {
+        match &self.keeper {
+            Keeper::Log(log) => Some(log),
+            Keeper::Remote { .. } => None,
+        }
+    }
+
+    /// In a cluster: makes sure the share-partition of `group_id` for `tp`, which this
+    /// broker leads at `leader_epoch`, holds the replicated state as of that epoch (read
+    /// once per epoch; what an earlier leadership left here is dropped). A broker
+    /// alone has it all from its log.
+    pub async fn ensure_loaded(
+        &self,
+        group_id: &str,
+        tp: &TopicPartition,
+        leader_epoch: i32,
+    ) -> Result<(), ShareError> {
+        let Keeper::Remote {
+            state,
+            loaded,
+            loading,
+            ..
+        } = &self.keeper
+        else {
+            return Ok(());
+        };
+        let key = (group_id.to_string(), tp.clone());
+        let is_loaded = || lock(loaded).get(&key) == Some(&leader_epoch);
+        if is_loaded() {
+            return Ok(());
+        }
+        let _loading = loading.lock().await;
+        if is_loaded() {
+            return Ok(());
+        }
+        let snapshot = state.read(group_id, tp, leader_epoch).await?;
+        let mut groups = self.groups();
+        groups.forget(group_id, tp);
+        if let Some(s) = &snapshot {
+            let config = groups.group_config(group_id).partition;
+            groups.restore(
+                group_id,
+                tp.clone(),
+                SharePartition::from_snapshot(config, s),
+            );
+        }
+        lock(loaded).insert(key, leader_epoch);
+        tracing::debug!(group = group_id, %tp, leader_epoch, found = snapshot.is_some(), "share-partition state loaded");
+        Ok(())
     }
 
     fn groups(&self) -> MutexGuard<'_, ShareGroups> {
@@ -212,7 +345,7 @@ impl ShareCoordinator {
             }
             self.write_locked(&mut groups, group_id, &changed)?
         };
-        self.wait_durable(end).await
+        end.wait().await
     }
 
     /// A ShareFetch or ShareAcknowledge's share session step (see
@@ -262,7 +395,10 @@ impl ShareCoordinator {
         let next = p.next_fetch_offset().filter(|o| *o < high_watermark);
         if changed {
             // Written now; a later acknowledgement waits for it to be durable.
-            let _ = self.write_locked(&mut groups, group_id, std::slice::from_ref(tp));
+            if let Ok(pending) = self.write_locked(&mut groups, group_id, std::slice::from_ref(tp))
+            {
+                pending.detach();
+            }
         }
         next
     }
@@ -294,7 +430,10 @@ impl ShareCoordinator {
         let max_records = max_records.min(fair_share(p.start_offset(), high_watermark, sharing));
         let acquired = p.acquire(member, batches, max_records, now_ms());
         if p.start_offset() != start {
-            let _ = self.write_locked(&mut groups, group_id, std::slice::from_ref(tp));
+            if let Ok(pending) = self.write_locked(&mut groups, group_id, std::slice::from_ref(tp))
+            {
+                pending.detach();
+            }
         }
         acquired
     }
@@ -335,7 +474,7 @@ impl ShareCoordinator {
         };
         self.released.notify_waiters();
         let written = match end {
-            Ok(end) => self.wait_durable(end).await,
+            Ok(end) => end.wait().await,
             Err(e) => Err(e),
         };
         if let Err(e) = written {
@@ -353,9 +492,9 @@ impl ShareCoordinator {
         let end = {
             let mut groups = self.groups();
             let tps = groups.delete(group_id)?;
-            self.append(&tombstones(group_id, &tps))?
+            self.append(tombstones(group_id, &tps))?
         };
-        self.wait_durable(end).await
+        end.wait().await
     }
 
     /// The start offset of each share-partition of a group with state
@@ -381,7 +520,7 @@ impl ShareCoordinator {
             let changed = groups.alter_offsets(group_id, offsets)?;
             self.write_locked(&mut groups, group_id, &changed)?
         };
-        self.wait_durable(end).await
+        end.wait().await
     }
 
     /// Deletes the share-partition state of `topics` in a group without members,
@@ -394,10 +533,10 @@ impl ShareCoordinator {
         let (gone, end) = {
             let mut groups = self.groups();
             let gone = groups.delete_offsets(group_id, topics)?;
-            let end = self.append(&tombstones(group_id, &gone))?;
+            let end = self.append(tombstones(group_id, &gone))?;
             (gone, end)
         };
-        self.wait_durable(end).await?;
+        end.wait().await?;
         Ok(gone)
     }
 
@@ -415,14 +554,14 @@ impl ShareCoordinator {
         self.groups().sessions()
     }
 
-    /// Appends the snapshots of `changed` share-partitions of `group_id`, under the
-    /// mutex. Returns the log end offset to wait for, if anything was appended.
+    /// Writes the snapshots of `changed` share-partitions of `group_id`, under the
+    /// mutex (so one share-partition's snapshots are taken, and numbered, in order).
     fn write_locked(
         &self,
         groups: &mut ShareGroups,
         group_id: &str,
         changed: &[TopicPartition],
-    ) -> Result<Option<Offset>, ShareError> {
+    ) -> Result<Pending, ShareError> {
         let records: Vec<StateRecord> = changed
             .iter()
             .filter_map(|tp| {
@@ -431,33 +570,53 @@ impl ShareCoordinator {
                     group_id: group_id.to_string(),
                     topic_partition: tp.clone(),
                     snapshot: Some(p.snapshot()),
+                    written: None,
                 })
             })
             .collect();
-        self.append(&records)
+        self.append(records)
     }
 
-    fn append(&self, records: &[StateRecord]) -> Result<Option<Offset>, ShareError> {
+    /// Writes `records`: to the log, or, in a cluster, to the replicated state, each
+    /// marked with the leader epoch its share-partition was loaded at (one not loaded
+    /// here is not written: this broker does not lead it) and the next sequence.
+    fn append(&self, mut records: Vec<StateRecord>) -> Result<Pending, ShareError> {
         if records.is_empty() {
-            return Ok(None);
+            return Ok(Pending::Nothing);
         }
-        let batch = encode_batch(records, now_ms());
-        let appended = self
-            .log
-            .append(validate_all(&batch), usize::MAX)
-            .map_err(|e| {
-                tracing::error!(error = %e, "appending to the share state log failed");
-                ShareError::CoordinatorNotAvailable
-            })?;
-        Ok(Some(appended.log_end_offset))
-    }
-
-    async fn wait_durable(&self, end: Option<Offset>) -> Result<(), ShareError> {
-        let Some(end) = end else { return Ok(()) };
-        self.log.wait_durable(end).await.map_err(|e| {
-            tracing::error!(error = %e, "syncing the share state log failed");
-            ShareError::CoordinatorNotAvailable
-        })
+        match &self.keeper {
+            Keeper::Log(log) => {
+                let batch = encode_batch(&records, now_ms());
+                let appended = log.append(validate_all(&batch), usize::MAX).map_err(|e| {
+                    tracing::error!(error = %e, "appending to the share state log failed");
+                    ShareError::CoordinatorNotAvailable
+                })?;
+                Ok(Pending::Log(Arc::clone(log), appended.log_end_offset))
+            }
+            Keeper::Remote {
+                state,
+                loaded,
+                sequence,
+                ..
+            } => {
+                let loaded = lock(loaded);
+                records.retain_mut(|r| {
+                    let key = (r.group_id.clone(), r.topic_partition.clone());
+                    let Some(&leader_epoch) = loaded.get(&key) else {
+                        return false;
+                    };
+                    r.written = Some(Written {
+                        leader_epoch,
+                        sequence: sequence.fetch_add(1, Ordering::Relaxed),
+                    });
+                    true
+                });
+                if records.is_empty() {
+                    return Ok(Pending::Nothing);
+                }
+                Ok(Pending::Remote(state.write(records)))
+            }
+        }
     }
 
     fn tick(&self) {
@@ -470,7 +629,9 @@ impl ShareCoordinator {
         }
         for (g, tps) in by_group {
             // Durable when the flusher gets to it; nobody waits for it.
-            let _ = self.write_locked(&mut groups, &g, &tps);
+            if let Ok(pending) = self.write_locked(&mut groups, &g, &tps) {
+                pending.detach();
+            }
         }
         drop(groups);
         if released > 0 {
@@ -480,12 +641,17 @@ impl ShareCoordinator {
 }
 
 /// The records that delete share-partitions' state from the log.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().expect("share state mutex poisoned by a panic")
+}
+
 fn tombstones(group_id: &str, tps: &[TopicPartition]) -> Vec<StateRecord> {
     tps.iter()
         .map(|tp| StateRecord {
             group_id: group_id.to_string(),
             topic_partition: tp.clone(),
             snapshot: None,
+            written: None,
         })
         .collect()
 }

@@ -944,8 +944,14 @@ mod tests {
         let tp = topic_partition("t", 0);
         let key = (uuid::Uuid::from_u128(7), 0);
         // No member joined here: the group's coordinator knows them.
-        assert_eq!(groups.session_step("g", "a", 0, &[key], &[], 0), Ok(vec![key]));
-        assert_eq!(groups.session_step("g", "b", 0, &[key], &[], 0), Ok(vec![key]));
+        assert_eq!(
+            groups.session_step("g", "a", 0, &[key], &[], 0),
+            Ok(vec![key])
+        );
+        assert_eq!(
+            groups.session_step("g", "b", 0, &[key], &[], 0),
+            Ok(vec![key])
+        );
         assert_eq!(groups.sharing("g", &tp, key), 2);
         assert_eq!(groups.sharing("g", &tp, (uuid::Uuid::nil(), 0)), 1);
 

@@ -8,6 +8,8 @@
 //!   sessions, and each group's share-partitions, plain values too.
 //! - [`state_log`]: the record format of share-partition state in the broker's own
 //!   log.
+//! - [`state_store`]: in a cluster, the replicated share state the partitions'
+//!   leaders write to and read from.
 //! - [`ShareCoordinator`]: the state behind a mutex, a ticker for session timeouts and
 //!   lock expiry, and the state log, replayed at start-up.
 //! - [`probe`]: the share groups' members and records on `/metrics`.
@@ -19,10 +21,11 @@ pub mod partition;
 pub mod probe;
 mod settings;
 pub mod state_log;
+pub mod state_store;
 
 pub use coordinator::{
-    AckBatch, AckFailure, MemberSummary, PartitionSummary, ShareCoordinator, ShareGroupSummary,
-    SHARE_STATE_TOPIC,
+    AckBatch, AckFailure, Durable, MemberSummary, PartitionSummary, RemoteState, ShareCoordinator,
+    ShareGroupSummary, SHARE_STATE_TOPIC,
 };
 pub use group::{
     AutoOffsetReset, Heartbeat, HeartbeatAnswer, ShareConfig, ShareError, ShareOverrides, TopicInfo,

@@ -17,7 +17,8 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 1 | format version, 0 |
+//! | 1 | format version: 0, or 1 in a cluster's replicated `__share_group_state` |
+//! | 4 + 8 | version 1 only: the writer's [`Written`]: leader epoch i32, sequence i64 |
 //! | 4 | state epoch i32 |
 //! | 8 | share-partition start offset i64 |
 //! | 4 | runs u32 |
@@ -30,7 +31,20 @@ use headway_broker::internal_log;
 use headway_broker::internal_log::{get_str, put_str};
 
 const FORMAT_VERSION: u8 = 0;
+/// A value that carries its writer's [`Written`].
+const WRITTEN_VERSION: u8 = 1;
 const RUN_BYTES: usize = 19;
+
+/// In a cluster: who wrote a snapshot, so the state store keeps the newest. The leader
+/// epoch is the data partition's, at which its leader loaded the share-partition (a
+/// deposed leader's later writes carry an older one and are refused); the sequence
+/// orders one leader's snapshots of a share-partition, which may reach the store in
+/// any order (an older one arriving later is dropped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Written {
+    pub leader_epoch: i32,
+    pub sequence: i64,
+}
 
 /// One record of the share state log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,9 +53,13 @@ pub struct StateRecord {
     pub topic_partition: TopicPartition,
     /// `None` deletes the share-partition's state.
     pub snapshot: Option<Snapshot>,
+    /// In a cluster's replicated state: the writer (kept with the snapshot).
+    pub written: Option<Written>,
 }
 
-fn state_to_disk(state: DurableState) -> u8 {
+/// A durable state's number, on disk and on the wire (Kafka's delivery states: 0
+/// available, 2 acknowledged, 4 archived).
+pub fn state_to_disk(state: DurableState) -> u8 {
     match state {
         DurableState::Available => 0,
         DurableState::Acknowledged => 2,
@@ -49,7 +67,8 @@ fn state_to_disk(state: DurableState) -> u8 {
     }
 }
 
-fn state_from_disk(value: u8) -> Option<DurableState> {
+/// The durable state a number names, if any.
+pub fn state_from_disk(value: u8) -> Option<DurableState> {
     Some(match value {
         0 => DurableState::Available,
         2 => DurableState::Acknowledged,
@@ -71,8 +90,15 @@ impl StateRecord {
 
     pub fn encode_value(&self) -> Option<Bytes> {
         let s = self.snapshot.as_ref()?;
-        let mut buf = BytesMut::with_capacity(17 + RUN_BYTES * s.runs.len());
-        buf.put_u8(FORMAT_VERSION);
+        let mut buf = BytesMut::with_capacity(29 + RUN_BYTES * s.runs.len());
+        match self.written {
+            None => buf.put_u8(FORMAT_VERSION),
+            Some(w) => {
+                buf.put_u8(WRITTEN_VERSION);
+                buf.put_i32(w.leader_epoch);
+                buf.put_i64(w.sequence);
+            }
+        }
         buf.put_i32(s.state_epoch);
         buf.put_i64(s.start_offset.value());
         buf.put_u32(s.runs.len() as u32);
@@ -98,20 +124,39 @@ impl StateRecord {
             return None;
         }
         let partition = PartitionIndex::new(key.get_i32());
-        let snapshot = match value {
-            None => None,
-            Some(v) => Some(decode_snapshot(v)?),
+        let (snapshot, written) = match value {
+            None => (None, None),
+            Some(v) => {
+                let (snapshot, written) = decode_value(v)?;
+                (Some(snapshot), written)
+            }
         };
         Some(StateRecord {
             group_id,
             topic_partition: TopicPartition::new(topic, partition),
             snapshot,
+            written,
         })
     }
 }
 
+fn decode_value(mut v: Bytes) -> Option<(Snapshot, Option<Written>)> {
+    if v.remaining() < 1 {
+        return None;
+    }
+    let written = match v.get_u8() {
+        FORMAT_VERSION => None,
+        WRITTEN_VERSION if v.remaining() >= 12 => Some(Written {
+            leader_epoch: v.get_i32(),
+            sequence: v.get_i64(),
+        }),
+        _ => return None,
+    };
+    Some((decode_snapshot(v)?, written))
+}
+
 fn decode_snapshot(mut v: Bytes) -> Option<Snapshot> {
-    if v.remaining() < 17 || v.get_u8() != FORMAT_VERSION {
+    if v.remaining() < 16 {
         return None;
     }
     let state_epoch = v.get_i32();
@@ -184,11 +229,26 @@ mod tests {
                         },
                     ],
                 }),
+                written: None,
+            },
+            StateRecord {
+                group_id: "g".into(),
+                topic_partition: TopicPartition::new("orders", PartitionIndex::new(5)),
+                snapshot: Some(Snapshot {
+                    start_offset: Offset::new(3),
+                    state_epoch: 0,
+                    runs: Vec::new(),
+                }),
+                written: Some(Written {
+                    leader_epoch: 4,
+                    sequence: 1_765_000_000_000_001,
+                }),
             },
             StateRecord {
                 group_id: "g".into(),
                 topic_partition: TopicPartition::new("orders", PartitionIndex::new(4)),
                 snapshot: None,
+                written: None,
             },
         ];
         let mut batch = encode_batch(&records, 1);
@@ -208,6 +268,7 @@ mod tests {
             group_id: "g".into(),
             topic_partition: TopicPartition::new("t", PartitionIndex::new(0)),
             snapshot: None,
+            written: None,
         }
         .encode_key();
         let mut value = BytesMut::new();

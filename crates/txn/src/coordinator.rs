@@ -45,7 +45,9 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Whether `name` is one of the internal topics the coordinators write (in a cluster,
 /// replicated topics; clients may read them, never write or create them).
 pub fn is_coordinators_topic(name: &str) -> bool {
-    name == OFFSETS_TOPIC || name == TRANSACTION_STATE_TOPIC
+    // The last: where the share crate keeps share-partitions' state (its
+    // `SHARE_STATE_TOPIC`, a crate this one does not use).
+    name == OFFSETS_TOPIC || name == TRANSACTION_STATE_TOPIC || name == "__share_group_state"
 }
 
 /// Markers carry the coordinator's epoch, which only grows when another coordinator

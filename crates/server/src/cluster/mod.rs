@@ -26,6 +26,7 @@ pub mod peers;
 pub mod producer_ids;
 pub mod reconcile;
 pub mod roles;
+pub mod share_state;
 pub mod transactions;
 pub mod view;
 
@@ -69,6 +70,9 @@ pub struct Cluster {
     stopping: watch::Sender<bool>,
     /// Connections to the other brokers for transactions' checks and markers.
     peers: peers::Peers,
+    /// The share state stores of the partitions of `__share_group_state` this broker
+    /// leads ([`share_state`]).
+    share_stores: std::sync::OnceLock<Arc<headway_share::state_store::StateStores>>,
 }
 
 impl Cluster {
@@ -105,6 +109,7 @@ impl Cluster {
             controller,
             stopping,
             peers: peers::Peers::new(node_id, Default::default()),
+            share_stores: std::sync::OnceLock::new(),
         };
         let register = Command::RegisterBroker {
             id: node_id,
@@ -186,6 +191,22 @@ impl Cluster {
                 Ok(())
             }
         }
+    }
+
+    /// Serves the partitions of `__share_group_state` this broker leads with `stores`
+    /// ([`share_state`]) until the broker stops.
+    pub fn serve_share_state(
+        &self,
+        broker: &Arc<Broker>,
+        stores: Arc<headway_share::state_store::StateStores>,
+    ) {
+        let _ = self.share_stores.set(Arc::clone(&stores));
+        self.follow_coordinators(broker, stores);
+    }
+
+    /// The share state stores this broker runs.
+    pub fn share_stores(&self) -> Option<&Arc<headway_share::state_store::StateStores>> {
+        self.share_stores.get()
     }
 
     /// Keeps the groups' settings in `store` and in the coordinators those of the

@@ -1,7 +1,9 @@
-//! Requests this broker sends the others for a transaction: a produce's or a
+//! Requests this broker sends the others: for a transaction, a produce's or a
 //! transactional offset commit's check to the coordinator of its transactional id
-//! (AddPartitionsToTxn in the batched form Kafka's brokers send, v4+), and a
-//! transaction's markers to the leaders of its partitions (WriteTxnMarkers).
+//! (AddPartitionsToTxn in the batched form Kafka's brokers send, v4+) and its markers
+//! to the leaders of its partitions (WriteTxnMarkers); for a share group, the
+//! share-partitions' state to and from the leaders of `__share_group_state`
+//! (ReadShareGroupState, WriteShareGroupState).
 //!
 //! One connection per broker, on its replication endpoint, opened at first use and
 //! again once it has closed; a broker that cannot be reached costs only the requests

@@ -50,6 +50,7 @@ pub mod share_fetch;
 pub mod share_group_describe;
 pub mod share_group_heartbeat;
 pub mod share_group_offsets;
+pub mod share_group_state;
 pub mod sync_group;
 pub mod txn_offset_commit;
 pub mod write_txn_markers;
@@ -93,6 +94,8 @@ pub const APIS: &[Handler] = &[
     end_txn::HANDLER,
     txn_offset_commit::HANDLER,
     write_txn_markers::HANDLER,
+    share_group_state::READ,
+    share_group_state::WRITE,
     describe_transactions::HANDLER,
     list_transactions::HANDLER,
     consumer_group_heartbeat::HANDLER,

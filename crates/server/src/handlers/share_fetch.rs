@@ -477,6 +477,16 @@ impl Poll<'_> {
         bytes_left: usize,
     ) -> Fetched {
         let shares = &self.ctx.shares;
+        // In a cluster the share-partition is read from the replicated share state
+        // once per leader epoch of the partition, before it is served.
+        if let Some((epoch, true)) = p.role_epoch() {
+            if let Err(e) = shares.ensure_loaded(self.group_id, tp, epoch).await {
+                return Fetched {
+                    error_code: share_error_code(&e),
+                    ..Fetched::default()
+                };
+            }
+        }
         let Some(offset) =
             shares.next_fetch_offset(self.group_id, tp, p.log_start_offset(), p.high_watermark())
         else {

@@ -116,11 +116,16 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                         continue;
                     }
                     if let Some(p) = t.partition(headway_base::PartitionIndex::new(i)) {
-                        partitions.push((
-                            TopicPartition::new(topic.as_str(), p.index()),
-                            p.log_start_offset(),
-                            p.high_watermark(),
-                        ));
+                        let tp = TopicPartition::new(topic.as_str(), p.index());
+                        // In a cluster its state is read first; when the state cannot
+                        // be read now, the first fetch starts it.
+                        if let Some((epoch, true)) = p.role_epoch() {
+                            if let Err(e) = ctx.shares.ensure_loaded(&group_id, &tp, epoch).await {
+                                tracing::debug!(group = %group_id, %tp, error = %e, "share-partition not started at assignment");
+                                continue;
+                            }
+                        }
+                        partitions.push((tp, p.log_start_offset(), p.high_watermark()));
                     }
                 }
                 wire.push(
