@@ -118,7 +118,6 @@ enum Keeper {
     Remote {
         state: Arc<dyn RemoteState>,
         loaded: Mutex<HashMap<(String, TopicPartition), i32>>,
-        loading: tokio::sync::Mutex<()>,
         sequence: AtomicI64,
     },
 }
@@ -191,7 +190,6 @@ impl ShareCoordinator {
         let keeper = Keeper::Remote {
             state,
             loaded: Mutex::new(HashMap::new()),
-            loading: tokio::sync::Mutex::new(()),
             sequence: AtomicI64::new(sequence),
         };
         ShareCoordinator::start(ShareGroups::new(config), keeper)
@@ -229,26 +227,22 @@ impl ShareCoordinator {
         tp: &TopicPartition,
         leader_epoch: i32,
     ) -> Result<(), ShareError> {
-        let Keeper::Remote {
-            state,
-            loaded,
-            loading,
-            ..
-        } = &self.keeper
-        else {
+        let Keeper::Remote { state, loaded, .. } = &self.keeper else {
             return Ok(());
         };
         let key = (group_id.to_string(), tp.clone());
-        let is_loaded = || lock(loaded).get(&key) == Some(&leader_epoch);
-        if is_loaded() {
+        if lock(loaded).get(&key) == Some(&leader_epoch) {
             return Ok(());
         }
-        let _loading = loading.lock().await;
-        if is_loaded() {
-            return Ok(());
-        }
+        // No lock across the read: a slow store delays only its own share-partitions.
+        // Of two fetches reading at once, the first to get here restores the state;
+        // the other finds it loaded and keeps what the first (and its acquisitions) made.
         let snapshot = state.read(group_id, tp, leader_epoch).await?;
         let mut groups = self.groups();
+        let mut loaded = lock(loaded);
+        if loaded.get(&key) == Some(&leader_epoch) {
+            return Ok(());
+        }
         groups.forget(group_id, tp);
         if let Some(s) = &snapshot {
             let config = groups.group_config(group_id).partition;
@@ -258,7 +252,7 @@ impl ShareCoordinator {
                 SharePartition::from_snapshot(config, s),
             );
         }
-        lock(loaded).insert(key, leader_epoch);
+        loaded.insert(key, leader_epoch);
         tracing::debug!(group = group_id, %tp, leader_epoch, found = snapshot.is_some(), "share-partition state loaded");
         Ok(())
     }
