@@ -3,7 +3,8 @@
 Goal: under a fault schedule drawn from a printed seed (SIGKILL and restart of a broker,
 of a partition's leader, of a transactional id's coordinator, SIGSTOP and SIGCONT, a
 partition's leader or a coordinator cut off from the other brokers by packet filter
-rules, one batch of a killed broker's log damaged before it restarts), idempotent
+rules, one batch of a killed broker's log damaged before it restarts, a broker's wall
+clock stepped forward or back), idempotent
 producers (librdkafka, acks=all) lose no acknowledged write, write nothing
 twice, and send in order; transactional producers' transactions are read whole once
 committed and never once aborted; no offset ever holds two values; readers with
@@ -37,6 +38,10 @@ The damage ("corrupt"): the broker is killed, then one batch of one of its segme
 of the topic, picked at random, gets one bit flipped in the bytes its CRC covers (or in
 the CRC), or the file is cut inside that batch; the broker starts again on the same port
 after the hold, and what its log then says about the damage is printed.
+The clock step ("clock"): where Debian's libfaketime is installed every broker runs
+under it (LD_PRELOAD) and one broker's wall clock is set 2 to 55 s ahead or behind for
+the hold, its monotonic clock untouched (WallClocks); without the library the kind is
+left out of the draw (and said so).
 
 Then every broker is running
 again, the writers stop once their sends and transactions are answered, the last stable
@@ -56,12 +61,15 @@ pytest tests/python/test_cluster_history.py`; `HEADWAY_HISTORY_SEED=N` replays o
 from __future__ import annotations
 
 import atexit
+import glob
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import struct
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -110,10 +118,14 @@ MESSAGE_TIMEOUT_MS = 30_000
 # broker answers for a stored batch it finds damaged (CORRUPT_MESSAGE, 2, librdkafka's
 # INVALID_MSG): either is a read of damaged data.
 DAMAGED_READ = {KafkaError._BAD_MSG, KafkaError.INVALID_MSG}
-# The fault kinds; "isolate" only where packet filter rules can be added.
-# HEADWAY_HISTORY_FAULTS=corrupt,isolate draws from those alone.
+# The fault kinds; "isolate" only where packet filter rules can be added, "clock" only
+# with libfaketime. HEADWAY_HISTORY_FAULTS=corrupt,isolate draws from those alone.
 FAULT_KINDS = ["kill", "kill-leader", "stop", "kill-coordinator", "corrupt"]
 ONLY_KINDS = [k for k in os.environ.get("HEADWAY_HISTORY_FAULTS", "").split(",") if k]
+# A stepped wall clock is off by CLOCK_STEP_S seconds at most, either way: below the
+# clients' 60 s transaction timeout (a transaction open across a larger step forward is
+# aborted by its coordinator, as Kafka's would be), above their 45 s session timeout.
+CLOCK_STEP_S = (2.0, 55.0)
 # The topic's segment size: small, so that each partition has several segments and a
 # damaged batch may sit in a sealed segment as well as in the active one.
 SEGMENT_BYTES = int(os.environ.get("HEADWAY_HISTORY_SEGMENT_BYTES", str(1 << 30)))
@@ -540,6 +552,52 @@ class NetworkCut:
         assert not failed, f"iptables -D failed: {failed}"
 
 
+# -- a broker's wall clock stepped --------------------------------------------------------
+
+def faketime_library() -> tuple[str | None, str]:
+    """Debian's libfaketime (its build for threaded programs, which scripts/setup installs)
+    when it is here, else None; and why not."""
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))
+    if not found:
+        return None, "Debian's libfaketime is not installed (scripts/setup installs it)"
+    return found[0], ""
+
+
+class WallClocks:
+    """Each broker runs under libfaketime (LD_PRELOAD) and reads its wall clock's offset
+    from a file of its own: "+37" there sets that broker's wall clock (CLOCK_REALTIME:
+    record timestamps, group session, share lock and transaction timeouts, time-based
+    retention, everything Kafka reads from its wall clock too) 37 s ahead within a second
+    (the library reads the file again at most once a second), "+0" back. Its monotonic
+    clock (Raft elections, replication and request deadlines) runs on undisturbed, as
+    when NTP or an operator steps one machine's clock."""
+
+    def __init__(self, library: str):
+        self.directory = Path(tempfile.mkdtemp(prefix="headway-clocks-"))
+        self.files = {n: self.directory / f"node-{n}" for n in NODES}
+        for f in self.files.values():
+            f.write_text("+0\n")
+        # Both names of the monotonic switch: libfaketime took the FAKETIME_ prefix in
+        # 0.9.8 and still reads the old one.
+        self.env = {n: {"LD_PRELOAD": library, "FAKETIME_TIMESTAMP_FILE": str(f),
+                        "FAKETIME_CACHE_DURATION": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+                        "DONT_FAKE_MONOTONIC": "1"} for n, f in self.files.items()}
+
+    def set(self, node: int, seconds: float) -> None:
+        """Node's wall clock `seconds` off true time (0: true time), in one rename so the
+        library never reads half a line."""
+        staged = self.files[node].with_suffix(".new")
+        staged.write_text(f"{seconds:+.0f}\n")
+        staged.replace(self.files[node])
+
+    def heal(self) -> None:
+        for node in NODES:
+            self.set(node, 0)
+
+    def close(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
 # -- damage to a stopped replica's log ----------------------------------------------------
 
 def batches_in(segment: Path) -> list[tuple[int, int]]:
@@ -640,13 +698,16 @@ def check_replicas(brokers, marks: dict[int, tuple[int, int]]) -> list[str]:
 class Faults:
     """One fault at a time from `rng`: kill and restart a broker, kill and restart a
     partition's leader or a transactional id's coordinator, stop and continue a broker,
-    kill a broker and damage one batch of its log before restarting it, or (with a
-    NetworkCut) cut a partition's leader or a coordinator off from the other brokers."""
+    kill a broker and damage one batch of its log before restarting it, (with a
+    NetworkCut) cut a partition's leader or a coordinator off from the other brokers, or
+    (with WallClocks) step a broker's wall clock forward or back."""
 
     def __init__(self, brokers, bootstraps: list[str], rng: random.Random,
-                 cut: NetworkCut | None = None):
+                 cut: NetworkCut | None = None, clocks: WallClocks | None = None):
         self.brokers, self.bootstraps, self.rng, self.cut = brokers, bootstraps, rng, cut
-        self.kinds = FAULT_KINDS + (["isolate"] if cut is not None else [])
+        self.clocks = clocks
+        self.kinds = FAULT_KINDS + (["isolate"] if cut is not None else []) \
+            + (["clock"] if clocks is not None else [])
         if ONLY_KINDS:
             self.kinds = [k for k in self.kinds if k in ONLY_KINDS]
             assert self.kinds, f"none of {ONLY_KINDS} can be drawn here"
@@ -697,6 +758,9 @@ class Faults:
                     tid = f"history-txn-{self.rng.randrange(TXN_WRITERS)}"
                     node, what = self.coordinator_of(tid) or node, "coordinator"
                 kind = f"isolate ({what})"
+            elif kind == "clock":
+                step = self.rng.choice((-1, 1)) * self.rng.uniform(*CLOCK_STEP_S)
+                kind = f"clock {step:+.0f}s"
             held = self.rng.uniform(2, 6)
             at = f"{seconds - (end - time.monotonic()):.1f}s"
             self.log.append(f"{at} {kind} {node} for {held:.1f}s")
@@ -713,6 +777,12 @@ class Faults:
                     time.sleep(held)
                 finally:
                     self.cut.heal()
+            elif kind.startswith("clock"):
+                self.clocks.set(node, step)
+                try:
+                    time.sleep(held)
+                finally:
+                    self.clocks.set(node, 0)
             elif kind == "corrupt":
                 broker.kill()
                 what = damage(broker.data_dir, partition, self.rng)
@@ -754,6 +824,8 @@ class Faults:
     def heal(self) -> None:
         if self.cut is not None:
             self.cut.heal()
+        if self.clocks is not None:
+            self.clocks.heal()
         for node in NODES:
             broker = self.brokers[node - 1]
             if broker.running:
@@ -776,15 +848,17 @@ def empty_markers(batches: list[Batch]) -> int:
     return count
 
 
-def one_schedule(make_broker, seed: int, filter_binary: str | None
+def one_schedule(make_broker, seed: int, filter_binary: str | None, faketime: str | None
                  ) -> tuple[list[str], str, list[str]]:
-    # With a packet filter each broker gets its own address and group id, for the cut.
+    # With a packet filter each broker gets its own address and group id, for the cut;
+    # with libfaketime, a wall clock the schedule can step.
     hosts = broker_hosts() if filter_binary else None
     groups = {n: group_of(n) for n in NODES} if filter_binary else None
+    clocks = WallClocks(faketime) if faketime else None
     brokers, bootstraps, _ = cluster_with_topic(make_broker, TOPIC, PARTITIONS,
                                                 {"min.insync.replicas": "2",
                                                  "segment.bytes": str(SEGMENT_BYTES)},
-                                                hosts, groups)
+                                                hosts, groups, clocks and clocks.env)
     cut = NetworkCut(filter_binary, hosts, groups) if filter_binary else None
     bootstrap = ",".join(bootstraps)
     history, stop_writing, stop_reading = History(), threading.Event(), threading.Event()
@@ -794,7 +868,7 @@ def one_schedule(make_broker, seed: int, filter_binary: str | None
                for i in range(READERS)]
     members = [Reader(f"member-{i}", bootstrap, history, stop_reading, group=True)
                for i in range(MEMBERS)]
-    faults = Faults(brokers, bootstraps, random.Random(seed), cut)
+    faults = Faults(brokers, bootstraps, random.Random(seed), cut, clocks)
     started = time.monotonic()
     try:
         for t in writers + txn_writers + readers + members:
@@ -867,6 +941,8 @@ def one_schedule(make_broker, seed: int, filter_binary: str | None
                + "; ".join(faults.log))
     if cut is not None:
         atexit.unregister(cut.heal)
+    if clocks is not None:
+        clocks.close()
     return anomalies, summary, faults.repairs()
 
 
@@ -882,10 +958,13 @@ def test_a_fault_schedule_loses_and_reorders_nothing(make_broker):
     filter_binary, why_not = packet_filter()
     if filter_binary is None:
         print(f"fault kind 'isolate' left out: no packet filter here ({why_not})")
+    faketime, why_not = faketime_library()
+    if faketime is None:
+        print(f"fault kind 'clock' left out: {why_not}")
     failed = []
     for seed in seeds:
         print(f"fault schedule seed {seed} (HEADWAY_HISTORY_SEED={seed} replays it)")
-        anomalies, summary, repairs = one_schedule(make_broker, seed, filter_binary)
+        anomalies, summary, repairs = one_schedule(make_broker, seed, filter_binary, faketime)
         print(summary)
         for r in repairs:
             print(f"  repair: {r}")
