@@ -18,12 +18,14 @@ use crate::consumer::durable::{self, GroupRecord, Recovery, Written};
 use crate::consumer::{ConsumerGroup, HeartbeatAnswer, HeartbeatRequest, TopicsView};
 use crate::offsets::{encode_batch, OffsetRecord};
 use crate::requests::{JoinRequest, JoinResult, SyncRequest, SyncResult};
+use crate::state::durable::{self as classic_durable, ClassicSnapshot, ClassicWritten};
 use crate::state::{CommittedOffset, ConsumerOverrides, GroupConfig, Groups, OffsetCommit};
 use crate::{GenerationId, GroupError};
 use bytes::Bytes;
 use headway_base::{now_ms, Offset, ProducerId, TopicPartition};
 use headway_broker::{internal_log, BrokerError, FlushPolicy, Partition};
 use headway_log::batch::validate_all;
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -71,6 +73,9 @@ pub struct GroupCoordinator {
     /// What the log holds of consumer-protocol groups. Locked only while `groups` is
     /// held (in that order), so it matches the log's order.
     written: Mutex<Written>,
+    /// What the log holds of classic groups; locked only while `groups` and `written`
+    /// are held (in that order).
+    classic_written: Mutex<ClassicWritten>,
     log: Arc<Partition>,
     /// The leader epoch of the partition this coordinator serves ([`NO_EPOCH`] for a
     /// broker alone).
@@ -105,14 +110,25 @@ impl GroupCoordinator {
     ) -> Result<Arc<GroupCoordinator>, BrokerError> {
         let mut groups = Groups::new(config);
         let mut recovery = Recovery::default();
-        let records = replay(&log, &mut groups, &mut recovery).await?;
+        let mut classic = BTreeMap::new();
+        let records = replay(&log, &mut groups, &mut recovery, &mut classic).await?;
+        let now = now_ms();
         let consumer = recovery
-            .finish(now_ms())
+            .finish(now)
             .map_err(|e| BrokerError::Storage(format!("offsets log: {e}")))?;
         let written = Written::recovered(&consumer);
         let members: usize = consumer.values().map(|c| c.members.len()).sum();
         let consumer_groups = consumer.len();
         groups.consumer.extend(consumer);
+        let classic: BTreeMap<String, ClassicSnapshot> = classic
+            .into_iter()
+            .filter_map(|(id, s)| s.map(|s| (id, s)))
+            .collect();
+        for (id, snapshot) in &classic {
+            groups.restore_classic(id, snapshot.clone(), now);
+        }
+        let classic_written = ClassicWritten::recovered(&groups, &classic);
+        let classic_members: usize = classic.values().map(|s| s.members.len()).sum();
         let count: usize = groups.iter().map(|g| g.offsets.len()).sum();
         tracing::info!(
             partition = log.index().value(),
@@ -122,11 +138,14 @@ impl GroupCoordinator {
             offsets = count,
             consumer_groups,
             members,
+            classic_groups = classic.len(),
+            classic_members,
             "offsets log replayed"
         );
         let coordinator = Arc::new(GroupCoordinator {
             groups: Mutex::new(groups),
             written: Mutex::new(written),
+            classic_written: Mutex::new(classic_written),
             log,
             epoch,
             closed: AtomicBool::new(false),
@@ -192,8 +211,15 @@ impl GroupCoordinator {
 
     pub async fn sync(&self, req: SyncRequest) -> SyncResult {
         let (reply, answer) = oneshot::channel();
+        let group_id = req.group_id.clone();
         match self.serving() {
-            Ok(mut groups) => groups.sync(req, reply, now_ms()),
+            Ok(mut groups) => {
+                // The leader's sync makes the group Stable: its record is appended (the
+                // answers do not wait for it; a coordinator lost before it is durable
+                // leaves the members to join again, as without the record).
+                groups.sync(req, reply, now_ms());
+                let _ = self.persist_locked(&groups, &group_id, None);
+            }
             Err(e) => {
                 return SyncResult {
                     error: Some(e),
@@ -223,7 +249,10 @@ impl GroupCoordinator {
         group_id: &str,
         members: &[(String, Option<String>)],
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
-        self.serving()?.leave(group_id, members, now_ms())
+        let mut groups = self.serving()?;
+        let results = groups.leave(group_id, members, now_ms());
+        let _ = self.persist_locked(&groups, group_id, None);
+        results
     }
 
     /// Commits offsets: answered once their record is durable in the offsets log.
@@ -384,10 +413,11 @@ impl GroupCoordinator {
         })
     }
 
-    /// Appends the records that bring the log to the consumer-protocol group
-    /// `group_id` as `groups` holds it now (tombstones if it is gone), with the groups
-    /// mutex held by the caller. `member` names the member a heartbeat moved. Returns
-    /// the log end offset to wait for, if anything was appended.
+    /// Appends the records that bring the log to the group `group_id` as `groups`
+    /// holds it now, in one batch: its consumer-protocol records (tombstones if it is
+    /// gone) and its classic record ([`classic_durable`]), with the groups mutex held
+    /// by the caller. `member` names the consumer-protocol member a heartbeat moved.
+    /// Returns the log end offset to wait for, if anything was appended.
     fn persist_locked(
         &self,
         groups: &Groups,
@@ -396,12 +426,18 @@ impl GroupCoordinator {
     ) -> Result<Option<Offset>, GroupError> {
         let mut written = self.written.lock().expect("written mutex poisoned");
         let changes = written.changes(group_id, groups.consumer.get(group_id), member);
-        if changes.is_empty() {
+        let mut classic_written = self.classic_written.lock().expect("written mutex poisoned");
+        let classic = classic_written.change(groups, group_id);
+        if changes.is_empty() && classic.is_none() {
             return Ok(None);
         }
-        let batch = internal_log::encode_batch(changes.records(), now_ms());
+        let records = changes.records().chain(classic.clone());
+        let batch = internal_log::encode_batch(records, now_ms());
         let appended = self.append_batch(&batch)?;
         written.wrote(changes);
+        if let Some(record) = &classic {
+            classic_written.wrote(group_id, groups, record);
+        }
         Ok(Some(appended.log_end_offset))
     }
 
@@ -418,9 +454,10 @@ impl GroupCoordinator {
 
     /// [`GroupCoordinator::persist_locked`] for every consumer-protocol group whose
     /// epochs moved or that went since the log last heard of it (the ticker fences
-    /// members; a member's step without an epoch change is written by its heartbeat).
+    /// members; a member's step without an epoch change is written by its heartbeat),
+    /// and every classic group the ticker moved ([`ClassicWritten::moved`]).
     fn persist_moved_locked(&self, groups: &Groups) -> Option<Offset> {
-        let moved: Vec<String> = {
+        let mut moved: Vec<String> = {
             let written = self.written.lock().expect("written mutex poisoned");
             let gone = written
                 .group_ids()
@@ -432,6 +469,14 @@ impl GroupCoordinator {
             });
             gone.chain(changed.cloned()).collect()
         };
+        moved.extend(
+            self.classic_written
+                .lock()
+                .expect("written mutex poisoned")
+                .moved(groups),
+        );
+        moved.sort_unstable();
+        moved.dedup();
         let mut end = None;
         for group_id in moved {
             if let Ok(Some(e)) = self.persist_locked(groups, &group_id, None) {
@@ -680,16 +725,33 @@ fn consumer_summary(c: &ConsumerGroup, with_members: bool) -> GroupSummary {
     }
 }
 
-/// Rebuilds the committed offsets from the offsets log, and gives the records of
-/// consumer-protocol groups to `recovery`. Returns the records read; a group record
+/// Rebuilds the committed offsets from the offsets log, gives the records of
+/// consumer-protocol groups to `recovery`, and keeps the last record of each classic
+/// group in `classic` (`None`: its tombstone). Returns the records read; a group record
 /// that cannot be read is an error.
 async fn replay(
     log: &Partition,
     groups: &mut Groups,
     recovery: &mut Recovery,
+    classic: &mut BTreeMap<String, Option<ClassicSnapshot>>,
 ) -> Result<usize, BrokerError> {
     let mut failed = None;
     let read = internal_log::replay(log, |offset, key, value| {
+        if let Some(key) = key
+            .clone()
+            .filter(|k| classic_durable::is_classic_record(k))
+        {
+            match classic_durable::decode(key, value) {
+                Ok((group_id, snapshot)) => {
+                    classic.insert(group_id, snapshot);
+                }
+                Err(e) if failed.is_none() => {
+                    failed = Some(format!("offsets log record at offset {offset}: {e}"))
+                }
+                Err(_) => {}
+            }
+            return;
+        }
         if let Some(key) = key.clone().filter(|k| durable::is_group_record(k)) {
             match GroupRecord::decode(key, value) {
                 Ok(record) => recovery.apply(record),
@@ -1026,6 +1088,72 @@ mod tests {
                 }
             );
         }
+        c.close();
+    }
+
+    /// A SyncGroup of group "g".
+    fn sync_request(
+        member: &str,
+        generation: Option<GenerationId>,
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncRequest {
+        SyncRequest {
+            group_id: "g".into(),
+            generation_id: generation,
+            member_id: member.into(),
+            group_instance_id: None,
+            protocol_type: None,
+            protocol_name: None,
+            assignments,
+        }
+    }
+
+    /// A classic group's members carry on across a restart of its coordinator (as
+    /// across a move to another broker): their heartbeats, syncs and commits at their
+    /// generation are accepted by the new one. Once the group is emptied and deleted,
+    /// the next start has no trace of it.
+    #[tokio::test]
+    async fn classic_groups_members_carry_on_after_a_restart() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let c = open(dir.path()).await;
+        let joined = c.join(first_join()).await;
+        assert_eq!(joined.error, None);
+        let (member, generation) = (joined.member_id.clone(), joined.generation_id);
+        let assignment = vec![(member.clone(), Bytes::from_static(b"all of t"))];
+        let synced = c.sync(sync_request(&member, generation, assignment)).await;
+        assert_eq!(synced.error, None);
+        c.commit("g", &member, None, generation, vec![entry("t", 0, 5)])
+            .await
+            .expect("commit")[0]
+            .expect("committed");
+        c.close();
+        drop(c);
+
+        let c = open(dir.path()).await;
+        assert_eq!(c.heartbeat("g", &member, None, generation), Ok(()));
+        let again = c.sync(sync_request(&member, generation, vec![])).await;
+        assert_eq!(
+            (again.error, &again.assignment[..]),
+            (None, &b"all of t"[..])
+        );
+        let results = c
+            .commit("g", &member, None, generation, vec![entry("t", 0, 9)])
+            .await
+            .expect("commit");
+        assert_eq!(results, vec![Ok(())]);
+        let summary = c.describe("g").expect("described");
+        assert_eq!((summary.state, summary.members.len()), ("Stable", 1));
+        // The member leaves, the group is deleted: after another restart it is gone.
+        c.leave("g", &[(member.clone(), None)]).expect("left")[0].expect("known member");
+        c.delete("g").await.expect("deleted");
+        c.close();
+        drop(c);
+        let c = open(dir.path()).await;
+        assert!(c.describe("g").is_none(), "a deleted group stays deleted");
+        assert_eq!(
+            c.heartbeat("g", &member, None, generation),
+            Err(GroupError::UnknownMemberId)
+        );
         c.close();
     }
 

@@ -30,6 +30,7 @@ use std::collections::{BTreeMap, HashMap};
 use tokio::sync::oneshot;
 
 mod convert;
+pub mod durable;
 
 /// Bounds and timings of the coordinator, with Kafka's defaults.
 #[derive(Debug, Clone)]
@@ -1330,7 +1331,7 @@ mod tests {
     }
 
     /// Joins a new dynamic member through the MEMBER_ID_REQUIRED round.
-    fn join_new(
+    pub(super) fn join_new(
         groups: &mut Groups,
         protocols: &[&str],
         now: i64,
@@ -1425,7 +1426,7 @@ mod tests {
     }
 
     /// Forms a group of two members that joined within the initial delay (100 ms).
-    fn two_member_group(groups: &mut Groups) -> (String, String, Option<GenerationId>) {
+    pub(super) fn two_member_group(groups: &mut Groups) -> (String, String, Option<GenerationId>) {
         let (a, mut ja) = join_new(groups, &["range"], 0);
         let (b, mut jb) = join_new(groups, &["range"], 10);
         groups.tick(100);
@@ -1444,7 +1445,7 @@ mod tests {
         (a, b, ra.generation_id)
     }
 
-    fn delayed() -> GroupConfig {
+    pub(super) fn delayed() -> GroupConfig {
         GroupConfig {
             initial_rebalance_delay_ms: 100,
             ..GroupConfig::default()

@@ -114,7 +114,7 @@ pub struct RecordError {
     pub problem: String,
 }
 
-fn corrupt(record: &'static str, problem: impl Into<String>) -> RecordError {
+pub(crate) fn corrupt(record: &'static str, problem: impl Into<String>) -> RecordError {
     RecordError {
         record,
         problem: problem.into(),
@@ -235,7 +235,7 @@ impl GroupRecord {
     }
 }
 
-fn put_opt_str(buf: &mut BytesMut, s: &Option<String>) {
+pub(crate) fn put_opt_str(buf: &mut BytesMut, s: &Option<String>) {
     match s {
         None => buf.put_u8(0),
         Some(s) => {
@@ -426,7 +426,7 @@ impl RecordValue {
 
 /// Reads the fields of a record. Every count is checked against the bytes present as
 /// each item is read, never trusted for an allocation.
-struct Reader(Bytes);
+pub(crate) struct Reader(pub(crate) Bytes);
 
 impl Reader {
     fn need(&self, n: usize) -> Result<(), String> {
@@ -436,29 +436,29 @@ impl Reader {
         }
     }
 
-    fn u8(&mut self) -> Result<u8, String> {
+    pub(crate) fn u8(&mut self) -> Result<u8, String> {
         self.need(1)?;
         Ok(self.0.get_u8())
     }
 
-    fn i32(&mut self) -> Result<i32, String> {
+    pub(crate) fn i32(&mut self) -> Result<i32, String> {
         self.need(4)?;
         Ok(self.0.get_i32())
     }
 
-    fn u32(&mut self) -> Result<u32, String> {
+    pub(crate) fn u32(&mut self) -> Result<u32, String> {
         self.need(4)?;
         Ok(self.0.get_u32())
     }
 
-    fn str(&mut self) -> Result<String, String> {
+    pub(crate) fn str(&mut self) -> Result<String, String> {
         self.need(2)?;
         let len = usize::from(self.0.get_u16());
         self.need(len)?;
         String::from_utf8(self.0.split_to(len).to_vec()).map_err(|_| "a string not UTF-8".into())
     }
 
-    fn opt_str(&mut self) -> Result<Option<String>, String> {
+    pub(crate) fn opt_str(&mut self) -> Result<Option<String>, String> {
         match self.u8()? {
             0 => Ok(None),
             1 => self.str().map(Some),
@@ -486,7 +486,14 @@ impl Reader {
         Ok(out)
     }
 
-    fn end(&self) -> Result<(), String> {
+    /// Bytes written with a u32 length before them.
+    pub(crate) fn bytes(&mut self) -> Result<Bytes, String> {
+        let len = self.u32()? as usize;
+        self.need(len)?;
+        Ok(self.0.split_to(len))
+    }
+
+    pub(crate) fn end(&self) -> Result<(), String> {
         match self.0.remaining() {
             0 => Ok(()),
             n => Err(format!("{n} bytes left over")),
