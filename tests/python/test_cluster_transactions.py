@@ -31,21 +31,32 @@ Java (tests/java/src/TransactionalCopy.java, kafka-clients 4): the consume-trans
 produce loop copies a topic (RF 3) while its coordinator is killed the same way; it must
 report no error, commit again while the broker is down, and leave every input record's
 copy exactly once for read_committed readers, none of an aborted transaction.
+franz-go (tests/go/cmd/franztxn, a GroupTransactSession at default settings) copies the
+same way while the input is still arriving, once with its transactional id's coordinator
+killed and once with its group's: no error, every copy exactly once. A classic group's
+members are in the offsets log (as Kafka keeps them), so the group's new coordinator
+knows them and their heartbeats and transactional commits carry on.
 """
 
 from __future__ import annotations
 
+import json
 import struct
+import subprocess
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, \
     Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster_support import CLUSTER_UP_S, call, cluster_with_topic, led_by, metadata
+from go_support import build_go_command
 from java_support import JavaClient
 from support import ADMIN_TIMEOUT_S, raise_on_error, rdkafka_base, wait_until
 
@@ -53,7 +64,9 @@ TOPIC = "txn-rf3"
 PARTITIONS = 3
 NODES = {1, 2, 3}
 TXN_STATE = "__transaction_state"
-FIND_COORDINATOR_KEY, TRANSACTION_KEY_TYPE = 10, 1
+FIND_COORDINATOR_KEY, GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 10, 0, 1
+# Where each kind of coordinator keeps its state: the leader of the key's partition.
+STATE_TOPICS = {GROUP_KEY_TYPE: "__consumer_offsets", TRANSACTION_KEY_TYPE: TXN_STATE}
 TRANSACTIONAL_IDS = ["txn-writer-0", "txn-writer-1"]
 PER_TXN = 30  # values per transaction, spread over the partitions
 ABORT_EVERY = 4  # every 4th transaction of a producer is aborted on purpose
@@ -76,6 +89,11 @@ DEADLINE_S = 120.0
 # The Java copy: input records, records per transaction (a poll's worth at most).
 COPY_INPUT, COPY_OUTPUT, COPY_TXN_ID = "copy-in", "copy-out", "rf3-copier-1"
 COPY_RECORDS, COPY_BATCH = 600, 10
+# franz-go's copy (tests/go/cmd/franztxn): its group and transactional id.
+GO_COPY_GROUP, GO_COPY_TXN_ID = "rf3-go-copier", "rf3-go-copier-1"
+# Its input: the first records before it starts, the rest one every pace while it runs
+# (about 25 s), the kill in their midst.
+GO_COPY_FIRST, GO_COPY_PACE_S = 100, 0.05
 
 COMMITTED = "committed"  # commit_transaction returned
 ABORTED = "aborted"  # aborted on purpose: never committed
@@ -248,13 +266,14 @@ def wait_for_commits(writers: list[Writer], count: int, since: float, what: str,
         raise AssertionError(f"{e}\n  " + "\n  ".join(w.summary() for w in writers)) from None
 
 
-def find_coordinator(bootstrap: str, transactional_id: str) -> int | str:
+def find_coordinator(bootstrap: str, transactional_id: str,
+                     key_type: int = TRANSACTION_KEY_TYPE) -> int | str:
     """The node this broker names as `transactional_id`'s coordinator (FindCoordinator
-    v1, key type 1), or a string saying why none."""
+    v1, key type 1; with `key_type` 0, a group's), or a string saying why none."""
     key = transactional_id.encode()
     try:
         r = call(bootstrap, FIND_COORDINATOR_KEY, 1,
-                 struct.pack(">h", len(key)) + key + struct.pack(">b", TRANSACTION_KEY_TYPE))
+                 struct.pack(">h", len(key)) + key + struct.pack(">b", key_type))
     except (OSError, AssertionError) as e:
         return f"no answer: {e}"
     r.take(">i")  # throttle
@@ -263,26 +282,28 @@ def find_coordinator(bootstrap: str, transactional_id: str) -> int | str:
 
 
 def coordinator_of(bootstraps: list[str], alive: set[int], transactional_id: str,
-                   deadline_s: float) -> int:
+                   deadline_s: float, key_type: int = TRANSACTION_KEY_TYPE) -> int:
     """The coordinator of `transactional_id` once every live broker names the same live
     node in FindCoordinator and that node leads the id's `__transaction_state`
-    partition (replicated on three brokers)."""
+    partition (replicated on three brokers); with `key_type` 0, of a group, the leader
+    of its `__consumer_offsets` partition."""
     seen: list[str] = []
+    state = STATE_TOPICS[key_type]
 
     def agreed() -> int | None:
-        answers = {n: find_coordinator(bootstraps[n - 1], transactional_id)
+        answers = {n: find_coordinator(bootstraps[n - 1], transactional_id, key_type)
                    for n in sorted(alive)}
         try:
-            topic = metadata(bootstraps[min(alive) - 1])["topics"].get(TXN_STATE)
+            topic = metadata(bootstraps[min(alive) - 1])["topics"].get(state)
         except (OSError, AssertionError) as e:
             seen[:] = [f"FindCoordinator {answers}, Metadata: {e}"]
             return None
         if topic is None:
-            seen[:] = [f"FindCoordinator {answers}, no {TXN_STATE} in Metadata"]
+            seen[:] = [f"FindCoordinator {answers}, no {state} in Metadata"]
             return None
         index = txn_state_partition(transactional_id, len(topic["partitions"]))
         partition = topic["partitions"][index]
-        seen[:] = [f"FindCoordinator {answers}, {TXN_STATE} partition {index} of "
+        seen[:] = [f"FindCoordinator {answers}, {state} partition {index} of "
                    f"{len(topic['partitions'])}: {partition}"]
         nodes = set(answers.values())
         if len(nodes) != 1:
@@ -290,7 +311,7 @@ def coordinator_of(bootstraps: list[str], alive: set[int], transactional_id: str
         node = nodes.pop()
         if node not in alive or partition["leader"] != node:
             return None
-        assert len(partition["replicas"]) == 3, f"{TXN_STATE} is not replicated: {seen[0]}"
+        assert len(partition["replicas"]) == 3, f"{state} is not replicated: {seen[0]}"
         return node
     try:
         return wait_until(agreed, f"the brokers agree on the coordinator of {transactional_id}",
@@ -452,13 +473,9 @@ def test_transactions_survive_the_coordinators_sigkill(make_broker):
     assert all(n >= WHILE_DOWN + AFTER_RESTART for n in after_kill.values()), after_kill
 
 
-def test_a_java_exactly_once_copy_carries_on_when_its_coordinator_is_killed(make_broker,
-                                                                           tmp_path):
-    """kafka-clients 4's consume-transform-produce loop (tests/java/src/TransactionalCopy
-    .java: read_committed consumer in a group, sendOffsetsToTransaction, every 5th
-    transaction aborted on purpose) copies a topic while its transaction coordinator is
-    killed, and restarted once the copy went on without it: no error, and every input
-    record's copy read exactly once by read_committed readers, nothing aborted."""
+def copy_topics(make_broker, records: int = COPY_RECORDS):
+    """Three brokers, the copy's input and output topics (RF 3, min.insync.replicas=2)
+    and the first `records` input records; returns the brokers and their addresses."""
     brokers, bootstraps, _ = cluster_with_topic(make_broker, COPY_INPUT, PARTITIONS,
                                                 {"min.insync.replicas": "2"})
     bootstrap = ",".join(bootstraps)
@@ -469,12 +486,55 @@ def test_a_java_exactly_once_copy_carries_on_when_its_coordinator_is_killed(make
         operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S))
     wait_until(lambda: led_by(bootstraps, COPY_OUTPUT, NODES, 3), "the output topic led, ISR 3",
                CLUSTER_UP_S)
+    produce_input(bootstrap, range(records))
+    return brokers, bootstraps
+
+
+def produce_input(bootstrap: str, numbers: range, pace_s: float = 0.0) -> None:
+    """Input records "v<i>" for each i of `numbers`, round robin over the partitions,
+    one every `pace_s` seconds; every one acknowledged (acks=all)."""
     producer = Producer({**rdkafka_base(bootstrap), "acks": "all"})
-    for i in range(COPY_RECORDS):
+    for i in numbers:
         producer.produce(COPY_INPUT, key=b"k%d" % i, value=b"v%d" % i, partition=i % PARTITIONS)
         producer.poll(0)
+        time.sleep(pace_s)
     assert producer.flush(60) == 0, "input records not acknowledged"
 
+
+def restart_in_every_isr(brokers, bootstraps: list[str], node: int) -> None:
+    """Starts the killed `node` again on its port and waits for it in every ISR of the
+    copy's topics and of both coordinators' state topics."""
+    broker = brokers[node - 1]
+    broker.listen = broker.bootstrap
+    broker.start()
+    for topic in (COPY_INPUT, COPY_OUTPUT, *STATE_TOPICS.values()):
+        wait_until(lambda topic=topic: led_by(bootstraps, topic, NODES, 3),
+                   f"the restarted broker back in every ISR of {topic}", CLUSTER_UP_S * 2)
+
+
+def assert_copied_once(bootstrap: str) -> None:
+    """Every input record's copy read exactly once by a read_committed reader, and
+    nothing else (a copy from an aborted transaction)."""
+    read = read_committed(bootstrap, settled_ends(bootstrap, COPY_OUTPUT), COPY_OUTPUT)
+    copies = Counter(read)
+    twice = sorted(v for v, n in copies.items() if n > 1)
+    want = {f"copy:v{i}" for i in range(COPY_RECORDS)}
+    missing = sorted(want - set(copies))
+    other = sorted(set(copies) - want)
+    assert not (twice or missing or other), (
+        f"read_committed copy: {len(twice)} copied twice {twice[:5]}, {len(missing)} missing "
+        f"{missing[:5]}, {len(other)} not copies (aborted) {other[:5]}")
+
+
+def test_a_java_exactly_once_copy_carries_on_when_its_coordinator_is_killed(make_broker,
+                                                                           tmp_path):
+    """kafka-clients 4's consume-transform-produce loop (tests/java/src/TransactionalCopy
+    .java: read_committed consumer in a group, sendOffsetsToTransaction, every 5th
+    transaction aborted on purpose) copies a topic while its transaction coordinator is
+    killed, and restarted once the copy went on without it: no error, and every input
+    record's copy read exactly once by read_committed readers, nothing aborted."""
+    brokers, bootstraps = copy_topics(make_broker)
+    bootstrap = ",".join(bootstraps)
     java = JavaClient("lib-4", "classes-4", "TransactionalCopy", tmp_path)
     copy = java.start("TransactionalCopy", "--bootstrap", bootstrap, "--input", COPY_INPUT,
                       "--output", COPY_OUTPUT, "--group", "rf3-copier",
@@ -499,12 +559,7 @@ def test_a_java_exactly_once_copy_carries_on_when_its_coordinator_is_killed(make
         committed(before + WHILE_DOWN, f"commits after the kill, at node {moved}", FAILOVER_S)
         print(f"coordinator of {COPY_TXN_ID} after the kill: node {moved}; committing again "
               f"{time.monotonic() - killed_at:.1f} s after it")
-        victim_broker = brokers[victim - 1]
-        victim_broker.listen = victim_broker.bootstrap
-        victim_broker.start()
-        for topic in (COPY_INPUT, COPY_OUTPUT, TXN_STATE):
-            wait_until(lambda topic=topic: led_by(bootstraps, topic, NODES, 3),
-                       f"the restarted broker back in every ISR of {topic}", CLUSTER_UP_S * 2)
+        restart_in_every_isr(brokers, bootstraps, victim)
         copy.wait_event(lambda e: e.get("event") == "committed"
                         and e.get("total", 0) >= COPY_RECORDS, DEADLINE_S,
                         f"the copy of all {COPY_RECORDS} records committed")
@@ -513,12 +568,65 @@ def test_a_java_exactly_once_copy_carries_on_when_its_coordinator_is_killed(make
     aborted = sum(1 for e in copy.events if e.get("event") == "aborted")
     print(f"copier: {commits()} commits, {aborted} aborted on purpose, after the kill "
           f"{commits() - before}; done {time.monotonic() - killed_at:.0f} s after the kill")
-    read = read_committed(bootstrap, settled_ends(bootstrap, COPY_OUTPUT), COPY_OUTPUT)
-    copies = Counter(read)
-    twice = sorted(v for v, n in copies.items() if n > 1)
-    want = {f"copy:v{i}" for i in range(COPY_RECORDS)}
-    missing = sorted(want - set(copies))
-    other = sorted(set(copies) - want)
-    assert not (twice or missing or other), (
-        f"read_committed copy: {len(twice)} copied twice {twice[:5]}, {len(missing)} missing "
-        f"{missing[:5]}, {len(other)} not copies (aborted) {other[:5]}")
+    assert_copied_once(bootstrap)
+
+
+@pytest.fixture(scope="module")
+def franztxn(tmp_path_factory) -> Path:
+    return build_go_command(tmp_path_factory, "franztxn")
+
+
+@pytest.mark.parametrize("victim_of", ["transaction", "group"])
+def test_a_franz_go_exactly_once_copy_carries_on_when_its_coordinator_is_killed(
+        make_broker, franztxn, tmp_path, victim_of):
+    """franz-go's GroupTransactSession (tests/go/cmd/franztxn, default settings: a
+    read_committed group consumer, the group's offsets committed in each transaction)
+    copies a topic while the coordinator of its transactional id, or of its group, is
+    killed and later restarted on its port: the copier reports no error and commits again
+    while the broker is down, and every input record's copy is read exactly once by
+    read_committed readers, nothing else."""
+    brokers, bootstraps = copy_topics(make_broker, GO_COPY_FIRST)
+    bootstrap = ",".join(bootstraps)
+    # The rest of the input arrives while the copy runs, so that the kill finds it
+    # between transactions or in one.
+    rest = threading.Thread(target=produce_input, daemon=True, args=(
+        bootstrap, range(GO_COPY_FIRST, COPY_RECORDS), GO_COPY_PACE_S))
+    key, key_type = {"transaction": (GO_COPY_TXN_ID, TRANSACTION_KEY_TYPE),
+                     "group": (GO_COPY_GROUP, GROUP_KEY_TYPE)}[victim_of]
+    stderr = open(tmp_path / "franztxn.stderr.log", "wb")
+    copier = subprocess.Popen([str(franztxn), "-brokers", bootstrap, "-input", COPY_INPUT,
+                               "-output", COPY_OUTPUT, "-group", GO_COPY_GROUP,
+                               "-txn-id", GO_COPY_TXN_ID],
+                              stdout=subprocess.PIPE, stderr=stderr)
+    events: list[dict] = []
+    reader = threading.Thread(target=lambda: events.extend(
+        json.loads(line) for line in copier.stdout), daemon=True)
+    reader.start()
+    rest.start()
+
+    def total() -> int:
+        errors = [e for e in events if e.get("event") == "error"]
+        assert not errors, f"franztxn: {errors}"
+        return max((e["total"] for e in events if e.get("event") == "committed"), default=0)
+
+    def copied(n: int, what: str, deadline_s: float = PROGRESS_S) -> int:
+        return wait_until(lambda: total() >= n and total(), what, deadline_s)
+    try:
+        copied(GO_COPY_FIRST, "the first records copied")
+        victim = coordinator_of(bootstraps, NODES, key, FAILOVER_S, key_type)
+        before = total()
+        killed_at = time.monotonic()
+        print(f"coordinator of {victim_of} {key}: node {victim} (killed at {before} copied)")
+        brokers[victim - 1].kill()
+        moved = coordinator_of(bootstraps, NODES - {victim}, key, FAILOVER_S, key_type)
+        print(f"coordinator after the kill: node {moved}")
+        restart_in_every_isr(brokers, bootstraps, victim)
+        copied(COPY_RECORDS, f"the copy of all {COPY_RECORDS} records committed", DEADLINE_S)
+        rest.join(DEADLINE_S)
+        print(f"copied {total()} in {len(events)} events; done "
+              f"{time.monotonic() - killed_at:.0f} s after the kill")
+    finally:
+        copier.kill()
+        copier.wait(30)
+        stderr.close()
+    assert_copied_once(bootstrap)
