@@ -67,20 +67,20 @@ class JavaClient:
                            stdin)
 
 
-class JavaProcess:
-    """A check program running in the background; its JSON lines arrive as events."""
+class LineProcess:
+    """A check program (of any language) running in the background; its JSON lines
+    arrive as events. `what` names it in failures; its stderr goes to `stderr_path`."""
 
-    def __init__(self, client: JavaClient, main: str, command: list[str], stderr_path: Path,
+    def __init__(self, what: str, command: list[str], stderr_path: Path, cwd: Path,
                  stdin: bool = False):
-        self.what = f"{main} (kafka-clients {client.version})"
+        self.what = what
         self.stderr_path = stderr_path
         self.events: list[dict] = []
         self._cond = threading.Condition()
         with open(stderr_path, "wb") as err:
             self.proc = subprocess.Popen(command,
                                          stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                                         stdout=subprocess.PIPE, stderr=err,
-                                         cwd=client.log_dir)
+                                         stdout=subprocess.PIPE, stderr=err, cwd=cwd)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -127,6 +127,15 @@ class JavaProcess:
     def kill(self) -> None:
         kill(self.proc)
         self._reader.join(timeout=10)
+
+
+class JavaProcess(LineProcess):
+    """A Java check program running in the background."""
+
+    def __init__(self, client: JavaClient, main: str, command: list[str], stderr_path: Path,
+                 stdin: bool = False):
+        super().__init__(f"{main} (kafka-clients {client.version})", command, stderr_path,
+                         client.log_dir, stdin)
 
 
 def tail(path: Path, lines: int = 30) -> str:

@@ -11,7 +11,11 @@ leader, and a broker that does not coordinate the group answers its heartbeat
 NOT_COORDINATOR. When the leader of a partition is SIGKILLed after every record so far was
 acknowledged, its successor reads the share-partition's state from the replicated
 `__share_group_state`: no acknowledged record is delivered again, and the records
-produced afterwards all arrive.
+produced afterwards all arrive. The same holds when the broker killed is the group's
+coordinator, with each of the three client libraries: Java's KafkaShareConsumer,
+librdkafka's (confluent-kafka's ShareConsumer, implicit acknowledgement, commit_sync
+after each poll) and franz-go's (tests/go/cmd/franzshare, acknowledgements flushed after
+each poll): the members join the new coordinator and carry on.
 Method: three brokers (cluster_support), a 3-partition topic at replication factor 3
 with its leaders spread; `headway group config` sets the group's reset; the consumers
 are threads of tests/java/share/ShareConsumerCheck.java (as test_share_groups.py);
@@ -23,12 +27,20 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaException, ShareConsumer
 
 from cluster_support import (CALL_TIMEOUT_S, Reader, call, cluster_with_topic, group_configs,
                              led_by)
+from go_support import build_go_command
+from java_support import LineProcess
 from kafka_frames import read_response
 from group_support import headway_cli
-from support import wait_until
+from support import rdkafka_base, wait_until
 from test_share_groups import (  # noqa: F401 (fixtures)
     DEADLINE_S, close, consumer, java, produce, records, share_classes, wait_records)
 
@@ -147,3 +159,145 @@ def test_a_killed_leaders_successor_starts_from_the_replicated_share_state(make_
     again = sorted({v for v in values if v in set(before) and values.count(v) > 1})
     assert not again, f"acknowledged records delivered again after the failover: {again[:10]}"
     assert set(values) == set(before) | set(after)
+
+
+class RdkafkaShareConsumers:
+    """librdkafka share consumers (confluent-kafka's ShareConsumer at default settings,
+    implicit acknowledgement), one per thread of this process, reporting the events
+    ShareConsumerCheck.java prints: a "record" per record, and after each poll's
+    commit_sync an "acknowledged" whose error is the first partition's failure (None when
+    the broker took them all); "closed" once every consumer closed."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, consumers: int):
+        self.what = f"librdkafka share consumers of {group}"
+        self.events: list[dict] = []
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, daemon=True,
+                                          args=(i, bootstrap, topic, group))
+                         for i in range(consumers)]
+        for t in self._threads:
+            t.start()
+        self._emit({"event": "started", "consumers": consumers})
+
+    def _emit(self, event: dict) -> None:
+        with self._cond:
+            self.events.append(event)
+            self._cond.notify_all()
+
+    def _run(self, ident: int, bootstrap: str, topic: str, group: str) -> None:
+        consumer = ShareConsumer({**rdkafka_base(bootstrap), "group.id": group})
+        try:
+            consumer.subscribe([topic])
+            while not self._stop.is_set():
+                polled = [m for m in consumer.poll(0.5)]
+                for m in polled:
+                    if m.error() is not None:
+                        self._emit({"event": "fetch_error", "consumer": ident,
+                                    "error": str(m.error())})
+                        continue
+                    self._emit({"event": "record", "consumer": ident,
+                                "partition": m.partition(), "offset": m.offset(),
+                                "value": m.value().decode(), "delivery": m.delivery_count()})
+                got = sum(1 for m in polled if m.error() is None)
+                if not got:
+                    continue
+                try:
+                    failed = [f"{tp.topic}-{tp.partition}: {e}"
+                              for tp, e in consumer.commit_sync(60).items() if e is not None]
+                except KafkaException as e:
+                    failed = [str(e)]
+                self._emit({"event": "acknowledged", "consumer": ident, "records": got,
+                            "error": failed[0] if failed else None})
+        except Exception as e:  # reported as the Java check reports a failure
+            self._emit({"event": "error", "consumer": ident, "error": repr(e)})
+        finally:
+            consumer.close()
+
+    def wait_event(self, predicate, deadline_s: float, what: str) -> dict:
+        deadline = time.monotonic() + deadline_s
+        with self._cond:
+            while True:
+                for e in self.events:
+                    if predicate(e):
+                        return e
+                    if e.get("event") == "error":
+                        raise AssertionError(f"{self.what}: {e['error']}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{self.what}: no {what} within {deadline_s:.0f} s; "
+                                         f"events so far {self.events[-5:]}")
+                self._cond.wait(timeout=min(left, 0.5))
+
+    def close_stdin(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(DEADLINE_S)
+        self._emit({"event": "closed"})
+
+    def kill(self) -> None:
+        self._stop.set()
+
+
+@pytest.fixture(scope="module")
+def franzshare(tmp_path_factory) -> Path:
+    return build_go_command(tmp_path_factory, "franzshare")
+
+
+def share_consumers(client: str, java, franzshare: Path, bootstrap: str, group: str,
+                    tmp_path: Path):
+    """Three share consumers of `client` (Java, librdkafka) or one (franz-go) reading
+    TOPIC in `group`, started; each reports the events ShareConsumerCheck.java prints."""
+    if client == "java":
+        return consumer(java, bootstrap, TOPIC, group, "--consumers", "3")
+    if client == "librdkafka":
+        return RdkafkaShareConsumers(bootstrap, TOPIC, group, 3)
+    proc = LineProcess("franzshare", [str(franzshare), "-brokers", bootstrap, "-topic", TOPIC,
+                                      "-group", group],
+                       tmp_path / "franzshare.stderr.log", tmp_path, stdin=True)
+    proc.wait_event(lambda e: e.get("event") == "started", DEADLINE_S, "start")
+    return proc
+
+
+@pytest.mark.parametrize("client", ["java", "librdkafka", "franz-go"])
+def test_share_consumers_carry_on_when_the_groups_coordinator_is_killed(
+        make_broker, java, franzshare, tmp_path, client):
+    brokers, bootstraps, _ = cluster_with_topic(
+        make_broker, TOPIC, PARTITIONS, config={"min.insync.replicas": "2"})
+    bootstrap = ",".join(bootstraps)
+    group = f"rf3-share-coordinator-{client}"
+    start_at_earliest(bootstraps, group)
+    before = [f"old{i}" for i in range(300)]
+    produce(bootstrap, TOPIC, before, partitions=PARTITIONS)
+
+    proc = share_consumers(client, java, franzshare, bootstrap, group, tmp_path)
+    try:
+        wait_records(proc, lambda rs: {r["value"] for r in rs} >= set(before), "the first 300")
+        wait_until(lambda: acknowledged(proc) >= len(before), "the first 300 acknowledged",
+                   DEADLINE_S)
+        victim = coordinator_of(bootstraps[0], group)
+        killed_at = time.monotonic()
+        brokers[victim - 1].kill()
+        alive = {1, 2, 3} - {victim}
+        survivors = ",".join(bootstraps[n - 1] for n in sorted(alive))
+        wait_until(lambda: led_by(bootstraps, TOPIC, alive, 2), "every partition led again",
+                   DEADLINE_S)
+        moved = coordinator_of(survivors.split(",")[0], group)
+        after = [f"new{i}" for i in range(300)]
+        produce(survivors, TOPIC, after, partitions=PARTITIONS)
+        got = wait_records(proc, lambda rs: {r["value"] for r in rs} >= set(after),
+                           "the records produced after the kill", DEADLINE_S * 2)
+        print(f"{client}: coordinator {victim} killed, {moved} after it; every record "
+              f"{time.monotonic() - killed_at:.0f} s after the kill")
+    finally:
+        close(proc)
+    with proc._cond:
+        fetch_errors = [e["error"] for e in proc.events if e.get("event") == "fetch_error"]
+    values = [r["value"] for r in got]
+    again = sorted({v for v in values if v in set(before) and values.count(v) > 1})
+    assert not again, f"acknowledged records delivered again after the failover: {again[:10]}"
+    assert set(values) == set(before) | set(after)
+    redelivered = sorted({v for v in values if values.count(v) > 1})
+    print(f"{client}: {len(values)} deliveries of {len(set(values))} records, redelivered "
+          f"(unacknowledged at the kill) {len(redelivered)}; fetch errors reported: "
+          f"{len(fetch_errors)} {fetch_errors[:3]}")
