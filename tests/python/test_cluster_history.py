@@ -126,6 +126,9 @@ ONLY_KINDS = [k for k in os.environ.get("HEADWAY_HISTORY_FAULTS", "").split(",")
 # clients' 60 s transaction timeout (a transaction open across a larger step forward is
 # aborted by its coordinator, as Kafka's would be), above their 45 s session timeout.
 CLOCK_STEP_S = (2.0, 55.0)
+# librdkafka's debug contexts for the readers and members (e.g. "fetch,consumer"), whose
+# log lines then say why a reader moved where it did.
+READER_DEBUG = os.environ.get("HEADWAY_HISTORY_RDKAFKA_DEBUG", "")
 # The topic's segment size: small, so that each partition has several segments and a
 # damaged batch may sit in a sealed segment as well as in the active one.
 SEGMENT_BYTES = int(os.environ.get("HEADWAY_HISTORY_SEGMENT_BYTES", str(1 << 30)))
@@ -312,6 +315,10 @@ class Reader(threading.Thread):
                     "earliest" if group else "error",
                     "isolation.level": "read_committed" if committed else "read_uncommitted",
                     "check.crcs": True}
+        if READER_DEBUG:
+            # To the process's stderr, as librdkafka writes without a logger.
+            settings["debug"] = READER_DEBUG
+            del settings["logger"]
         self.consumer = Consumer(settings)
         self.errors: list[str] = []
         self.refused: set[tuple[int, int]] = set()
@@ -322,8 +329,14 @@ class Reader(threading.Thread):
         if self.group:
             self.consumer.subscribe([TOPIC])
         else:
-            self.consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING)
-                                  for p in range(PARTITIONS)])
+            # From offset 0 (the log start: nothing is deleted here), not the logical
+            # OFFSET_BEGINNING: librdkafka (2.16) answers a late ListOffsets reply it
+            # calls outdated (sent to a leader that died, answered after its restart,
+            # meanwhile the reader fetches from the new leader) by querying the logical
+            # offset again, and reads the partition from its start a second time (seed
+            # 4235925542, `fetch` debug: "outdated offset response: (re)starting offset
+            # query timer for offset BEGINNING"). An absolute offset needs no query.
+            self.consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
         while not self.stop.is_set():
             batch = self.consumer.consume(num_messages=200, timeout=0.2)
             at = time.monotonic()
