@@ -4,7 +4,7 @@ Goal: under a fault schedule drawn from a printed seed (SIGKILL and restart of a
 of a partition's leader, of a transactional id's coordinator, SIGSTOP and SIGCONT, a
 partition's leader or a coordinator cut off from the other brokers by packet filter
 rules, one batch of a killed broker's log damaged before it restarts, a broker's wall
-clock stepped forward or back), idempotent
+clock stepped forward or back, a broker killed and its unsynced writes lost), idempotent
 producers (librdkafka, acks=all) lose no acknowledged write, write nothing
 twice, and send in order; transactional producers' transactions are read whole once
 committed and never once aborted; no offset ever holds two values; readers with
@@ -69,6 +69,7 @@ import shutil
 import signal
 import subprocess
 import struct
+import sys
 import tempfile
 import threading
 import time
@@ -611,6 +612,59 @@ class WallClocks:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+# -- a broker's unsynced writes lost ------------------------------------------------------
+
+LAZYFS = Path(__file__).parent / "lazyfs.py"
+
+
+def lazy_filesystem() -> tuple[bool, str]:
+    """Whether tests/python/lazyfs.py can mount here (root, /dev/fuse, fusepy and
+    Debian's libfuse2), and why not."""
+    if os.geteuid() != 0:
+        return False, "not root"
+    if not Path("/dev/fuse").exists():
+        return False, "no /dev/fuse"
+    try:
+        import fuse  # noqa: F401 (fusepy loads libfuse2 as it is imported)
+    except (ImportError, OSError, EnvironmentError) as e:
+        return False, f"fusepy or libfuse2 missing ({e}; scripts/setup installs them)"
+    return True, ""
+
+
+class LazyMount:
+    """One broker's data directory on tests/python/lazyfs.py: what the broker wrote and
+    did not sync is held in the file system's memory, and `clear` drops it, as a power
+    loss drops a page cache."""
+
+    def __init__(self, backing: Path, mount: Path):
+        self.mount = mount
+        backing.mkdir(parents=True, exist_ok=True)
+        mount.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen([sys.executable, str(LAZYFS), str(backing), str(mount)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=open(backing.parent / "lazyfs.stderr.log", "ab"),
+                                     text=True)
+        line = self.proc.stdout.readline()
+        assert line.strip() == "mounted", f"lazyfs did not mount {mount}: {line!r}"
+
+    def clear(self) -> str:
+        """Drops every unsynced write (its broker must be dead); what was dropped."""
+        self.proc.stdin.write("clear\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline().split()
+        assert line[:1] == ["cleared"], f"lazyfs answered {line}"
+        return f"{int(line[1])} unsynced bytes in {int(line[2])} files dropped"
+
+    def unmount(self) -> None:
+        if self.proc.poll() is None:
+            subprocess.run(["umount", str(self.mount)], capture_output=True, timeout=60)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+
 # -- damage to a stopped replica's log ----------------------------------------------------
 
 def batches_in(segment: Path) -> list[tuple[int, int]]:
@@ -716,11 +770,13 @@ class Faults:
     (with WallClocks) step a broker's wall clock forward or back."""
 
     def __init__(self, brokers, bootstraps: list[str], rng: random.Random,
-                 cut: NetworkCut | None = None, clocks: WallClocks | None = None):
+                 cut: NetworkCut | None = None, clocks: WallClocks | None = None,
+                 lazy: tuple[int, LazyMount] | None = None):
         self.brokers, self.bootstraps, self.rng, self.cut = brokers, bootstraps, rng, cut
-        self.clocks = clocks
+        self.clocks, self.lazy = clocks, lazy
         self.kinds = FAULT_KINDS + (["isolate"] if cut is not None else []) \
-            + (["clock"] if clocks is not None else [])
+            + (["clock"] if clocks is not None else []) \
+            + (["lose-unsynced"] if lazy is not None else [])
         if ONLY_KINDS:
             self.kinds = [k for k in self.kinds if k in ONLY_KINDS]
             assert self.kinds, f"none of {ONLY_KINDS} can be drawn here"
@@ -774,6 +830,8 @@ class Faults:
             elif kind == "clock":
                 step = self.rng.choice((-1, 1)) * self.rng.uniform(*CLOCK_STEP_S)
                 kind = f"clock {step:+.0f}s"
+            elif kind == "lose-unsynced":
+                node = self.lazy[0]
             held = self.rng.uniform(2, 6)
             at = f"{seconds - (end - time.monotonic()):.1f}s"
             self.log.append(f"{at} {kind} {node} for {held:.1f}s")
@@ -796,6 +854,11 @@ class Faults:
                     time.sleep(held)
                 finally:
                     self.clocks.set(node, 0)
+            elif kind == "lose-unsynced":
+                broker.kill()
+                self.log[-1] += f" ({self.lazy[1].clear()})"
+                time.sleep(held)
+                self.start_again(broker)
             elif kind == "corrupt":
                 broker.kill()
                 what = damage(broker.data_dir, partition, self.rng)
@@ -861,17 +924,29 @@ def empty_markers(batches: list[Batch]) -> int:
     return count
 
 
-def one_schedule(make_broker, seed: int, filter_binary: str | None, faketime: str | None
-                 ) -> tuple[list[str], str, list[str]]:
+def one_schedule(make_broker, seed: int, filter_binary: str | None, faketime: str | None,
+                 lazy_fs: bool) -> tuple[list[str], str, list[str]]:
     # With a packet filter each broker gets its own address and group id, for the cut;
-    # with libfaketime, a wall clock the schedule can step.
+    # with libfaketime, a wall clock the schedule can step; with FUSE, one broker (a
+    # minority) whose data directory forgets unsynced writes at a "lose-unsynced" fault.
     hosts = broker_hosts() if filter_binary else None
     groups = {n: group_of(n) for n in NODES} if filter_binary else None
     clocks = WallClocks(faketime) if faketime else None
-    brokers, bootstraps, _ = cluster_with_topic(make_broker, TOPIC, PARTITIONS,
-                                                {"min.insync.replicas": "2",
-                                                 "segment.bytes": str(SEGMENT_BYTES)},
-                                                hosts, groups, clocks and clocks.env)
+    lazy_node = random.Random(seed ^ 0x1A2F).choice(sorted(NODES)) if lazy_fs else None
+    mounts: list[LazyMount] = []
+
+    def mount_lazy(node: int, broker) -> None:
+        if node == lazy_node:
+            mounts.append(LazyMount(broker.data_dir.parent / "lazy-backing", broker.data_dir))
+    try:
+        brokers, bootstraps, _ = cluster_with_topic(
+            make_broker, TOPIC, PARTITIONS,
+            {"min.insync.replicas": "2", "segment.bytes": str(SEGMENT_BYTES)},
+            hosts, groups, clocks and clocks.env, mount_lazy)
+    except BaseException:
+        for m in mounts:
+            m.unmount()
+        raise
     cut = NetworkCut(filter_binary, hosts, groups) if filter_binary else None
     bootstrap = ",".join(bootstraps)
     history, stop_writing, stop_reading = History(), threading.Event(), threading.Event()
@@ -881,7 +956,8 @@ def one_schedule(make_broker, seed: int, filter_binary: str | None, faketime: st
                for i in range(READERS)]
     members = [Reader(f"member-{i}", bootstrap, history, stop_reading, group=True)
                for i in range(MEMBERS)]
-    faults = Faults(brokers, bootstraps, random.Random(seed), cut, clocks)
+    faults = Faults(brokers, bootstraps, random.Random(seed), cut, clocks,
+                    (lazy_node, mounts[-1]) if mounts else None)
     try:
         started = time.monotonic()
         try:
@@ -967,6 +1043,10 @@ def one_schedule(make_broker, seed: int, filter_binary: str | None, faketime: st
             atexit.unregister(cut.heal)
         if clocks is not None:
             clocks.close()
+        for b in brokers:
+            b.kill()
+        for m in mounts:
+            m.unmount()
 
 
 def test_a_fault_schedule_loses_and_reorders_nothing(make_broker):
@@ -984,12 +1064,15 @@ def test_a_fault_schedule_loses_and_reorders_nothing(make_broker):
     faketime, why_not = faketime_library()
     if faketime is None:
         print(f"fault kind 'clock' left out: {why_not}")
+    lazy_fs, why_not = lazy_filesystem()
+    if not lazy_fs:
+        print(f"fault kind 'lose-unsynced' left out: {why_not}")
     failed = []
     for seed in seeds:
         print(f"fault schedule seed {seed} (HEADWAY_HISTORY_SEED={seed} replays it)")
         try:
             anomalies, summary, repairs = one_schedule(make_broker, seed, filter_binary,
-                                                       faketime)
+                                                       faketime, lazy_fs)
         except AssertionError as e:
             # Counted as a failed schedule; a long run goes on with the next seed.
             anomalies, repairs = [f"the schedule did not finish: {e}"], []
