@@ -42,6 +42,13 @@ The clock step ("clock"): where Debian's libfaketime is installed every broker r
 under it (LD_PRELOAD) and one broker's wall clock is set 2 to 55 s ahead or behind for
 the hold, its monotonic clock untouched (WallClocks); without the library the kind is
 left out of the draw (and said so).
+The lost writes ("lose-unsynced"): where FUSE can be mounted (root, /dev/fuse, fusepy and
+libfuse2) one broker, drawn from the seed, keeps its data directory on
+tests/python/lazyfs.py, which holds written data in memory until the file is synced;
+the fault kills that broker, drops everything it had not synced (as a power loss drops
+a page cache) and restarts it after the hold. A minority loses its unsynced writes: the
+others' copies must make up for it, and the acknowledgement of a write must never have
+counted a copy that was not on disk.
 
 Then every broker is running
 again, the writers stop once their sends and transactions are answered, the last stable
