@@ -83,6 +83,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, \
     Producer, TopicPartition
 from kafka.record.default_records import DefaultRecordBatch
@@ -1056,6 +1057,8 @@ def one_schedule(make_broker, seed: int, filter_binary: str | None, faketime: st
             m.unmount()
 
 
+# The suite's 15 minutes per test, or 3 minutes a schedule for a long run.
+@pytest.mark.timeout(max(900, 180 * int(SCHEDULES or 1)))
 def test_a_fault_schedule_loses_and_reorders_nothing(make_broker):
     given = os.environ.get("HEADWAY_HISTORY_SEED")
     if given:
