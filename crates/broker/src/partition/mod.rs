@@ -112,6 +112,7 @@ use side_files::{
 };
 pub use state::DeleteRecordsTo;
 use state::{AppendPlan, LogStartMove, PartitionState, ReadWindow};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -129,6 +130,11 @@ pub struct DurableState {
     /// The first offset of the oldest open transaction, if any: read_committed readers
     /// see nothing from it on.
     pub first_unstable_offset: Option<Offset>,
+    /// The first offset of the oldest transaction whose marker is written but not yet
+    /// below the high watermark, if any: until the marker is, the transaction's outcome
+    /// is not durable here, so read_committed readers see nothing from it on (as
+    /// Kafka's last stable offset waits for a marker's replication).
+    pub completing_first: Option<Offset>,
     /// Offsets below it are synced on this broker's disk. The high watermark itself
     /// unless the partition is replicated, where the high watermark also waits for the
     /// other in-sync replicas.
@@ -139,7 +145,11 @@ impl DurableState {
     /// What read_committed readers may see: below the high watermark and below every
     /// open transaction.
     pub fn last_stable_offset(&self) -> Offset {
-        state::last_stable_offset(self.first_unstable_offset, self.high_watermark)
+        let first = match (self.first_unstable_offset, self.completing_first) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        state::last_stable_offset(first, self.high_watermark)
     }
 }
 
@@ -285,6 +295,10 @@ pub struct Partition {
     delete_records: Mutex<()>,
     /// Mirrors the state's high watermark (and failure) for waiters and readers.
     durable: watch::Sender<DurableState>,
+    /// Transactions whose marker is written here and not yet below the high watermark:
+    /// marker offset -> the transaction's first offset. Behind `durable`'s
+    /// `completing_first`; entries go as the high watermark passes their markers.
+    completing: Mutex<BTreeMap<Offset, Offset>>,
     /// The log end, moved at every append while this broker leads the partition in a
     /// cluster: what wakes its followers' waiting fetches, so that a follower copies a
     /// write while the leader syncs it instead of after.
@@ -415,6 +429,7 @@ impl Partition {
             high_watermark: shell.high_watermark,
             failed: unopened,
             first_unstable_offset: shell.first_unstable_offset,
+            completing_first: None,
             synced: shell.high_watermark,
         });
         let (appended, _) = watch::channel(Offset::ZERO);
@@ -434,6 +449,7 @@ impl Partition {
             log: Mutex::new(slot),
             delete_records: Mutex::new(()),
             durable,
+            completing: Mutex::new(BTreeMap::new()),
             own: Arc::new(OwnFlusher::new(flush)),
             closed: AtomicBool::new(unopened),
             me: me.clone(),
@@ -766,6 +782,10 @@ impl Partition {
                 info.base_offset,
                 now_ms,
             );
+            if let Some(txn) = &completed {
+                // Before `wrote` shows the transaction as no longer open.
+                self.completing_at(info.base_offset, txn.first_offset);
+            }
             if let (TransactionResult::Abort, Some(txn)) = (result, completed) {
                 let aborted = AbortedTxn {
                     producer_id,
@@ -931,6 +951,34 @@ impl Partition {
                 s.high_watermark = high_watermark;
             }
             advance
+        });
+        self.publish_completing();
+    }
+
+    /// A transaction that began at `first` ended with the marker at `marker`: until
+    /// the high watermark passes the marker, read_committed readers stop at `first`.
+    fn completing_at(&self, marker: Offset, first: Offset) {
+        self.completing
+            .lock()
+            .expect("completing mutex poisoned")
+            .insert(marker, first);
+        self.publish_completing();
+    }
+
+    /// Drops the completing transactions whose marker is below the high watermark and
+    /// shows the oldest first offset of the others, in one step with the high watermark
+    /// it was judged by.
+    fn publish_completing(&self) {
+        let mut completing = self.completing.lock().expect("completing mutex poisoned");
+        if completing.is_empty() && self.durable.borrow().completing_first.is_none() {
+            return;
+        }
+        self.durable.send_if_modified(|s| {
+            *completing = completing.split_off(&s.high_watermark);
+            let first = completing.values().min().copied();
+            let changed = s.completing_first != first;
+            s.completing_first = first;
+            changed
         });
     }
 
@@ -1297,6 +1345,7 @@ impl Partition {
             }
             changed
         });
+        self.publish_completing();
     }
 
     /// Brings the state's high watermark up to what was published. Under the mutex.

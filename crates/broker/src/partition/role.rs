@@ -614,7 +614,10 @@ impl Partition {
             }
             let producers = slot.state.replicated(info.log_end_offset);
             for (header, bytes) in batch::BatchIter::new(owned.bytes()) {
-                replay(producers, &mut slot.log, &header, bytes)?;
+                if let Some((marker, first)) = replay(producers, &mut slot.log, &header, bytes)? {
+                    // Before `wrote` shows the transaction as no longer open.
+                    self.completing_at(marker, first);
+                }
             }
             self.wrote(slot, info.log_end_offset);
             Ok((info.log_end_offset, true))

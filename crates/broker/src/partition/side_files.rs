@@ -73,21 +73,26 @@ pub(super) fn load_producer_states(
 /// Takes one stored batch into the producers' state: an idempotent or transactional
 /// batch is recorded; a transaction marker ends its producer's transaction, and an
 /// abort goes (again, if its entry survived) into the aborted-transaction index.
+/// Returns the marker's offset and its transaction's first offset when a marker ended
+/// an open transaction.
 pub(super) fn replay(
     states: &mut ProducerStates,
     log: &mut Log,
     header: &BatchHeader,
     bytes: &[u8],
-) -> Result<(), BrokerError> {
+) -> Result<Option<(Offset, Offset)>, BrokerError> {
     let base_offset = Offset::new(header.base_offset);
     let Some(kind) = marker_kind(header, bytes) else {
         states.record(header, base_offset, header.max_timestamp);
-        return Ok(());
+        return Ok(None);
     };
     let producer_id = ProducerId::new(header.producer_id);
     let epoch = ProducerEpoch::new(header.producer_epoch);
     let coordinator_epoch = marker_coordinator_epoch(bytes);
     let completed = states.complete(producer_id, epoch, coordinator_epoch, header.max_timestamp);
+    let ended = completed
+        .as_ref()
+        .map(|txn| (base_offset, txn.first_offset));
     if let (MarkerKind::Abort, Some(txn)) = (kind, completed) {
         let aborted = AbortedTxn {
             producer_id,
@@ -96,7 +101,7 @@ pub(super) fn replay(
         };
         log.add_aborted(aborted).map_err(BrokerError::from_log)?;
     }
-    Ok(())
+    Ok(ended)
 }
 
 /// Writes the producer-state snapshot, taken at `log_end_offset`.

@@ -207,6 +207,35 @@ fn a_marker_written_but_not_synced_is_kept_or_lost_whole() {
 }
 
 #[test]
+fn a_transaction_stays_unstable_until_its_marker_is_below_the_high_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    // `sync` without a flusher: the test says what is synced.
+    let p = open(dir.path(), FlushPolicy::Sync);
+    p.append(validate_all(&txn_batch(4, 0, 0, 2)), MAX).unwrap(); // 0..2
+    p.append(validate_all(&plain_batch()), MAX).unwrap(); // 2
+    p.publish_synced(Offset::new(3));
+    assert_eq!((p.high_watermark().value(), lso(&p)), (3, 0), "open");
+    // The marker is written, not durable: the outcome is not durable either, so
+    // read_committed readers stay before the transaction (Kafka's last stable offset).
+    assert_eq!(marker(&p, 4, TransactionResult::Commit), Offset::new(3));
+    assert_eq!(lso(&p), 0, "the marker is above the high watermark");
+    p.publish_synced(Offset::new(4));
+    assert_eq!(lso(&p), 4, "the marker is durable");
+
+    // Two transactions end; the high watermark passes the first marker only.
+    p.append(validate_all(&txn_batch(5, 0, 0, 1)), MAX).unwrap(); // 4
+    p.append(validate_all(&txn_batch(6, 0, 0, 1)), MAX).unwrap(); // 5
+    assert_eq!(marker(&p, 5, TransactionResult::Abort), Offset::new(6));
+    assert_eq!(marker(&p, 6, TransactionResult::Commit), Offset::new(7));
+    p.publish_synced(Offset::new(6));
+    assert_eq!(lso(&p), 4, "both markers above the watermark");
+    p.publish_synced(Offset::new(7));
+    assert_eq!(lso(&p), 5, "producer 6's marker still above it");
+    p.publish_synced(Offset::new(8));
+    assert_eq!(lso(&p), 8);
+}
+
+#[test]
 fn control_batches_and_transactional_batches_without_a_producer_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let p = open(dir.path(), FlushPolicy::None);

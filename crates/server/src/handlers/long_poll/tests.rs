@@ -54,6 +54,7 @@ fn state(high_watermark: i64) -> DurableState {
         high_watermark: Offset::new(high_watermark),
         failed: false,
         first_unstable_offset: None,
+        completing_first: None,
         synced: Offset::new(high_watermark),
     }
 }
