@@ -128,7 +128,8 @@ MESSAGE_TIMEOUT_MS = 30_000
 # INVALID_MSG): either is a read of damaged data.
 DAMAGED_READ = {KafkaError._BAD_MSG, KafkaError.INVALID_MSG}
 # The fault kinds; "isolate" only where packet filter rules can be added, "clock" only
-# with libfaketime. HEADWAY_HISTORY_FAULTS=corrupt,isolate draws from those alone.
+# with libfaketime, "lose-unsynced" only where FUSE mounts.
+# HEADWAY_HISTORY_FAULTS=corrupt,isolate draws from those alone.
 FAULT_KINDS = ["kill", "kill-leader", "stop", "kill-coordinator", "corrupt"]
 ONLY_KINDS = [k for k in os.environ.get("HEADWAY_HISTORY_FAULTS", "").split(",") if k]
 # A stepped wall clock is off by CLOCK_STEP_S seconds at most, either way: below the
@@ -665,7 +666,11 @@ class LazyMount:
 
     def unmount(self) -> None:
         if self.proc.poll() is None:
-            subprocess.run(["umount", str(self.mount)], capture_output=True, timeout=60)
+            done = subprocess.run(["umount", str(self.mount)], capture_output=True, timeout=60)
+            if done.returncode != 0:
+                # Still in use (a process not yet reaped): detached now, gone when freed.
+                subprocess.run(["umount", "-l", str(self.mount)], capture_output=True,
+                               timeout=60)
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -774,8 +779,9 @@ class Faults:
     """One fault at a time from `rng`: kill and restart a broker, kill and restart a
     partition's leader or a transactional id's coordinator, stop and continue a broker,
     kill a broker and damage one batch of its log before restarting it, (with a
-    NetworkCut) cut a partition's leader or a coordinator off from the other brokers, or
-    (with WallClocks) step a broker's wall clock forward or back."""
+    NetworkCut) cut a partition's leader or a coordinator off from the other brokers,
+    (with WallClocks) step a broker's wall clock forward or back, or (with a LazyMount)
+    kill the broker on it and drop what it had not synced."""
 
     def __init__(self, brokers, bootstraps: list[str], rng: random.Random,
                  cut: NetworkCut | None = None, clocks: WallClocks | None = None,
