@@ -297,8 +297,12 @@ pub struct Partition {
     durable: watch::Sender<DurableState>,
     /// Transactions whose marker is written here and not yet below the high watermark:
     /// marker offset -> the transaction's first offset. Behind `durable`'s
-    /// `completing_first`; entries go as the high watermark passes their markers.
+    /// `completing_first`; entries go as the high watermark passes their markers. At
+    /// most `TRANSACTIONS_PER_PARTITION_MAX` entries (`completing_at` folds past it).
     completing: Mutex<BTreeMap<Offset, Offset>>,
+    /// How many markers `completing_at` folded into the newest entry because the map
+    /// was full (the high watermark stood still across that many markers).
+    completing_folded: AtomicU64,
     /// The log end, moved at every append while this broker leads the partition in a
     /// cluster: what wakes its followers' waiting fetches, so that a follower copies a
     /// write while the leader syncs it instead of after.
@@ -450,6 +454,7 @@ impl Partition {
             delete_records: Mutex::new(()),
             durable,
             completing: Mutex::new(BTreeMap::new()),
+            completing_folded: AtomicU64::new(0),
             own: Arc::new(OwnFlusher::new(flush)),
             closed: AtomicBool::new(unopened),
             me: me.clone(),
@@ -957,12 +962,27 @@ impl Partition {
 
     /// A transaction that began at `first` ended with the marker at `marker`: until
     /// the high watermark passes the marker, read_committed readers stop at `first`.
+    /// Bounded: when `TRANSACTIONS_PER_PARTITION_MAX` markers already wait, the newest
+    /// entry takes this one in (the later marker, the earlier first offset), so readers
+    /// wait longer for the older transaction, never less for either; counted in
+    /// [`Partition::completing_folded`].
     fn completing_at(&self, marker: Offset, first: Offset) {
-        self.completing
-            .lock()
-            .expect("completing mutex poisoned")
-            .insert(marker, first);
+        let mut completing = self.completing.lock().expect("completing mutex poisoned");
+        if completing.len() >= headway_base::limits::TRANSACTIONS_PER_PARTITION_MAX {
+            let (newest, newest_first) = completing.pop_last().expect("full, so not empty");
+            completing.insert(marker.max(newest), first.min(newest_first));
+            self.completing_folded.fetch_add(1, Ordering::Relaxed);
+        } else {
+            completing.insert(marker, first);
+        }
+        drop(completing);
         self.publish_completing();
+    }
+
+    /// Markers folded into another's entry because too many waited for the high
+    /// watermark at once ([`Partition::completing_at`]).
+    pub fn completing_folded(&self) -> u64 {
+        self.completing_folded.load(Ordering::Relaxed)
     }
 
     /// Drops the completing transactions whose marker is below the high watermark and

@@ -236,6 +236,32 @@ fn a_transaction_stays_unstable_until_its_marker_is_below_the_high_watermark() {
 }
 
 #[test]
+fn markers_waiting_for_the_high_watermark_are_bounded_and_only_ever_hold_readers_longer() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), FlushPolicy::Sync);
+    let max = headway_base::limits::TRANSACTIONS_PER_PARTITION_MAX as i64;
+    // As if that many transactions (first offsets 0, 2, 4, ...) ended with markers
+    // (1, 3, 5, ...) that the high watermark has not reached.
+    for i in 0..=max {
+        p.completing_at(Offset::new(2 * i + 1), Offset::new(2 * i));
+    }
+    assert_eq!(p.completing.lock().unwrap().len(), max as usize);
+    assert_eq!(p.completing_folded(), 1);
+    // The last two folded into one entry: the later marker, the earlier first offset.
+    let newest = p
+        .completing
+        .lock()
+        .unwrap()
+        .last_key_value()
+        .map(|(m, f)| (*m, *f));
+    assert_eq!(
+        newest,
+        Some((Offset::new(2 * max + 1), Offset::new(2 * max - 2)))
+    );
+    assert_eq!(p.watch().borrow().completing_first, Some(Offset::ZERO));
+}
+
+#[test]
 fn control_batches_and_transactional_batches_without_a_producer_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let p = open(dir.path(), FlushPolicy::None);
