@@ -67,16 +67,57 @@ class JavaClient:
                            stdin)
 
 
-class LineProcess:
+class EventLog:
+    """Events (dicts) from a check client, waited on with a deadline. `what` names the
+    client in failures; subclasses say whether it still runs and what to show of it."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.events: list[dict] = []
+        self._cond = threading.Condition()
+
+    def add(self, event: dict) -> None:
+        with self._cond:
+            self.events.append(event)
+            self._cond.notify_all()
+
+    def gone(self) -> str | None:
+        """Why the client can send no more events, if it can't."""
+        return None
+
+    def detail(self) -> str:
+        """What to show of the client with a failure (e.g. the end of its stderr)."""
+        return ""
+
+    def wait_event(self, predicate, deadline_s: float, what: str) -> dict:
+        """The first event matching predicate; fails on an "error" event, when the
+        client is gone, or at the deadline."""
+        deadline = time.monotonic() + deadline_s
+        with self._cond:
+            while True:
+                for e in self.events:
+                    if predicate(e):
+                        return e
+                    if e.get("event") == "error":
+                        raise AssertionError(f"{self.what}: {e['error']}{self.detail()}")
+                gone = self.gone()
+                if gone is not None:
+                    raise AssertionError(f"{self.what} {gone} before {what}{self.detail()}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{self.what}: no {what} within {deadline_s:.0f} s; "
+                                         f"events so far {self.events[-5:]}{self.detail()}")
+                self._cond.wait(timeout=min(left, 0.5))
+
+
+class LineProcess(EventLog):
     """A check program (of any language) running in the background; its JSON lines
     arrive as events. `what` names it in failures; its stderr goes to `stderr_path`."""
 
     def __init__(self, what: str, command: list[str], stderr_path: Path, cwd: Path,
                  stdin: bool = False):
-        self.what = what
+        super().__init__(what)
         self.stderr_path = stderr_path
-        self.events: list[dict] = []
-        self._cond = threading.Condition()
         with open(stderr_path, "wb") as err:
             self.proc = subprocess.Popen(command,
                                          stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
@@ -87,32 +128,15 @@ class LineProcess:
     def _read(self) -> None:
         for line in self.proc.stdout:
             if line.strip():
-                with self._cond:
-                    self.events.append(json.loads(line))
-                    self._cond.notify_all()
+                self.add(json.loads(line))
         with self._cond:
             self._cond.notify_all()
 
-    def wait_event(self, predicate, deadline_s: float, what: str) -> dict:
-        """The first event matching predicate; fails on an "error" event, on exit, or at
-        the deadline."""
-        deadline = time.monotonic() + deadline_s
-        with self._cond:
-            while True:
-                for e in self.events:
-                    if predicate(e):
-                        return e
-                    if e.get("event") == "error":
-                        raise AssertionError(f"{self.what}: {e['error']}\n{tail(self.stderr_path)}")
-                if not self._reader.is_alive():
-                    raise AssertionError(f"{self.what} exited ({self.proc.poll()}) before "
-                                         f"{what}\n{tail(self.stderr_path)}")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"{self.what}: no {what} within {deadline_s:.0f} s; "
-                                         f"events so far {self.events[-5:]}\n"
-                                         f"{tail(self.stderr_path)}")
-                self._cond.wait(timeout=min(left, 0.5))
+    def gone(self) -> str | None:
+        return None if self._reader.is_alive() else f"exited ({self.proc.poll()})"
+
+    def detail(self) -> str:
+        return f"\n{tail(self.stderr_path)}"
 
     def close_stdin(self) -> None:
         if self.proc.stdin is not None and not self.proc.stdin.closed:

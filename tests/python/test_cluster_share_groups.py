@@ -37,7 +37,7 @@ from confluent_kafka import KafkaException, ShareConsumer
 from cluster_support import (CALL_TIMEOUT_S, Reader, call, cluster_with_topic, group_configs,
                              led_by)
 from go_support import build_go_command
-from java_support import LineProcess
+from java_support import EventLog, LineProcess
 from kafka_frames import read_response
 from group_support import headway_cli
 from support import rdkafka_base, wait_until
@@ -161,7 +161,7 @@ def test_a_killed_leaders_successor_starts_from_the_replicated_share_state(make_
     assert set(values) == set(before) | set(after)
 
 
-class RdkafkaShareConsumers:
+class RdkafkaShareConsumers(EventLog):
     """librdkafka share consumers (confluent-kafka's ShareConsumer at default settings,
     implicit acknowledgement), one per thread of this process, reporting the events
     ShareConsumerCheck.java prints: a "record" per record, and after each poll's
@@ -169,21 +169,14 @@ class RdkafkaShareConsumers:
     the broker took them all); "closed" once every consumer closed."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, consumers: int):
-        self.what = f"librdkafka share consumers of {group}"
-        self.events: list[dict] = []
-        self._cond = threading.Condition()
+        super().__init__(f"librdkafka share consumers of {group}")
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, daemon=True,
                                           args=(i, bootstrap, topic, group))
                          for i in range(consumers)]
         for t in self._threads:
             t.start()
-        self._emit({"event": "started", "consumers": consumers})
-
-    def _emit(self, event: dict) -> None:
-        with self._cond:
-            self.events.append(event)
-            self._cond.notify_all()
+        self.add({"event": "started", "consumers": consumers})
 
     def _run(self, ident: int, bootstrap: str, topic: str, group: str) -> None:
         consumer = ShareConsumer({**rdkafka_base(bootstrap), "group.id": group})
@@ -193,10 +186,10 @@ class RdkafkaShareConsumers:
                 polled = [m for m in consumer.poll(0.5)]
                 for m in polled:
                     if m.error() is not None:
-                        self._emit({"event": "fetch_error", "consumer": ident,
+                        self.add({"event": "fetch_error", "consumer": ident,
                                     "error": str(m.error())})
                         continue
-                    self._emit({"event": "record", "consumer": ident,
+                    self.add({"event": "record", "consumer": ident,
                                 "partition": m.partition(), "offset": m.offset(),
                                 "value": m.value().decode(), "delivery": m.delivery_count()})
                 got = sum(1 for m in polled if m.error() is None)
@@ -207,33 +200,18 @@ class RdkafkaShareConsumers:
                               for tp, e in consumer.commit_sync(60).items() if e is not None]
                 except KafkaException as e:
                     failed = [str(e)]
-                self._emit({"event": "acknowledged", "consumer": ident, "records": got,
+                self.add({"event": "acknowledged", "consumer": ident, "records": got,
                             "error": failed[0] if failed else None})
         except Exception as e:  # reported as the Java check reports a failure
-            self._emit({"event": "error", "consumer": ident, "error": repr(e)})
+            self.add({"event": "error", "consumer": ident, "error": repr(e)})
         finally:
             consumer.close()
-
-    def wait_event(self, predicate, deadline_s: float, what: str) -> dict:
-        deadline = time.monotonic() + deadline_s
-        with self._cond:
-            while True:
-                for e in self.events:
-                    if predicate(e):
-                        return e
-                    if e.get("event") == "error":
-                        raise AssertionError(f"{self.what}: {e['error']}")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"{self.what}: no {what} within {deadline_s:.0f} s; "
-                                         f"events so far {self.events[-5:]}")
-                self._cond.wait(timeout=min(left, 0.5))
 
     def close_stdin(self) -> None:
         self._stop.set()
         for t in self._threads:
             t.join(DEADLINE_S)
-        self._emit({"event": "closed"})
+        self.add({"event": "closed"})
 
     def kill(self) -> None:
         self._stop.set()
