@@ -40,8 +40,10 @@ class LazyFS(Operations):
     def __init__(self, backing: str):
         self.backing = os.path.realpath(backing)
         self.mutex = threading.Lock()
-        # path -> [(offset, bytes)] in write order, not yet in BACKING.
+        # path -> [(offset, bytes)] in write order, not yet in BACKING; and per path the
+        # bytes held and the end of the furthest write (kept, not recounted per call).
         self.pending: dict[str, list[tuple[int, bytes]]] = {}
+        self.held: dict[str, tuple[int, int]] = {}
         # fh -> (backing file descriptor, path, opened with O_APPEND)
         self.files: dict[int, tuple[int, str, bool]] = {}
         self.next_fh = 1
@@ -52,14 +54,18 @@ class LazyFS(Operations):
         return os.path.join(self.backing, path.lstrip("/"))
 
     def _pending_end(self, path: str) -> int:
-        return max((o + len(d) for o, d in self.pending.get(path, ())), default=0)
+        return self.held.get(path, (0, 0))[1]
+
+    def _drop(self, path: str) -> list[tuple[int, bytes]]:
+        self.held.pop(path, None)
+        return self.pending.pop(path, [])
 
     def _size(self, path: str) -> int:
         return max(os.stat(self._real(path)).st_size, self._pending_end(path))
 
     def _write_back(self, path: str) -> None:
         """Pending writes of `path` into BACKING, in order; with the lock held."""
-        writes = self.pending.pop(path, [])
+        writes = self._drop(path)
         if not writes:
             return
         fd = os.open(self._real(path), os.O_WRONLY)
@@ -74,6 +80,7 @@ class LazyFS(Operations):
             dropped = sum(len(d) for w in self.pending.values() for _, d in w)
             files = len(self.pending)
             self.pending.clear()
+            self.held.clear()
         return dropped, files
 
     def init(self, path):
@@ -123,27 +130,26 @@ class LazyFS(Operations):
     def unlink(self, path):
         with self.mutex:
             os.unlink(self._real(path))
-            self.pending.pop(path, None)
+            self._drop(path)
 
     def rename(self, old, new):
         with self.mutex:
             os.rename(self._real(old), self._real(new))
-            self.pending.pop(new, None)
+            self._drop(new)
+            held = self.held.pop(old, None)
             moved = self.pending.pop(old, None)
             if moved:
-                self.pending[new] = moved
+                self.pending[new], self.held[new] = moved, held
 
     def truncate(self, path, length, fh=None):
         with self.mutex:
             os.truncate(self._real(path), length)
-            kept = []
-            for offset, data in self.pending.get(path, ()):
-                if offset < length:
-                    kept.append((offset, data[:length - offset]))
+            kept = [(offset, data[:length - offset])
+                    for offset, data in self._drop(path) if offset < length]
             if kept:
                 self.pending[path] = kept
-            else:
-                self.pending.pop(path, None)
+                self.held[path] = (sum(len(d) for _, d in kept),
+                                   max(o + len(d) for o, d in kept))
 
     # -- files ----------------------------------------------------------------------
 
@@ -155,7 +161,7 @@ class LazyFS(Operations):
         with self.mutex:
             if flags & os.O_TRUNC:
                 os.ftruncate(fd, 0)
-                self.pending.pop(path, None)
+                self._drop(path)
             fh = self.next_fh
             self.next_fh += 1
             self.files[fh] = (fd, path, bool(flags & os.O_APPEND))
@@ -187,9 +193,10 @@ class LazyFS(Operations):
             _, path, append = self.files[fh]
             if append:
                 offset = self._size(path)
-            writes = self.pending.setdefault(path, [])
-            writes.append((offset, bytes(data)))
-            if sum(len(d) for _, d in writes) > PENDING_MAX:
+            self.pending.setdefault(path, []).append((offset, bytes(data)))
+            held, end = self.held.get(path, (0, 0))
+            self.held[path] = (held + len(data), max(end, offset + len(data)))
+            if held + len(data) > PENDING_MAX:
                 self._write_back(path)
             return len(data)
 
