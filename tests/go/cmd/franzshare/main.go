@@ -19,7 +19,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,25 +29,13 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"headway/tests/go/internal/events"
 )
 
 // ackWait bounds one wait for a poll's acknowledgements to be answered; franz-go retries
 // them inside it (a leader that moved, a connection that broke).
 const ackWait = 60 * time.Second
-
-var out sync.Mutex
-
-func emit(fields map[string]any) {
-	line, _ := json.Marshal(fields)
-	out.Lock()
-	defer out.Unlock()
-	os.Stdout.Write(append(line, '\n'))
-}
-
-func fail(err error) {
-	emit(map[string]any{"event": "error", "error": err.Error()})
-	os.Exit(1)
-}
 
 func main() {
 	brokers := flag.String("brokers", "", "seed brokers, comma separated")
@@ -73,14 +60,14 @@ func main() {
 		}),
 	)
 	if err != nil {
-		fail(err)
+		events.Fail(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		stop()
 	}()
-	emit(map[string]any{"event": "started"})
+	events.Emit(map[string]any{"event": "started"})
 	for ctx.Err() == nil {
 		pollCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		fetches := client.PollFetches(pollCtx)
@@ -90,7 +77,7 @@ func main() {
 		}
 		fetches.EachError(func(_ string, _ int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				emit(map[string]any{"event": "fetch_error", "consumer": 0, "error": err.Error()})
+				events.Emit(map[string]any{"event": "fetch_error", "consumer": 0, "error": err.Error()})
 			}
 		})
 		records := fetches.Records()
@@ -98,7 +85,7 @@ func main() {
 			continue
 		}
 		for _, r := range records {
-			emit(map[string]any{"event": "record", "consumer": 0, "partition": r.Partition,
+			events.Emit(map[string]any{"event": "record", "consumer": 0, "partition": r.Partition,
 				"offset": r.Offset, "value": string(r.Value), "delivery": r.DeliveryCount()})
 		}
 		client.MarkAcks(kgo.AckAccept)
@@ -118,9 +105,9 @@ func main() {
 		if err != nil {
 			reported = err.Error()
 		}
-		emit(map[string]any{"event": "acknowledged", "consumer": 0, "records": len(records),
+		events.Emit(map[string]any{"event": "acknowledged", "consumer": 0, "records": len(records),
 			"error": reported})
 	}
 	client.Close()
-	emit(map[string]any{"event": "closed"})
+	events.Emit(map[string]any{"event": "closed"})
 }

@@ -18,24 +18,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"headway/tests/go/internal/events"
 )
-
-func emit(fields map[string]any) {
-	line, _ := json.Marshal(fields)
-	os.Stdout.Write(append(line, '\n'))
-}
-
-func fail(err error) {
-	emit(map[string]any{"event": "error", "error": err.Error()})
-	os.Exit(1)
-}
 
 func main() {
 	brokers := flag.String("brokers", "", "seed brokers, comma separated")
@@ -59,7 +50,7 @@ func main() {
 		kgo.RequireStableFetchOffsets(),
 	)
 	if err != nil {
-		fail(err)
+		events.Fail(err)
 	}
 	defer session.Close()
 	ctx := context.Background()
@@ -74,7 +65,7 @@ func main() {
 		}
 		fetches.EachError(func(topic string, partition int32, err error) {
 			if err != context.DeadlineExceeded {
-				fail(err)
+				events.Fail(err)
 			}
 		})
 		if fetches.NumRecords() == 0 {
@@ -82,7 +73,7 @@ func main() {
 		}
 		lastRecord = time.Now()
 		if err := session.Begin(); err != nil {
-			fail(err)
+			events.Fail(err)
 		}
 		records := 0
 		fetches.EachRecord(func(r *kgo.Record) {
@@ -90,19 +81,19 @@ func main() {
 			copied := &kgo.Record{Key: r.Key, Value: append([]byte("copy:"), r.Value...)}
 			session.Produce(ctx, copied, func(_ *kgo.Record, err error) {
 				if err != nil {
-					emit(map[string]any{"event": "produce_failed", "error": err.Error()})
+					events.Emit(map[string]any{"event": "produce_failed", "error": err.Error()})
 				}
 			})
 		})
 		committed, err := session.End(ctx, kgo.TryCommit)
 		if err != nil {
-			fail(err)
+			events.Fail(err)
 		}
 		if committed {
 			total += records
-			emit(map[string]any{"event": "committed", "records": records, "total": total})
+			events.Emit(map[string]any{"event": "committed", "records": records, "total": total})
 		} else {
-			emit(map[string]any{"event": "retried", "records": records})
+			events.Emit(map[string]any{"event": "retried", "records": records})
 		}
 	}
 }
