@@ -979,6 +979,26 @@ impl Partition {
         self.publish_completing();
     }
 
+    /// The log was cut to end at `end`: the markers that waited above it are gone
+    /// (their transactions are open again in the producer state, or come back with the
+    /// leader's copy), so their entries wait for the high watermark to reach `end`
+    /// instead, one entry holding the earliest first offset. Without this a cut
+    /// follower could keep readers waiting for a marker offset its log no longer reaches.
+    fn completing_cut(&self, end: Offset) {
+        let mut completing = self.completing.lock().expect("completing mutex poisoned");
+        let above = completing.split_off(&end);
+        if let (Some(first), Some(last)) = (
+            above.values().min(),
+            (end.value() > 0).then(|| end.value() - 1),
+        ) {
+            let key = Offset::new(last);
+            let held = completing.get(&key).copied().unwrap_or(*first);
+            completing.insert(key, held.min(*first));
+        }
+        drop(completing);
+        self.publish_completing();
+    }
+
     /// Markers folded into another's entry because too many waited for the high
     /// watermark at once ([`Partition::completing_at`]).
     pub fn completing_folded(&self) -> u64 {

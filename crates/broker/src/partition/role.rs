@@ -136,6 +136,14 @@ impl Partition {
                 self.high_watermark_to
                     .store(start.value(), Ordering::Release);
                 self.durable.send_modify(|s| s.high_watermark = start);
+                // The transactions this log ended before the restart may have markers
+                // no other replica holds yet: until the high watermark reaches the log
+                // end, read_committed readers stop at the log start, as if each such
+                // marker had just been written (`completing_at`).
+                let log_end = slot.log.log_end_offset();
+                if log_end > start {
+                    self.completing_at(log_end.plus(-1), start);
+                }
             }
             let high_watermark = slot.state.high_watermark();
             let log_end = slot.log.log_end_offset();
@@ -796,6 +804,7 @@ impl Partition {
         let first_unstable = slot.state.first_unstable_offset();
         self.durable
             .send_modify(|s| s.first_unstable_offset = first_unstable);
+        self.completing_cut(end);
         tracing::info!(topic = %self.topic, partition = self.index.value(),
             log_end_offset = end.value(), "follower log truncated");
     }

@@ -430,3 +430,81 @@ async fn a_hole_recovery_left_in_a_sealed_segment_is_cut_before_the_first_role()
     assert_eq!(p.log_end_offset().unwrap(), Offset::ZERO);
     assert_eq!(p.fetch_position().unwrap().offset, Offset::ZERO);
 }
+
+/// One follower fetch of at most one batch (`max_bytes` 1), appended as the fetcher
+/// would. Answers the follower's log end after it.
+async fn fetch_one_batch(l: &Partition, f: &Partition, replica: i32) -> Offset {
+    within("the follower's sync", f.wait_synced_to_end())
+        .await
+        .unwrap();
+    let position = f.fetch_position().unwrap();
+    let fetch = ReplicaFetch {
+        replica,
+        fetch_offset: position.offset,
+        current_leader_epoch: Some(position.leader_epoch),
+        last_fetched_epoch: position.last_fetched_epoch,
+        max_bytes: 1,
+    };
+    let ReplicaRead::Records(read) = l.read_for_replica(&fetch, &via(), now()).await.unwrap()
+    else {
+        panic!("no divergence here");
+    };
+    f.append_as_follower(&read.records, read.high_watermark, position.leader_epoch)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_leader_keeps_a_transaction_unstable_until_its_marker_is_replicated() {
+    let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    {
+        // Before the restart: a transaction (0..2) and its commit marker (2), synced here.
+        let l = open(ld.path());
+        l.append(validate_all(&encoded(true, 7, 0, 0, 2)), MAX)
+            .unwrap();
+        let marker = l
+            .write_marker(
+                ProducerId::new(7),
+                ProducerEpoch::new(0),
+                TransactionResult::Commit,
+                0,
+            )
+            .unwrap();
+        assert_eq!(marker, Offset::new(2));
+        within("the sync", l.wait_synced_here(Offset::new(3)))
+            .await
+            .unwrap();
+        l.close().unwrap();
+    }
+    let l = open(ld.path());
+    let f = open(fd.path());
+    l.set_role(1, leader(1, &[1, 2], &[1, 2]), now()).unwrap();
+    f.set_role(2, follower(1, 1), now()).unwrap();
+    assert_eq!(fetch_one_batch(&l, &f, 2).await, Offset::new(2), "the data");
+    // This fetch tells the leader the follower holds the data, not the marker: the
+    // high watermark stands between them.
+    assert_eq!(
+        fetch_one_batch(&l, &f, 2).await,
+        Offset::new(3),
+        "the marker"
+    );
+    let mut watch = l.watch();
+    within(
+        "the high watermark at 2",
+        watch.wait_for(|s| s.high_watermark == Offset::new(2)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        l.last_stable_offset(),
+        Offset::ZERO,
+        "the marker is not replicated: the transaction's outcome is not durable"
+    );
+    fetch_one_batch(&l, &f, 2).await;
+    within(
+        "the high watermark at 3",
+        watch.wait_for(|s| s.high_watermark == Offset::new(3)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(l.last_stable_offset(), Offset::new(3));
+}

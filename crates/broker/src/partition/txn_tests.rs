@@ -262,6 +262,30 @@ fn markers_waiting_for_the_high_watermark_are_bounded_and_only_ever_hold_readers
 }
 
 #[test]
+fn a_cut_log_keeps_readers_waiting_only_as_far_as_its_new_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), FlushPolicy::Sync);
+    let entries = |p: &Partition| -> Vec<(i64, i64)> {
+        let completing = p.completing.lock().unwrap();
+        completing
+            .iter()
+            .map(|(m, f)| (m.value(), f.value()))
+            .collect()
+    };
+    p.completing_at(Offset::new(5), Offset::new(1));
+    p.completing_at(Offset::new(10), Offset::new(7));
+    p.completing_at(Offset::new(12), Offset::new(4));
+    // Markers 10 and 12 are cut away: one entry waits for the new end, with the
+    // earlier first offset of the two.
+    p.completing_cut(Offset::new(9));
+    assert_eq!(entries(&p), vec![(5, 1), (8, 4)]);
+    assert_eq!(p.watch().borrow().completing_first, Some(Offset::new(1)));
+    p.completing_cut(Offset::ZERO);
+    assert!(entries(&p).is_empty(), "an empty log holds no marker");
+    assert_eq!(p.watch().borrow().completing_first, None);
+}
+
+#[test]
 fn control_batches_and_transactional_batches_without_a_producer_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let p = open(dir.path(), FlushPolicy::None);
