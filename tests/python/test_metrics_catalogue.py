@@ -33,6 +33,10 @@ DEADLINE_S = 60.0
 CONDITIONAL = {
     "authorization_denials",  # an ACL authorizer (test_acl.py)
     "cleaner_last_pass_timestamp_seconds",  # a cleaning pass that ended
+} | {  # a remote tier (test_tiered_storage.py)
+    f"remote_{what}"
+    for what in ("uploaded_segments", "uploaded_bytes", "upload_failures", "deleted_segments",
+                 "orphans_deleted", "upload_lag_bytes", "segments", "bytes")
 } | {  # a share group (test_share_groups.py)
     f"share_group_{what}"
     for what in ("members", "in_flight_records", "acquired_records", "redelivered_records",

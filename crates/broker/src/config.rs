@@ -206,6 +206,11 @@ pub struct LogDefaults {
     /// `delete.retention.ms`: how long a tombstone (a null value) is kept after the
     /// segment holding it was first cleaned.
     pub delete_retention_ms: u64,
+    /// Whether this broker has a remote tier (`remote_storage_endpoint`), set from the
+    /// remote tier's section; not a key of its own. Without it a topic cannot be
+    /// created or altered to `remote.storage.enable=true`.
+    #[serde(skip)]
+    pub remote_storage_available: bool,
 }
 
 impl Default for LogDefaults {
@@ -224,6 +229,7 @@ impl Default for LogDefaults {
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX as u64,
             delete_retention_ms: 24 * 3600 * 1000,
+            remote_storage_available: false,
         }
     }
 }
@@ -541,6 +547,14 @@ pub struct TopicConfig {
     /// Replicas that must be in sync for an acks=all produce (`min.insync.replicas`); a
     /// partition on a broker that runs alone has one.
     pub min_insync_replicas: usize,
+    /// Sealed segments are copied to the remote tier (`remote.storage.enable`,
+    /// `docs/tiered-storage.md`); never on a compacted topic, as in Kafka.
+    pub remote_storage_enable: bool,
+    /// How long and how much the local disk keeps of a tiered topic
+    /// (`local.retention.ms`, `local.retention.bytes`); -2 means the topic's
+    /// `retention.ms` / `retention.bytes`, Kafka's default.
+    pub local_retention_ms: i64,
+    pub local_retention_bytes: i64,
     /// Settings given explicitly for this topic, by Kafka name, as given.
     pub overrides: BTreeMap<String, String>,
 }
@@ -554,12 +568,15 @@ pub const TOPIC_CONFIG_NAMES: &[&str] = &[
     "compression.type",
     "delete.retention.ms",
     "index.interval.bytes",
+    "local.retention.bytes",
+    "local.retention.ms",
     "max.compaction.lag.ms",
     "max.message.bytes",
     "message.timestamp.type",
     "min.cleanable.dirty.ratio",
     "min.compaction.lag.ms",
     "min.insync.replicas",
+    "remote.storage.enable",
     "retention.bytes",
     "retention.ms",
     "segment.bytes",
@@ -621,10 +638,20 @@ impl TopicConfig {
             max_compaction_lag_ms: defaults.max_compaction_lag_ms,
             delete_retention_ms: defaults.delete_retention_ms,
             min_insync_replicas: 1,
+            remote_storage_enable: false,
+            local_retention_ms: -2,
+            local_retention_bytes: -2,
             overrides: overrides.clone(),
         };
         for (name, value) in overrides {
             config.apply(name, value)?;
+        }
+        if config.remote_storage_enable && config.cleanup_policy.compact {
+            return Err(invalid(
+                "remote.storage.enable",
+                "true",
+                "remote storage is not supported for compacted topics",
+            ));
         }
         if config.min_compaction_lag_ms > config.max_compaction_lag_ms {
             return Err(invalid(
@@ -669,7 +696,32 @@ impl TopicConfig {
             "min.insync.replicas" => {
                 self.min_insync_replicas = parse_num(name, value, 1, i32::MAX as usize)?
             }
+            "remote.storage.enable" => {
+                self.remote_storage_enable = match value.trim() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(invalid(name, value, "true or false")),
+                }
+            }
+            "local.retention.ms" => self.local_retention_ms = parse_num(name, value, -2, i64::MAX)?,
+            "local.retention.bytes" => {
+                self.local_retention_bytes = parse_num(name, value, -2, i64::MAX)?
+            }
             _ => return Err(invalid(name, value, "unknown topic config")),
+        }
+        Ok(())
+    }
+
+    /// A topic being created or altered may be tiered only on a broker with a remote
+    /// tier (a topic tiered before the tier was switched off still opens, and is not
+    /// uploaded).
+    pub fn check_remote_storage(&self, defaults: &LogDefaults) -> Result<(), BrokerError> {
+        if self.remote_storage_enable && !defaults.remote_storage_available {
+            return Err(invalid(
+                "remote.storage.enable",
+                "true",
+                "this broker has no remote tier (remote_storage_endpoint is not set)",
+            ));
         }
         Ok(())
     }
@@ -703,6 +755,9 @@ impl TopicConfig {
                     "max.message.bytes" => self.max_message_bytes.to_string(),
                     "message.timestamp.type" => "CreateTime".to_string(),
                     "min.insync.replicas" => self.min_insync_replicas.to_string(),
+                    "remote.storage.enable" => self.remote_storage_enable.to_string(),
+                    "local.retention.ms" => self.local_retention_ms.to_string(),
+                    "local.retention.bytes" => self.local_retention_bytes.to_string(),
                     "retention.bytes" => self.retention_bytes.to_string(),
                     "retention.ms" => self.retention_ms.to_string(),
                     "segment.bytes" => self.segment_bytes.to_string(),

@@ -489,6 +489,9 @@ impl Broker {
         partitions: Option<i32>,
         configs: BTreeMap<String, String>,
     ) -> Result<Arc<Topic>, BrokerError> {
+        // A cluster's topics come with the controller's checks (`create_topic_with_id`).
+        TopicConfig::from_overrides(&configs, &self.config.log)?
+            .check_remote_storage(&self.config.log)?;
         self.create_topic_with_id(name, None, partitions, configs)
             .await
     }
@@ -589,6 +592,7 @@ impl Broker {
         let mut overrides = topic.config().overrides;
         change(&mut overrides)?;
         let config = TopicConfig::from_overrides(&overrides, &self.config.log)?;
+        config.check_remote_storage(&self.config.log)?;
         if validate_only {
             return Ok(());
         }

@@ -177,6 +177,33 @@ struct ServeArgs {
     /// state stores spread [default: 12].
     #[arg(long, env = "HEADWAY_SHARE_COORDINATOR_STATE_TOPIC_NUM_PARTITIONS")]
     share_coordinator_state_topic_num_partitions: Option<i32>,
+    /// The remote tier's S3-compatible endpoint, http:// or https:// (empty: no
+    /// remote tier; `docs/tiered-storage.md`).
+    #[arg(long, env = "HEADWAY_REMOTE_STORAGE_ENDPOINT")]
+    remote_storage_endpoint: Option<String>,
+    /// The remote tier's bucket (it must exist).
+    #[arg(long, env = "HEADWAY_REMOTE_STORAGE_BUCKET")]
+    remote_storage_bucket: Option<String>,
+    /// The remote tier's region [default: us-east-1].
+    #[arg(long, env = "HEADWAY_REMOTE_STORAGE_REGION")]
+    remote_storage_region: Option<String>,
+    /// The remote tier's access key id.
+    #[arg(long, env = "HEADWAY_REMOTE_STORAGE_ACCESS_KEY_ID")]
+    remote_storage_access_key_id: Option<String>,
+    /// The remote tier's secret access key (prefer the environment variable or the
+    /// config file to a flag, which other users can read in the process list).
+    #[arg(
+        long,
+        env = "HEADWAY_REMOTE_STORAGE_SECRET_ACCESS_KEY",
+        hide_env_values = true
+    )]
+    remote_storage_secret_access_key: Option<String>,
+    /// What every object name of the remote tier starts with [default: headway].
+    #[arg(long, env = "HEADWAY_REMOTE_STORAGE_PREFIX")]
+    remote_storage_prefix: Option<String>,
+    /// How often the remote tier looks for segments to upload [default: 1000].
+    #[arg(long, env = "HEADWAY_REMOTE_STORAGE_UPLOAD_INTERVAL_MS")]
+    remote_storage_upload_interval_ms: Option<u64>,
     /// Create unknown topics on Metadata requests [default: true].
     #[arg(long, env = "HEADWAY_AUTO_CREATE_TOPICS")]
     auto_create_topics: Option<bool>,
@@ -479,6 +506,16 @@ impl ServeArgs {
             server.auth.sasl_oauthbearer_expected_audience =
                 self.sasl_oauthbearer_expected_audience
         );
+        set!(server.tier.remote_storage_endpoint = self.remote_storage_endpoint);
+        set!(server.tier.remote_storage_bucket = self.remote_storage_bucket);
+        set!(server.tier.remote_storage_region = self.remote_storage_region);
+        set!(server.tier.remote_storage_access_key_id = self.remote_storage_access_key_id);
+        set!(server.tier.remote_storage_secret_access_key = self.remote_storage_secret_access_key);
+        set!(server.tier.remote_storage_prefix = self.remote_storage_prefix);
+        set!(
+            server.tier.remote_storage_upload_interval_ms = self.remote_storage_upload_interval_ms
+        );
+        config.settle();
         config.validate().map_err(anyhow::Error::msg)?;
         Ok(config)
     }

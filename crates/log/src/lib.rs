@@ -69,7 +69,7 @@ pub use config::{LogConfig, APPEND_BYTES_LIMIT, SEGMENT_BYTES_LIMIT, SEGMENT_OFF
 pub use error::{CorruptBatch, LogError};
 pub use file_cache::{FileCache, FileCacheStats};
 pub use log::cleaner::{CleanReport, CleanedPass, CleanerConfig, CleaningPlan, StagedCleaning};
-pub use log::{AppendInfo, Log, RetentionReport};
+pub use log::{AppendInfo, Log, RetentionReport, SealedSegment};
 pub use read::ReadSlice;
 pub use recovery::RecoveryReport;
 pub use sync::SyncSet;

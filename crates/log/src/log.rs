@@ -37,6 +37,20 @@ pub struct AppendInfo {
     pub log_end_offset: Offset,
 }
 
+/// A sealed segment as the remote tier uploads it: its offsets, size and files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedSegment {
+    pub base_offset: Offset,
+    /// One past its last offset.
+    pub end_offset: Offset,
+    pub size_bytes: u64,
+    pub max_timestamp_ms: Option<i64>,
+    /// The files to copy, by kind (`log`, `index`, `timeindex`, and `txnindex` when the
+    /// segment holds an abort marker). A file deleted before it is read means the
+    /// segment went (retention): the copy is dropped.
+    pub files: Vec<(&'static str, PathBuf)>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RetentionReport {
     pub deleted_segments: usize,
@@ -371,6 +385,34 @@ impl Log {
             }
         }
         Ok(None)
+    }
+
+    /// The sealed segments (every one but the active) that end at or before `to`,
+    /// oldest first.
+    pub fn sealed_segments(&self, to: Offset) -> Vec<SealedSegment> {
+        let active = self.segments.keys().next_back().copied();
+        self.segments
+            .iter()
+            .filter(|(base, s)| Some(**base) != active && s.end_offset() <= to.value())
+            .map(|(base, s)| {
+                let paths = s.paths();
+                let mut files = vec![
+                    ("log", paths.log.clone()),
+                    ("index", paths.index.clone()),
+                    ("timeindex", paths.time_index.clone()),
+                ];
+                if self.aborted.contains_key(base) {
+                    files.push(("txnindex", paths.txn_index.clone()));
+                }
+                SealedSegment {
+                    base_offset: Offset::new(*base),
+                    end_offset: Offset::new(s.end_offset()),
+                    size_bytes: s.size_bytes(),
+                    max_timestamp_ms: s.max_timestamp_ms(),
+                    files,
+                }
+            })
+            .collect()
     }
 
     /// Records an aborted transaction whose abort marker the log now holds, in the

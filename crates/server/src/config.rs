@@ -27,6 +27,7 @@ use headway_broker::BrokerConfig;
 use headway_controller::ClusterSettings;
 use headway_group::GroupSettings;
 use headway_share::ShareSettings;
+use headway_tier::TierSettings;
 use headway_txn::TxnSettings;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::Deserializer;
@@ -51,6 +52,8 @@ pub struct ServerConfig {
     pub auth: AuthSettings,
     /// The controller voters; empty, the broker runs alone.
     pub cluster: ClusterSettings,
+    /// The remote tier's bucket; no endpoint, no remote tier.
+    pub tier: TierSettings,
 }
 
 /// The broker's section with every other section at its defaults.
@@ -68,7 +71,7 @@ impl Config {
     /// its section's default. A key no section declares is an error.
     pub fn from_toml(text: &str) -> Result<Config, toml::de::Error> {
         toml::from_str::<KnownKeys>(text)?;
-        Ok(Config {
+        let mut config = Config {
             broker: toml::from_str(text)?,
             server: ServerConfig {
                 group: toml::from_str(text)?,
@@ -76,8 +79,17 @@ impl Config {
                 txn: toml::from_str(text)?,
                 auth: toml::from_str(text)?,
                 cluster: toml::from_str(text)?,
+                tier: toml::from_str(text)?,
             },
-        })
+        };
+        config.settle();
+        Ok(config)
+    }
+
+    /// Carries what one section tells another: the broker's topics may be tiered when
+    /// the remote tier has an endpoint. Called after any change to the sections.
+    pub fn settle(&mut self) {
+        self.broker.log.remote_storage_available = self.server.tier.enabled();
     }
 
     /// Every key of the config file, section by section, in each section's field order.
@@ -91,6 +103,7 @@ impl Config {
                 section_keys::<TxnSettings>(),
                 section_keys::<AuthSettings>(),
                 section_keys::<ClusterSettings>(),
+                section_keys::<TierSettings>(),
             ]
             .concat()
         })
@@ -112,6 +125,7 @@ impl Config {
         }
         self.server.txn.validate()?;
         self.server.share.validate()?;
+        self.server.tier.validate()?;
         self.server
             .cluster
             .membership(self.broker.node_id)
@@ -321,6 +335,17 @@ mod tests {
         "share_coordinator_state_topic_num_partitions",
     ];
 
+    /// The keys added since, by the remote tier's section.
+    const KEYS_OF_THE_REMOTE_TIER: &[&str] = &[
+        "remote_storage_endpoint",
+        "remote_storage_bucket",
+        "remote_storage_region",
+        "remote_storage_access_key_id",
+        "remote_storage_secret_access_key",
+        "remote_storage_prefix",
+        "remote_storage_upload_interval_ms",
+    ];
+
     #[test]
     fn every_key_belongs_to_exactly_one_section_and_the_keys_are_unchanged() {
         let keys = Config::keys();
@@ -330,10 +355,11 @@ mod tests {
         let expected: BTreeSet<&str> = KEYS_BEFORE_SECTIONS
             .iter()
             .chain(KEYS_OF_THE_CLUSTER)
+            .chain(KEYS_OF_THE_REMOTE_TIER)
             .copied()
             .collect();
         assert_eq!(distinct, expected);
-        assert_eq!(keys.len(), 77);
+        assert_eq!(keys.len(), 84);
     }
 
     #[test]

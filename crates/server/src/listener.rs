@@ -331,7 +331,10 @@ impl Server {
         if let (Some(cluster), Some(state)) = (&cluster, &share_state) {
             state.attach(Arc::downgrade(cluster));
         }
+        let tier = headway_tier::Tier::start(&broker, &settings.tier, shutdown_rx.clone())
+            .map_err(|e| invalid(e.to_string()))?;
         let ctx = Arc::new(Ctx {
+            tier,
             cluster,
             groups,
             txns,

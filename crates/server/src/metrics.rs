@@ -205,6 +205,9 @@ pub fn render(ctx: &Ctx) -> String {
     partition::probe::register(&mut r, broker);
     headway_group::probe::register(&mut r, &ctx.groups, broker);
     headway_share::probe::register(&mut r, &ctx.shares);
+    if let Some(tier) = &ctx.tier {
+        headway_tier::probe::register(&mut r, tier);
+    }
     process::register(&mut r);
     cleaner::probe::register(&mut r, broker.cleaner());
     let mut text = String::new();

@@ -1203,6 +1203,16 @@ impl Partition {
         })
     }
 
+    /// The sealed segments whose every offset is below the last stable offset (so
+    /// below the high watermark: durable everywhere it must be, with every
+    /// transaction in them decided), oldest first: what the remote tier may copy.
+    /// Answers `NOT_LEADER_OR_FOLLOWER` on a follower: only a leader uploads.
+    pub fn sealed_segments(&self) -> Result<Vec<headway_log::SealedSegment>, BrokerError> {
+        self.check_leading()?;
+        let stable = self.last_stable_offset();
+        self.with_log(|log| Ok(log.sealed_segments(stable)))
+    }
+
     /// The share of the log a cleaning pass would read keys from (`Log::dirty_ratio`).
     pub fn dirty_ratio(&self) -> Result<f64, BrokerError> {
         self.with_log(|log| Ok(log.dirty_ratio()))

@@ -272,6 +272,12 @@ impl Partition {
         self.stamp_epoch.load(Ordering::Acquire)
     }
 
+    /// The leader epoch this broker leads the partition in (-1 when it does not lead
+    /// it, or the partition is not replicated). Read without the log mutex.
+    pub fn leading_epoch(&self) -> i32 {
+        self.stamp_epoch.load(Ordering::Acquire)
+    }
+
     /// Where `epoch` ended in this partition's log, as OffsetForLeaderEpoch answers:
     /// `(the largest epoch at most epoch, the offset after it)`, or -1s when unknown.
     /// A partition that was never replicated has been led by epoch 0 from its start, and

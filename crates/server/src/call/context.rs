@@ -49,6 +49,8 @@ pub struct Ctx {
     /// In a cluster (`controller_quorum_voters`): the controller and its metadata;
     /// `None` for a broker alone.
     pub cluster: Option<Arc<Cluster>>,
+    /// The remote tier's uploader, when `remote_storage_endpoint` is set.
+    pub tier: Option<Arc<headway_tier::Tier>>,
 }
 
 impl Ctx {

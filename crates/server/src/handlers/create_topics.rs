@@ -162,6 +162,7 @@ async fn create(
         .collect();
     if validate_only {
         let (partitions, config) = ctx.broker.plan_topic(&topic.name, partitions, &configs)?;
+        config.check_remote_storage(&ctx.broker.config().log)?;
         return Ok((partitions, config, uuid::Uuid::nil()));
     }
     let created: Arc<Topic> = ctx
@@ -217,8 +218,9 @@ pub(crate) async fn create_in_cluster(
                 .map(|v| (c.name.to_string(), v.to_string()))
         })
         .collect();
-    let config =
-        TopicConfig::from_overrides(&configs, &ctx.broker.config().log).map_err(refused)?;
+    let defaults = &ctx.broker.config().log;
+    let config = TopicConfig::from_overrides(&configs, defaults).map_err(refused)?;
+    config.check_remote_storage(defaults).map_err(refused)?;
     let image = cluster.image();
     if image.metadata.topics.contains_key(&**topic.name) {
         return Err(refused(BrokerError::TopicAlreadyExists(

@@ -114,6 +114,7 @@ fn topic_entries(ctx: &Ctx, name: &str) -> Result<Vec<Entry>, BrokerError> {
                 "cleanup.policy" => TYPE_LIST,
                 "compression.type" | "message.timestamp.type" => TYPE_STRING,
                 "min.cleanable.dirty.ratio" => TYPE_DOUBLE,
+                "remote.storage.enable" => TYPE_BOOLEAN,
                 "index.interval.bytes" | "max.message.bytes" | "min.insync.replicas" => TYPE_INT,
                 _ => TYPE_LONG,
             };

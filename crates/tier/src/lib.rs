@@ -1,0 +1,19 @@
+//! The remote tier: the sealed segments of tiered topics (`remote.storage.enable=true`)
+//! copied to an S3-compatible bucket, and the bucket's view of what is there.
+//!
+//! `store.rs` speaks to the bucket (object names, the commit object that makes an
+//! upload count, listing, deletes); `uploader.rs` walks the tiered partitions this
+//! broker leads and copies what is sealed and stable; `settings.rs` is the
+//! `remote_storage_*` section of the broker's settings; `crypto.rs` gives the S3 client
+//! its signing digests; `probe.rs` its `/metrics` families. `docs/tiered-storage.md`
+//! tells the whole.
+
+mod crypto;
+pub mod probe;
+mod settings;
+mod store;
+mod uploader;
+
+pub use settings::TierSettings;
+pub use store::{Listing, RemoteSegment, RemoteStore, TierError};
+pub use uploader::{Tier, TierStats};
