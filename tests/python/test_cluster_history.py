@@ -980,8 +980,12 @@ def one_schedule(make_broker, seed: int, filter_binary: str | None, faketime: st
             faults.run(SCHEDULE_S)
         finally:
             faults.heal()
-        wait_until(lambda: led_by(bootstraps, TOPIC, NODES, 3), "every broker back in every ISR",
-                   HEAL_S)
+        try:
+            wait_until(lambda: led_by(bootstraps, TOPIC, NODES, 3),
+                       "every broker back in every ISR", HEAL_S)
+        except AssertionError:
+            print(describe_stuck(brokers, bootstraps))
+            raise
         stop_writing.set()
         for w in writers + txn_writers:
             w.join(HEAL_S)
@@ -1065,6 +1069,30 @@ def one_schedule(make_broker, seed: int, filter_binary: str | None, faketime: st
 
 # The suite's 15 minutes per test, or 3 minutes a schedule for a long run.
 @pytest.mark.timeout(max(900, 180 * int(SCHEDULES or 1)))
+def describe_stuck(brokers, bootstraps: list[str]) -> str:
+    """For a schedule that cannot heal: each node's answer for the topic's partitions
+    (leader, ISR), and each running broker's thread stacks (gdb, when installed) in
+    `stacks.txt` beside its log, taken before the brokers are stopped."""
+    lines = ["  what each node answers, and where its threads are:"]
+    for node, (broker, bootstrap) in enumerate(zip(brokers, bootstraps), start=1):
+        try:
+            topic = metadata(bootstrap)["topics"].get(TOPIC) or {}
+            parts = {i: (p["leader"], sorted(p["isr"]))
+                     for i, p in sorted(topic.get("partitions", {}).items())}
+            lines.append(f"    node {node}: (leader, isr) by partition {parts}")
+        except Exception as e:  # noqa: BLE001 - a stuck broker may not answer at all
+            lines.append(f"    node {node}: no metadata answer: {e}")
+        gdb = shutil.which("gdb")
+        if gdb and broker.running and broker.pid:
+            out = broker.stderr_path.with_name("stacks.txt")
+            with open(out, "w") as f:
+                subprocess.run([gdb, "-batch", "-p", str(broker.pid), "-ex",
+                                "thread apply all bt"], stdout=f, stderr=subprocess.STDOUT,
+                               timeout=120, check=False)
+            lines.append(f"    node {node}: thread stacks in {out}")
+    return "\n".join(lines)
+
+
 def test_a_fault_schedule_loses_and_reorders_nothing(make_broker):
     given = os.environ.get("HEADWAY_HISTORY_SEED")
     if given:
