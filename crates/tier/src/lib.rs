@@ -3,17 +3,21 @@
 //!
 //! `store.rs` speaks to the bucket (object names, the commit object that makes an
 //! upload count, listing, deletes); `uploader.rs` walks the tiered partitions this
-//! broker leads and copies what is sealed and stable; `settings.rs` is the
+//! broker leads and copies what is sealed and stable; `reader.rs` reads whole batches back from a remote segment; `settings.rs` is the
 //! `remote_storage_*` section of the broker's settings; `crypto.rs` gives the S3 client
 //! its signing digests; `probe.rs` its `/metrics` families. `docs/tiered-storage.md`
 //! tells the whole.
 
 mod crypto;
 pub mod probe;
+mod reader;
 mod settings;
 mod store;
+#[cfg(test)]
+mod tests;
 mod uploader;
 
+pub use reader::IndexCache;
 pub use settings::TierSettings;
 pub use store::{Listing, RemoteSegment, RemoteStore, TierError};
 pub use uploader::{Tier, TierStats};

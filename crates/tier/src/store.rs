@@ -66,7 +66,9 @@ pub struct RemoteSegment {
 }
 
 impl RemoteSegment {
-    fn stem(&self) -> String {
+    /// `<base offset, 20 digits>-<upload id>`: every object name of the upload but
+    /// its kind.
+    pub fn stem(&self) -> String {
         stem(self.base_offset, &self.id)
     }
 }
@@ -124,6 +126,21 @@ impl RemoteStore {
             store: Arc::new(store),
             prefix: settings.remote_storage_prefix.trim_matches('/').to_string(),
         })
+    }
+
+    /// A bucket in memory (tests).
+    #[cfg(test)]
+    pub(crate) fn in_memory() -> RemoteStore {
+        RemoteStore {
+            store: Arc::new(object_store::memory::InMemory::new()),
+            prefix: "test".into(),
+        }
+    }
+
+    /// The bucket itself (tests that damage it).
+    #[cfg(test)]
+    pub(crate) fn raw(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
     }
 
     /// Where a partition's objects are.
@@ -352,6 +369,20 @@ impl RemoteStore {
             self.delete_object(&Self::object(dir, &stem, kind)).await?;
         }
         Ok(())
+    }
+
+    /// One whole object.
+    pub(crate) async fn get_whole(&self, name: &str) -> Result<Bytes, TierError> {
+        Ok(self.store.get(&Path::from(name)).await?.bytes().await?)
+    }
+
+    /// Bytes `range` of one object.
+    pub(crate) async fn get_range(
+        &self,
+        name: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, TierError> {
+        Ok(self.store.get_range(&Path::from(name), range).await?)
     }
 
     /// Deletes one object; one already gone is fine.

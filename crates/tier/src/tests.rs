@@ -1,0 +1,156 @@
+//! Goal: what the uploader copies is what a remote read gives back. A real log on disk
+//! (small segments) has its sealed segments uploaded to a bucket in memory, listed back,
+//! and read from every offset: the batches are the local log's, byte for byte; an
+//! upload cut before its commit is an orphan, not a segment; a commit whose file is
+//! missing does not count.
+
+use crate::store::RemoteStore;
+use crate::IndexCache;
+use bytes::Bytes;
+use headway_base::Offset;
+use headway_log::batch::{validate_all, BatchIter};
+use headway_log::{Log, LogConfig};
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
+
+/// One batch of one record at `offset` with a value of `value_bytes`.
+pub(crate) fn batch(offset: i64, value_bytes: usize) -> Vec<u8> {
+    let record = kafka_protocol::records::Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: kafka_protocol::records::TimestampType::Creation,
+        offset,
+        sequence: -1,
+        timestamp: 1_700_000_000_000,
+        key: None,
+        value: Some(Bytes::from(vec![b'v'; value_bytes])),
+        headers: Default::default(),
+    };
+    let mut out = bytes::BytesMut::new();
+    kafka_protocol::records::RecordBatchEncoder::encode(
+        &mut out,
+        [&record],
+        &kafka_protocol::records::RecordEncodeOptions {
+            version: 2,
+            compression: kafka_protocol::records::Compression::None,
+        },
+    )
+    .unwrap();
+    out.to_vec()
+}
+
+/// A log of `count` one-record batches of growing sizes in segments of about 4 KiB.
+fn log_with(dir: &std::path::Path, count: usize) -> Log {
+    let config = LogConfig {
+        segment_bytes_max: 4096,
+        index_interval_bytes: 512,
+        ..LogConfig::default()
+    };
+    let (mut log, _) = Log::open(dir, config, 0).unwrap();
+    for i in 0..count {
+        let bytes = batch(0, 50 + (i * 37) % 900);
+        let mut validated = validate_all(&bytes).unwrap().into_owned();
+        log.append(&mut validated, 0).unwrap();
+    }
+    log
+}
+
+fn base_offsets(batches: &[u8]) -> Vec<i64> {
+    BatchIter::new(batches)
+        .map(|(h, _)| h.base_offset)
+        .collect()
+}
+
+#[tokio::test]
+async fn every_offset_of_an_uploaded_segment_reads_back_the_local_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_with(dir.path(), 200);
+    let sealed = log.sealed_segments(Offset::new(i64::MAX));
+    assert!(sealed.len() >= 5, "{} sealed segments", sealed.len());
+    let store = RemoteStore::in_memory();
+    let at = store.partition_dir("t", uuid::Uuid::nil(), 0);
+    for s in &sealed {
+        store
+            .upload(&at, s, 3, 0)
+            .await
+            .unwrap()
+            .expect("the files are there");
+    }
+    let listing = store.list(&at).await.unwrap();
+    assert!(listing.orphans.is_empty());
+    assert_eq!(listing.segments.len(), sealed.len());
+    let indexes = IndexCache::new(1 << 20);
+    for s in &sealed {
+        let remote = &listing.segments[&s.base_offset.value()];
+        assert_eq!(remote.end_offset, s.end_offset.value());
+        assert_eq!(remote.leader_epoch, 3);
+        for offset in s.base_offset.value()..s.end_offset.value() {
+            for max_bytes in [1, 700, 1 << 20] {
+                let got = store
+                    .read_batches(&at, remote, offset, max_bytes, &indexes)
+                    .await
+                    .unwrap();
+                let local = log.locate(Offset::new(offset)).unwrap();
+                let want = local.read(max_bytes, s.end_offset).unwrap();
+                let got_offsets = base_offsets(&got);
+                assert_eq!(got_offsets.first(), Some(&offset), "one-record batches");
+                assert!(got.len() <= max_bytes || got_offsets.len() == 1);
+                assert_eq!(got, want, "offset {offset}, max {max_bytes}");
+            }
+        }
+        let past = store
+            .read_batches(&at, remote, s.end_offset.value(), 1 << 20, &indexes)
+            .await
+            .unwrap();
+        assert!(past.is_empty());
+    }
+    assert_eq!(
+        indexes.held().0,
+        sealed.len(),
+        "each index read once and kept"
+    );
+}
+
+#[tokio::test]
+async fn a_cut_upload_is_an_orphan_and_a_commit_without_its_files_does_not_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_with(dir.path(), 60);
+    let sealed = log.sealed_segments(Offset::new(i64::MAX));
+    let store = RemoteStore::in_memory();
+    let at = store.partition_dir("t", uuid::Uuid::nil(), 0);
+    let kept = store.upload(&at, &sealed[0], -1, 0).await.unwrap().unwrap();
+    let broken = store.upload(&at, &sealed[1], -1, 0).await.unwrap().unwrap();
+    // An upload cut before its commit: a file and no commit.
+    let cut = Path::from(format!(
+        "{at}/{:020}-{}.log",
+        sealed[2].base_offset.value(),
+        "c".repeat(32)
+    ));
+    store
+        .raw()
+        .put(&cut, Bytes::from_static(b"partial").into())
+        .await
+        .unwrap();
+    // A commit whose log file went.
+    let gone = Path::from(format!("{at}/{}.log", broken.stem()));
+    store.raw().delete(&gone).await.unwrap();
+    let listing = store.list(&at).await.unwrap();
+    assert_eq!(
+        listing.segments.keys().copied().collect::<Vec<_>>(),
+        vec![kept.base_offset]
+    );
+    assert!(listing.orphans.contains(&cut));
+    let broken_commit = Path::from(format!("{at}/{}.segment", broken.stem()));
+    assert!(listing.orphans.contains(&broken_commit));
+    // Deleting a segment takes its commit first, then its files: nothing is left.
+    for orphan in &listing.orphans {
+        store.delete_object(orphan).await.unwrap();
+    }
+    store.delete(&at, &kept).await.unwrap();
+    let listing = store.list(&at).await.unwrap();
+    assert!(listing.segments.is_empty() && listing.orphans.is_empty());
+}
