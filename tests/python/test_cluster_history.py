@@ -139,6 +139,9 @@ CLOCK_STEP_S = (2.0, 55.0)
 # librdkafka's debug contexts for the readers and members (e.g. "fetch,consumer"), whose
 # log lines then say why a reader moved where it did.
 READER_DEBUG = os.environ.get("HEADWAY_HISTORY_RDKAFKA_DEBUG", "")
+# The same for the idempotent writers (e.g. "eos,msg,protocol"): their lines say which
+# answer made librdkafka bump its producer epoch.
+WRITER_DEBUG = os.environ.get("HEADWAY_HISTORY_RDKAFKA_WRITER_DEBUG", "")
 # The topic's segment size: small, so that each partition has several segments and a
 # damaged batch may sit in a sealed segment as well as in the active one.
 SEGMENT_BYTES = int(os.environ.get("HEADWAY_HISTORY_SEGMENT_BYTES", str(1 << 30)))
@@ -157,9 +160,13 @@ class Writer(threading.Thread):
         self.fatal: list[str] = []
 
     def producer(self) -> Producer:
-        return Producer({**rdkafka_base(self.bootstrap), "enable.idempotence": True,
-                         "message.timeout.ms": MESSAGE_TIMEOUT_MS, "linger.ms": 5,
-                         "error_cb": self.client_error})
+        settings = {**rdkafka_base(self.bootstrap), "enable.idempotence": True,
+                    "message.timeout.ms": MESSAGE_TIMEOUT_MS, "linger.ms": 5,
+                    "error_cb": self.client_error}
+        if WRITER_DEBUG:
+            settings["debug"] = WRITER_DEBUG
+            del settings["logger"]
+        return Producer(settings)
 
     def client_error(self, err: KafkaError) -> None:
         if err.fatal():
