@@ -12,6 +12,7 @@ condition with a deadline.
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -125,7 +126,6 @@ def local_segments(data_dir: Path, topic: str) -> list[Path]:
 
 def committed(s3: S3Server) -> dict[int, dict]:
     """The commit objects in the bucket, by base offset, with the objects of each."""
-    import json
     objects = s3.objects()
     found = {}
     for key in objects:

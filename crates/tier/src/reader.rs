@@ -80,11 +80,18 @@ fn position_for(index: &[u8], base_offset: i64, offset: i64) -> u64 {
         let position = u32::from_be_bytes(e[4..8].try_into().expect("4 bytes"));
         (base_offset + i64::from(relative), u64::from(position))
     };
-    // Entries increase in both fields: the first entry past `offset` bounds the search.
-    let past = (0..entries)
-        .collect::<Vec<_>>()
-        .partition_point(|&i| entry(i).0 <= offset);
-    past.checked_sub(1).map_or(0, |i| entry(i).1)
+    // Entries increase in both fields: a binary search for the first entry past
+    // `offset`, over the index bytes as they are.
+    let (mut low, mut high) = (0, entries);
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if entry(mid).0 <= offset {
+            low = mid + 1;
+        } else {
+            high = mid;
+        }
+    }
+    low.checked_sub(1).map_or(0, |i| entry(i).1)
 }
 
 /// Cuts `bytes` (read from a batch boundary) to the whole batches that end at or after

@@ -181,7 +181,16 @@ impl RemoteStore {
         let mut listing = Listing::default();
         for (stem, kinds) in stems {
             let segment = match kinds.get(COMMIT_KIND) {
-                Some((commit, _)) => self.read_commit(commit, &stem, &kinds).await?,
+                Some((commit, _)) => match self.read_commit(commit, &stem, &kinds).await {
+                    Ok(segment) => segment,
+                    // A commit that cannot be read counts for nothing: its objects are
+                    // orphans, and the partition's other segments still count.
+                    Err(error @ TierError::Damaged { .. }) => {
+                        tracing::warn!(%error, "a remote commit object cannot be read; not counted");
+                        None
+                    }
+                    Err(error) => return Err(error),
+                },
                 None => None,
             };
             let Some(segment) = segment else {

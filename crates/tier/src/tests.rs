@@ -2,7 +2,7 @@
 //! (small segments) has its sealed segments uploaded to a bucket in memory, listed back,
 //! and read from every offset: the batches are the local log's, byte for byte; an
 //! upload cut before its commit is an orphan, not a segment; a commit whose file is
-//! missing does not count.
+//! missing, or that cannot be read, does not count.
 
 use crate::store::RemoteStore;
 use crate::IndexCache;
@@ -138,6 +138,14 @@ async fn a_cut_upload_is_an_orphan_and_a_commit_without_its_files_does_not_count
     // A commit whose log file went.
     let gone = Path::from(format!("{at}/{}.log", broken.stem()));
     store.raw().delete(&gone).await.unwrap();
+    // A commit object that is not a commit: its upload's objects are orphans.
+    let garbled = store.upload(&at, &sealed[3], -1, 0).await.unwrap().unwrap();
+    let garbled_commit = Path::from(format!("{at}/{}.segment", garbled.stem()));
+    store
+        .raw()
+        .put(&garbled_commit, Bytes::from_static(b"{not json").into())
+        .await
+        .unwrap();
     let listing = store.list(&at).await.unwrap();
     assert_eq!(
         listing.segments.keys().copied().collect::<Vec<_>>(),
@@ -146,6 +154,7 @@ async fn a_cut_upload_is_an_orphan_and_a_commit_without_its_files_does_not_count
     assert!(listing.orphans.contains(&cut));
     let broken_commit = Path::from(format!("{at}/{}.segment", broken.stem()));
     assert!(listing.orphans.contains(&broken_commit));
+    assert!(listing.orphans.contains(&garbled_commit));
     // Deleting a segment takes its commit first, then its files: nothing is left.
     for orphan in &listing.orphans {
         store.delete_object(orphan).await.unwrap();
