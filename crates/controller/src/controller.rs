@@ -210,7 +210,8 @@ impl Controller {
             let leader = metrics.borrow_watched().current_leader;
             let attempt = match leader {
                 Some(id) if id == self.node_id => {
-                    network::propose_here(&self.raft, command.clone()).await
+                    network::propose_here(&self.raft, command.clone(), deadline - Instant::now())
+                        .await
                 }
                 Some(id) => match self.forward(id, command.clone(), deadline).await {
                     Ok(answer) => answer,

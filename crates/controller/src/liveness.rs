@@ -144,7 +144,7 @@ pub async fn run(
         let current = Arc::clone(&image.borrow());
         for command in decide(&current, me, &heard, since.elapsed(), session_timeout) {
             let what = command.to_string();
-            match crate::consensus::network::propose_here(&raft, command).await {
+            match crate::consensus::network::propose_here(&raft, command, session_timeout).await {
                 Ok(decision) => tracing::info!(
                     command = %what,
                     outcome = %decision.outcome,

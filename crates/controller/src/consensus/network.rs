@@ -153,7 +153,10 @@ async fn serve_connection(mut stream: TcpStream, raft: Raft, idle: Duration) -> 
                 to_json(&result)?
             }
             Request::TransferLeader(rpc) => to_json(&raft.handle_transfer_leader(rpc).await)?,
-            Request::Propose(command) => to_json(&propose_here(&raft, command).await)?,
+            Request::Propose(command) => {
+                let budget = Duration::from_millis(limits::CONTROLLER_PROPOSAL_TIMEOUT_MS);
+                to_json(&propose_here(&raft, command, budget).await)?
+            }
         };
         write_frame(&mut stream, &reply).await?;
     }
@@ -168,19 +171,34 @@ pub struct Decision {
     pub outcome: Outcome,
 }
 
-/// Proposes `command` to the local Raft node, which must be the leader.
-pub async fn propose_here(raft: &Raft, command: Command) -> Result<Decision, ProposeRefusal> {
-    match raft.client_write(command).await {
-        Ok(written) => Ok(Decision {
+/// Proposes `command` to the local Raft node, which must be the leader, and waits at most
+/// `budget` for its decision.
+///
+/// A leader that loses its leadership with the entry in its log may keep the answer back
+/// until the entry is committed or cut, which can take arbitrarily long; without the
+/// bound, a caller looping over proposals (the ISR proposer, the liveness checker) would
+/// stop with it. A proposal that ran out of time may still be decided later: callers
+/// look at the metadata to learn what became of it.
+pub async fn propose_here(
+    raft: &Raft,
+    command: Command,
+    budget: Duration,
+) -> Result<Decision, ProposeRefusal> {
+    match tokio::time::timeout(budget, raft.client_write(command)).await {
+        Ok(Ok(written)) => Ok(Decision {
             index: written.log_id.index(),
             outcome: written.data,
         }),
-        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
             Err(ProposeRefusal::NotLeader {
                 leader: forward.leader_id,
             })
         }
-        Err(e) => Err(ProposeRefusal::Failed(e.to_string())),
+        Ok(Err(e)) => Err(ProposeRefusal::Failed(e.to_string())),
+        Err(_) => Err(ProposeRefusal::Failed(format!(
+            "no decision within {} ms",
+            budget.as_millis()
+        ))),
     }
 }
 
