@@ -36,7 +36,8 @@ CONDITIONAL = {
 } | {  # a remote tier (test_tiered_storage.py)
     f"remote_{what}"
     for what in ("uploaded_segments", "uploaded_bytes", "upload_failures", "deleted_segments",
-                 "orphans_deleted", "upload_lag_bytes", "segments", "bytes")
+                 "orphans_deleted", "local_deleted_segments", "fetches", "fetch_bytes",
+                 "fetch_failures", "upload_lag_bytes", "segments", "bytes")
 } | {  # a share group (test_share_groups.py)
     f"share_group_{what}"
     for what in ("members", "in_flight_records", "acquired_records", "redelivered_records",

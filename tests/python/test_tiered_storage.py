@@ -5,7 +5,11 @@ stable offset in the bucket, byte for byte with the local files; retention remov
 remote copies of what the log start passed; a broker killed while it uploads leaves no
 object that counts as data without its files, and the objects of cut uploads are deleted
 when it comes back; a topic cannot be tiered when compacted or on a broker without a
-remote tier. Method: moto's S3 server (from the Python index) on a loopback port, the
+remote tier. Past `local.retention.bytes` the local copies go, and a backlog that lives
+only in the bucket is read back byte for byte by librdkafka and the Java consumer, with
+ListOffsets earliest at 0, across a restart and a SIGKILL; read_committed readers skip
+the aborted transactions of remote segments; a bucket that stops answering mid-read
+fails only the remote reads (produces and tail reads go on) and the read resumes. Method: moto's S3 server (from the Python index) on a loopback port, the
 bucket read back with boto3, records produced by librdkafka; every wait polls its
 condition with a deadline.
 """
@@ -13,6 +17,7 @@ condition with a deadline.
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -21,12 +26,15 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
                                    ConfigResource, NewTopic, ResourceType)
 
-from support import (ADMIN_TIMEOUT_S, FLUSH_TIMEOUT_S, create_topic, error_code_of,
-                     rdkafka_base)
+from java_support import JavaClient
+from support import (ADMIN_TIMEOUT_S, FLUSH_TIMEOUT_S, Consumed, Delivery, RecordChecker,
+                     Verdict, check_all_present, check_records, create_topic, error_code_of,
+                     make_record, new_consumer, produce_records, rdkafka_base, read_records,
+                     seq_of)
 from support import wait_until as wait_until_within
 
 boto3 = pytest.importorskip("boto3")
@@ -255,3 +263,169 @@ def test_a_topic_is_tiered_only_on_a_broker_with_a_remote_tier_and_never_compact
     entries = next(iter(described.values())).result(timeout=ADMIN_TIMEOUT_S)
     assert entries["remote.storage.enable"].value == "true"
     assert entries["local.retention.ms"].value == "-2"
+
+
+# -- Reads before the local log ------------------------------------------------------------
+
+REMOTE_RECORDS = 6000
+
+
+def local_start(data_dir: Path, topic: str) -> int:
+    """The base offset of the partition's first local segment."""
+    return int(sorted((data_dir / "topics" / topic / "0").glob("*.log"))[0].stem)
+
+
+def remote_only_backlog(make_broker, s3, topic: str, produce_backlog,
+                        segment_bytes: int = 65536):
+    """A broker and a tiered topic with `local.retention.bytes` 0, filled by
+    `produce_backlog(bootstrap)`; answers once the local log starts past most of what was
+    produced (the rest lives only in the bucket)."""
+    broker = make_broker(*tier_args(s3))
+    create_topic(broker.bootstrap, topic, 1, **{"remote.storage.enable": "true",
+                                                  "segment.bytes": str(segment_bytes),
+                                                  "local.retention.bytes": "0"})
+    end = produce_backlog(broker.bootstrap)
+    wait_until(lambda: local_start(broker.data_dir, topic) >= end * 3 // 4,
+               "the local log starting past three quarters of the backlog")
+    return broker
+
+
+def produce_plain(bootstrap: str, topic: str) -> int:
+    delivery = Delivery()
+    producer = Producer({**rdkafka_base(bootstrap), "linger.ms": 5})
+    produce_records(producer, topic, range(REMOTE_RECORDS), delivery)
+    assert not delivery.failed and len(delivery.acked) == REMOTE_RECORDS
+    return REMOTE_RECORDS
+
+
+def read_from_start(bootstrap: str, topic: str, expected: int, **settings) -> Verdict:
+    verdict = check_records(list(read_records(bootstrap, topic, 1, expected=expected,
+                                              settings=settings)), 1)
+    check_all_present(verdict, expected)
+    return verdict
+
+
+def low_watermark(bootstrap: str, topic: str) -> int:
+    consumer = new_consumer(bootstrap)
+    try:
+        low, _high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        return low
+    finally:
+        consumer.close()
+
+
+def test_a_backlog_only_in_the_bucket_is_read_back_by_librdkafka_and_java_across_a_restart(
+        make_broker, s3, tmp_path):
+    topic = "remote-backlog"
+    broker = remote_only_backlog(make_broker, s3, topic,
+                                 lambda bootstrap: produce_plain(bootstrap, topic))
+    first_local = local_start(broker.data_dir, topic)
+    # The log starts where the bucket's copy does: ListOffsets earliest is 0.
+    assert low_watermark(broker.bootstrap, topic) == 0
+    read_from_start(broker.bootstrap, topic, REMOTE_RECORDS).assert_ok("librdkafka")
+    java = JavaClient("lib-4", "classes-4", "AssignedReaderCheck", tmp_path)
+    got = java.run("AssignedReaderCheck", "--bootstrap", broker.bootstrap, "--topic", topic,
+                   "--deadline-s", "120", timeout_s=180)[-1]
+    assert got["event"] == "done" and not got["timed_out"], got
+    assert not got["problems"], got["problems"][:10]
+    assert sorted(seq for _p, _o, seq in got["records"]) == list(range(REMOTE_RECORDS))
+    assert [o for _p, o, _s in got["records"]] == list(range(REMOTE_RECORDS))
+    assert metric(broker, "headway_remote_local_deleted_segments_total") >= 1
+    served = metric(broker, "headway_remote_fetch_bytes_total")
+    assert served > 0 and metric(broker, "headway_remote_fetch_failures_total") == 0
+    print(f"local log from offset {first_local} of {REMOTE_RECORDS}; "
+          f"{served / 2**20:.1f} MiB served from the bucket")
+
+    # A restart keeps the log start before the local log, and the reads.
+    broker.stop()
+    broker.start()
+    assert local_start(broker.data_dir, topic) >= first_local
+    assert low_watermark(broker.bootstrap, topic) == 0
+    read_from_start(broker.bootstrap, topic, REMOTE_RECORDS).assert_ok("after a restart")
+    broker.kill()
+    broker.start()
+    assert low_watermark(broker.bootstrap, topic) == 0
+    read_from_start(broker.bootstrap, topic, REMOTE_RECORDS).assert_ok("after a SIGKILL")
+
+
+def test_read_committed_from_the_bucket_skips_aborted_transactions(make_broker, s3):
+    topic = "remote-txn"
+    batches, per_batch = 60, 100
+
+    def produce_transactions(bootstrap: str) -> int:
+        producer = Producer({**rdkafka_base(bootstrap), "transactional.id": "remote-txn",
+                             "linger.ms": 5})
+        producer.init_transactions(ADMIN_TIMEOUT_S)
+        for b in range(batches):
+            producer.begin_transaction()
+            for i in range(per_batch):
+                r = make_record(b * per_batch + i)
+                producer.produce(topic, key=r.key, value=r.value, headers=r.headers)
+                producer.poll(0)
+            # Delivered first, so the partition is in the transaction before its end.
+            assert producer.flush(FLUSH_TIMEOUT_S) == 0
+            if b % 3 == 2:
+                producer.abort_transaction(ADMIN_TIMEOUT_S)
+            else:
+                producer.commit_transaction(ADMIN_TIMEOUT_S)
+        return batches * per_batch
+
+    # Transactions' batches are small: smaller segments, so that most are remote.
+    broker = remote_only_backlog(make_broker, s3, topic, produce_transactions, 8192)
+    committed_seqs = [b * per_batch + i for b in range(batches) if b % 3 != 2
+                      for i in range(per_batch)]
+    seen = [seq_of(r.value) for r in read_records(
+        broker.bootstrap, topic, 1, expected=len(committed_seqs),
+        settings={"isolation.level": "read_committed"})]
+    assert seen == committed_seqs, \
+        f"read_committed read {len(seen)} records; first differences " \
+        f"{[(a, b) for a, b in zip(seen, committed_seqs) if a != b][:5]}"
+    every = [seq_of(r.value) for r in read_records(
+        broker.bootstrap, topic, 1, expected=batches * per_batch,
+        settings={"isolation.level": "read_uncommitted"})]
+    assert every == list(range(batches * per_batch))
+    # Some of the aborted transactions were answered from the bucket's .txnindex copies.
+    assert any(k.endswith(".txnindex") for k in s3.objects())
+
+
+def test_a_stalled_bucket_fails_only_its_reads_and_they_resume(make_broker, s3):
+    topic = "remote-stall"
+    broker = remote_only_backlog(make_broker, s3, topic,
+                                 lambda bootstrap: produce_plain(bootstrap, topic))
+    create_topic(broker.bootstrap, "tail", 1)
+    consumer = new_consumer(broker.bootstrap)
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    checker = RecordChecker(1)
+    got: list[int] = []
+
+    def consume(until) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while not until():
+            assert time.monotonic() < deadline, f"read {len(got)} records before the deadline"
+            for msg in consumer.consume(num_messages=100, timeout=0.5):
+                if msg.error() is None:
+                    seq = checker.check(Consumed(0, msg.offset(), msg.key(), msg.value(),
+                                                 list(msg.headers() or [])))
+                    got.append(seq)
+
+    try:
+        consume(lambda: len(got) >= 200)
+        s3.proc.send_signal(signal.SIGSTOP)  # the bucket stops answering mid-read
+        try:
+            failures = metric(broker, "headway_remote_fetch_failures_total")
+            wait_until(lambda: metric(broker, "headway_remote_fetch_failures_total") > failures,
+                       "a remote read timing out while the bucket is stalled")
+            # Produces and the tail go on meanwhile.
+            delivery = Delivery()
+            produce_records(Producer(rdkafka_base(broker.bootstrap)), "tail", range(100),
+                            delivery)
+            assert len(delivery.acked) == 100 and not delivery.failed
+            tail = list(read_records(broker.bootstrap, "tail", 1, expected=100))
+            assert len(tail) == 100
+        finally:
+            s3.proc.send_signal(signal.SIGCONT)
+        consume(lambda: len(got) >= REMOTE_RECORDS)
+    finally:
+        consumer.close()
+    assert not checker.problems, checker.problems[:10]
+    assert got == list(range(REMOTE_RECORDS))

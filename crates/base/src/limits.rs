@@ -515,3 +515,13 @@ pub const REPLICA_FETCH_RESPONSE_BYTES_MAX: usize = 10 << 20;
 /// caught-up follower catches up at every fetch, at least every `REPLICA_FETCH_WAIT_MS`
 /// plus a sync.
 pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: u64 = 5_000;
+
+/// Longest a fetch waits for one read of the remote tier (a partition's data below its
+/// local log): past it the partition is answered `KAFKA_STORAGE_ERROR`, which clients
+/// retry, so an unreachable or stalled bucket costs its own readers this wait and holds
+/// no one else (the other partitions of the same fetch wait with it, as in Kafka).
+pub const REMOTE_READ_TIMEOUT_MS: u64 = 5_000;
+
+/// Bytes of remote segments' `.index` and `.txnindex` copies a broker keeps for reads
+/// of the remote tier (a 1 GiB segment's index is at most 2 MiB); the oldest go first.
+pub const REMOTE_INDEX_CACHE_BYTES_MAX: usize = 64 << 20;

@@ -70,6 +70,15 @@ pub enum BrokerError {
         log_start_offset: Offset,
         high_watermark: Offset,
     },
+    /// A read below the local log of a tiered partition, whose oldest segments only the
+    /// remote tier holds.
+    #[error("{topic}/{partition}: offset {offset} is before the local log (from {local_start_offset}); the remote tier holds it")]
+    InRemoteTier {
+        topic: String,
+        partition: PartitionIndex,
+        offset: Offset,
+        local_start_offset: Offset,
+    },
     #[error("acks must be -1, 0 or 1, not {0}")]
     InvalidRequiredAcks(i16),
     #[error("invalid request: {0}")]

@@ -753,10 +753,14 @@ async fn run_retention(broker: Weak<Broker>) {
 fn retention_round(broker: &Broker) -> impl FnOnce() + Send + 'static {
     let topics = broker.topics();
     let producer_idle_ms = broker.config.producer_id_expiration_ms;
+    let remote_tier = broker.config.log.remote_storage_available;
     let clock = broker.clock.clone();
     move || {
         let now = clock.time_ms();
         for topic in topics {
+            // The remote tier applies a tiered topic's retention where it keeps the
+            // partition's tier (crates/tier): it knows the remote segments too.
+            let tiered = remote_tier && topic.config().remote_storage_enable;
             // A partition that could not be opened has nothing to expire or delete.
             let opened = topic
                 .partitions()
@@ -770,6 +774,9 @@ fn retention_round(broker: &Broker) -> impl FnOnce() + Send + 'static {
                         producers = n,
                         "expired idle producer ids"
                     );
+                }
+                if tiered && p.tiers_here() {
+                    continue;
                 }
                 match p.enforce_retention(now) {
                     Ok(0) | Err(BrokerError::ShuttingDown { .. }) => {}

@@ -62,7 +62,7 @@ mod sync;
 #[cfg(test)]
 mod testutil;
 mod time_index;
-mod txn_index;
+pub mod txn_index;
 
 pub use batch::{BatchError, BatchHeader};
 pub use config::{LogConfig, APPEND_BYTES_LIMIT, SEGMENT_BYTES_LIMIT, SEGMENT_OFFSETS_LIMIT};

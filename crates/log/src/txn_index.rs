@@ -70,8 +70,9 @@ pub(crate) fn path(dir: &Path, base_offset: i64) -> PathBuf {
     dir.join(file_name(base_offset, TXN_INDEX_SUFFIX))
 }
 
-/// The entries of a file's bytes, up to the first torn or damaged one.
-fn decode_all(bytes: &[u8]) -> Vec<AbortedTxn> {
+/// The entries of a file's bytes (a `.txnindex` file, or its copy in the remote tier),
+/// up to the first torn or damaged one.
+pub fn decode_all(bytes: &[u8]) -> Vec<AbortedTxn> {
     bytes
         .chunks(ENTRY_BYTES)
         .map_while(AbortedTxn::decode)

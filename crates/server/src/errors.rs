@@ -55,7 +55,11 @@ fn response_error(error: &BrokerError) -> ResponseError {
         // InvalidMetadataException; librdkafka refreshes metadata and retries): a
         // produce refused for a full disk goes through once space returns, within the
         // client's delivery timeout, without the application seeing an error.
-        BrokerError::Storage(_) | BrokerError::DiskFree { .. } => R::KafkaStorageError,
+        // A tiered partition's remote data asked of a broker that cannot reach it (no
+        // remote tier configured): retriable, as a remote read that failed.
+        BrokerError::Storage(_)
+        | BrokerError::DiskFree { .. }
+        | BrokerError::InRemoteTier { .. } => R::KafkaStorageError,
         // Not retriable on purpose: Kafka answers a fetch of damaged data with it, and
         // Java's consumer raises "Encountered corrupt message" to the application
         // instead of retrying silently at the same offset forever.

@@ -3,14 +3,19 @@
 //!
 //! `store.rs` speaks to the bucket (object names, the commit object that makes an
 //! upload count, listing, deletes); `uploader.rs` walks the tiered partitions this
-//! broker leads and copies what is sealed and stable; `reader.rs` reads whole batches back from a remote segment; `settings.rs` is the
+//! broker leads and copies what is sealed and stable; `retention.rs` decides what a
+//! tiered partition's limits let go, remote and local; `reader.rs` reads whole batches
+//! back from a remote segment, and `fetch.rs` serves fetches before the local log with
+//! it; `settings.rs` is the
 //! `remote_storage_*` section of the broker's settings; `crypto.rs` gives the S3 client
 //! its signing digests; `probe.rs` its `/metrics` families. `docs/tiered-storage.md`
 //! tells the whole.
 
 mod crypto;
+mod fetch;
 pub mod probe;
 mod reader;
+mod retention;
 mod settings;
 mod store;
 #[cfg(test)]

@@ -35,6 +35,26 @@ pub fn register(registry: &mut Registry, tier: &Tier) {
             "Objects of uploads or deletes cut short, deleted",
             &s.orphans_deleted,
         ),
+        (
+            "remote_local_deleted_segments",
+            "Local segments deleted past the local retention because the remote tier holds them",
+            &s.local_deleted_segments,
+        ),
+        (
+            "remote_fetches",
+            "Fetches of a partition before its local log, served from the remote tier",
+            &s.fetches,
+        ),
+        (
+            "remote_fetch_bytes",
+            "Bytes of records read from the remote tier for fetches",
+            &s.fetch_bytes,
+        ),
+        (
+            "remote_fetch_failures",
+            "Remote tier reads that failed or timed out (answered KAFKA_STORAGE_ERROR)",
+            &s.fetch_failures,
+        ),
     ];
     for (name, help, value) in counters {
         counter(registry, name, help, read(value));

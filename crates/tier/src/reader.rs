@@ -17,7 +17,8 @@ const INDEX_ENTRY_BYTES: usize = 8;
 /// offset (at most one index interval, 4 KiB by default) are read and skipped.
 const SKIP_ALLOWANCE_BYTES: u64 = 64 << 10;
 
-/// Copied `.index` files, by object name, at most `bytes_max` of them; the oldest go.
+/// Copied `.index` and `.txnindex` files, by object name, at most `bytes_max` of them;
+/// the oldest go.
 pub struct IndexCache {
     bytes_max: usize,
     held: Mutex<Held>,
@@ -126,6 +127,21 @@ fn cut(bytes: &Bytes, offset: i64, max_bytes: usize) -> Result<Bytes, usize> {
 }
 
 impl RemoteStore {
+    /// A small object (a segment's `.index` or `.txnindex`) from `cache`, or read whole
+    /// and kept there.
+    pub(crate) async fn get_cached(
+        &self,
+        name: &str,
+        cache: &IndexCache,
+    ) -> Result<Bytes, TierError> {
+        if let Some(bytes) = cache.get(name) {
+            return Ok(bytes);
+        }
+        let bytes = self.get_whole(name).await?;
+        cache.put(name.to_string(), bytes.clone());
+        Ok(bytes)
+    }
+
     /// Whole batches of `segment` from the one holding `offset`: at most `max_bytes`,
     /// and always the whole first batch. Empty when `offset` is at or past the
     /// segment's end.
@@ -141,14 +157,7 @@ impl RemoteStore {
             return Ok(Bytes::new());
         }
         let index_name = format!("{dir}/{}.index", segment.stem());
-        let index = match indexes.get(&index_name) {
-            Some(index) => index,
-            None => {
-                let index = self.get_whole(&index_name).await?;
-                indexes.put(index_name, index.clone());
-                index
-            }
-        };
+        let index = self.get_cached(&index_name, indexes).await?;
         let from = position_for(&index, segment.base_offset, offset);
         let log = format!("{dir}/{}.log", segment.stem());
         let mut want = max_bytes as u64 + SKIP_ALLOWANCE_BYTES;

@@ -44,6 +44,9 @@ pub enum TierError {
     },
     #[error("remote segment {name}: {reason}")]
     Damaged { name: String, reason: String },
+    /// The local log could not answer what the tier asked of it.
+    #[error("the local log: {0}")]
+    Local(String),
 }
 
 /// One remote segment, as its commit object says.

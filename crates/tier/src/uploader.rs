@@ -7,8 +7,11 @@
 //! found then are deleted. Remote segments wholly below the partition's log start
 //! (retention, DeleteRecords) are deleted from the bucket too.
 
+use crate::retention::{self, Limits};
 use crate::store::{RemoteSegment, RemoteStore, TierError};
-use crate::TierSettings;
+use crate::{IndexCache, TierSettings};
+use headway_base::{limits, Offset};
+use headway_broker::partition::DeleteRecordsTo;
 use headway_broker::{Broker, BrokerError, Partition};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,23 +29,35 @@ pub struct TierStats {
     pub orphans_deleted: AtomicU64,
     /// Bytes of sealed, stable segments not in the bucket yet, as the last round saw.
     pub lag_bytes: AtomicU64,
+    /// Local segments deleted because the remote tier holds them.
+    pub local_deleted_segments: AtomicU64,
+    /// Fetches served from the remote tier, their bytes, and those that failed.
+    pub fetches: AtomicU64,
+    pub fetch_bytes: AtomicU64,
+    pub fetch_failures: AtomicU64,
 }
 
 /// A partition's remote segments as this broker knows them, and the leader epoch it
 /// learnt them in.
 #[derive(Debug)]
-struct Known {
-    epoch: i32,
-    dir: String,
-    segments: BTreeMap<i64, RemoteSegment>,
+pub(crate) struct Known {
+    pub(crate) epoch: i32,
+    pub(crate) dir: String,
+    pub(crate) segments: BTreeMap<i64, RemoteSegment>,
 }
+
+/// The leader epoch of a view loaded by a read rather than by the uploader: the
+/// uploader's next round lists the partition again (and deletes its orphans).
+pub(crate) const LISTED_FOR_READ: i32 = i32::MIN;
 
 /// The remote tier of one broker.
 pub struct Tier {
-    store: RemoteStore,
-    stats: TierStats,
+    pub(crate) store: RemoteStore,
+    pub(crate) stats: TierStats,
     /// By (topic id, partition).
-    known: Mutex<HashMap<(uuid::Uuid, i32), Known>>,
+    pub(crate) known: Mutex<HashMap<(uuid::Uuid, i32), Known>>,
+    /// Copied `.index` and `.txnindex` files, for reads.
+    pub(crate) indexes: IndexCache,
 }
 
 impl Tier {
@@ -51,6 +66,7 @@ impl Tier {
             store,
             stats: TierStats::default(),
             known: Mutex::new(HashMap::new()),
+            indexes: IndexCache::new(limits::REMOTE_INDEX_CACHE_BYTES_MAX),
         })
     }
 
@@ -111,15 +127,24 @@ impl Tier {
     pub async fn round(&self, broker: &Broker) {
         let mut lag = 0u64;
         for topic in broker.topics() {
-            if !topic.config().remote_storage_enable {
-                continue;
-            }
+            let limits = {
+                let config = topic.config();
+                if !config.remote_storage_enable {
+                    continue;
+                }
+                Limits {
+                    retention_ms: config.retention_ms,
+                    retention_bytes: config.retention_bytes,
+                    local_retention_ms: config.local_retention_ms,
+                    local_retention_bytes: config.local_retention_bytes,
+                }
+            };
             for p in topic.partitions() {
                 if p.unopened_cause().is_some() {
                     continue;
                 }
                 let key = (topic.id(), p.index().value());
-                match self.partition_round(topic.id(), p).await {
+                match self.partition_round(topic.id(), p, &limits).await {
                     Ok(left) => lag += left,
                     Err(RoundError::NotLeading) => {
                         self.known.lock().expect("tier mutex poisoned").remove(&key);
@@ -135,29 +160,17 @@ impl Tier {
         self.stats.lag_bytes.store(lag, Ordering::Relaxed);
     }
 
-    /// Uploads what one partition has sealed and the bucket lacks; deletes what its log
-    /// start left behind. Answers the bytes still to upload.
+    /// Uploads what one partition has sealed and the bucket lacks, applies its
+    /// retention (`retention.rs`), and deletes what its log start left behind. Answers
+    /// the bytes still to upload.
     async fn partition_round(
         &self,
         topic_id: uuid::Uuid,
         p: &Arc<Partition>,
+        limits: &Limits,
     ) -> Result<u64, RoundError> {
         let key = (topic_id, p.index().value());
-        let sealed = {
-            let p = Arc::clone(p);
-            tokio::task::spawn_blocking(move || p.sealed_segments())
-                .await
-                .map_err(|e| RoundError::Tier(TierError::Settings(e.to_string())))?
-        };
-        let sealed = match sealed {
-            Ok(sealed) => sealed,
-            Err(BrokerError::NotLeaderOrFollower { .. }) => return Err(RoundError::NotLeading),
-            Err(e) => {
-                return Err(RoundError::Tier(TierError::Settings(format!(
-                    "reading the partition's segments: {e}"
-                ))))
-            }
-        };
+        let sealed = blocking(p, |p| p.sealed_segments()).await?;
         let epoch = p.leading_epoch();
         let fresh = {
             let known = self.known.lock().expect("tier mutex poisoned");
@@ -222,6 +235,7 @@ impl Tier {
                 k.segments.insert(remote.base_offset, remote);
             }
         }
+        self.apply_retention(p, &key, limits).await?;
         let start = p.log_start_offset().value();
         let gone: Vec<RemoteSegment> = {
             let known = self.known.lock().expect("tier mutex poisoned");
@@ -241,6 +255,65 @@ impl Tier {
             }
         }
         Ok(left)
+    }
+}
+
+impl Tier {
+    /// Moves a tiered partition's log start past the segments its whole-log limits let
+    /// go, then deletes the local copies its local limits let go that the tier holds.
+    async fn apply_retention(
+        &self,
+        p: &Arc<Partition>,
+        key: &(uuid::Uuid, i32),
+        limits: &Limits,
+    ) -> Result<(), RoundError> {
+        let local = blocking(p, |p| p.local_log()).await?;
+        let now_ms = headway_base::now_ms();
+        let (start, remote_end) = {
+            let known = self.known.lock().expect("tier mutex poisoned");
+            let remote = &known[key].segments;
+            let start = retention::log_start_for(
+                p.log_start_offset().value(),
+                remote,
+                &local,
+                limits,
+                now_ms,
+            );
+            let end = remote.values().map(|s| s.end_offset).max();
+            (start, end.unwrap_or(i64::MIN))
+        };
+        if let Some(start) = start {
+            let to = DeleteRecordsTo::Offset(Offset::new(start));
+            let moved = blocking(p, move |p| p.delete_records(to)).await?;
+            tracing::info!(
+                topic = p.topic(),
+                partition = key.1,
+                log_start = moved.value(),
+                "remote tier: retention moved the log start"
+            );
+        }
+        if let Some(local_start) = retention::local_start_for(&local, remote_end, limits, now_ms) {
+            let to = Offset::new(local_start);
+            let deleted = blocking(p, move |p| p.delete_local_segments(to)).await?;
+            self.stats
+                .local_deleted_segments
+                .fetch_add(deleted as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// Runs `f` on the partition on a blocking thread (it touches files).
+async fn blocking<T: Send + 'static>(
+    p: &Arc<Partition>,
+    f: impl FnOnce(&Partition) -> Result<T, BrokerError> + Send + 'static,
+) -> Result<T, RoundError> {
+    let p = Arc::clone(p);
+    match tokio::task::spawn_blocking(move || f(&p)).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(BrokerError::NotLeaderOrFollower { .. })) => Err(RoundError::NotLeading),
+        Ok(Err(e)) => Err(RoundError::Tier(TierError::Local(e.to_string()))),
+        Err(e) => Err(RoundError::Tier(TierError::Local(e.to_string()))),
     }
 }
 

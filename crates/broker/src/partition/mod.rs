@@ -64,6 +64,7 @@ mod side_files;
 #[cfg(test)]
 mod start_tests;
 pub mod state;
+pub mod tiered;
 mod traffic;
 #[cfg(test)]
 mod txn_tests;
@@ -108,7 +109,8 @@ use headway_log::{
 };
 use replica::Replication;
 use side_files::{
-    load_producer_states, read_log_start_offset, write_log_start_offset, write_producer_snapshot,
+    load_producer_states, read_log_start_offset, read_remote_log_start, write_log_start_offset,
+    write_producer_snapshot,
 };
 pub use state::DeleteRecordsTo;
 use state::{AppendPlan, LogStartMove, PartitionState, ReadWindow};
@@ -373,12 +375,16 @@ impl Partition {
             .truncate_from_end(report.log_end_offset)
             .map_err(BrokerError::from_log)?;
         let segments_to_repair = log.segments_to_repair();
-        let state = PartitionState::recovered(
-            report.log_start_offset,
-            report.log_end_offset,
-            read_log_start_offset(&dir),
-            producers,
-        );
+        // A tiered partition whose oldest segments were left to the remote tier starts
+        // before its local log does.
+        let (floor, stored) = match read_remote_log_start(&dir) {
+            Some(remote) => {
+                let stored = read_log_start_offset(&dir).map_or(remote, |s| s.max(remote));
+                (Offset::ZERO, Some(stored))
+            }
+            None => (report.log_start_offset, read_log_start_offset(&dir)),
+        };
+        let state = PartitionState::recovered(floor, report.log_end_offset, stored, producers);
         let shell = Shell {
             high_watermark: state.high_watermark(),
             log_start_offset: state.log_start_offset(),
@@ -1153,7 +1159,22 @@ impl Partition {
         }
         // Located even past the high watermark, so that an offset past the log's end
         // is refused.
-        let slice = self.with_log(|log| log.locate(offset))?;
+        let slice = self
+            .with_log(|log| log.locate(offset))
+            .map_err(|e| match e {
+                // At or past the log start but before the local log: a tiered partition's
+                // oldest segments, which the remote tier serves.
+                BrokerError::OffsetOutOfRange {
+                    log_start_offset: local_start_offset,
+                    ..
+                } if offset < local_start_offset => BrokerError::InRemoteTier {
+                    topic: self.topic.to_string(),
+                    partition: self.index,
+                    offset,
+                    local_start_offset,
+                },
+                other => other,
+            })?;
         Ok(match window {
             ReadWindow::Durable => ReadStart::Located(slice, bounds),
             // Written but not yet synced: nothing to show yet, and not an error.

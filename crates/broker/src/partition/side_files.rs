@@ -1,7 +1,8 @@
-//! The two files a partition keeps next to its log (formats in `docs/log-format.md`):
-//! the producers' snapshot (idempotence and open transactions), written at a clean
-//! shutdown, and the log start
-//! offset set by DeleteRecords when it lies inside the first segment. Both are written
+//! The files a partition keeps next to its log (formats in `docs/log-format.md`): the
+//! producers' snapshot (idempotence and open transactions), written at a clean
+//! shutdown, the log start offset set by DeleteRecords when it lies inside the first
+//! segment, and, for a tiered partition whose oldest segments live only in the remote
+//! tier, the log start from before the local log started later. Both are written
 //! with [`headway_base::durable_file::replace`]. Blocking.
 
 use crate::producer_state::ProducerStates;
@@ -15,6 +16,9 @@ use std::path::Path;
 const PRODUCER_SNAPSHOT: &str = "producer-state.snapshot";
 /// The log start offset set by DeleteRecords, when it lies inside the first segment.
 const LOG_START_OFFSET_FILE: &str = "log-start-offset";
+/// The log start of a tiered partition when its oldest segments were first left to the
+/// remote tier: from then on the local log may start after the partition's log start.
+const REMOTE_LOG_START_FILE: &str = "remote-log-start";
 
 /// Rebuilds the idempotent producers' state: the snapshot written at the last clean
 /// shutdown, then every batch after it. Without a usable snapshot, the whole log is
@@ -125,6 +129,23 @@ pub(super) fn read_log_start_offset(dir: &Path) -> Option<Offset> {
 pub(super) fn write_log_start_offset(dir: &Path, offset: Offset) -> Result<(), BrokerError> {
     Ok(durable_file::replace(
         &dir.join(LOG_START_OFFSET_FILE),
+        &offset.value().to_be_bytes(),
+    )?)
+}
+
+/// The log start noted when a tiered partition first deleted local segments that the
+/// remote tier holds, if it ever did (a big-endian i64).
+pub(super) fn read_remote_log_start(dir: &Path) -> Option<Offset> {
+    let bytes = std::fs::read(dir.join(REMOTE_LOG_START_FILE)).ok()?;
+    let value = i64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
+    Some(Offset::new(value))
+}
+
+/// Notes that the partition's log starts at `offset` though its local log may start
+/// later: written before the first local segment that only the remote tier keeps goes.
+pub(super) fn write_remote_log_start(dir: &Path, offset: Offset) -> Result<(), BrokerError> {
+    Ok(durable_file::replace(
+        &dir.join(REMOTE_LOG_START_FILE),
         &offset.value().to_be_bytes(),
     )?)
 }

@@ -112,7 +112,9 @@ impl ReadWindow {
 impl PartitionState {
     /// The state of a log just opened: everything recovered is durable, so the high
     /// watermark is the log's end. `stored_log_start` is the DeleteRecords start read
-    /// from the partition's side file, if any; it counts only within the log.
+    /// from the partition's side file, if any; it counts only at or after
+    /// `log_start_offset` (the local log's first offset, or zero for a tiered partition
+    /// whose oldest segments live only in the remote tier) and not past the end.
     pub fn recovered(
         log_start_offset: Offset,
         log_end_offset: Offset,

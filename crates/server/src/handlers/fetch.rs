@@ -239,6 +239,7 @@ async fn poll(
         Some(_) => Wakes::on_appends(partitions.map(|p| p.watch_appends()).collect()),
     };
     let mut reading = Reading {
+        ctx,
         topics,
         conn,
         replica,
@@ -268,6 +269,7 @@ async fn poll(
 /// A fetch's look: every wanted partition read once; enough when `min_bytes` are
 /// there or a partition has an error.
 struct Reading<'a> {
+    ctx: &'a Ctx,
     topics: &'a [WantedTopic],
     conn: &'a Connection,
     /// The follower fetching, for a follower's fetch.
@@ -316,7 +318,10 @@ async fn read_all(reading: &Reading<'_>, max_bytes: usize) -> ReadAll {
             let remaining = max_bytes.saturating_sub(total);
             let first = total == 0;
             let (data, from_pool) = match reading.replica {
-                None => read_one(wanted, topic.isolation, remaining, first, conn).await,
+                None => {
+                    let wants = (wanted, topic.isolation);
+                    read_one(reading.ctx, wants, remaining, first, conn).await
+                }
                 Some(replica) => {
                     let fetch = (replica, reading.now_ms);
                     read_for_replica(wanted, fetch, remaining, first, conn).await
@@ -342,10 +347,11 @@ async fn read_all(reading: &Reading<'_>, max_bytes: usize) -> ReadAll {
     }
 }
 
-/// Reads one partition; also says whether the read went to the read threads.
+/// Reads one partition; also says whether the read went to the read threads (or the
+/// remote tier).
 async fn read_one(
-    wanted: &Wanted,
-    isolation: Isolation,
+    ctx: &Ctx,
+    (wanted, isolation): (&Wanted, Isolation),
     remaining: usize,
     first: bool,
     conn: &Connection,
@@ -393,7 +399,30 @@ async fn read_one(
             .await;
     }
     drop(turn);
+    if let Err(BrokerError::InRemoteTier { .. }) = &read {
+        if let Some(remote) = read_remote(ctx, partition, wanted.offset, max_bytes, isolation) {
+            read = remote.await;
+        }
+    }
     answer(base, partition, read, remaining, first)
+}
+
+/// A read before a tiered partition's local log, from the remote tier; `None` when this
+/// broker has no remote tier (the partition's answer is then `KAFKA_STORAGE_ERROR`).
+fn read_remote<'a>(
+    ctx: &'a Ctx,
+    partition: &'a Arc<Partition>,
+    offset: Offset,
+    max_bytes: usize,
+    isolation: Isolation,
+) -> Option<impl std::future::Future<Output = Result<ReadResult, BrokerError>> + 'a> {
+    let tier = ctx.tier.as_ref()?;
+    let topic_id = ctx.broker.topic(partition.topic())?.id();
+    let budget = ctx.broker.bulk_budget();
+    Some(async move {
+        tier.read(topic_id, partition, offset, max_bytes, isolation, budget)
+            .await
+    })
 }
 
 /// The start of a partition's answer, and its partition; without one (unknown, not
@@ -480,6 +509,25 @@ async fn read_for_replica(
     drop(turn);
     match read {
         Ok(ReplicaRead::Records(read)) => answer(base, partition, Ok(read), remaining, first),
+        // Before the leader's local log (a tiered partition's oldest segments, which
+        // only the remote tier keeps): the follower starts over where the local log
+        // starts.
+        Err(
+            e @ BrokerError::InRemoteTier {
+                local_start_offset, ..
+            },
+        ) => {
+            let data = offsets(base, partition)
+                .with_error_code(error_code(&BrokerError::OffsetOutOfRange {
+                    offset: wanted.offset,
+                    log_start_offset: local_start_offset,
+                    high_watermark: partition.high_watermark(),
+                }))
+                .with_log_start_offset(local_start_offset.value())
+                .with_records(Some(Bytes::new()));
+            tracing::debug!(error = %e, "a follower fetched before the local log");
+            (data, false)
+        }
         Err(e) => answer(base, partition, Err(e), remaining, first),
         Ok(ReplicaRead::Diverging {
             epoch,

@@ -1,0 +1,65 @@
+//! A tiered partition's local side (`remote.storage.enable=true`): what the remote tier
+//! (`crates/tier`) needs to know of the local log to apply retention, and the deletion
+//! of local segments the tier holds. Once the oldest segments live only in the remote
+//! tier, the partition's log start (what clients see, and what retention and
+//! DeleteRecords move) lies before the local log's start; reads in between are answered
+//! [`BrokerError::InRemoteTier`] here and served by the tier.
+
+use super::side_files::{read_remote_log_start, write_remote_log_start};
+use super::Partition;
+use crate::BrokerError;
+use headway_base::Offset;
+use headway_log::SealedSegment;
+
+/// The local log as the remote tier's retention sees it.
+#[derive(Debug, Clone)]
+pub struct LocalLog {
+    /// The local log's first offset (at or after the partition's log start).
+    pub start_offset: Offset,
+    /// Bytes of every local segment, the active one included.
+    pub size_bytes: u64,
+    /// Every sealed segment, oldest first.
+    pub sealed: Vec<SealedSegment>,
+}
+
+impl Partition {
+    /// The local log's start, size and sealed segments.
+    pub fn local_log(&self) -> Result<LocalLog, BrokerError> {
+        self.with_log(|log| {
+            Ok(LocalLog {
+                start_offset: log.log_start_offset(),
+                size_bytes: log.size_bytes(),
+                sealed: log.sealed_segments(log.log_end_offset()),
+            })
+        })
+    }
+
+    /// Whether this broker keeps the partition's remote tier: it runs alone, or it leads
+    /// the partition. Such a partition's retention is the tier's (the local retention
+    /// pass leaves it alone).
+    pub fn tiers_here(&self) -> bool {
+        self.check_leading().is_ok()
+    }
+
+    /// Deletes the local copies of the sealed segments that end at or before `to`,
+    /// which the remote tier holds. The partition's log start stays: reads before the
+    /// local log are the tier's. The first time, the log start is noted on disk before
+    /// any segment goes (`remote-log-start`), so a restart keeps it rather than taking
+    /// the local log's first offset. Answers the segments deleted. Blocking.
+    pub fn delete_local_segments(&self, to: Offset) -> Result<usize, BrokerError> {
+        let _one_at_a_time = self
+            .delete_records
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if read_remote_log_start(&self.dir).is_none() {
+            write_remote_log_start(&self.dir, self.log_start_offset())?;
+        }
+        let report = self.with_log(|log| log.delete_segments_before(to))?;
+        if report.deleted_segments > 0 {
+            tracing::debug!(topic = %self.topic, partition = self.index.value(),
+                deleted = report.deleted_segments, local_start = report.log_start_offset.value(),
+                "local copies of remote segments deleted");
+        }
+        Ok(report.deleted_segments)
+    }
+}
