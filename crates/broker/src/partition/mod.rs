@@ -65,6 +65,8 @@ mod side_files;
 mod start_tests;
 pub mod state;
 pub mod tiered;
+#[cfg(test)]
+mod tiered_tests;
 mod traffic;
 #[cfg(test)]
 mod txn_tests;
