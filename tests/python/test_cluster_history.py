@@ -1074,8 +1074,6 @@ def one_schedule(make_broker, seed: int, filter_binary: str | None, faketime: st
             m.unmount()
 
 
-# The suite's 15 minutes per test, or 3 minutes a schedule for a long run.
-@pytest.mark.timeout(max(900, 180 * int(SCHEDULES or 1)))
 def describe_stuck(brokers, bootstraps: list[str]) -> str:
     """For a schedule that cannot heal: each node's answer for the topic's partitions
     (leader, ISR), and each running broker's thread stacks (gdb, when installed) in
@@ -1100,6 +1098,8 @@ def describe_stuck(brokers, bootstraps: list[str]) -> str:
     return "\n".join(lines)
 
 
+# The suite's 15 minutes per test, or 3 minutes a schedule for a long run.
+@pytest.mark.timeout(max(900, 180 * int(SCHEDULES or 1)))
 def test_a_fault_schedule_loses_and_reorders_nothing(make_broker):
     given = os.environ.get("HEADWAY_HISTORY_SEED")
     if given:
