@@ -429,3 +429,38 @@ def test_a_stalled_bucket_fails_only_its_reads_and_they_resume(make_broker, s3):
         consumer.close()
     assert not checker.problems, checker.problems[:10]
     assert got == list(range(REMOTE_RECORDS))
+
+
+def test_the_whole_log_retention_counts_the_remote_segments(make_broker, s3):
+    topic = "remote-retention"
+    broker = remote_only_backlog(make_broker, s3, topic,
+                                 lambda bootstrap: produce_plain(bootstrap, topic))
+    assert low_watermark(broker.bootstrap, topic) == 0
+    total = sum(e["meta"]["size_bytes"] for e in committed(s3).values())
+    # Keep about a third of what the bucket holds: the log start moves into the remote
+    # segments (the local log alone is far below the limit), and their copies go.
+    admin = AdminClient(rdkafka_base(broker.bootstrap))
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.bytes", str(total // 3),
+                    incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=ADMIN_TIMEOUT_S)
+    first_local = local_start(broker.data_dir, topic)
+
+    def moved() -> int:
+        low = low_watermark(broker.bootstrap, topic)
+        remote = committed(s3)
+        return low if 0 < low < first_local and remote and min(remote) == low else 0
+
+    start = wait_until(moved, "the log start moved into the remote segments, their copies "
+                              "below it gone")
+    kept = sum(e["meta"]["size_bytes"] for e in committed(s3).values())
+    local_bytes = sum(p.stat().st_size for p in
+                      (broker.data_dir / "topics" / topic / "0").glob("*.log"))
+    assert kept + local_bytes >= total // 3, "the log keeps at least retention.bytes"
+    assert metric(broker, "headway_remote_deleted_segments_total") >= 1
+    # What is left reads from the new start to the end, from the bucket and then the disk.
+    rest = list(read_records(broker.bootstrap, topic, 1, expected=REMOTE_RECORDS - start))
+    checker = RecordChecker(1, [start])
+    assert [checker.check(r) for r in rest] == list(range(start, REMOTE_RECORDS))
+    assert not checker.problems, checker.problems[:10]
