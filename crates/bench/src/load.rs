@@ -585,8 +585,18 @@ pub fn topic_name(scenario: &str, what: &str) -> String {
 
 /// Creates a topic and waits until its metadata shows every partition with a leader.
 pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    create_topic_with(bootstrap, topic, partitions, &[]).await
+}
+
+/// [`create_topic`] with topic settings.
+pub async fn create_topic_with(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> anyhow::Result<()> {
     let cluster = Cluster::connect(bootstrap, ClientConfig::default()).await?;
-    cluster.create_topic(topic, partitions, &[]).await?;
+    cluster.create_topic(topic, partitions, configs).await?;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         cluster.invalidate(topic);

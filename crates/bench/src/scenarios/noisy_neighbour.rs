@@ -110,6 +110,47 @@ pub struct NoisyNeighbourArgs {
     /// The librdkafka probe, for --librdkafka.
     #[arg(long, default_value = "bench/librdkafka_probe.py")]
     pub probe: PathBuf,
+    /// A topic setting of the light topic at its creation, `KEY=VALUE`; repeatable (e.g.
+    /// `remote.storage.enable=true` and `local.retention.bytes=0`, for a backlog that
+    /// phase 3 replays from the remote tier).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub light_config: Vec<String>,
+    /// After the prefill, wait until the light partition's directory (under the broker's
+    /// data directory: the scenario's, else the last `--evict-dir`) holds at most two
+    /// segments: with a tiered light topic, the backlog then lives only in the remote
+    /// tier. At most `TIERED_WAIT`, with a line on stderr every 10 s.
+    #[arg(long)]
+    pub wait_tiered: bool,
+}
+
+/// Longest wait for the backlog to leave the local disk (`--wait-tiered`).
+const TIERED_WAIT: Duration = Duration::from_secs(900);
+
+/// Waits until the light partition's directory under `data_dir` holds at most two
+/// segments (`--wait-tiered`); answers the seconds waited.
+async fn wait_tiered(data_dir: &std::path::Path, light: &str) -> anyhow::Result<f64> {
+    let dir = data_dir.join("topics").join(light).join("0");
+    let started = std::time::Instant::now();
+    let mut said = started;
+    loop {
+        let segments = std::fs::read_dir(&dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .filter_map(Result::ok)
+            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+            .count();
+        if segments <= 2 {
+            return Ok(started.elapsed().as_secs_f64());
+        }
+        anyhow::ensure!(
+            started.elapsed() < TIERED_WAIT,
+            "{segments} local segments of {light} after {TIERED_WAIT:?}: is the topic tiered?"
+        );
+        if said.elapsed() >= Duration::from_secs(10) {
+            eprintln!("noisy-neighbour: waiting for the remote tier: {segments} local segments of {light}");
+            said = std::time::Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// A neighbour of phase 3.
@@ -136,7 +177,15 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
     let size = args.size.max(STAMP_BYTES);
     let light = load::topic_name("noisy-neighbour", "light");
     let heavy = load::topic_name("noisy-neighbour", "writer");
-    load::create_topic(ctx.bootstrap(), &light, 1).await?;
+    let light_config = args
+        .light_config
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .with_context(|| format!("--light-config {kv}: not KEY=VALUE"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    load::create_topic_with(ctx.bootstrap(), &light, 1, &light_config).await?;
     load::create_topic(ctx.bootstrap(), &heavy, 1).await?;
     let backlog_mb = args.backlog_mb.unwrap_or(if quick { 8 } else { 1024 });
     let backlog_messages = backlog_mb * MIB / size as u64;
@@ -144,6 +193,20 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
     let dirs = args.readers.evict_dirs(ctx);
     let prefill_s = load::prefill_backlog(ctx.bootstrap(), &light, backlog_messages, size).await?;
     let mut eviction_notes = Vec::new();
+    // The wait for the remote tier does not count against the phases' time.
+    let mut tier_wait = Duration::ZERO;
+    if args.wait_tiered {
+        let data_dir = dirs
+            .last()
+            .context("--wait-tiered needs the broker's data directory (--evict-dir)")?;
+        tier_wait = Duration::from_secs_f64(wait_tiered(data_dir, &light).await?);
+        eviction_notes.push(format!(
+            "light topic settings {:?}; the backlog left the local disk {:.1} s after the \
+             prefill (not counted in the phases' time)",
+            args.light_config,
+            tier_wait.as_secs_f64()
+        ));
+    }
     if !dirs.is_empty() {
         // Writes the backlog back now, so that its write-back does not land in phase 1.
         let (_, note) = evict_backlog("noisy-neighbour", &dirs, "after the prefill").await?;
@@ -151,7 +214,7 @@ pub async fn run(ctx: &Ctx, args: &NoisyNeighbourArgs) -> anyhow::Result<Report>
     }
     // What is left of the budget, less two seconds for the eviction before phase 3.
     let per_phase = budget
-        .saturating_sub(ctx.started.elapsed() + Duration::from_secs(2))
+        .saturating_sub(ctx.started.elapsed().saturating_sub(tier_wait) + Duration::from_secs(2))
         .div_f64(PHASES.len() as f64)
         .max(Duration::from_secs(2));
     let warmup = if quick {
