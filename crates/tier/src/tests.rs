@@ -4,10 +4,13 @@
 //! upload cut before its commit is an orphan, not a segment; a commit whose file is
 //! missing, or that cannot be read, does not count.
 
+use crate::retention::Limits;
 use crate::store::RemoteStore;
-use crate::IndexCache;
+use crate::{IndexCache, Tier};
 use bytes::Bytes;
 use headway_base::Offset;
+use headway_broker::partition::role::Role;
+use headway_broker::Isolation;
 use headway_log::batch::{validate_all, BatchIter};
 use headway_log::{Log, LogConfig};
 use object_store::path::Path;
@@ -162,4 +165,106 @@ async fn a_cut_upload_is_an_orphan_and_a_commit_without_its_files_does_not_count
     store.delete(&at, &kept).await.unwrap();
     let listing = store.list(&at).await.unwrap();
     assert!(listing.segments.is_empty() && listing.orphans.is_empty());
+}
+
+/// A partition of small segments, with its own flusher (`flush = sync`).
+fn partition(dir: &std::path::Path) -> std::sync::Arc<headway_broker::Partition> {
+    let config = LogConfig {
+        segment_bytes_max: 4096,
+        ..LogConfig::default()
+    };
+    let (p, _) = headway_broker::Partition::open(
+        dir.to_path_buf(),
+        "t".into(),
+        headway_base::PartitionIndex::new(0),
+        config,
+        headway_broker::FlushPolicy::Sync,
+        headway_base::Clock::system(),
+    )
+    .unwrap();
+    p.start_flusher();
+    p
+}
+
+fn leader(epoch: i32, replicas: &[i32], isr: &[i32]) -> Role {
+    Role::Leader {
+        epoch,
+        partition_epoch: 0,
+        replicas: replicas.to_vec(),
+        isr: isr.to_vec(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_whose_log_starts_later_takes_the_buckets_start() {
+    let now = || headway_base::Clock::system().time_ms();
+    let topic_id = uuid::Uuid::new_v4();
+    let limits = Limits {
+        retention_ms: -1,
+        retention_bytes: -1,
+        local_retention_ms: -2,
+        local_retention_bytes: 0,
+    };
+    let tier = Tier::new(RemoteStore::in_memory());
+
+    // Leader 1 at epoch 1 uploads its sealed segments and deletes their local copies.
+    let a_dir = tempfile::tempdir().unwrap();
+    let a = partition(a_dir.path());
+    a.set_role(1, leader(1, &[1], &[1]), now()).unwrap();
+    let mut end = Offset::ZERO;
+    for _ in 0..40 {
+        let bytes = batch(0, 300);
+        end = a
+            .append(validate_all(&bytes), 1 << 20)
+            .unwrap()
+            .log_end_offset;
+    }
+    a.wait_durable(end).await.unwrap();
+    assert!(tier.partition_round(topic_id, &a, &limits).await.is_ok());
+    let local_start = a.local_log().unwrap().start_offset;
+    assert!(local_start > Offset::ZERO, "local copies deleted");
+    assert_eq!(a.log_start_offset(), Offset::ZERO);
+
+    // Broker 2 copied the log from leader 1's local log: it started over there. Made
+    // leader at epoch 2, its first round lists the bucket and takes the bucket's start.
+    let b_dir = tempfile::tempdir().unwrap();
+    let b = partition(b_dir.path());
+    let follower = Role::Follower {
+        epoch: 1,
+        partition_epoch: 0,
+        leader: Some(1),
+    };
+    b.set_role(2, follower, now()).unwrap();
+    b.start_over_at(1, local_start).unwrap();
+    b.set_role(2, leader(2, &[1, 2], &[2]), now()).unwrap();
+    assert_eq!(b.log_start_offset(), local_start);
+    assert!(tier.partition_round(topic_id, &b, &limits).await.is_ok());
+    assert_eq!(
+        b.log_start_offset(),
+        Offset::ZERO,
+        "the bucket's start taken"
+    );
+    let budget = headway_broker::io::bulk_budget::BulkBudget::new(
+        headway_broker::BrokerConfig::default().bulk_budget(),
+        std::sync::Arc::default(),
+    );
+    let read = tier
+        .read(
+            topic_id,
+            &b,
+            Offset::ZERO,
+            1 << 20,
+            Isolation::ReadUncommitted,
+            &budget,
+        )
+        .await
+        .unwrap();
+    assert_eq!(base_offsets(&read.records).first(), Some(&0));
+    assert_eq!(read.log_start_offset, Offset::ZERO);
+
+    // The start survives a restart.
+    drop(b);
+    let b = partition(b_dir.path());
+    assert_eq!(b.log_start_offset(), Offset::ZERO);
+    assert_eq!(b.local_log().unwrap().start_offset, local_start);
 }

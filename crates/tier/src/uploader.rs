@@ -163,7 +163,7 @@ impl Tier {
     /// Uploads what one partition has sealed and the bucket lacks, applies its
     /// retention (`retention.rs`), and deletes what its log start left behind. Answers
     /// the bytes still to upload.
-    async fn partition_round(
+    pub(crate) async fn partition_round(
         &self,
         topic_id: uuid::Uuid,
         p: &Arc<Partition>,
@@ -190,6 +190,12 @@ impl Tier {
                     orphans = listing.orphans.len(),
                     "remote tier: deleted objects of uploads cut short"
                 );
+            }
+            if epoch >= 0 {
+                if let Some(start) = remote_start_reaching(&listing.segments, p.log_start_offset())
+                {
+                    blocking(p, move |p| p.take_remote_start(start)).await?;
+                }
             }
             let known = Known {
                 epoch,
@@ -303,6 +309,25 @@ impl Tier {
     }
 }
 
+/// The first remote offset, when the remote segments from it reach `to` without a gap:
+/// a replicated partition's new leader whose log starts at `to` takes it as its start
+/// (`Partition::take_remote_start`). A broker alone never does: its log start is its
+/// own, and remote segments before it are retention's leftovers.
+fn remote_start_reaching(segments: &BTreeMap<i64, RemoteSegment>, to: Offset) -> Option<Offset> {
+    let first = *segments.keys().next()?;
+    let mut reach = first;
+    for s in segments.values() {
+        if s.base_offset > reach {
+            return None;
+        }
+        reach = reach.max(s.end_offset);
+        if reach >= to.value() {
+            return (first < to.value()).then_some(Offset::new(first));
+        }
+    }
+    None
+}
+
 /// Runs `f` on the partition on a blocking thread (it touches files).
 async fn blocking<T: Send + 'static>(
     p: &Arc<Partition>,
@@ -317,7 +342,7 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-enum RoundError {
+pub(crate) enum RoundError {
     /// This broker does not lead the partition (any more): what it knew is forgotten.
     NotLeading,
     Tier(TierError),

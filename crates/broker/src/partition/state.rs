@@ -281,6 +281,13 @@ impl PartitionState {
         self.log_start_offset
     }
 
+    /// A tiered partition's new leader takes the remote tier's earlier start (the data
+    /// before its own start is in the bucket): the log start moves back to `start`.
+    pub fn remote_start_taken(&mut self, start: Offset) -> Offset {
+        self.log_start_offset = self.log_start_offset.min(start);
+        self.log_start_offset
+    }
+
     /// Retention deleted segments; the log now starts at `log_start_offset`.
     pub fn retention_moved(&mut self, log_start_offset: Offset) -> Offset {
         self.log_start_offset = self.log_start_offset.max(log_start_offset);

@@ -5,11 +5,12 @@
 //! DeleteRecords move) lies before the local log's start; reads in between are answered
 //! [`BrokerError::InRemoteTier`] here and served by the tier.
 
-use super::side_files::{read_remote_log_start, write_remote_log_start};
+use super::side_files::{read_remote_log_start, write_log_start_offset, write_remote_log_start};
 use super::Partition;
 use crate::BrokerError;
 use headway_base::Offset;
 use headway_log::SealedSegment;
+use std::sync::atomic::Ordering;
 
 /// The local log as the remote tier's retention sees it.
 #[derive(Debug, Clone)]
@@ -61,5 +62,31 @@ impl Partition {
                 "local copies of remote segments deleted");
         }
         Ok(report.deleted_segments)
+    }
+
+    /// Moves the log start back to `start`, the remote tier's first offset, when it is
+    /// earlier: a leader whose log was copied from another's local log (a follower that
+    /// started over where that leader's local log started) serves the bucket's older
+    /// segments, as the leader before it did. Both side files are written first, so a
+    /// restart keeps it. Answers whether the start moved. Blocking.
+    pub fn take_remote_start(&self, start: Offset) -> Result<bool, BrokerError> {
+        let _one_at_a_time = self
+            .delete_records
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if start >= self.log_start_offset() {
+            return Ok(false);
+        }
+        write_remote_log_start(&self.dir, start)?;
+        write_log_start_offset(&self.dir, start)?;
+        self.with_slot(|slot| {
+            let moved = slot.state.remote_start_taken(start);
+            self.log_start_offset
+                .store(moved.value(), Ordering::Release);
+            Ok(())
+        })?;
+        tracing::info!(topic = %self.topic, partition = self.index.value(), log_start = start.value(),
+            "the log starts in the remote tier, as the last leader's did");
+        Ok(true)
     }
 }
