@@ -126,13 +126,20 @@ impl Cluster {
         cluster
             .tasks_mut()
             .push(tokio::spawn(reconciler.run(registered)));
-        let cluster = Arc::new_cyclic(|weak: &std::sync::Weak<Cluster>| {
-            let proposer =
-                roles::propose_isr_changes(Arc::downgrade(broker), node_id, weak.clone());
-            cluster.tasks_mut().push(tokio::spawn(proposer));
-            cluster
-        });
+        let cluster = Arc::new(cluster);
         let weak = Arc::downgrade(&cluster);
+        // Spawned once the cluster is whole: the proposer ends when it cannot upgrade its
+        // reference, and a reference handed out while the cluster is being built (as
+        // `Arc::new_cyclic` does) cannot be upgraded yet. Spawned from inside, the task
+        // could run its first round before construction ended and stop for good, leaving
+        // a broker that never proposes an ISR change, so a follower that fell out never
+        // came back in.
+        let proposer = roles::propose_isr_changes(Arc::downgrade(broker), node_id, weak.clone());
+        cluster
+            .tasks
+            .lock()
+            .expect("cluster tasks lock")
+            .push(tokio::spawn(proposer));
         let task = tokio::spawn(async move {
             register_until_decided(weak, register, registered_tx).await;
         });
