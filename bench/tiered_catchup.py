@@ -95,6 +95,14 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def python_path() -> str:
+    """This Python, relative to the repository when it is the repository's `.venv`."""
+    try:
+        return str(Path(sys.executable).relative_to(REPO))
+    except ValueError:
+        return sys.executable
+
+
 def build_s3mem(scratch: Path) -> Path:
     binary = scratch.parent / "s3mem"
     subprocess.run(["go", "build", "-o", str(binary), "."], cwd=REPO / "bench" / "s3mem",
@@ -137,7 +145,7 @@ def one_run(args, mode: str, label: str, s3mem: Path) -> dict:
             bench += ["--neighbours", "catch-up"]
         else:
             bench += ["--neighbours", "none", "--external-neighbour",
-                      f"{sys.executable} bench/replay_equivalent.py --send "
+                      f"{python_path()} bench/replay_equivalent.py --send "
                       '"$HEADWAY_DATA_DIR/topics/$HEADWAY_LIGHT_TOPIC/0"']
         s3_cpu0 = cpu_seconds(s3.pid) if s3 else 0.0
         broker_cpu0 = cpu_seconds(broker.pid)
@@ -172,7 +180,7 @@ def row(r: dict) -> str:
     if r["replay_mb_s"]:
         replay = f"{r['replay_mb_s']:.0f} MB/s, {r['replay_s']:.1f} s"
     elif r["external"]:
-        replay = f"external: {json.dumps(r['external'])[:120]}"
+        replay = f"`replay_equivalent.py --send`, {r['external'].get('seconds', 0):.1f} s"
     s3 = "" if r["s3_cpu_s"] is None else f"{r['s3_cpu_s']:.1f} s, {r['s3_peak_mib']:.0f} MiB"
     return (f"| `{r['label']}` | {r['mode']} | {r['quiet_p99']:.2f} / {r['catch_up_p99']:.2f} | "
             f"{r['ratio']:.2f} | {replay} | {r['broker_cpu_s']:.1f} | {s3} |")
