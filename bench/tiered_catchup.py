@@ -23,7 +23,7 @@ and the broker's CPU seconds, and writes one table of every run to `<out>/README
 phase 3 over phase 1 (`e2e_p99_catch_up_over_quiet`).
 
 Usage: bench/tiered_catchup.py --out DIR [--rounds 3] [--modes remote,local,floor]
-                               [--duration 90] [--scratch /tmp/tiered-lab]
+                               [--duration 90] [--scratch DIR]
                                [--headway target/release/headway]
 
 Every run is bounded (the scenario's --duration, plus the wait for the upload) and stops
@@ -40,6 +40,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -192,7 +193,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", default="remote,local,floor")
     parser.add_argument("--duration", type=int, default=90)
-    parser.add_argument("--scratch", default="/tmp/tiered-lab/run")
+    parser.add_argument("--scratch", default=str(Path(tempfile.gettempdir()) / "tiered-lab" / "run"),
+                        help="a directory for each run's data (removed between runs)")
     parser.add_argument("--headway", default=str(REPO / "target" / "release" / "headway"))
     args = parser.parse_args()
     modes = args.modes.split(",")

@@ -38,7 +38,7 @@ fn open_with(dir: &Path, config: LogConfig) -> (Arc<Partition>, RecoveryReport) 
     (partition, report)
 }
 
-fn via() -> ReadVia {
+pub(super) fn via() -> ReadVia {
     let budget = crate::BrokerConfig::default().bulk_budget();
     ReadVia {
         pool: ReadPool::new(

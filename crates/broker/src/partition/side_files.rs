@@ -120,32 +120,37 @@ pub(super) fn write_producer_snapshot(
 
 /// The DeleteRecords start offset, if one was written (a big-endian i64).
 pub(super) fn read_log_start_offset(dir: &Path) -> Option<Offset> {
-    let bytes = std::fs::read(dir.join(LOG_START_OFFSET_FILE)).ok()?;
+    read_offset(dir, LOG_START_OFFSET_FILE)
+}
+
+/// An offset file's value (a big-endian i64), if the file is there and whole.
+fn read_offset(dir: &Path, name: &str) -> Option<Offset> {
+    let bytes = std::fs::read(dir.join(name)).ok()?;
     let value = i64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
     Some(Offset::new(value))
 }
 
-/// Writes the DeleteRecords start offset.
-pub(super) fn write_log_start_offset(dir: &Path, offset: Offset) -> Result<(), BrokerError> {
+/// Writes an offset file (`durable_file::replace`: synced, then renamed into place).
+fn write_offset(dir: &Path, name: &str, offset: Offset) -> Result<(), BrokerError> {
     Ok(durable_file::replace(
-        &dir.join(LOG_START_OFFSET_FILE),
+        &dir.join(name),
         &offset.value().to_be_bytes(),
     )?)
+}
+
+/// Writes the DeleteRecords start offset.
+pub(super) fn write_log_start_offset(dir: &Path, offset: Offset) -> Result<(), BrokerError> {
+    write_offset(dir, LOG_START_OFFSET_FILE, offset)
 }
 
 /// The log start noted when a tiered partition first deleted local segments that the
 /// remote tier holds, if it ever did (a big-endian i64).
 pub(super) fn read_remote_log_start(dir: &Path) -> Option<Offset> {
-    let bytes = std::fs::read(dir.join(REMOTE_LOG_START_FILE)).ok()?;
-    let value = i64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
-    Some(Offset::new(value))
+    read_offset(dir, REMOTE_LOG_START_FILE)
 }
 
 /// Notes that the partition's log starts at `offset` though its local log may start
 /// later: written before the first local segment that only the remote tier keeps goes.
 pub(super) fn write_remote_log_start(dir: &Path, offset: Offset) -> Result<(), BrokerError> {
-    Ok(durable_file::replace(
-        &dir.join(REMOTE_LOG_START_FILE),
-        &offset.value().to_be_bytes(),
-    )?)
+    write_offset(dir, REMOTE_LOG_START_FILE, offset)
 }

@@ -1,10 +1,9 @@
 //! A tiered partition's local deletion: the log start stays before the local log,
 //! reads in between are the remote tier's, and a reopen keeps both starts.
 
+use super::role_tests::via;
 use super::txn_tests::plain_batch;
 use super::{Isolation, Partition};
-use crate::io::bulk_budget::BulkBudget;
-use crate::io::read_pool::{ReadPool, ReadVia};
 use crate::partition::DeleteRecordsTo;
 use crate::{BrokerError, FlushPolicy};
 use headway_base::{Clock, Offset, PartitionIndex};
@@ -30,19 +29,6 @@ fn open(dir: &Path) -> Arc<Partition> {
     )
     .unwrap();
     p
-}
-
-fn via() -> ReadVia {
-    let budget = crate::BrokerConfig::default().bulk_budget();
-    ReadVia {
-        pool: ReadPool::new(
-            1,
-            crate::io::priority::BulkPriority::UNCHANGED,
-            Arc::new(BulkBudget::new(budget, Arc::default())),
-        ),
-        cache_first: true,
-        tail_bytes: u64::MAX,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
