@@ -156,7 +156,7 @@ def free_port_on(host: str) -> int:
 def start_cluster(make_broker, size: int = 3, hosts: dict[int, str] | None = None,
                   groups: dict[int, int] | None = None,
                   env: dict[int, dict[str, str]] | None = None,
-                  before_start=None):
+                  before_start=None, args: list[str] | None = None):
     """`size` brokers, nodes 1..size, each a controller voter on a port picked free; the
     whole start is tried again when a port was taken meanwhile. With `hosts` node N
     listens (Kafka and controller listeners) on its own loopback address hosts[N]
@@ -164,7 +164,7 @@ def start_cluster(make_broker, size: int = 3, hosts: dict[int, str] | None = Non
     that packet filter rules can tell its sockets from the others'. `env` adds node N's
     environment variables env[N] (kept across its restarts); `before_start(node,
     broker)` is called before each broker's first start (e.g. to mount its data
-    directory)."""
+    directory); `args` are every broker's further command-line arguments."""
     for _attempt in range(3):
         if hosts is None:
             voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(free_ports(size)))
@@ -179,7 +179,7 @@ def start_cluster(make_broker, size: int = 3, hosts: dict[int, str] | None = Non
             if env is not None:
                 placed[i]["env"] = env[i + 1]
         brokers = [make_broker("--node-id", str(i + 1), "--controller-quorum-voters", voters,
-                               start=False, **placed[i]) for i in range(size)]
+                               *(args or []), start=False, **placed[i]) for i in range(size)]
         try:
             for node, b in enumerate(brokers, 1):
                 if before_start is not None:
@@ -238,14 +238,14 @@ def cluster_with_topic(make_broker, topic: str, partitions: int,
                        hosts: dict[int, str] | None = None,
                        groups: dict[int, int] | None = None,
                        env: dict[int, dict[str, str]] | None = None,
-                       before_start=None):
+                       before_start=None, args: list[str] | None = None):
     """Three brokers agreeing on one controller and `topic` (`partitions` partitions,
     replication factor 3, `config` its settings), every partition led with all three in
     sync; returns the brokers, their addresses and the topic's partitions as Metadata
-    shows them. `hosts`, `groups`, `env` and `before_start` place the brokers as
+    shows them. `hosts`, `groups`, `env`, `before_start` and `args` place the brokers as
     start_cluster does."""
     brokers = start_cluster(make_broker, hosts=hosts, groups=groups, env=env,
-                            before_start=before_start)
+                            before_start=before_start, args=args)
     bootstraps = [b.bootstrap for b in brokers]
     wait_until(lambda: all_agree(bootstraps, 3), "three brokers, one controller", CLUSTER_UP_S)
     admin = AdminClient(rdkafka_base(",".join(bootstraps)))

@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
                                    ConfigResource, NewTopic, ResourceType)
 
@@ -263,6 +263,18 @@ def test_a_topic_is_tiered_only_on_a_broker_with_a_remote_tier_and_never_compact
     entries = next(iter(described.values())).result(timeout=ADMIN_TIMEOUT_S)
     assert entries["remote.storage.enable"].value == "true"
     assert entries["local.retention.ms"].value == "-2"
+    # A tiered topic stays tiered: turning it off (deleting the setting, or false) is
+    # refused and changes nothing.
+    for op, value in ((AlterConfigOpType.SET, "false"), (AlterConfigOpType.DELETE, None)):
+        resource = ConfigResource(ResourceType.TOPIC, "ok", incremental_configs=[
+            ConfigEntry("remote.storage.enable", value, incremental_operation=op)])
+        for future in admin.incremental_alter_configs([resource]).values():
+            with pytest.raises(KafkaException) as refusal:
+                future.result(timeout=ADMIN_TIMEOUT_S)
+            assert refusal.value.args[0].code() == KafkaError.INVALID_CONFIG
+    described = admin.describe_configs([ConfigResource(ResourceType.TOPIC, "ok")])
+    entries = next(iter(described.values())).result(timeout=ADMIN_TIMEOUT_S)
+    assert entries["remote.storage.enable"].value == "true"
 
 
 # -- Reads before the local log ------------------------------------------------------------
@@ -464,3 +476,84 @@ def test_the_whole_log_retention_counts_the_remote_segments(make_broker, s3):
     checker = RecordChecker(1, [start])
     assert [checker.check(r) for r in rest] == list(range(start, REMOTE_RECORDS))
     assert not checker.problems, checker.problems[:10]
+
+
+# An hour ago: well inside the default retention.ms, so only local.retention.bytes acts.
+TIMED_BASE_MS = int(time.time() * 1000) - 3_600_000
+
+
+def produce_timed(bootstrap: str, topic: str) -> int:
+    """REMOTE_RECORDS records, record i stamped TIMED_BASE_MS + 10 * i, in batches of
+    16 KiB at most (so that 64 KiB segments roll)."""
+    producer = Producer({**rdkafka_base(bootstrap), "linger.ms": 5, "batch.size": 16384})
+    failed = []
+    for i in range(REMOTE_RECORDS):
+        producer.produce(topic, value=f"{i:08d}".encode() * 8, timestamp=TIMED_BASE_MS + 10 * i,
+                         on_delivery=lambda err, _msg: err and failed.append(err))
+        producer.poll(0)
+    assert producer.flush(FLUSH_TIMEOUT_S) == 0
+    assert not failed, failed[:5]
+    return REMOTE_RECORDS
+
+
+def offsets_for_times(bootstrap: str, topic: str, times: list[int]) -> list[int]:
+    """librdkafka's answer for each time, one request each (it asks once per partition)."""
+    consumer = new_consumer(bootstrap)
+    try:
+        offsets = []
+        for t in times:
+            [found] = consumer.offsets_for_times([TopicPartition(topic, 0, t)], timeout=30)
+            assert found.error is None, found
+            offsets.append(found.offset)
+        return offsets
+    finally:
+        consumer.close()
+
+
+def test_lookups_by_time_find_records_that_only_the_bucket_holds(make_broker, s3):
+    topic = "remote-times"
+    broker = remote_only_backlog(make_broker, s3, topic,
+                                 lambda bootstrap: produce_timed(bootstrap, topic))
+    first_local = local_start(broker.data_dir, topic)
+    assert low_watermark(broker.bootstrap, topic) == 0
+    # Before the first record, inside the bucket's part (exact and between two records),
+    # at the local log's first record, inside the local log, after the last record.
+    times = [TIMED_BASE_MS - 5_000, TIMED_BASE_MS + 10 * 1234, TIMED_BASE_MS + 10 * 2001 - 3,
+             TIMED_BASE_MS + 10 * first_local, TIMED_BASE_MS + 10 * (REMOTE_RECORDS - 7),
+             TIMED_BASE_MS + 10 * REMOTE_RECORDS + 1]
+    expected = [0, 1234, 2001, first_local, REMOTE_RECORDS - 7, -1]
+    assert offsets_for_times(broker.bootstrap, topic, times) == expected
+    assert metric(broker, "headway_remote_fetch_failures_total") == 0
+    # The same answers after a restart, when the broker has no view of the bucket yet.
+    broker.stop()
+    broker.start()
+    assert offsets_for_times(broker.bootstrap, topic, times) == expected
+
+
+def test_followers_drop_what_the_bucket_holds_and_a_new_leader_serves_it(make_broker, s3):
+    from cluster_support import CLUSTER_UP_S, cluster_with_topic, led_by
+
+    topic = "remote-replicated"
+    brokers, bootstraps, led = cluster_with_topic(
+        make_broker, topic, 1, args=tier_args(s3),
+        config={"remote.storage.enable": "true", "segment.bytes": "65536",
+                "local.retention.bytes": "0"})
+    produce_plain(",".join(bootstraps), topic)
+    # Every replica's local log, the followers' too, starts past most of the backlog.
+    wait_until(lambda: all(local_start(b.data_dir, topic) >= REMOTE_RECORDS * 3 // 4
+                           for b in brokers),
+               "every replica's local log starting past three quarters of the backlog")
+    leader = led[0]["leader"]
+    for node, b in enumerate(brokers, 1):
+        if node != leader:
+            assert metric(b, "headway_remote_local_deleted_segments_total") >= 1
+            assert metric(b, "headway_remote_uploaded_segments_total") == 0, "a follower uploads"
+
+    # The leader goes: the new one serves the bucket's part from offset 0.
+    brokers[leader - 1].kill()
+    alive = {1, 2, 3} - {leader}
+    wait_until_within(lambda: led_by(bootstraps, topic, alive, 2), "a new leader, ISR 2",
+                      CLUSTER_UP_S * 3)
+    survivors = ",".join(bootstraps[n - 1] for n in sorted(alive))
+    assert low_watermark(survivors, topic) == 0
+    read_from_start(survivors, topic, REMOTE_RECORDS).assert_ok("from the new leader")

@@ -726,6 +726,21 @@ impl TopicConfig {
         Ok(())
     }
 
+    /// A tiered topic stays tiered: its oldest segments may live only in the remote
+    /// tier, and an untiered topic would neither read nor delete them (Kafka refuses it
+    /// too). Deleting the topic deletes them.
+    pub fn check_still_tiered(&self, before: &TopicConfig) -> Result<(), BrokerError> {
+        if before.remote_storage_enable && !self.remote_storage_enable {
+            return Err(invalid(
+                "remote.storage.enable",
+                "false",
+                "remote storage cannot be turned off on a tiered topic: its oldest segments \
+                 may live only in the remote tier",
+            ));
+        }
+        Ok(())
+    }
+
     /// The log's view of these settings. Retention deletes old segments only when the
     /// policy includes `delete`.
     pub fn log_config(&self) -> LogConfig {
@@ -817,6 +832,27 @@ mod tests {
         let mut unknown = BTreeMap::new();
         unknown.insert("no.such.setting".to_string(), "1".to_string());
         assert!(TopicConfig::from_overrides(&unknown, &defaults).is_err());
+    }
+
+    #[test]
+    fn a_tiered_topic_stays_tiered() {
+        let defaults = LogDefaults::default();
+        let config = |pairs: &[(&str, &str)]| {
+            let overrides = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>();
+            TopicConfig::from_overrides(&overrides, &defaults).unwrap()
+        };
+        let tiered = config(&[("remote.storage.enable", "true")]);
+        let plain = config(&[]);
+        assert!(plain.check_still_tiered(&tiered).is_err());
+        assert!(config(&[("remote.storage.enable", "false")])
+            .check_still_tiered(&tiered)
+            .is_err());
+        assert!(tiered.check_still_tiered(&tiered).is_ok());
+        assert!(tiered.check_still_tiered(&plain).is_ok());
+        assert!(plain.check_still_tiered(&plain).is_ok());
     }
 
     #[test]

@@ -593,6 +593,7 @@ impl Broker {
         change(&mut overrides)?;
         let config = TopicConfig::from_overrides(&overrides, &self.config.log)?;
         config.check_remote_storage(&self.config.log)?;
+        config.check_still_tiered(&topic.config())?;
         if validate_only {
             return Ok(());
         }

@@ -61,7 +61,7 @@ mod segment;
 mod sync;
 #[cfg(test)]
 mod testutil;
-mod time_index;
+pub mod time_index;
 pub mod txn_index;
 
 pub use batch::{BatchError, BatchHeader};

@@ -47,6 +47,17 @@ impl TimeIndexEntry {
     }
 }
 
+/// Where a scan of a segment for the first batch at or after `timestamp_ms` may start,
+/// from the bytes of its `.timeindex` file (a copy read back from elsewhere): the
+/// relative offset of the last entry at or below the time, 0 when there is none or the
+/// bytes are not a time index (a scan from the segment's start is longer, never wrong).
+pub fn scan_start(bytes: &[u8], timestamp_ms: i64) -> u32 {
+    TimeIndex::decode(bytes)
+        .ok()
+        .and_then(|index| index.floor(timestamp_ms))
+        .map_or(0, |entry| entry.relative_offset)
+}
+
 /// The in-memory time index of one segment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct TimeIndex {
@@ -181,6 +192,19 @@ mod tests {
         assert_eq!(index.floor(1000), Some(entry(1000, 0)));
         assert_eq!(index.floor(1499), Some(entry(1000, 0)));
         assert_eq!(index.floor(i64::MAX), Some(entry(1500, 7)));
+    }
+
+    #[test]
+    fn a_copied_index_gives_the_scan_start_and_damage_gives_the_segment_start() {
+        let mut index = TimeIndex::default();
+        index.push(entry(1000, 0));
+        index.push(entry(1500, 7));
+        let bytes = index.encode();
+        assert_eq!(scan_start(&bytes, 999), 0);
+        assert_eq!(scan_start(&bytes, 1499), 0);
+        assert_eq!(scan_start(&bytes, 1500), 7);
+        assert_eq!(scan_start(&bytes[..23], 1500), 0);
+        assert_eq!(scan_start(&[], 1500), 0);
     }
 
     #[test]

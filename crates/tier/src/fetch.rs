@@ -112,27 +112,7 @@ impl Tier {
         p: &Arc<Partition>,
         offset: Offset,
     ) -> Result<(String, RemoteSegment, Vec<RemoteSegment>), Failed> {
-        let known = self
-            .known
-            .lock()
-            .expect("tier mutex poisoned")
-            .contains_key(&key);
-        if !known {
-            let dir = self.store.partition_dir(p.topic(), key.0, key.1);
-            let listing = self.store.list(&dir).await?;
-            // Only the uploader replaces a view, and it lists again for this one (and
-            // deletes the orphans a listing finds): a read never deletes anything.
-            let view = Known {
-                epoch: LISTED_FOR_READ,
-                dir,
-                segments: listing.segments,
-            };
-            self.known
-                .lock()
-                .expect("tier mutex poisoned")
-                .entry(key)
-                .or_insert(view);
-        }
+        self.load_view(key, p).await?;
         let known = self.known.lock().expect("tier mutex poisoned");
         let view = known.get(&key).ok_or_else(|| out_of_range(p, offset))?;
         let at = offset.value();
@@ -150,6 +130,38 @@ impl Tier {
             .map(|(_, s)| s.clone())
             .collect();
         Ok((view.dir.clone(), holding, later))
+    }
+
+    /// Makes sure this broker has a view of the partition's remote segments: listed
+    /// from the bucket when it has none yet.
+    pub(crate) async fn load_view(
+        &self,
+        key: (uuid::Uuid, i32),
+        p: &Partition,
+    ) -> Result<(), TierError> {
+        let known = self
+            .known
+            .lock()
+            .expect("tier mutex poisoned")
+            .contains_key(&key);
+        if known {
+            return Ok(());
+        }
+        let dir = self.store.partition_dir(p.topic(), key.0, key.1);
+        let listing = self.store.list(&dir).await?;
+        // Only the uploader replaces a view, and it lists again for this one (and
+        // deletes the orphans a listing finds): a read never deletes anything.
+        let view = Known {
+            epoch: LISTED_FOR_READ,
+            dir,
+            segments: listing.segments,
+        };
+        self.known
+            .lock()
+            .expect("tier mutex poisoned")
+            .entry(key)
+            .or_insert(view);
+        Ok(())
     }
 
     /// The aborted transactions overlapping `[from, to)`: an entry lives in the
@@ -209,7 +221,7 @@ fn records_end(records: &[u8]) -> Option<Offset> {
 }
 
 /// Why a remote read failed: the broker's answer as it is, or the tier's.
-enum Failed {
+pub(crate) enum Failed {
     Broker(BrokerError),
     Tier(TierError),
 }

@@ -6,13 +6,14 @@
 //! broker leads and copies what is sealed and stable; `retention.rs` decides what a
 //! tiered partition's limits let go, remote and local; `reader.rs` reads whole batches
 //! back from a remote segment, and `fetch.rs` serves fetches before the local log with
-//! it; `settings.rs` is the
+//! it, `lookup.rs` ListOffsets by time there; `settings.rs` is the
 //! `remote_storage_*` section of the broker's settings; `crypto.rs` gives the S3 client
 //! its signing digests; `probe.rs` its `/metrics` families. `docs/tiered-storage.md`
 //! tells the whole.
 
 mod crypto;
 mod fetch;
+mod lookup;
 pub mod probe;
 mod reader;
 mod retention;

@@ -128,6 +128,20 @@ pub fn log_start_for(
     .filter(|to| *to > log_start)
 }
 
+/// How far the remote segments hold the log from `from` on without a gap: the end of
+/// the run of segments that reaches `from`, or `from` itself when none holds it. What
+/// a replica may delete locally is below this, whatever else the bucket holds.
+pub fn covered_to(remote: &BTreeMap<i64, RemoteSegment>, from: i64) -> i64 {
+    let mut reach = from;
+    for s in remote.values() {
+        if s.base_offset > reach {
+            break;
+        }
+        reach = reach.max(s.end_offset);
+    }
+    reach
+}
+
 /// Where the local log may start, if it moves: the local limits over the local sealed
 /// segments that end at or before `remote_end` (the tier holds them).
 pub fn local_start_for(
@@ -242,6 +256,20 @@ mod tests {
         // though [20,30) is older.
         assert_eq!(log_start_for(0, &remote, &local, &limits, 8_000), Some(10));
         assert_eq!(log_start_for(0, &remote, &local, &limits, 13_500), Some(40));
+    }
+
+    #[test]
+    fn what_the_bucket_covers_stops_at_its_first_gap() {
+        let remote = remote(&[(0, 10, 1, 0), (10, 20, 1, 0), (30, 40, 1, 0)]);
+        assert_eq!(covered_to(&remote, 0), 20);
+        assert_eq!(covered_to(&remote, 15), 20);
+        // Not held: nothing past it is covered, though later segments exist.
+        assert_eq!(covered_to(&remote, 25), 25);
+        assert_eq!(covered_to(&remote, 30), 40);
+        // Overlapping segments (a new leader's copy of a longer segment) still reach.
+        let remote = self::remote(&[(0, 10, 1, 0), (5, 25, 1, 0), (25, 30, 1, 0)]);
+        assert_eq!(covered_to(&remote, 0), 30);
+        assert_eq!(covered_to(&BTreeMap::new(), 7), 7);
     }
 
     #[test]

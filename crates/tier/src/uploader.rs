@@ -5,7 +5,9 @@
 //! from a listing the first time the broker leads it in a leader epoch (so a new leader
 //! carries on where the last one stopped, with no state of its own), and the orphans
 //! found then are deleted. Remote segments wholly below the partition's log start
-//! (retention, DeleteRecords) are deleted from the bucket too.
+//! (retention, DeleteRecords) are deleted from the bucket too. A follower uploads
+//! nothing; its local limits delete the local copies the bucket holds, as its leader's
+//! do, so that no replica's disk keeps what the tier holds.
 
 use crate::retention::{self, Limits};
 use crate::store::{RemoteSegment, RemoteStore, TierError};
@@ -144,6 +146,14 @@ impl Tier {
                     continue;
                 }
                 let key = (topic.id(), p.index().value());
+                if let Some((_, false)) = p.role_epoch() {
+                    self.known.lock().expect("tier mutex poisoned").remove(&key);
+                    if let Err(error) = self.follower_round(topic.id(), p, &limits).await {
+                        tracing::warn!(topic = p.topic(), partition = key.1, %error,
+                            "remote tier: a follower's local deletion will try again next round");
+                    }
+                    continue;
+                }
                 match self.partition_round(topic.id(), p, &limits).await {
                     Ok(left) => lag += left,
                     Err(RoundError::NotLeading) => {
@@ -285,8 +295,10 @@ impl Tier {
                 limits,
                 now_ms,
             );
-            let end = remote.values().map(|s| s.end_offset).max();
-            (start, end.unwrap_or(i64::MIN))
+            (
+                start,
+                retention::covered_to(remote, local.start_offset.value()),
+            )
         };
         if let Some(start) = start {
             let to = DeleteRecordsTo::Offset(Offset::new(start));
@@ -306,6 +318,48 @@ impl Tier {
                 .fetch_add(deleted as u64, Ordering::Relaxed);
         }
         Ok(())
+    }
+}
+
+impl Tier {
+    /// A follower's round: its local limits delete the local segments the bucket holds
+    /// (as its leader's do), below its high watermark. The bucket is listed only when
+    /// the limits would let something go, so a follower within them asks nothing.
+    async fn follower_round(
+        &self,
+        topic_id: uuid::Uuid,
+        p: &Arc<Partition>,
+        limits: &Limits,
+    ) -> Result<(), TierError> {
+        let local = match blocking(p, |p| p.local_log()).await {
+            Ok(local) => local,
+            Err(RoundError::NotLeading) => return Ok(()),
+            Err(RoundError::Tier(e)) => return Err(e),
+        };
+        let now_ms = headway_base::now_ms();
+        if retention::local_start_for(&local, i64::MAX, limits, now_ms).is_none() {
+            return Ok(());
+        }
+        let dir = self
+            .store
+            .partition_dir(p.topic(), topic_id, p.index().value());
+        let listing = self.store.list(&dir).await?;
+        let held = retention::covered_to(&listing.segments, local.start_offset.value())
+            .min(p.high_watermark().value());
+        let Some(local_start) = retention::local_start_for(&local, held, limits, now_ms) else {
+            return Ok(());
+        };
+        let to = Offset::new(local_start);
+        match blocking(p, move |p| p.delete_local_segments(to)).await {
+            Ok(deleted) => {
+                self.stats
+                    .local_deleted_segments
+                    .fetch_add(deleted as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(RoundError::NotLeading) => Ok(()),
+            Err(RoundError::Tier(e)) => Err(e),
+        }
     }
 }
 

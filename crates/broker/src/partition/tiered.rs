@@ -35,6 +35,12 @@ impl Partition {
         })
     }
 
+    /// The local log's first offset: the log start, or later once the remote tier
+    /// holds the oldest segments.
+    pub fn local_start_offset(&self) -> Result<Offset, BrokerError> {
+        self.with_log(|log| Ok(log.log_start_offset()))
+    }
+
     /// Whether this broker keeps the partition's remote tier: it runs alone, or it leads
     /// the partition. Such a partition's retention is the tier's (the local retention
     /// pass leaves it alone).

@@ -2,10 +2,11 @@
 //! `isolation_level=1` the last stable offset), the record with the
 //! largest timestamp (v7+), or the first record at or after a timestamp. A timestamp lookup finds the first batch whose newest
 //! record is at or after the timestamp (time index, then batch headers), then decodes
-//! that one batch to find the record.
+//! that one batch to find the record; on a tiered partition the remote segments before
+//! the local log are searched first (`crates/tier/src/lookup.rs`).
 
 use crate::authorize;
-use crate::call::{pending, Call, Handler, HandlerError, Reply};
+use crate::call::{pending, Call, Ctx, Handler, HandlerError, Reply};
 use crate::errors::error_code;
 use crate::requests::{Codes, ErrorCodes};
 use headway_auth::acl::Operation;
@@ -17,6 +18,7 @@ use headway_protocol::kafka_protocol::messages::list_offsets_response::{
 };
 use headway_protocol::kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
 use headway_protocol::{decode_body, Request};
+use headway_tier::Tier;
 use std::sync::Arc;
 
 pub const HANDLER: Handler = Handler {
@@ -63,7 +65,10 @@ pub fn handle(call: &mut Call<'_>, request: &Request) -> Result<Reply, HandlerEr
                     _ => leader_epoch,
                 };
                 let result = match readable {
-                    Ok(partition) => lookup(partition, p.timestamp, isolation).await,
+                    Ok(partition) => {
+                        let remote = remote_tier(&ctx, &partition);
+                        lookup(partition, p.timestamp, isolation, remote).await
+                    }
                     Err(e) => Err(e),
                 };
                 let response = ListOffsetsPartitionResponse::default()
@@ -137,12 +142,13 @@ async fn lookup(
     partition: Arc<Partition>,
     timestamp: i64,
     isolation: Isolation,
+    remote: Option<Remote>,
 ) -> Result<Option<Found>, BrokerError> {
     let limit = match isolation {
         Isolation::ReadUncommitted => partition.high_watermark(),
         Isolation::ReadCommitted => partition.last_stable_offset(),
     };
-    let found = Box::pin(lookup_any(partition, timestamp, isolation)).await?;
+    let found = Box::pin(lookup_any(partition, timestamp, isolation, remote)).await?;
     // Lookups by time find records; the earliest and latest are positions.
     Ok(found.filter(|f| f.timestamp_ms.is_none() || f.offset < limit))
 }
@@ -151,6 +157,7 @@ async fn lookup_any(
     partition: Arc<Partition>,
     timestamp: i64,
     isolation: Isolation,
+    remote: Option<Remote>,
 ) -> Result<Option<Found>, BrokerError> {
     match Spec::from_wire(timestamp)? {
         Spec::Latest => Ok(Some(Found::at(match isolation {
@@ -159,10 +166,19 @@ async fn lookup_any(
         }))),
         Spec::Earliest => Ok(Some(Found::at(partition.log_start_offset()))),
         Spec::MaxTimestamp => match partition.max_timestamp()? {
-            Some(max) => Box::pin(lookup_any(partition, max, isolation)).await,
+            Some(max) => Box::pin(lookup_any(partition, max, isolation, remote)).await,
             None => Ok(None),
         },
         Spec::Timestamp(t) => {
+            if let Some((tier, topic_id)) = remote {
+                let found = tier.offset_for_timestamp(topic_id, &partition, t).await?;
+                if let Some((offset, timestamp_ms)) = found {
+                    return Ok(Some(Found {
+                        offset,
+                        timestamp_ms: Some(timestamp_ms),
+                    }));
+                }
+            }
             let searched = Arc::clone(&partition);
             let found = tokio::task::spawn_blocking(move || searched.offset_for_timestamp(t))
                 .await
@@ -181,6 +197,16 @@ async fn lookup_any(
             }))
         }
     }
+}
+
+/// The remote tier and the topic's id, for a lookup by time on a tiered partition whose
+/// log starts before its local log (the tier checks that); `None` without a remote tier.
+type Remote = (Arc<Tier>, uuid::Uuid);
+
+fn remote_tier(ctx: &Ctx, partition: &Partition) -> Option<Remote> {
+    let tier = ctx.tier.as_ref()?;
+    let topic = ctx.broker.topic(partition.topic())?;
+    Some((Arc::clone(tier), topic.id()))
 }
 
 /// The first record at or after `timestamp` in the batch that starts at `batch_offset`.
