@@ -178,8 +178,10 @@ def one_run(args, mode: str, label: str, s3mem: Path) -> dict:
 
 def row(r: dict) -> str:
     replay = ""
-    if r["replay_mb_s"]:
+    if r["replay_mb_s"] and r["replay_s"] is not None:
         replay = f"{r['replay_mb_s']:.0f} MB/s, {r['replay_s']:.1f} s"
+    elif r["replay_mb_s"]:
+        replay = f"{r['replay_mb_s']:.0f} MB/s, unfinished"
     elif r["external"]:
         replay = f"`replay_equivalent.py --send`, {r['external'].get('seconds', 0):.1f} s"
     s3 = "" if r["s3_cpu_s"] is None else f"{r['s3_cpu_s']:.1f} s, {r['s3_peak_mib']:.0f} MiB"

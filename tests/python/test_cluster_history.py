@@ -477,7 +477,7 @@ def fetch_batches(address: str, partition: int, offset: int,
         if b.is_control_batch:
             marker = "abort" if next(iter(b)).abort else "commit"
         batches.append(Batch(b.base_offset, b.last_offset, b.producer_id,
-                             b.is_transactional, marker))
+                             b.is_transactional, marker, b.producer_epoch))
     return error, batches
 
 
@@ -1052,7 +1052,11 @@ def one_schedule(make_broker, seed: int, filter_binary: str | None, faketime: st
                    + (f", last {txn_errors[-1]}" if txn_errors else "") + "), "
                    f"{sum(len(v) for v in history.polls.values())} records polled, "
                    f"{sum(len(v) for v in history.final.values())} in the final read, "
-                   f"{len(anomalies)} anomalies, {time.monotonic() - started:.0f} s; faults: "
+                   f"{len(anomalies)} anomalies"
+                   + (f" ({len(history.client_resends)} client resends across an epoch bump: "
+                      + "; ".join(history.client_resends) + ")"
+                      if history.client_resends else "")
+                   + f", {time.monotonic() - started:.0f} s; faults: "
                    + "; ".join(faults.log))
         return anomalies, summary, faults.repairs()
     except BaseException:

@@ -31,7 +31,31 @@ def test_each_anomaly_is_found():
     dup = clean()
     dup.final[0][6] = "v2"
     assert any(a.startswith("duplicate: v2") for a in check(dup))
+    assert dup.client_resends == []
 
+
+def test_a_resend_across_an_epoch_bump_is_the_clients_and_other_duplicates_are_not():
+    def duplicated(second: Batch) -> History:
+        h = clean()
+        h.final[0][6] = "v2"
+        h.final_start = {0: 0}
+        h.log = {0: [Batch(i, i, 7, epoch=0) for i in range(6)] + [second]}
+        return h
+
+    # One producer, the copy under a later epoch: librdkafka's resend after its bump.
+    bumped = duplicated(Batch(6, 6, 7, epoch=1))
+    assert check(bumped) == []
+    assert bumped.client_resends == ["v2: producer 7: 0/2 epoch 0, 0/6 epoch 1"]
+    # Still duplicates: the same epoch (the broker should have known the resend), two
+    # producers, a transactional batch, a batch without a producer id.
+    for second in (Batch(6, 6, 7, epoch=0), Batch(6, 6, 8, epoch=1),
+                   Batch(6, 6, 7, True, epoch=1), Batch(6, 6, -1, epoch=1)):
+        h = duplicated(second)
+        assert any(a.startswith("duplicate: v2") for a in check(h)), second
+        assert h.client_resends == []
+
+
+def test_more_anomalies_are_found():
     two_values = clean()
     two_values.polled("r2", [(0, 1, "v4")])
     assert any(a.startswith("inconsistent offset: 0/1") for a in check(two_values))

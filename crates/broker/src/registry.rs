@@ -760,7 +760,9 @@ fn retention_round(broker: &Broker) -> impl FnOnce() + Send + 'static {
         let now = clock.time_ms();
         for topic in topics {
             // The remote tier applies a tiered topic's retention where it keeps the
-            // partition's tier (crates/tier): it knows the remote segments too.
+            // partition's tier (crates/tier): it knows the remote segments too. A
+            // follower's log start follows its leader's, and its local copies go by
+            // the tier's follower round.
             let tiered = remote_tier && topic.config().remote_storage_enable;
             // A partition that could not be opened has nothing to expire or delete.
             let opened = topic
@@ -776,7 +778,7 @@ fn retention_round(broker: &Broker) -> impl FnOnce() + Send + 'static {
                         "expired idle producer ids"
                     );
                 }
-                if tiered && p.tiers_here() {
+                if tiered {
                     continue;
                 }
                 match p.enforce_retention(now) {

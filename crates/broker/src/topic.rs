@@ -115,7 +115,7 @@ impl Topic {
         self.persist(self.partitions.len(), &config)?;
         for p in &self.partitions {
             p.set_log_config(config.log_config())?;
-            p.set_keys_required(config.cleanup_policy.compact);
+            take_settings(p, &config);
         }
         *self.config.write().expect("topic config lock") = config;
         Ok(())
@@ -179,7 +179,7 @@ impl Topic {
             flush,
             self.clock.clone(),
         )?;
-        partition.set_keys_required(config.cleanup_policy.compact);
+        take_settings(&partition, config);
         Ok(partition)
     }
 
@@ -298,7 +298,7 @@ impl Topic {
                     )
                 }
             };
-            partition.set_keys_required(config.cleanup_policy.compact);
+            take_settings(&partition, &config);
             partitions.push(partition);
         }
         let topic = Topic {
@@ -410,4 +410,11 @@ mod tests {
         assert!(validate_topic_name("a/b").is_err());
         assert!(validate_topic_name(&"x".repeat(250)).is_err());
     }
+}
+
+/// What a partition keeps of its topic's settings besides its log's: whether records
+/// need keys (compacted), and whether the topic is tiered.
+fn take_settings(partition: &Partition, config: &TopicConfig) {
+    partition.set_keys_required(config.cleanup_policy.compact);
+    partition.set_tiered(config.remote_storage_enable);
 }

@@ -443,7 +443,7 @@ fn take_answer(round: &InRound, answer: PartitionData) -> Result<(), BrokerError
             let records = answer.records.unwrap_or_default();
             let high_watermark = Offset::new(answer.high_watermark.max(0));
             partition.append_as_follower(&records, high_watermark, epoch)?;
-            Ok(())
+            partition.follow_log_start(Offset::new(answer.log_start_offset))
         }
         Some(ResponseError::OffsetOutOfRange) => {
             let leader_start = Offset::new(answer.log_start_offset.max(0));

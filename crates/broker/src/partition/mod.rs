@@ -352,6 +352,9 @@ pub struct Partition {
     unsynced_max: AtomicU64,
     /// The topic is compacted: every record must have a key.
     keys_required: AtomicBool,
+    /// The topic is tiered (`remote.storage.enable`): a follower's log start follows
+    /// its leader's (`tiered.rs`).
+    tiered: AtomicBool,
     traffic: Traffic,
     /// Where appends and markers read the time (their timestamps, a roll by age, an
     /// idempotent producer's last append): the system clock in production.
@@ -476,6 +479,7 @@ impl Partition {
             unsynced: AtomicU64::new(0),
             unsynced_max: AtomicU64::new(u64::MAX),
             keys_required: AtomicBool::new(false),
+            tiered: AtomicBool::new(false),
             traffic: Traffic::default(),
             clock,
         })
@@ -1281,6 +1285,11 @@ impl Partition {
     /// Whether every appended record must have a key (the topic is compacted).
     pub fn set_keys_required(&self, required: bool) {
         self.keys_required.store(required, Ordering::Relaxed);
+    }
+
+    /// Whether the topic is tiered, as its settings say.
+    pub fn set_tiered(&self, tiered: bool) {
+        self.tiered.store(tiered, Ordering::Relaxed);
     }
 
     /// Refuses the batches when a record has no key: a compacted topic keeps the

@@ -3,7 +3,8 @@
 //! of local segments the tier holds. Once the oldest segments live only in the remote
 //! tier, the partition's log start (what clients see, and what retention and
 //! DeleteRecords move) lies before the local log's start; reads in between are answered
-//! [`BrokerError::InRemoteTier`] here and served by the tier.
+//! [`BrokerError::InRemoteTier`] here and served by the tier. A follower's log start
+//! follows its leader's, so that a new leader starts where the last one did.
 
 use super::side_files::{read_remote_log_start, write_log_start_offset, write_remote_log_start};
 use super::Partition;
@@ -41,13 +42,6 @@ impl Partition {
         self.with_log(|log| Ok(log.log_start_offset()))
     }
 
-    /// Whether this broker keeps the partition's remote tier: it runs alone, or it leads
-    /// the partition. Such a partition's retention is the tier's (the local retention
-    /// pass leaves it alone).
-    pub fn tiers_here(&self) -> bool {
-        self.check_leading().is_ok()
-    }
-
     /// Deletes the local copies of the sealed segments that end at or before `to`,
     /// which the remote tier holds. The partition's log start stays: reads before the
     /// local log are the tier's. The first time, the log start is noted on disk before
@@ -68,6 +62,25 @@ impl Partition {
                 "local copies of remote segments deleted");
         }
         Ok(report.deleted_segments)
+    }
+
+    /// A follower of a tiered partition takes its leader's log start (`leader_start`,
+    /// from each fetch answer), as Kafka's followers do: forward when the leader's
+    /// retention or DeleteRecords moved it, back when this follower started its log over
+    /// at the leader's local start and the remote tier holds what comes before (the
+    /// leader's start vouches for it). A new leader then serves the same earliest offset
+    /// the last one did. Nothing for an untiered topic. Blocking.
+    pub fn follow_log_start(&self, leader_start: Offset) -> Result<(), BrokerError> {
+        if !self.tiered.load(Ordering::Relaxed) || leader_start < Offset::ZERO {
+            return Ok(());
+        }
+        let own = self.log_start_offset();
+        if leader_start > own && leader_start <= self.high_watermark() {
+            self.delete_records(super::DeleteRecordsTo::Offset(leader_start))?;
+        } else if leader_start < own {
+            self.take_remote_start(leader_start)?;
+        }
+        Ok(())
     }
 
     /// Moves the log start back to `start`, the remote tier's first offset, when it is

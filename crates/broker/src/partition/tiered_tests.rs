@@ -96,3 +96,31 @@ async fn an_untiered_partition_still_starts_at_its_local_log() {
     assert_eq!(p.log_start_offset(), first);
     assert_eq!(p.local_log().unwrap().start_offset, first);
 }
+
+#[test]
+fn a_tiered_followers_log_start_follows_its_leaders_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path());
+    for _ in 0..40 {
+        p.append(validate_all(&plain_batch()), MAX).unwrap();
+    }
+    // An untiered topic's log start is its own.
+    p.follow_log_start(Offset::new(5)).unwrap();
+    assert_eq!(p.log_start_offset(), Offset::ZERO);
+
+    p.set_tiered(true);
+    // The leader's retention moved its start: the follower's moves too.
+    p.follow_log_start(Offset::new(5)).unwrap();
+    assert_eq!(p.log_start_offset(), Offset::new(5));
+    // Past the follower's high watermark: not yet.
+    let hw = p.high_watermark();
+    p.follow_log_start(Offset::new(hw.value() + 1)).unwrap();
+    assert_eq!(p.log_start_offset(), Offset::new(5));
+    // A leader whose log starts earlier (in its remote tier): the follower takes it,
+    // and keeps it across a reopen.
+    p.follow_log_start(Offset::new(2)).unwrap();
+    assert_eq!(p.log_start_offset(), Offset::new(2));
+    drop(p);
+    let p = open(dir.path());
+    assert_eq!(p.log_start_offset(), Offset::new(2));
+}
