@@ -398,6 +398,13 @@ fn write_meta(dir: &Path, meta: &TopicMeta) -> Result<(), BrokerError> {
     )?)
 }
 
+/// What a partition keeps of its topic's settings besides its log's: whether records
+/// need keys (compacted), and whether the topic is tiered.
+fn take_settings(partition: &Partition, config: &TopicConfig) {
+    partition.set_keys_required(config.cleanup_policy.compact);
+    partition.set_tiered(config.remote_storage_enable);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -410,11 +417,4 @@ mod tests {
         assert!(validate_topic_name("a/b").is_err());
         assert!(validate_topic_name(&"x".repeat(250)).is_err());
     }
-}
-
-/// What a partition keeps of its topic's settings besides its log's: whether records
-/// need keys (compacted), and whether the topic is tiered.
-fn take_settings(partition: &Partition, config: &TopicConfig) {
-    partition.set_keys_required(config.cleanup_policy.compact);
-    partition.set_tiered(config.remote_storage_enable);
 }
