@@ -14,6 +14,7 @@ use crate::crypto::RustCrypto;
 use crate::TierSettings;
 use bytes::Bytes;
 use futures::TryStreamExt;
+use headway_broker::io::bulk_budget::{BulkBudget, BulkWork};
 use headway_log::SealedSegment;
 use object_store::aws::AmazonS3Builder;
 use object_store::buffered::BufWriter;
@@ -262,13 +263,16 @@ impl RemoteStore {
 
     /// Copies a sealed segment's files, then writes its commit object. `None` when a
     /// file went before it was read (retention deleted the segment): what was copied
-    /// is deleted again.
+    /// is deleted again. With a `budget`, each read of the files waits for the bulk
+    /// budget and is charged to it, as catch-up reads are: an upload never crowds the
+    /// syncs of acknowledged writes.
     pub async fn upload(
         &self,
         dir: &str,
         segment: &SealedSegment,
         leader_epoch: i32,
         now_ms: i64,
+        budget: Option<&BulkBudget>,
     ) -> Result<Option<RemoteSegment>, TierError> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let stem = stem(segment.base_offset.value(), &id);
@@ -277,7 +281,7 @@ impl RemoteStore {
             // The `log` file holds exactly the segment's bytes; indexes are copied whole.
             let limit = (*kind == "log").then_some(segment.size_bytes);
             let object = Self::object(dir, &stem, kind);
-            match self.copy_file(path, &object, limit).await {
+            match self.copy_file(path, &object, limit, budget).await {
                 Ok(Some(size)) => {
                     files.insert(kind.to_string(), size);
                 }
@@ -328,6 +332,7 @@ impl RemoteStore {
         path: &std::path::Path,
         object: &Path,
         limit: Option<u64>,
+        budget: Option<&BulkBudget>,
     ) -> Result<Option<u64>, TierError> {
         let read_error = |source| TierError::Read {
             path: path.display().to_string(),
@@ -345,6 +350,9 @@ impl RemoteStore {
         let mut copied = 0u64;
         let mut chunk = vec![0u8; 1 << 20];
         loop {
+            if let Some(budget) = budget {
+                budget.admit(BulkWork::Read).await;
+            }
             let n = match file.read(&mut chunk).await {
                 Ok(n) => n,
                 Err(e) => {
@@ -354,6 +362,9 @@ impl RemoteStore {
             };
             if n == 0 {
                 break;
+            }
+            if let Some(budget) = budget {
+                budget.charge(BulkWork::Read, n);
             }
             if let Err(e) = writer.put(Bytes::copy_from_slice(&chunk[..n])).await {
                 let _ = writer.abort().await;

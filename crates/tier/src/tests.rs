@@ -78,7 +78,7 @@ async fn every_offset_of_an_uploaded_segment_reads_back_the_local_batches() {
     let at = store.partition_dir("t", uuid::Uuid::nil(), 0);
     for s in &sealed {
         store
-            .upload(&at, s, 3, 0)
+            .upload(&at, s, 3, 0, None)
             .await
             .unwrap()
             .expect("the files are there");
@@ -125,8 +125,16 @@ async fn a_cut_upload_is_an_orphan_and_a_commit_without_its_files_does_not_count
     let sealed = log.sealed_segments(Offset::new(i64::MAX));
     let store = RemoteStore::in_memory();
     let at = store.partition_dir("t", uuid::Uuid::nil(), 0);
-    let kept = store.upload(&at, &sealed[0], -1, 0).await.unwrap().unwrap();
-    let broken = store.upload(&at, &sealed[1], -1, 0).await.unwrap().unwrap();
+    let kept = store
+        .upload(&at, &sealed[0], -1, 0, None)
+        .await
+        .unwrap()
+        .unwrap();
+    let broken = store
+        .upload(&at, &sealed[1], -1, 0, None)
+        .await
+        .unwrap()
+        .unwrap();
     // An upload cut before its commit: a file and no commit.
     let cut = Path::from(format!(
         "{at}/{:020}-{}.log",
@@ -142,7 +150,11 @@ async fn a_cut_upload_is_an_orphan_and_a_commit_without_its_files_does_not_count
     let gone = Path::from(format!("{at}/{}.log", broken.stem()));
     store.raw().delete(&gone).await.unwrap();
     // A commit object that is not a commit: its upload's objects are orphans.
-    let garbled = store.upload(&at, &sealed[3], -1, 0).await.unwrap().unwrap();
+    let garbled = store
+        .upload(&at, &sealed[3], -1, 0, None)
+        .await
+        .unwrap()
+        .unwrap();
     let garbled_commit = Path::from(format!("{at}/{}.segment", garbled.stem()));
     store
         .raw()
@@ -220,7 +232,10 @@ async fn a_new_leader_whose_log_starts_later_takes_the_buckets_start() {
             .log_end_offset;
     }
     a.wait_durable(end).await.unwrap();
-    assert!(tier.partition_round(topic_id, &a, &limits).await.is_ok());
+    assert!(tier
+        .partition_round(topic_id, &a, &limits, None)
+        .await
+        .is_ok());
     let local_start = a.local_log().unwrap().start_offset;
     assert!(local_start > Offset::ZERO, "local copies deleted");
     assert_eq!(a.log_start_offset(), Offset::ZERO);
@@ -238,7 +253,10 @@ async fn a_new_leader_whose_log_starts_later_takes_the_buckets_start() {
     b.start_over_at(1, local_start).unwrap();
     b.set_role(2, leader(2, &[1, 2], &[2]), now()).unwrap();
     assert_eq!(b.log_start_offset(), local_start);
-    assert!(tier.partition_round(topic_id, &b, &limits).await.is_ok());
+    assert!(tier
+        .partition_round(topic_id, &b, &limits, None)
+        .await
+        .is_ok());
     assert_eq!(
         b.log_start_offset(),
         Offset::ZERO,
@@ -267,4 +285,39 @@ async fn a_new_leader_whose_log_starts_later_takes_the_buckets_start() {
     let b = partition(b_dir.path());
     assert_eq!(b.log_start_offset(), Offset::ZERO);
     assert_eq!(b.local_log().unwrap().start_offset, local_start);
+}
+
+#[tokio::test]
+async fn uploads_wait_for_the_bulk_budget_and_are_charged_to_it() {
+    use headway_broker::io::bulk_budget::{BudgetConfig, BulkBudget};
+    use headway_broker::io::timings::Timings;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_with(dir.path(), 200);
+    let sealed = log.sealed_segments(Offset::new(i64::MAX));
+    // 8 KiB a second, and four segments of about 4 KiB each: the reads must wait.
+    let rate = 8.0 * 1024.0;
+    let budget = BulkBudget::new(
+        BudgetConfig {
+            min_bytes_per_sec: rate,
+            max_bytes_per_sec: rate,
+            read_max_bytes_per_sec: rate,
+            target: Duration::from_millis(10),
+            interval: Duration::from_millis(100),
+            read_sync_wait: Duration::ZERO,
+        },
+        std::sync::Arc::new(Timings::new()),
+    );
+    let store = RemoteStore::in_memory();
+    let at = store.partition_dir("t", uuid::Uuid::nil(), 0);
+    for s in &sealed[..4] {
+        let remote = store
+            .upload(&at, s, 0, 0, Some(&budget))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(remote.size_bytes, s.size_bytes);
+    }
+    assert!(budget.snapshot().waits > 0, "{:?}", budget.snapshot());
 }

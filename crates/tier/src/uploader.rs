@@ -13,6 +13,7 @@ use crate::retention::{self, Limits};
 use crate::store::{RemoteSegment, RemoteStore, TierError};
 use crate::{IndexCache, TierSettings};
 use headway_base::{limits, Offset};
+use headway_broker::io::bulk_budget::BulkBudget;
 use headway_broker::partition::DeleteRecordsTo;
 use headway_broker::{Broker, BrokerError, Partition};
 use std::collections::{BTreeMap, HashMap};
@@ -154,7 +155,11 @@ impl Tier {
                     }
                     continue;
                 }
-                match self.partition_round(topic.id(), p, &limits).await {
+                let budget = broker.bulk_budget();
+                match self
+                    .partition_round(topic.id(), p, &limits, Some(budget))
+                    .await
+                {
                     Ok(left) => lag += left,
                     Err(RoundError::NotLeading) => {
                         self.known.lock().expect("tier mutex poisoned").remove(&key);
@@ -178,6 +183,7 @@ impl Tier {
         topic_id: uuid::Uuid,
         p: &Arc<Partition>,
         limits: &Limits,
+        budget: Option<&BulkBudget>,
     ) -> Result<u64, RoundError> {
         let key = (topic_id, p.index().value());
         let sealed = blocking(p, |p| p.sealed_segments()).await?;
@@ -230,7 +236,11 @@ impl Tier {
             .sum();
         for segment in sealed.iter().filter(|s| s.end_offset.value() > remote_end) {
             let now_ms = headway_base::now_ms();
-            let Some(remote) = self.store.upload(&dir, segment, epoch, now_ms).await? else {
+            let Some(remote) = self
+                .store
+                .upload(&dir, segment, epoch, now_ms, budget)
+                .await?
+            else {
                 continue;
             };
             left -= segment.size_bytes;
