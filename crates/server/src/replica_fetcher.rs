@@ -443,7 +443,13 @@ fn take_answer(round: &InRound, answer: PartitionData) -> Result<(), BrokerError
             let records = answer.records.unwrap_or_default();
             let high_watermark = Offset::new(answer.high_watermark.max(0));
             partition.append_as_follower(&records, high_watermark, epoch)?;
-            partition.follow_log_start(Offset::new(answer.log_start_offset))
+            // The records are in: a log start not taken now is taken from a later
+            // answer, and fetching goes on meanwhile.
+            if let Err(error) = partition.follow_log_start(Offset::new(answer.log_start_offset)) {
+                tracing::warn!(topic = partition.topic(), partition = partition.index().value(),
+                    %error, "the leader's log start not taken; trying again with the next answer");
+            }
+            Ok(())
         }
         Some(ResponseError::OffsetOutOfRange) => {
             let leader_start = Offset::new(answer.log_start_offset.max(0));
