@@ -35,33 +35,49 @@ impl Tier {
         budget: &BulkBudget,
     ) -> Result<ReadResult, BrokerError> {
         self.stats.fetches.fetch_add(1, Ordering::Relaxed);
+        let what = format!("offset {offset}");
+        let read = self
+            .in_time(
+                p,
+                &what,
+                self.read_in_time(topic_id, p, offset, max_bytes, isolation, budget),
+            )
+            .await?;
+        self.stats
+            .fetch_bytes
+            .fetch_add(read.records.len() as u64, Ordering::Relaxed);
+        Ok(read)
+    }
+
+    /// Runs one remote operation on `p` (`what` names it) within
+    /// `REMOTE_READ_TIMEOUT_MS`: the tier's failures and a timeout are counted, logged
+    /// and answered as a `Storage` error (`KAFKA_STORAGE_ERROR`, retriable); the
+    /// broker's own answers pass as they are.
+    pub(crate) async fn in_time<T>(
+        &self,
+        p: &Partition,
+        what: &str,
+        work: impl std::future::Future<Output = Result<T, Failed>>,
+    ) -> Result<T, BrokerError> {
         let timeout = Duration::from_millis(limits::REMOTE_READ_TIMEOUT_MS);
-        let read = tokio::time::timeout(
-            timeout,
-            self.read_in_time(topic_id, p, offset, max_bytes, isolation, budget),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(TierError::Local(format!(
-                "no answer from the remote tier within {} ms",
-                timeout.as_millis()
-            ))
-            .into())
-        });
-        match read {
-            Ok(read) => {
-                self.stats
-                    .fetch_bytes
-                    .fetch_add(read.records.len() as u64, Ordering::Relaxed);
-                Ok(read)
-            }
+        let done = tokio::time::timeout(timeout, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(TierError::Local(format!(
+                    "no answer from the remote tier within {} ms",
+                    timeout.as_millis()
+                ))
+                .into())
+            });
+        match done {
+            Ok(value) => Ok(value),
             Err(Failed::Broker(e)) => Err(e),
             Err(Failed::Tier(e)) => {
                 self.stats.fetch_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(topic = p.topic(), partition = p.index().value(),
-                    offset = offset.value(), error = %e, "remote tier read failed");
+                tracing::warn!(topic = p.topic(), partition = p.index().value(), what,
+                    error = %e, "remote tier read failed");
                 Err(BrokerError::Storage(format!(
-                    "{}/{} offset {offset} from the remote tier: {e}",
+                    "{}/{} {what} from the remote tier: {e}",
                     p.topic(),
                     p.index()
                 )))

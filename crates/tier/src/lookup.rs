@@ -12,11 +12,10 @@
 use crate::fetch::Failed;
 use crate::store::{RemoteSegment, TierError};
 use crate::Tier;
-use headway_base::{limits, Offset};
+use headway_base::Offset;
 use headway_broker::{BatchHeader, BrokerError, Partition};
 use headway_log::{records, time_index};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Bytes one step of a lookup's scan reads.
 const LOOKUP_READ_BYTES: usize = 256 << 10;
@@ -31,32 +30,9 @@ impl Tier {
         p: &Arc<Partition>,
         timestamp_ms: i64,
     ) -> Result<Option<(Offset, i64)>, BrokerError> {
-        let timeout = Duration::from_millis(limits::REMOTE_READ_TIMEOUT_MS);
-        let found = tokio::time::timeout(timeout, self.lookup(topic_id, p, timestamp_ms))
+        let what = format!("lookup by time {timestamp_ms}");
+        self.in_time(p, &what, self.lookup(topic_id, p, timestamp_ms))
             .await
-            .unwrap_or_else(|_| {
-                Err(TierError::Local(format!(
-                    "no answer from the remote tier within {} ms",
-                    timeout.as_millis()
-                ))
-                .into())
-            });
-        match found {
-            Ok(found) => Ok(found),
-            Err(Failed::Broker(e)) => Err(e),
-            Err(Failed::Tier(e)) => {
-                self.stats
-                    .fetch_failures
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::warn!(topic = p.topic(), partition = p.index().value(),
-                    timestamp_ms, error = %e, "remote tier lookup by time failed");
-                Err(BrokerError::Storage(format!(
-                    "{}/{} lookup by time in the remote tier: {e}",
-                    p.topic(),
-                    p.index()
-                )))
-            }
-        }
     }
 
     async fn lookup(
